@@ -1,0 +1,66 @@
+"""`mstta-bench`: the benchmark CLI. Each subcommand lives in `mstta/commands/<name>.py` and
+exposes `add_arguments(parser)` and `run(args) -> int`; this file only dispatches."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from typing import Sequence
+
+from .errors import UserError, run_cli
+
+PROG = "mstta-bench"
+SUBCOMMANDS = {
+    "replay": "run a method over a precomputed feature file",
+    "extract": "encode a dataset's test split into a feature file",
+    "run": "the paper's benchmark: extract, replay every method, report beside the paper",
+    "sweep": "an ablation over one hyperparameter",
+    "tsne": "t-SNE of CLIP vs mean-shifted embeddings",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's own errors: one line, exit 2
+        raise UserError(f"{message} (see {self.prog} --help)")
+
+
+def _load(name: str):
+    try:
+        return importlib.import_module(f"mstta.commands.{name.replace('-', '_')}")
+    except ModuleNotFoundError as exc:
+        if exc.name == f"mstta.commands.{name}":
+            return None
+        raise
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description="MS-TTA benchmark: replay, extract, run, sweep, tsne.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name, help_text in SUBCOMMANDS.items():
+        module = _load(name)
+        p = sub.add_parser(name, help=help_text if module else f"{help_text} (not yet available)",
+                           description=(module.__doc__ or help_text) if module else help_text)
+        if module is not None:
+            module.add_arguments(p)
+        p.set_defaults(_module=module, _name=name)
+    return parser
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
+    if args.command is None:
+        raise UserError(f"no command given; choose one of: {', '.join(SUBCOMMANDS)} (see {PROG} --help)")
+    if args._module is None:
+        raise UserError(f"'{args._name}' is not yet available in this version")
+    return args._module.run(args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_cli(PROG, _main, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

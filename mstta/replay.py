@@ -1,0 +1,198 @@
+"""Replay: run a method over a whole stream of precomputed features.
+
+Gives exactly the predictions of feeding the samples one by one to `Engine.step()`, but
+vectorised where the semantics allow: everything a sample's cache decision depends on (its
+CLIP pseudo-label, entropy, and mean-shifted feature, whose kNN bank holds only earlier raw
+features) is known up front. So replay computes those in batches, decides cache membership
+with the engine's own slot rules in one host-side scan (each cached entry lives over an interval
+of the stream), and computes cache logits in chunks over the entries alive in each chunk.
+BoostAdapter's per-sample boosted cache does not decompose this way; it replays online.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from . import functional as Fn
+from .cache_rules import EMPTY_TIME, entropy_gate, entropy_slot, fifo_slot
+from .config import EngineConfig
+from .engine import Engine
+from .methods import Method, get_method
+
+
+@dataclass
+class ReplayResult:
+    """Per-sample outputs of a replay, all [N] numpy arrays."""
+
+    predictions: np.ndarray       # final prediction
+    clip_predictions: np.ndarray  # zero-shot CLIP prediction
+    confidence: np.ndarray        # softmax probability of the final prediction
+    clip_confidence: np.ndarray   # softmax probability of CLIP's prediction
+    entropy: np.ndarray           # CLIP entropy (nats) used by the caches
+    seconds: float                # adaptation time, loading excluded
+
+    @property
+    def samples_per_s(self) -> float:
+        return len(self.predictions) / self.seconds if self.seconds > 0 else float("inf")
+
+
+def replay(features: torch.Tensor, text: torch.Tensor, method: str | Method = "ms-tta",
+           config: EngineConfig | None = None, device: str | torch.device | None = None,
+           online: bool = False, chunk: int = 256) -> ReplayResult:
+    """Run `method` over `features` [N, d] or [N, V, d] in stream order. `online=True` forces the
+    per-sample engine loop (the reference the vectorised path must match)."""
+    m = get_method(method) if isinstance(method, str) else method
+    cfg = config if config is not None else EngineConfig()
+    dev = torch.device(device) if device is not None else torch.as_tensor(text).device
+    feats = torch.as_tensor(features).to(dev, torch.float32)
+    if feats.dim() == 2:
+        feats = feats.unsqueeze(1)
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        if online or m.boost:
+            out = _replay_online(feats, text, m, cfg, dev)
+        else:
+            out = _replay_vectorised(feats, Fn.normalize(torch.as_tensor(text).to(dev, torch.float32)), m, cfg, chunk)
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+    seconds = time.perf_counter() - t0
+    logits, clip, ent = out
+    return ReplayResult(*_summarise(logits, clip), ent.cpu().numpy(), seconds)
+
+
+def _summarise(logits: torch.Tensor, clip: torch.Tensor):
+    pf, pred = torch.softmax(logits, -1).max(-1)
+    pc, cpred = torch.softmax(clip, -1).max(-1)
+    return pred.cpu().numpy(), cpred.cpu().numpy(), pf.cpu().numpy(), pc.cpu().numpy()
+
+
+def _replay_online(feats, text, m, cfg, dev):
+    engine = Engine(text, m, cfg, device=dev)
+    logits, clip, ent = [], [], []
+    for x in feats:
+        r = engine.step(x)
+        logits.append(r.logits)
+        clip.append(r.clip_logits)
+        ent.append(r.entropy)
+    return torch.stack(logits), torch.stack(clip), torch.tensor(ent)
+
+
+def _per_sample(feats: torch.Tensor, text: torch.Tensor, cfg: EngineConfig):
+    """CLIP logits, entropy, probabilities and feature of every sample, as `Engine.step` forms them."""
+    fs, clips, ents, probs = [], [], [], []
+    for x in feats:  # per sample, so view aggregation is bit-identical to the engine's
+        x = Fn.normalize(x)
+        vl = Fn.clip_logits(x, text, cfg.logit_scale)
+        if x.shape[0] == 1 or cfg.view_mode == "original":
+            f, c, h, pr = x[0], vl[0], Fn.entropy(vl[0]), None
+        else:
+            f, c, h, pr = Fn.aggregate_views(x, vl, cfg.view_ratio)
+        fs.append(f), clips.append(c), ents.append(h), probs.append(pr)
+    return fs, clips, ents, probs
+
+
+def _replay_vectorised(feats, text, m, cfg, chunk):
+    n = feats.shape[0]
+    if feats.shape[1] == 1:  # single view: batched, with the same per-row math as the engine
+        x = Fn.normalize(feats[:, 0])
+        clip = Fn.clip_logits(x, text, cfg.logit_scale)
+        f, ent, probs = x, Fn.entropy(clip), None
+    else:
+        fs, clips, ents, prs = _per_sample(feats, text, cfg)
+        f, clip, ent = torch.stack(fs), torch.stack(clips), torch.stack(ents)
+        probs = None if prs[0] is None else torch.stack(prs)
+    if not m.cache:
+        return clip, clip, ent
+    q = _shift_all(f, cfg, chunk) if m.mean_shift else f
+    labels = clip.argmax(-1).cpu().numpy()
+    h = [float(v) for v in ent.cpu().tolist()]
+
+    end = _intervals(labels, h, cfg.capacity, text.shape[0], "entropy")
+    aff = lambda qq, kk: Fn.cache_affinity(qq, kk, cfg.kernel, cfg.beta)  # noqa: E731
+    cache = cfg.cache_alpha * _interval_logits(q, end, labels, text.shape[0], aff, None, chunk)
+    if m.negative:
+        gate = np.array([entropy_gate(v, text.shape[0], cfg.neg_entropy_lower, cfg.neg_entropy_upper) for v in h])
+        nend = _intervals(labels, h, cfg.neg_capacity, text.shape[0], m.neg_policy, gate)
+        if probs is None:
+            probs = torch.softmax(clip, -1)
+        values = Fn.negative_mask(probs, cfg.neg_mask_lower, cfg.neg_mask_upper)
+        naff = lambda qq, kk: Fn.cache_affinity(qq, kk, "exp", cfg.neg_beta)  # noqa: E731
+        cache = cache - cfg.neg_alpha * _interval_logits(q, nend, labels, text.shape[0], naff, values, chunk)
+    return clip + cfg.lam * cache, clip, ent
+
+
+def _shift_all(f: torch.Tensor, cfg: EngineConfig, chunk: int) -> torch.Tensor:
+    """Mean shift of every sample toward its k nearest *earlier* raw features, Eq. (9)-(11).
+    Row i sees columns [i - bank_size, i) (all earlier ones when the bank is unbounded)."""
+    n = f.shape[0]
+    norms = f.norm(dim=-1)
+    z = f.clone()
+    for a in range(1, n, chunk):
+        b = min(n, a + chunk)
+        lo = 0 if cfg.bank_size is None else max(0, a - cfg.bank_size)
+        rows = torch.arange(a, b, device=f.device).unsqueeze(1)
+        cols = torch.arange(lo, b - 1, device=f.device).unsqueeze(0)
+        valid = cols < rows
+        if cfg.bank_size is not None:
+            valid &= cols >= rows - cfg.bank_size
+        bank = f[lo:b - 1]
+        q = f[a:b]
+        for _ in range(cfg.ms_steps):
+            sims = ((q @ bank.T) / norms[lo:b - 1]).masked_fill(~valid, float("-inf"))
+            idx = Fn.knn_indices(sims, cfg.k)
+            use = torch.isfinite(sims.gather(1, idx))
+            nsum = (bank[idx] * use.unsqueeze(-1)).sum(1)
+            q = Fn.mean_shift(q, nsum, use.sum(1), cfg.alpha)
+        z[a:b] = q
+    return z
+
+
+def _intervals(labels: np.ndarray, h: list[float], capacity: int, num_classes: int, policy: str,
+               gate: np.ndarray | None = None) -> np.ndarray:
+    """Scan the stream with the engine's slot rules; sample s is cached over [s, end[s])
+    (end = -1: never cached; N: still cached at the end)."""
+    n = len(labels)
+    ent = np.full((num_classes, capacity), np.inf)
+    when = np.full((num_classes, capacity), EMPTY_TIME, dtype=np.int64)
+    owner = np.full((num_classes, capacity), -1, dtype=np.int64)
+    end = np.full(n, -1, dtype=np.int64)
+    for t in range(n):
+        if gate is not None and not gate[t]:
+            continue
+        c = labels[t]
+        j = fifo_slot(when[c]) if policy == "fifo" else entropy_slot(ent[c], h[t])
+        if j < 0:
+            continue
+        if owner[c, j] >= 0:
+            end[owner[c, j]] = t
+        owner[c, j], ent[c, j], when[c, j] = t, h[t], t + 1
+        end[t] = n
+    return end
+
+
+def _interval_logits(q: torch.Tensor, end: np.ndarray, labels: np.ndarray, num_classes: int,
+                     affinity, values: torch.Tensor | None, chunk: int) -> torch.Tensor:
+    """Cache logits of every sample: sum over entries s alive at t (s <= t < end[s]) of
+    affinity(q_t, q_s) times the entry's value (one-hot of its label, or `values[s]`). [N, C]."""
+    n = q.shape[0]
+    out = torch.zeros(n, num_classes, device=q.device)
+    cached = np.nonzero(end >= 0)[0]
+    ends = end[cached]
+    lab = torch.as_tensor(labels, device=q.device)
+    for a in range(0, n, chunk):
+        b = min(n, a + chunk)
+        alive = cached[(cached < b) & (ends > a)]
+        if alive.size == 0:
+            continue
+        s = torch.as_tensor(alive, device=q.device)
+        e = torch.as_tensor(end[alive], device=q.device)
+        t = torch.arange(a, b, device=q.device).unsqueeze(1)
+        w = affinity(q[a:b], q[s]) * ((s <= t) & (t < e)).to(q.dtype)
+        if values is None:
+            out[a:b].index_add_(1, lab[s], w)
+        else:
+            out[a:b] += w @ values[s]
+    return out
