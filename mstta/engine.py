@@ -104,6 +104,10 @@ class Engine:
         """Entries per class in the positive cache, [C] ints."""
         return np.isfinite(self._pos_ent).sum(1)
 
+    def cache_entropy(self) -> np.ndarray:
+        """Entropy of every positive-cache slot, [C, Q] (+inf = empty slot); a copy."""
+        return self._pos_ent.copy()
+
     @property
     def bank_len(self) -> int:
         return self._bank_n
