@@ -6,6 +6,7 @@ a UI session or a test snapshot. Device comes from the text classifier; math run
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +42,11 @@ class StepResult:
         probs = torch.softmax((self.clip_logits if clip else self.logits).float(), dim=-1)
         vals, idx = probs.topk(min(k, probs.numel()))
         return list(zip(idx.tolist(), vals.tolist()))
+
+
+def _log_weight(a: float, beta: float) -> float:
+    """Bias of a filled slot in the fused exp kernel: ln(a) - beta (-inf when a = 0)."""
+    return math.log(a) - beta if a > 0 else float("-inf")
 
 
 class Engine:
@@ -92,11 +98,13 @@ class Engine:
         q = cfg.capacity if self.method.cache else 0
         self._pos_keys = torch.zeros(C, q, d, device=dev)
         self._pos_valid = torch.zeros(C, q, device=dev)
+        self._pos_bias = torch.full((C * q,), float("-inf"), device=dev)  # ln(a) - beta where filled
         self._pos_ent = np.full((C, q), np.inf)
         qn = cfg.neg_capacity if self.method.negative else 0
         self._neg_keys = torch.zeros(C, qn, d, device=dev)
         self._neg_vals = torch.zeros(C, qn, C, device=dev)
         self._neg_valid = torch.zeros(C, qn, device=dev)
+        self._neg_bias = torch.full((C * qn,), float("-inf"), device=dev)
         self._neg_ent = np.full((C, qn), np.inf)
         self._neg_time = np.full((C, qn), EMPTY_TIME, dtype=np.int64)
 
@@ -197,6 +205,7 @@ class Engine:
             self._pos_ent[p, j] = h
             self._pos_keys[p, j] = key
             self._pos_valid[p, j] = 1.0
+            self._pos_bias[p * self.config.capacity + j] = _log_weight(self.config.cache_alpha, self.config.beta)
 
     def _insert_negative(self, p: int, h: float, key: torch.Tensor, value: torch.Tensor) -> None:
         if self.method.neg_policy == "fifo":
@@ -209,18 +218,26 @@ class Engine:
             self._neg_keys[p, j] = key
             self._neg_vals[p, j] = value
             self._neg_valid[p, j] = 1.0
+            self._neg_bias[p * self.config.neg_capacity + j] = _log_weight(self.config.neg_alpha, self.config.neg_beta)
 
     def _positive_logits(self, q: torch.Tensor) -> torch.Tensor:
-        """Positive cache logits: a * sum_slots affinity(q, key) per class (values one-hot). [d] -> [C]."""
+        """Positive cache logits: a * sum_slots affinity(q, key) per class (values one-hot). [d] -> [C].
+
+        The exp kernel is fused: a * exp(-beta (1 - s)) = exp(beta s + ln a - beta), with the
+        bias -inf on empty slots, so one addmv + exp covers the whole cache.
+        """
         cfg = self.config
-        aff = Fn.cache_affinity(q, self._pos_keys.view(-1, self.dim), cfg.kernel, cfg.beta)
-        return cfg.cache_alpha * (aff * self._pos_valid.view(-1)).view(self.num_classes, -1).sum(1)
+        keys = self._pos_keys.view(-1, self.dim)
+        if cfg.kernel == "exp":
+            w = torch.exp(torch.addmv(self._pos_bias, keys, q, alpha=cfg.beta))
+        else:
+            w = cfg.cache_alpha * torch.mv(keys, q) * self._pos_valid.view(-1)
+        return w.view(self.num_classes, -1).sum(1)
 
     def _negative_logits(self, q: torch.Tensor) -> torch.Tensor:
-        """TDA's negative cache logits: a_neg * exp(-b_neg (1 - qK^T)) V. [d] -> [C]."""
-        cfg = self.config
-        aff = Fn.cache_affinity(q, self._neg_keys.view(-1, self.dim), "exp", cfg.neg_beta)
-        return cfg.neg_alpha * ((aff * self._neg_valid.view(-1)) @ self._neg_vals.view(-1, self.num_classes))
+        """TDA's negative cache logits: a_neg * exp(-b_neg (1 - qK^T)) V (fused as above). [d] -> [C]."""
+        w = torch.exp(torch.addmv(self._neg_bias, self._neg_keys.view(-1, self.dim), q, alpha=self.config.neg_beta))
+        return w @ self._neg_vals.view(-1, self.num_classes)
 
     def _boost_views(self, x: torch.Tensor, view_logits: torch.Tensor):
         """BoostAdapter's boosting views: the floor(ratio*V) lowest-entropy images (original

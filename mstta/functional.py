@@ -63,11 +63,15 @@ def knn_indices(sims: torch.Tensor, k: int, order: torch.Tensor | None = None) -
         return torch.arange(m_cols, device=sims.device).expand(n_rows, m_cols)
     vals, idx = sims.topk(m + 1, dim=-1)
     idx = idx[:, :m]
-    tie = (vals[:, m - 1] == vals[:, m]) & torch.isfinite(vals[:, m])
-    if bool(tie.any()):  # rare: resolve a tie at the k-th place by age (earlier sample first)
+    if n_rows == 1:  # the online case: one host round trip instead of three small ops
+        v = vals[0, m - 1:].tolist()
+        tied = [0] if v[0] == v[1] and math.isfinite(v[1]) else []
+    else:
+        tied = ((vals[:, m - 1] == vals[:, m]) & torch.isfinite(vals[:, m])).nonzero().flatten().tolist()
+    if tied:  # rare: resolve a tie at the k-th place by age (earlier sample first)
         idx = idx.clone()
         age = np.arange(m_cols) if order is None else order.cpu().numpy()
-        for r in tie.nonzero().flatten().tolist():
+        for r in tied:
             row = sims[r].cpu().numpy()
             best = np.lexsort((age, -row))[:m]
             idx[r] = torch.as_tensor(best, device=sims.device)
