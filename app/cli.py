@@ -1,11 +1,123 @@
-"""`mstta-demo` (placeholder until the streaming pipeline lands)."""
+"""`mstta-demo`: zero-shot CLIP vs MS-TTA on a video, an image folder, a stream or a webcam.
+
+    mstta-demo --video clip.mp4 --labels labels.txt --headless --out annotated.mp4 --log preds.jsonl
+
+With --headless the pipeline runs without a browser and prints one summary line (JSON with
+--json). Without it, the browser UI opens (not yet available in this version: exit 2).
+"""
 from __future__ import annotations
 
+import argparse
+import json
+import logging
+import signal
 import sys
+import threading
 from typing import Sequence
+
+from mstta.errors import EXIT_INTERRUPTED, UserError, run_cli
+from mstta.methods import list_methods
+
+PROG = "mstta-demo"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's own errors: one line, exit 2
+        raise UserError(f"{message} (see {self.prog} --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=PROG, description="Zero-shot CLIP vs MS-TTA, frame by frame, on a video, an image folder, "
+                                        "a stream or a webcam.",
+                epilog="Example: mstta-demo --video assets/demo.mp4 --labels assets/labels.txt --headless "
+                       "--out out/annotated.mp4 --log out/preds.jsonl --truth assets/truth.csv")
+    src = p.add_argument_group("source (one of)")
+    src.add_argument("--video", metavar="PATH|DIR|URL",
+                     help="a video file OpenCV reads, a folder of images (name order), or a stream URL (rtsp://, http://)")
+    src.add_argument("--camera", type=int, metavar="INDEX", help="webcam index, e.g. 0")
+    cls = p.add_argument_group("classes")
+    cls.add_argument("--labels", metavar="FILE", required=True,
+                     help="class names, one per line (blank lines and # comments ignored; UTF-8)")
+    cls.add_argument("--template", metavar="TEXT",
+                     help="prompt template with one {}, e.g. 'a photo of a {}.' (default: the built-in prompt ensemble)")
+    mod = p.add_argument_group("model")
+    mod.add_argument("--model", default="ViT-B-16", help="open_clip architecture (default ViT-B-16; mstta-tiny for a test run)")
+    mod.add_argument("--pretrained", default="openai",
+                     help="open_clip pretrained tag, a checkpoint path, or none for random weights (default openai)")
+    mod.add_argument("--precision", choices=("fp32", "fp16", "bf16"), help="default fp16 on GPU, fp32 on CPU")
+    mod.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
+    mod.add_argument("--views", type=int, default=1, metavar="V",
+                     help="images per frame fed to CLIP: the frame plus V-1 random crops (default 1)")
+    ada = p.add_argument_group("adaptation")
+    ada.add_argument("--method", default="ms-tta", metavar="NAME",
+                     help=f"one of: {', '.join(list_methods())} (default ms-tta)")
+    ada.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a hyperparameter, e.g. --set k=4 --set alpha=0.7 (repeatable)")
+    ada.add_argument("--bank-size", type=int, default=4096, metavar="N",
+                     help="bound of the mean-shift feature bank, so an endless stream keeps flat memory (default 4096)")
+    run = p.add_argument_group("run")
+    run.add_argument("--every", type=int, metavar="N",
+                     help="files and folders: process every N-th frame (default: about 5 frames per second of video)")
+    run.add_argument("--max-frames", type=int, metavar="N", help="stop after N processed frames")
+    run.add_argument("--headless", action="store_true", help="run without the browser UI")
+    run.add_argument("--topk", type=int, default=3, metavar="K", help="classes shown and logged per method (default 3)")
+    out = p.add_argument_group("outputs")
+    out.add_argument("--out", metavar="FILE.mp4", help="annotated H.264 video: both top-k, disagreement mark, fps, cache fill")
+    out.add_argument("--log", metavar="FILE.jsonl", help="one JSON line per processed frame")
+    out.add_argument("--truth", metavar="FILE.csv",
+                     help="ground truth, lines start_frame,end_frame,label (inclusive source frame ranges): adds accuracy")
+    out.add_argument("--json", action="store_true", help="print the end-of-run summary as one JSON object")
+    out.add_argument("-v", "--verbose", action="store_true", help="log progress details to stderr")
+    return p
+
+
+def _config(args: argparse.Namespace):
+    from .pipeline import DemoConfig
+
+    return DemoConfig(video=args.video, camera=args.camera, labels=args.labels, template=args.template,
+                      model=args.model, pretrained=args.pretrained, precision=args.precision, device=args.device,
+                      views=args.views, method=args.method, overrides=list(args.set), bank_size=args.bank_size,
+                      every=args.every, max_frames=args.max_frames, out=args.out, log=args.log,
+                      truth=args.truth, topk=args.topk)
+
+
+def _on_sigterm(signum, frame):  # noqa: ANN001 - signal handler signature
+    raise KeyboardInterrupt
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+    if args.verbose:
+        for name in ("app", "mstta"):
+            logging.getLogger(name).setLevel(logging.INFO)
+    if args.video is None and args.camera is None:
+        raise UserError(f"no source: pass --video PATH|DIR|URL or --camera INDEX (see {PROG} --help)")
+    if args.video is not None and args.camera is not None:
+        raise UserError("pass either --video or --camera, not both")
+    if not args.headless:
+        raise UserError("the browser UI is not available yet in this version; add --headless "
+                        "(with --out annotated.mp4 and/or --log preds.jsonl) to run without a browser")
+    from .pipeline import run_pipeline
+    from .summary import format_summary
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None  # `kill` finalises like Ctrl-C
+    try:
+        summary = run_pipeline(_config(args))
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+    print(json.dumps(summary) if args.json else f"{PROG}: {format_summary(summary)}", flush=True)
+    if summary.get("interrupted"):
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    print("mstta-demo: error: the demo is not yet available in this version; "
-          "use `mstta-bench replay` meanwhile", file=sys.stderr)
-    return 2
+    return run_cli(PROG, _main, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

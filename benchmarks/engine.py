@@ -11,7 +11,6 @@ import platform
 import resource
 import time
 
-import numpy as np
 import torch
 
 from mstta import Engine, EngineConfig, replay

@@ -23,9 +23,9 @@ ARRAYS = ("features", "text", "labels", "classnames", "meta")
 
 @dataclass
 class FeatureSet:
-    """A loaded, validated feature file (tensors float32, rows unit-norm)."""
+    """A loaded, validated feature file (rows unit-norm; text float32, features in the stored dtype)."""
 
-    features: torch.Tensor                 # [N, d] or [N, V, d]
+    features: torch.Tensor                 # [N, d] or [N, V, d], stored dtype (float16 or float32)
     text: torch.Tensor                     # [C, d]
     labels: np.ndarray | None = None       # [N] int64, -1 = unknown
     classnames: list[str] | None = None    # [C]
@@ -48,20 +48,31 @@ def _first_bad_row(bad: np.ndarray) -> int:
     return int(np.argwhere(bad)[0][0])
 
 
-def _check_rows(name: str, arr: np.ndarray, path: Path) -> np.ndarray:
-    """Reject non-finite values and zero rows, naming the array and the first bad index."""
-    flat = arr.reshape(-1, arr.shape[-1]).astype(np.float32)
-    nonfinite = ~np.isfinite(flat).all(-1)
-    if nonfinite.any():
-        i = _first_bad_row(nonfinite)
-        raise UserError(f"{path}: array '{name}' has a non-finite value at index {_row_index(arr, i)}; "
-                        "re-extract the features or drop that sample")
-    zero = ~(np.abs(flat) > 0).any(-1)
-    if zero.any():
-        i = _first_bad_row(zero)
-        raise UserError(f"{path}: array '{name}' has an all-zero row at index {_row_index(arr, i)}; "
-                        "a feature must be non-zero to be L2-normalised")
-    return flat.reshape(arr.shape)
+def _check_rows(name: str, arr: np.ndarray, path: Path, chunk: int = 8192) -> None:
+    """Reject non-finite values and zero rows, naming the array and the first bad index
+    (checked in chunks, so a 64-view ImageNet file is never copied whole)."""
+    flat = arr.reshape(-1, arr.shape[-1])
+    for a in range(0, flat.shape[0], chunk):
+        block = flat[a:a + chunk].astype(np.float32)
+        nonfinite = ~np.isfinite(block).all(-1)
+        if nonfinite.any():
+            i = a + _first_bad_row(nonfinite)
+            raise UserError(f"{path}: array '{name}' has a non-finite value at index {_row_index(arr, i)}; "
+                            "re-extract the features or drop that sample")
+        zero = ~(np.abs(block) > 0).any(-1)
+        if zero.any():
+            i = a + _first_bad_row(zero)
+            raise UserError(f"{path}: array '{name}' has an all-zero row at index {_row_index(arr, i)}; "
+                            "a feature must be non-zero to be L2-normalised")
+
+
+def _normalized(arr: np.ndarray, chunk: int = 8192) -> torch.Tensor:
+    """L2-normalise rows in float32, chunk by chunk, keeping the stored dtype (fp16 stays fp16)."""
+    out = torch.from_numpy(np.ascontiguousarray(arr))
+    flat = out.view(-1, arr.shape[-1])
+    for a in range(0, flat.shape[0], chunk):
+        flat[a:a + chunk] = torch.nn.functional.normalize(flat[a:a + chunk].float(), dim=-1).to(out.dtype)
+    return out
 
 
 def _row_index(arr: np.ndarray, flat_row: int) -> str:
@@ -97,8 +108,8 @@ def load_features(path: str | Path) -> FeatureSet:
         raise UserError(f"{p}: array 'text' must be [C, d] with C >= 2, got shape {text.shape}")
     if feats.shape[-1] != text.shape[1]:
         raise UserError(f"{p}: shape mismatch: 'features' has d={feats.shape[-1]} but 'text' has d={text.shape[1]}")
-    feats = _check_rows("features", feats, p)
-    text = _check_rows("text", text, p)
+    _check_rows("features", feats, p)
+    _check_rows("text", text, p)
     n, c = feats.shape[0], text.shape[0]
 
     labels = None
@@ -131,9 +142,7 @@ def load_features(path: str | Path) -> FeatureSet:
         if not isinstance(meta, dict):
             raise UserError(f"{p}: array 'meta' must be a JSON object")
 
-    f = torch.nn.functional.normalize(torch.from_numpy(feats), dim=-1)
-    t = torch.nn.functional.normalize(torch.from_numpy(text), dim=-1)
-    return FeatureSet(f, t, labels, classnames, meta)
+    return FeatureSet(_normalized(feats), _normalized(text).float(), labels, classnames, meta)
 
 
 def save_features(path: str | Path, features: np.ndarray | torch.Tensor, text: np.ndarray | torch.Tensor,

@@ -47,9 +47,10 @@ def replay(features: torch.Tensor, text: torch.Tensor, method: str | Method = "m
     m = get_method(method) if isinstance(method, str) else method
     cfg = config if config is not None else EngineConfig()
     dev = torch.device(device) if device is not None else torch.as_tensor(text).device
-    feats = torch.as_tensor(features).to(dev, torch.float32)
-    if feats.dim() == 2:
-        feats = feats.unsqueeze(1)
+    feats = _as_views(features)
+    if cfg.view_mode == "original" and not m.boost:
+        feats = feats[:, :1]  # only view 0 is ever read: same predictions, V times less memory
+    feats = feats.to(dev)     # kept in its stored dtype; converted to float32 per chunk
     t0 = time.perf_counter()
     with torch.inference_mode():
         if online or m.boost:
@@ -61,6 +62,23 @@ def replay(features: torch.Tensor, text: torch.Tensor, method: str | Method = "m
     seconds = time.perf_counter() - t0
     logits, clip, ent = out
     return ReplayResult(*_summarise(logits, clip), ent.cpu().numpy(), seconds)
+
+
+def mean_shifted(features: torch.Tensor, text: torch.Tensor, config: EngineConfig | None = None,
+                 chunk: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
+    """(f, z) of a whole stream: each sample's query feature (views aggregated per `view_mode`,
+    as the engine does) and its mean-shifted embedding, Eq. (9)-(11). [N, d] each."""
+    cfg = config if config is not None else EngineConfig()
+    feats = _as_views(features)
+    t = Fn.normalize(torch.as_tensor(text).to(feats.device, torch.float32))
+    with torch.inference_mode():
+        f = _queries(feats, t, cfg)[0]
+        return f, _shift_all(f, cfg, chunk)
+
+
+def _as_views(features) -> torch.Tensor:
+    feats = torch.as_tensor(features)
+    return feats.unsqueeze(1) if feats.dim() == 2 else feats
 
 
 def _summarise(logits: torch.Tensor, clip: torch.Tensor):
@@ -80,30 +98,23 @@ def _replay_online(feats, text, m, cfg, dev):
     return torch.stack(logits), torch.stack(clip), torch.tensor(ent)
 
 
-def _per_sample(feats: torch.Tensor, text: torch.Tensor, cfg: EngineConfig):
-    """CLIP logits, entropy, probabilities and feature of every sample, as `Engine.step` forms them."""
+def _queries(feats: torch.Tensor, text: torch.Tensor, cfg: EngineConfig):
+    """Feature f, CLIP logits, entropy and (aggregated) probabilities of every sample, formed as
+    `Engine.step` forms them. [N, V, d] -> [N, d], [N, C], [N], [N, C] or None."""
+    if feats.shape[1] == 1 or cfg.view_mode == "original":  # batched, same per-row math as the engine
+        f = Fn.normalize(feats[:, 0].float())
+        clip = Fn.clip_logits(f, text, cfg.logit_scale)
+        return f, clip, Fn.entropy(clip), None
     fs, clips, ents, probs = [], [], [], []
     for x in feats:  # per sample, so view aggregation is bit-identical to the engine's
-        x = Fn.normalize(x)
-        vl = Fn.clip_logits(x, text, cfg.logit_scale)
-        if x.shape[0] == 1 or cfg.view_mode == "original":
-            f, c, h, pr = x[0], vl[0], Fn.entropy(vl[0]), None
-        else:
-            f, c, h, pr = Fn.aggregate_views(x, vl, cfg.view_ratio)
+        x = Fn.normalize(x.float())
+        f, c, h, pr = Fn.aggregate_views(x, Fn.clip_logits(x, text, cfg.logit_scale), cfg.view_ratio)
         fs.append(f), clips.append(c), ents.append(h), probs.append(pr)
-    return fs, clips, ents, probs
+    return torch.stack(fs), torch.stack(clips), torch.stack(ents), torch.stack(probs)
 
 
 def _replay_vectorised(feats, text, m, cfg, chunk):
-    n = feats.shape[0]
-    if feats.shape[1] == 1:  # single view: batched, with the same per-row math as the engine
-        x = Fn.normalize(feats[:, 0])
-        clip = Fn.clip_logits(x, text, cfg.logit_scale)
-        f, ent, probs = x, Fn.entropy(clip), None
-    else:
-        fs, clips, ents, prs = _per_sample(feats, text, cfg)
-        f, clip, ent = torch.stack(fs), torch.stack(clips), torch.stack(ents)
-        probs = None if prs[0] is None else torch.stack(prs)
+    f, clip, ent, probs = _queries(feats, text, cfg)
     if not m.cache:
         return clip, clip, ent
     q = _shift_all(f, cfg, chunk) if m.mean_shift else f

@@ -24,7 +24,8 @@ def test_round_trip_normalises_and_keeps_everything(tmp_path):
                       {"model": "mstta-tiny", "views": 3})
     fs = load_features(p)
     assert fs.features.shape == (5, 3, 4) and fs.num_views == 3
-    assert torch.allclose(fs.features.norm(dim=-1), torch.ones(5, 3), atol=1e-3)
+    assert fs.features.dtype == torch.float16    # stored dtype kept (memory)
+    assert torch.allclose(fs.features.float().norm(dim=-1), torch.ones(5, 3), atol=1e-3)
     assert fs.labels.tolist() == [0, 1, 2, -1, 0]
     assert fs.classnames == ["a", "b", "c"] and fs.meta == {"model": "mstta-tiny", "views": 3}
     assert not list(tmp_path.glob(".*tmp*"))     # no temp file left behind

@@ -1,0 +1,105 @@
+"""Draw one processed frame: the picture above a panel with zero-shot CLIP and the adapted method
+side by side (top-k with probability bars), a red frame and a DISAGREE badge where their top-1
+differ, and a status line (processed fps, cache fill, bank size, entropy).
+
+`annotate(image, result)` is a pure function: it returns a new RGB uint8 image with even width
+and height (what H.264 needs) and never changes its input.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+
+from .session import FrameResult, Scored, method_title
+
+MIN_WIDTH = 480                  # narrower frames are scaled up so the panel text stays legible
+BG = (22, 24, 28)
+FG = (235, 235, 235)
+DIM = (150, 155, 165)
+CLIP_COLOR = (80, 150, 255)
+TTA_COLOR = (255, 170, 40)
+AGREE_COLOR = (70, 200, 110)
+DISAGREE_COLOR = (235, 60, 60)
+
+
+@functools.lru_cache(maxsize=16)
+def _font(size: int) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
+    try:
+        return ImageFont.load_default(size=size)
+    except TypeError:  # Pillow < 10.1: fixed-size bitmap font
+        return ImageFont.load_default()
+
+
+def _fit_text(draw: ImageDraw.ImageDraw, text: str, font, width: int) -> str:
+    if draw.textlength(text, font=font) <= width:
+        return text
+    while text and draw.textlength(text + "…", font=font) > width:
+        text = text[:-1]
+    return text + "…"
+
+
+def _column(draw: ImageDraw.ImageDraw, x: int, y: int, width: int, line: int, font, title: str,
+            items: list[Scored], color: tuple[int, int, int]) -> None:
+    draw.text((x, y), title, fill=color, font=font)
+    pct_w = int(draw.textlength("100%", font=font)) + 4
+    bar_max = max(8, width // 3)
+    for rank, item in enumerate(items):
+        yy = y + line * (rank + 1)
+        bar = int(round(bar_max * max(0.0, min(1.0, item.prob))))
+        top = yy + line // 5
+        draw.rectangle([x, top, x + bar_max, yy + line - line // 5], fill=(45, 48, 56))
+        if bar > 0:
+            draw.rectangle([x, top, x + bar, yy + line - line // 5], fill=color if rank == 0 else DIM)
+        pct = f"{item.prob * 100:.0f}%"
+        draw.text((x + bar_max + 6 + pct_w - draw.textlength(pct, font=font), yy), pct, fill=FG, font=font)
+        name_x = x + bar_max + pct_w + 14
+        name = _fit_text(draw, item.label, font, x + width - name_x)
+        draw.text((name_x, yy), name, fill=FG if rank == 0 else DIM, font=font)
+
+
+def annotate(image: np.ndarray, result: FrameResult, *, fps: float | None = None,
+             bank_limit: int | None = None, min_width: int = MIN_WIDTH) -> np.ndarray:
+    """The frame with both predictions drawn below it; RGB uint8 [H', W', 3], even sizes."""
+    h, w = image.shape[:2]
+    out_w = max(w, min_width)
+    out_w += out_w % 2
+    pic = Image.fromarray(np.ascontiguousarray(image))
+    if w != out_w:
+        pic = pic.resize((out_w, max(2, round(h * out_w / w))), Image.BILINEAR)
+    ph = pic.height
+    scale = out_w / MIN_WIDTH
+    size = max(10, int(round(14 * scale)))
+    line = int(round(size * 1.45))
+    pad = max(4, int(round(8 * scale)))
+    k = max(len(result.clip_topk), len(result.tta_topk))
+    panel_h = pad * 2 + line * (k + 2)
+    total_h = ph + panel_h
+    total_h += total_h % 2
+    canvas = Image.new("RGB", (out_w, total_h), BG)
+    canvas.paste(pic, (0, 0))
+    draw = ImageDraw.Draw(canvas)
+    font = _font(size)
+
+    if result.disagree:
+        border = max(2, int(round(4 * scale)))
+        for i in range(border):
+            draw.rectangle([i, i, out_w - 1 - i, ph - 1 - i], outline=DISAGREE_COLOR)
+
+    col_w = (out_w - 3 * pad) // 2
+    y = ph + pad
+    _column(draw, pad, y, col_w, line, font, "CLIP zero-shot", result.clip_topk, CLIP_COLOR)
+    _column(draw, 2 * pad + col_w, y, col_w, line, font, method_title(result.method), result.tta_topk, TTA_COLOR)
+
+    y_status = ph + pad + line * (k + 1)
+    parts = [f"{fps:.1f} fps" if fps is not None else None,
+             f"cache {result.cache_size}/{result.cache_capacity}" if result.cache_capacity else None,
+             f"bank {result.bank_size}" + (f"/{bank_limit}" if bank_limit else "") if result.bank_size else None,
+             f"H {result.entropy:.2f}"]
+    badge, color = ("DISAGREE", DISAGREE_COLOR) if result.disagree else ("agree", AGREE_COLOR)
+    badge_w = int(draw.textlength(badge, font=font))
+    status = _fit_text(draw, "  ·  ".join(p for p in parts if p), font, out_w - 3 * pad - badge_w)
+    draw.text((pad, y_status), status, fill=DIM, font=font)
+    draw.text((out_w - pad - badge_w, y_status), badge, fill=color, font=font)
+    return np.asarray(canvas, dtype=np.uint8).copy()

@@ -1,0 +1,177 @@
+"""The headless demo pipeline: source -> sampler -> encoder -> engine -> sinks, one frame at a time.
+
+    summary = run_pipeline(DemoConfig(video="clip.mp4", labels="labels.txt", out="annotated.mp4",
+                                      log="preds.jsonl", model="mstta-tiny", pretrained="none"))
+
+Cheap checks come first (labels, template, truth, hyperparameters, output paths, the source
+itself), then the model loads, then frames flow one way through the stages. Ctrl-C ends the run
+early: the sinks finalise what was written and the summary says `"interrupted": true`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from mstta.config import EngineConfig, from_dict, parse_overrides
+from mstta.errors import UserError
+from mstta.methods import get_method
+
+from .annotate import annotate
+from .labels import read_labels, templates_for
+from .sampling import Sampler, default_every
+from .session import DEFAULT_BANK_SIZE, FrameResult, StreamSession, method_title
+from .sinks import VIDEO_SUFFIXES, JsonlSink, VideoSink, check_output, prediction_row, shield_interrupts
+from .sources import Frame, Source, open_source
+from .summary import FpsMeter, RunSummary
+from .truth import Truth, read_truth
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DemoConfig:
+    """Everything one headless run needs (the `mstta-demo` flags, same names and defaults)."""
+
+    video: str | None = None            # file, image folder or stream URL
+    camera: int | None = None           # webcam index (instead of video)
+    labels: str | None = None           # labels file: one class name per line
+    template: str | None = None         # prompt template with one {}; None = default ensemble
+    model: str = "ViT-B-16"
+    pretrained: str = "openai"
+    precision: str | None = None        # fp32 / fp16 / bf16; None = fp16 on GPU, fp32 on CPU
+    device: str = "auto"
+    views: int = 1                      # images per frame fed to CLIP (1 = the frame only)
+    method: str = "ms-tta"
+    overrides: list[str] = field(default_factory=list)   # --set KEY=VALUE onto EngineConfig
+    bank_size: int = DEFAULT_BANK_SIZE  # bound of the mean-shift feature bank
+    every: int | None = None            # files/folders: process every N-th frame; None = ~5 per second
+    max_frames: int | None = None       # stop after this many processed frames
+    out: str | None = None              # annotated video (.mp4)
+    log: str | None = None              # JSONL predictions
+    truth: str | None = None            # CSV start_frame,end_frame,label
+    topk: int = 3
+    retries: int = 3                    # live sources: reconnect attempts when a stream stops
+    backoff: float = 0.5                # live sources: first reconnect delay (s), doubled each time
+
+
+def engine_config(bank_size: int | None, overrides: list[str]) -> EngineConfig:
+    """EngineConfig with the bounded bank, then `--set` overrides (unknown keys: one-line UserError)."""
+    if bank_size is not None and (isinstance(bank_size, bool) or not isinstance(bank_size, int) or bank_size < 1):
+        raise UserError(f"--bank-size {bank_size!r}: expected an integer >= 1")
+    return from_dict(EngineConfig, parse_overrides(overrides), "--set", EngineConfig(bank_size=bank_size))
+
+
+def _check_int(value: int | None, flag: str, minimum: int = 1) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < minimum):
+        raise UserError(f"{flag} {value!r}: expected an integer >= {minimum}")
+
+
+@dataclass
+class _Prepared:
+    labels: list[str]
+    engine_cfg: EngineConfig
+    truth: Truth | None
+
+
+def prepare(cfg: DemoConfig) -> _Prepared:
+    """Every check that needs neither the model nor the source; one-line UserErrors."""
+    if cfg.labels is None:
+        raise UserError("--labels is required: a text file with one class name per line")
+    if (cfg.video is None) == (cfg.camera is None):
+        raise UserError("give exactly one source: --video PATH|DIR|URL or --camera INDEX")
+    labels = read_labels(cfg.labels)
+    if cfg.template is not None:
+        templates_for(cfg.template)
+    get_method(cfg.method)
+    _check_int(cfg.every, "--every")
+    _check_int(cfg.max_frames, "--max-frames")
+    _check_int(cfg.topk, "--topk")
+    _check_int(cfg.views, "--views")
+    engine_cfg = engine_config(cfg.bank_size, cfg.overrides)
+    truth = read_truth(cfg.truth, labels) if cfg.truth else None
+    if cfg.out:
+        check_output(cfg.out, "--out", tuple(VIDEO_SUFFIXES))
+    if cfg.log:
+        check_output(cfg.log, "--log")
+    return _Prepared(labels, engine_cfg, truth)
+
+
+def run_pipeline(cfg: DemoConfig, *, clip: Any = None, source: Source | None = None,
+                 on_frame: Callable[[Frame, FrameResult], None] | None = None) -> dict[str, Any]:
+    """Run the demo headless and return the summary dict (see `summary.RunSummary.finish`).
+
+    `clip` reuses a loaded ClipModel (else `cfg.model`/`cfg.pretrained` are loaded); `source`
+    replaces `cfg.video`/`cfg.camera` with an open Source (closed at the end); `on_frame(frame,
+    result)` is called after each processed frame. KeyboardInterrupt ends the run with finalised
+    outputs and `"interrupted": true` in the summary.
+    """
+    with ExitStack() as stack:
+        if source is not None:
+            stack.enter_context(source)   # a given source is closed here too, even on a bad config
+            cfg = dataclasses.replace(cfg, video=source.spec, camera=None)
+        prep = prepare(cfg)
+        if source is None:
+            spec = cfg.video if cfg.video is not None else cfg.camera
+            source = stack.enter_context(open_source(spec, retries=cfg.retries, backoff=cfg.backoff))
+        if clip is None:
+            from mstta.models import load_clip
+
+            clip = load_clip(cfg.model, cfg.pretrained, device=cfg.device, precision=cfg.precision)
+        session = StreamSession(clip, prep.labels, template=cfg.template, method=cfg.method,
+                                config=prep.engine_cfg, views=cfg.views, topk=cfg.topk)
+        every = 1 if source.live else (cfg.every or default_every(source.fps))
+        if source.live and cfg.every not in (None, 1):
+            log.warning("--every applies to files and folders; a live source keeps only its newest frame")
+        sampler = Sampler(every)
+        summary = RunSummary()
+        video: VideoSink | None = None
+        interrupted = False
+        log.info("source %s (%s, %.1f fps), processing every %d frame(s)", source.spec, source.kind, source.fps, every)
+        try:
+            with ExitStack() as sinks:
+                if cfg.out:
+                    video = sinks.enter_context(VideoSink(cfg.out, fps=source.fps / every))
+                jsonl = sinks.enter_context(JsonlSink(cfg.log)) if cfg.log else None
+                _loop(sampler(source), session, summary, prep.truth, video, jsonl, cfg, on_frame)
+        except KeyboardInterrupt:
+            interrupted = True
+            log.warning("interrupted after %d processed frames; outputs finalised", summary.processed)
+    return summary.finish(
+        source.stats, skipped=sampler.skipped, interrupted=interrupted,
+        source=str(source.spec), source_kind=source.kind, model=clip.name, pretrained=clip.pretrained,
+        method=cfg.method,
+        method_title=method_title(cfg.method), every=every, classes=len(prep.labels),
+        out=str(video.path) if video is not None and video.frames else None,
+        log=str(cfg.log) if cfg.log else None,
+    )
+
+
+def _loop(frames, session: StreamSession, summary: RunSummary, truth: Truth | None,
+          video: VideoSink | None, jsonl: JsonlSink | None, cfg: DemoConfig,
+          on_frame: Callable[[Frame, FrameResult], None] | None) -> None:
+    """Process frames until the source ends or `cfg.max_frames` are done."""
+    meter = FpsMeter()
+    last_log = time.monotonic()
+    bank_limit = session.config.bank_size
+    for frame in frames:
+        result = session.process(frame.image)
+        label = truth.label_at(frame.index) if truth is not None else None
+        fps = meter.tick()
+        picture = annotate(frame.image, result, fps=fps, bank_limit=bank_limit) if video is not None else None
+        with shield_interrupts():  # a frame is recorded in the summary and every output, or in none
+            summary.update(frame, result, label)
+            if jsonl is not None:
+                jsonl.write(prediction_row(frame, result, session.labels[label] if label is not None else None))
+            if video is not None:
+                video.write(picture, frame.timestamp)
+        if on_frame is not None:
+            on_frame(frame, result)
+        if time.monotonic() - last_log > 5.0:
+            last_log = time.monotonic()
+            log.info("%d frames processed (%.1f fps)", summary.processed, fps or 0.0)
+        if cfg.max_frames is not None and summary.processed >= cfg.max_frames:
+            break

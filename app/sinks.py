@@ -1,0 +1,234 @@
+"""Output sinks: the annotated H.264 video and the JSONL prediction log.
+
+Both are context managers that write to a hidden temp file beside the target and rename it into
+place in `__exit__`, on success and on interruption alike (Ctrl-C, a source that died): the file
+that appears is always complete and valid, holding every frame written so far; a second Ctrl-C
+during that finalisation is held back until it is done. Missing parent folders are created.
+
+The video goes through PyAV (libx264, yuv420p, faststart), which browsers play; OpenCV's wheel
+cannot encode H.264. Frame times come from the source's timestamps (millisecond pts), so a live
+stream with an uneven rate plays back at its real pace.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import tempfile
+import threading
+from fractions import Fraction
+from pathlib import Path
+from typing import IO, Any, Iterator
+
+import numpy as np
+
+from mstta.errors import UserError
+
+from .session import FrameResult
+from .sources import Frame
+
+log = logging.getLogger(__name__)
+
+VIDEO_SUFFIXES = {".mp4": "mp4", ".mov": "mov", ".mkv": "matroska"}
+TIME_BASE = Fraction(1, 1000)
+_SHIELDED = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def shield_interrupts() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM back during a block (main thread only), then deliver them to the
+    handlers in place before it (Ctrl-C raises KeyboardInterrupt after the block)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum)) for sig in _SHIELDED}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+    for sig in dict.fromkeys(caught):
+        signal.raise_signal(sig)
+
+
+def check_output(path: str | Path, flag: str, suffixes: tuple[str, ...] | None = None) -> Path:
+    """A writable output path: right suffix, not a folder, parent creatable. One-line errors."""
+    p = Path(path)
+    if suffixes is not None and p.suffix.lower() not in suffixes:
+        raise UserError(f"{flag} {p}: must end in {' or '.join(suffixes)}")
+    if p.is_dir():
+        raise UserError(f"{flag} {p}: is a folder; pass a file name")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"{flag} {p}: cannot create its folder ({exc.strerror or exc})") from None
+    if not os.access(p.parent, os.W_OK):
+        raise UserError(f"{flag} {p}: folder {p.parent} is not writable")
+    return p
+
+
+def _temp_beside(path: Path) -> Path:
+    """A hidden temp file beside `path`, with the permissions a plain new file would get."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=f".part{path.suffix}", dir=path.parent)
+    os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
+    return Path(tmp)
+
+
+class VideoSink:
+    """Annotated frames -> an H.264 video at `path` (.mp4/.mov/.mkv); `write(image, timestamp)`.
+
+    The container opens on the first frame (its size sets the video size; later frames of another
+    size are letterboxed into it). A run that wrote no frame leaves no file.
+    """
+
+    def __init__(self, path: str | Path, fps: float = 5.0, crf: int = 23, preset: str = "veryfast"):
+        self.path = check_output(path, "--out", tuple(VIDEO_SUFFIXES))
+        self.fps = fps
+        self.options = {"crf": str(crf), "preset": preset}
+        self.frames = 0
+        self._tmp: Path | None = None
+        self._container: Any = None
+        self._stream: Any = None
+        self._size: tuple[int, int] | None = None
+        self._last_pts = -1
+
+    def __enter__(self) -> "VideoSink":
+        return self
+
+    def _open(self, width: int, height: int) -> None:
+        import av
+
+        self._tmp = _temp_beside(self.path)
+        self._container = av.open(str(self._tmp), mode="w", format=VIDEO_SUFFIXES[self.path.suffix.lower()],
+                                  options={"movflags": "+faststart"})
+        stream = self._container.add_stream("libx264", rate=Fraction(self.fps).limit_denominator(1000),
+                                            options=self.options)
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        stream.time_base = TIME_BASE
+        stream.codec_context.time_base = TIME_BASE
+        self._stream, self._size = stream, (width, height)
+
+    def _fit(self, image: np.ndarray) -> np.ndarray:
+        h, w = image.shape[:2]
+        if self._size is None:
+            return np.pad(image, ((0, h % 2), (0, w % 2), (0, 0))) if (h % 2 or w % 2) else image
+        tw, th = self._size
+        if (w, h) == (tw, th):
+            return image
+        import cv2
+
+        scale = min(tw / w, th / h)
+        nw, nh = max(1, int(w * scale)), max(1, int(h * scale))
+        out = np.zeros((th, tw, 3), np.uint8)
+        top, left = (th - nh) // 2, (tw - nw) // 2
+        out[top:top + nh, left:left + nw] = cv2.resize(image, (nw, nh), interpolation=cv2.INTER_AREA)
+        return out
+
+    def write(self, image: np.ndarray, timestamp: float | None = None) -> None:
+        """Append one RGB uint8 frame shown at `timestamp` s (default: frames / fps)."""
+        import av
+
+        image = self._fit(np.ascontiguousarray(image, dtype=np.uint8))
+        if self._container is None:
+            self._open(image.shape[1], image.shape[0])
+        t = self.frames / self.fps if timestamp is None else timestamp
+        pts = max(int(round(t * 1000)), self._last_pts + 1)
+        frame = av.VideoFrame.from_ndarray(image, format="rgb24")
+        frame.pts, frame.time_base = pts, TIME_BASE
+        for packet in self._stream.encode(frame):
+            self._container.mux(packet)
+        self._last_pts = pts
+        self.frames += 1
+
+    def close(self) -> None:
+        """Flush the encoder, finish the container and rename it into place (idempotent)."""
+        if self._container is None:
+            return
+        container, tmp = self._container, self._tmp
+        self._container = None
+        try:
+            with shield_interrupts():
+                for packet in self._stream.encode():
+                    container.mux(packet)
+                container.close()
+                os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                container.close()
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        log.info("wrote %s (%d frames)", self.path, self.frames)
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _round(x: float, nd: int = 4) -> float:
+    return float(round(x, nd))
+
+
+def prediction_row(frame: Frame, result: FrameResult, truth: str | None = None) -> dict[str, Any]:
+    """The JSONL record of one processed frame (schema in `JsonlSink`'s doc)."""
+    row: dict[str, Any] = {
+        "frame": int(frame.index),
+        "timestamp": _round(frame.timestamp, 3),
+        "clip": [{"label": s.label, "prob": _round(s.prob)} for s in result.clip_topk],
+        "tta": [{"label": s.label, "prob": _round(s.prob)} for s in result.tta_topk],
+        "method": result.method,
+        "disagree": result.disagree,
+        "entropy": _round(result.entropy),
+        "cache_size": result.cache_size,
+        "bank_size": result.bank_size,
+        "latency_ms": _round(result.latency_ms, 2),
+    }
+    if truth is not None:
+        row["truth"] = truth
+    return row
+
+
+class JsonlSink:
+    """One JSON object per line at `path`; `write(row)`. Rows from `prediction_row`:
+
+    frame (source index), timestamp (s), clip / tta (top-k lists of {label, prob}, best first),
+    method, disagree (bool), entropy (CLIP, nats), cache_size, bank_size, latency_ms, and truth
+    (class name) when a truth file labels the frame.
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = check_output(path, "--log")
+        self.rows = 0
+        self._tmp = _temp_beside(self.path)
+        self._fh: IO[str] | None = open(self._tmp, "w", encoding="utf-8")
+
+    def __enter__(self) -> "JsonlSink":
+        return self
+
+    def write(self, row: dict[str, Any]) -> None:
+        self._fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+        self.rows += 1
+
+    def close(self) -> None:
+        """Flush, sync and rename into place (idempotent)."""
+        if self._fh is None:
+            return
+        fh, self._fh = self._fh, None
+        try:
+            with shield_interrupts():
+                fh.flush()
+                os.fsync(fh.fileno())
+                fh.close()
+                os.replace(self._tmp, self.path)
+        except BaseException:
+            fh.close()
+            self._tmp.unlink(missing_ok=True)
+            raise
+        log.info("wrote %s (%d rows)", self.path, self.rows)
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

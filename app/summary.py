@@ -1,0 +1,139 @@
+"""Run statistics: what the demo prints at the end, accumulated frame by frame.
+
+`RunSummary.update(frame, result, truth)` per processed frame, `finish(...)` -> a flat dict:
+frame counts (read = processed + skipped + dropped for files and folders), processing fps,
+latency percentiles, how often zero-shot CLIP and the adapted method agree, how often each
+changes its top-1 between processed frames (per minute of source time), and per-method accuracy
+on the frames a truth file labels. Percentages are in 0..100. Memory stays flat on an endless
+stream: counters only, and latency percentiles from a bounded uniform sample.
+"""
+from __future__ import annotations
+
+import random
+import time
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+LATENCY_SAMPLES = 10_000   # latency percentiles from a uniform sample of this many frames (flat memory)
+
+from .session import FrameResult
+from .sources import Frame, SourceStats
+
+
+class FpsMeter:
+    """Processed frames per second over the last `window` frames (wall clock)."""
+
+    def __init__(self, window: int = 30):
+        self._times: deque[float] = deque(maxlen=window + 1)
+
+    def tick(self) -> float | None:
+        self._times.append(time.perf_counter())
+        if len(self._times) < 2:
+            return None
+        span = self._times[-1] - self._times[0]
+        return (len(self._times) - 1) / span if span > 0 else None
+
+
+class RunSummary:
+    """Accumulates per-frame results; `finish()` returns the summary dict."""
+
+    def __init__(self) -> None:
+        self.processed = 0
+        self.agree = 0
+        self.switches = {"clip": 0, "tta": 0}
+        self.correct = {"clip": 0, "tta": 0}
+        self.labelled = 0
+        self.latencies: list[float] = []       # a uniform reservoir sample of per-frame latencies
+        self._rng = random.Random(0)
+        self.first_ts: float | None = None
+        self.last_ts: float | None = None
+        self.last: FrameResult | None = None
+        self._prev: tuple[int, int] | None = None
+        self._start = time.perf_counter()
+
+    def update(self, frame: Frame, result: FrameResult, truth: int | None = None) -> None:
+        clip, tta = result.clip_topk[0].index, result.tta_topk[0].index
+        if self.processed == 0:
+            self._start = time.perf_counter() - result.latency_ms / 1000.0
+            self.first_ts = frame.timestamp
+        self.processed += 1
+        self.agree += clip == tta
+        if self._prev is not None:
+            self.switches["clip"] += clip != self._prev[0]
+            self.switches["tta"] += tta != self._prev[1]
+        self._prev = (clip, tta)
+        if truth is not None:
+            self.labelled += 1
+            self.correct["clip"] += clip == truth
+            self.correct["tta"] += tta == truth
+        if len(self.latencies) < LATENCY_SAMPLES:
+            self.latencies.append(result.latency_ms)
+        else:
+            j = self._rng.randrange(self.processed)
+            if j < LATENCY_SAMPLES:
+                self.latencies[j] = result.latency_ms
+        self.last_ts = frame.timestamp
+        self.last = result
+
+    def finish(self, stats: SourceStats, skipped: int = 0, interrupted: bool = False,
+               **extra: Any) -> dict[str, Any]:
+        """The summary dict; `extra` (source, method, outputs...) is merged in first."""
+        seconds = time.perf_counter() - self._start if self.processed else 0.0
+        span_min = ((self.last_ts or 0.0) - (self.first_ts or 0.0)) / 60.0
+        lat = np.asarray(self.latencies) if self.latencies else None
+
+        def pct(n: int, d: int) -> float | None:
+            return round(100.0 * n / d, 2) if d else None
+
+        def per_min(n: int) -> float | None:
+            return round(n / span_min, 2) if span_min > 0 else None
+
+        out = dict(extra)
+        out.update({
+            "frames_read": stats.read,
+            "frames_processed": self.processed,
+            "frames_skipped": skipped,
+            "frames_dropped": stats.dropped,
+            "frames_unreadable": stats.unreadable,
+            "reconnects": stats.reconnects,
+            "ended_early": stats.ended_early,
+            "seconds": round(seconds, 3),
+            "fps": round(self.processed / seconds, 2) if seconds > 0 else None,
+            "latency_ms_p50": round(float(np.percentile(lat, 50)), 2) if lat is not None else None,
+            "latency_ms_p95": round(float(np.percentile(lat, 95)), 2) if lat is not None else None,
+            "agreement": pct(self.agree, self.processed),
+            "switches_per_min_clip": per_min(self.switches["clip"]),
+            "switches_per_min_tta": per_min(self.switches["tta"]),
+            "labelled_frames": self.labelled if self.labelled else None,
+            "accuracy_clip": pct(self.correct["clip"], self.labelled),
+            "accuracy_tta": pct(self.correct["tta"], self.labelled),
+            "cache_size": self.last.cache_size if self.last else 0,
+            "bank_size": self.last.bank_size if self.last else 0,
+            "interrupted": interrupted,
+        })
+        return out
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """The one-line human summary printed at the end of a run."""
+    s = summary
+    title = s.get("method_title", "adapted")
+    parts = [f"{s['frames_processed']} frames processed of {s['frames_read']} read "
+             f"({s['frames_skipped']} skipped, {s['frames_dropped']} dropped, {s['frames_unreadable']} unreadable)"]
+    if s.get("fps"):
+        parts.append(f"{s['fps']:.1f} fps (p50 {s['latency_ms_p50']:.1f} ms, p95 {s['latency_ms_p95']:.1f} ms)")
+    if s.get("agreement") is not None:
+        parts.append(f"CLIP/{title} agree {s['agreement']:.1f}%")
+    if s.get("switches_per_min_clip") is not None:
+        parts.append(f"switches/min CLIP {s['switches_per_min_clip']:.1f}, {title} {s['switches_per_min_tta']:.1f}")
+    if s.get("accuracy_clip") is not None:
+        parts.append(f"accuracy CLIP {s['accuracy_clip']:.1f}%, {title} {s['accuracy_tta']:.1f}% "
+                     f"on {s['labelled_frames']} labelled frames")
+    outputs = [p for p in (s.get("out"), s.get("log")) if p]
+    if outputs:
+        parts.append("wrote " + ", ".join(outputs))
+    if s.get("interrupted"):
+        parts.append("interrupted")
+    return "; ".join(parts)

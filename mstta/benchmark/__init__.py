@@ -1,0 +1,23 @@
+"""The paper's benchmark as a library: `mstta-bench run`, `sweep` and `tsne` are thin CLIs over it.
+
+    from mstta.benchmark import BenchmarkConfig, run_benchmark, parse_datasets, parse_backbones
+    cfg = BenchmarkConfig(datasets=parse_datasets("ood"), backbones=parse_backbones("ViT-B-16"),
+                          data_root="/data", out="results")
+    summary = run_benchmark(cfg)      # results/results.json, results.csv, report.md, plots/
+
+Modules: `store` (feature store, extraction), `runner` (cells, resume), `results` (results.json /
+csv), `report` (report.md beside the paper), `paper` (the paper's numbers), `sweep` (ablations),
+`efficiency` (end-to-end fps and memory), `plots` (accuracy curves, t-SNE).
+"""
+from __future__ import annotations
+
+from .plots import mean_shifted, tsne_figure
+from .report import write_reports
+from .runner import (BenchmarkConfig, parse_backbones, parse_datasets, parse_methods, parse_seeds, plan_benchmark,
+                     run_benchmark)
+from .store import Backbone, FeatureKey, ensure_features, resolve_backbone
+from .sweep import parse_param, plan_sweep, run_sweep
+
+__all__ = ["Backbone", "BenchmarkConfig", "FeatureKey", "ensure_features", "mean_shifted", "parse_backbones",
+           "parse_datasets", "parse_methods", "parse_param", "parse_seeds", "plan_benchmark", "plan_sweep",
+           "resolve_backbone", "run_benchmark", "run_sweep", "tsne_figure", "write_reports"]

@@ -1,0 +1,250 @@
+"""`report.md`: our numbers beside the paper's, in the paper's table layouts.
+
+Every table cell block has three rows per method: `ours` (mean ± sample std over seeds when
+several ran), `paper` (as printed; — where the paper has no number, e.g. other backbones) and
+`Δ` (ours − paper). Averages are ours only when every dataset of the table ran for that method
+(the paper's average covers all of them). Tables: OOD (A, R, S, V2, Avg), cross-dataset
+(10 datasets + Average), the mean-shift gains (baseline → MS-TTA, TDA → TDA+MS,
+BoostAdapter → BoostAdapter+MS), seeds, efficiency, other datasets, missing datasets.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from ..atomic import atomic_open
+from ..methods import list_methods
+from . import paper
+from .results import ResultsStore, write_csv
+
+DASH = "—"
+GAIN_PAIRS = (("baseline", "ms-tta"), ("tda", "tda+ms"), ("boostadapter", "boostadapter+ms"))
+
+
+# ---------------------------------------------------------------------- numbers
+def stats(values: Sequence[float]) -> tuple[float, float | None, int] | None:
+    """(mean, sample std or None for one value, n) or None for no values."""
+    if not values:
+        return None
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None), len(values)
+
+
+def fmt(value: float | None, signed: bool = False) -> str:
+    if value is None:
+        return DASH
+    return f"{value:+.2f}" if signed else f"{value:.2f}"
+
+
+def fmt_stats(s: tuple[float, float | None, int] | None) -> str:
+    if s is None:
+        return DASH
+    mean, std, _ = s
+    return fmt(mean) if std is None else f"{mean:.2f} ± {std:.2f}"
+
+
+def diff(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a - b
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[str]], align: str = "l") -> list[str]:
+    """A Markdown table; first column left-aligned, the rest right-aligned."""
+    out = ["| " + " | ".join(header) + " |",
+           "|" + "|".join([":---"] + ["---:"] * (len(header) - 1)) + "|"]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return out
+
+
+def grouped(runs: Iterable[dict[str, Any]]) -> dict[tuple[str, str], dict[str, dict[str, list[float]]]]:
+    """(backbone, pretrained) -> dataset -> method -> accuracies over seeds (seed order)."""
+    out: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    for r in sorted(runs, key=lambda r: r["seed"]):
+        out[(r["backbone"], r["pretrained"])][r["dataset"]][r["method"]].append(float(r["accuracy"]))
+    return out
+
+
+def ordered_methods(present: Iterable[str]) -> list[str]:
+    present = set(present)
+    return [m for m in list_methods() if m in present]
+
+
+def backbone_label(name: str, pretrained: str) -> str:
+    from .store import Backbone
+
+    return Backbone(name, pretrained).label
+
+
+# ---------------------------------------------------------------------- tables
+def benchmark_table(by_ds: dict[str, dict[str, list[float]]], methods: list[str], bench: str,
+                    pkey: str | None) -> list[str]:
+    """The paper's OOD or cross-dataset table with ours / paper / Δ rows per method."""
+    cols = list(paper.OOD if bench == "ood" else paper.CROSS)
+    labels = [paper.SHORT_NAME.get(d, paper.dataset_label(d)) for d in cols]
+    header = ["Method", ""] + labels + ["Avg" if bench == "ood" else "Average"]
+    rows = []
+    for m in methods:
+        ours = [stats(by_ds.get(d, {}).get(m, [])) for d in cols]
+        avg = statistics.fmean(s[0] for s in ours) if all(ours) else None
+        ref = [paper.main_value(pkey, m, d) for d in cols] + [paper.main_value(pkey, m, "average", bench)]
+        means = [s[0] if s else None for s in ours] + [avg]
+        rows.append([paper.METHOD_LABEL.get(m, m), "ours"] + [fmt_stats(s) for s in ours] + [fmt(avg)])
+        rows.append(["", "paper"] + [fmt(v) for v in ref])
+        rows.append(["", "Δ"] + [fmt(diff(a, b), signed=True) for a, b in zip(means, ref)])
+    return table(header, rows)
+
+
+def gains_table(by_ds: dict[str, dict[str, list[float]]], bench: str, pkey: str | None) -> list[str]:
+    """Mean-shift gains (MS variant − its base) per dataset, ours vs the paper's improvement rows."""
+    cols = list(paper.OOD if bench == "ood" else paper.CROSS)
+    labels = [paper.SHORT_NAME.get(d, paper.dataset_label(d)) for d in cols]
+    rows = []
+    for base, ms in GAIN_PAIRS:
+        ours = []
+        for d in cols:
+            a, b = stats(by_ds.get(d, {}).get(ms, [])), stats(by_ds.get(d, {}).get(base, []))
+            ours.append(a[0] - b[0] if a and b else None)
+        if all(v is None for v in ours):
+            continue
+        avg = statistics.fmean(ours) if all(v is not None for v in ours) else None
+        ref = [paper_gain(pkey, base, ms, c, bench) for c in cols + ["average"]]
+        name = f"{paper.METHOD_LABEL[ms]} − {paper.METHOD_LABEL[base]}"
+        rows.append([name, "ours"] + [fmt(v, True) for v in ours + [avg]])
+        rows.append(["", "paper"] + [fmt(v, True) for v in ref])
+    if not rows:
+        return []
+    return table(["Gain", ""] + labels + ["Avg" if bench == "ood" else "Average"], rows)
+
+
+def paper_gain(pkey: str | None, base: str, ms: str, column: str, bench: str) -> float | None:
+    """The paper's printed improvement row for a (base, MS) pair (ViT-B/16 only)."""
+    p = paper.paper()
+    if pkey is None:
+        return None
+    if (base, ms) == ("baseline", "ms-tta"):
+        t = p["ablation_baseline_vs_ms_tta"]["cross_dataset" if bench == "cross" else "ood"]
+        return t["improvement"].get(column) if t["backbone"] == pkey else None
+    if bench == "cross" and p["plug_in"]["backbone"] == pkey:
+        return p["plug_in"][base]["improvement"].get(column)
+    return None
+
+
+def seeds_table(groups: dict, ) -> list[str]:
+    """The paper's seed-robustness table: BoostAdapter vs MS-TTA (mean ± std over seeds)."""
+    rows = []
+    for (bb, pre), by_ds in groups.items():
+        pkey = paper.backbone_key(bb, pre)
+        for d, by_m in by_ds.items():
+            ms, ba = stats(by_m.get("ms-tta", [])), stats(by_m.get("boostadapter", []))
+            if not ms or ms[2] < 2:
+                continue
+            ref = paper.seed_row(d)
+            ref = ref if ref and ref["backbone"] == pkey else None
+            rows.append([paper.dataset_label(d), backbone_label(bb, pre), str(ms[2]), fmt_stats(ba), fmt_stats(ms),
+                         fmt(diff(ms[0], ba[0] if ba else None), True),
+                         fmt(ref["boostadapter"]) if ref else DASH,
+                         f"{ref['ms_tta_mean']:.2f} ± {ref['ms_tta_std']:.2f}" if ref else DASH,
+                         fmt(ref["improvement"], True) if ref else DASH])
+    if not rows:
+        return []
+    return table(["Dataset", "Backbone", "Seeds", "BoostAdapter", "MS-TTA (mean ± std)", "Improv.",
+                  "paper BoostAdapter", "paper MS-TTA", "paper Improv."], rows)
+
+
+def efficiency_table(data: dict[str, Any], groups: dict) -> list[str]:
+    """Speed and memory per method (ours) beside the paper's efficiency table (ViT-B/16, RTX 3090)."""
+    rows = []
+    for e in sorted(data.get("efficiency", []), key=lambda e: (e["backbone"], e["pretrained"],
+                                                              list_methods().index(e["method"]))):
+        bb, pre, m = e["backbone"], e["pretrained"], e["method"]
+        by_ds = groups.get((bb, pre), {})
+        avgs = []
+        for cols in (paper.OOD, paper.CROSS):
+            s = [stats(by_ds.get(d, {}).get(m, [])) for d in cols]
+            avgs.append(statistics.fmean(x[0] for x in s) if all(s) else None)
+        ref = paper.efficiency_row(m) if paper.backbone_key(bb, pre) == "vit_b16" else None
+        mem = e.get("peak_memory_mb")
+        rows.append([paper.METHOD_LABEL.get(m, m), backbone_label(bb, pre), f"{e['dataset']} ({e['views']} view"
+                     f"{'s' if e['views'] != 1 else ''}, {e['samples']} samples)",
+                     fmt(e.get("fps")), fmt(mem / 1024 if mem is not None else None),
+                     fmt(avgs[0]), fmt(avgs[1]),
+                     fmt(ref["fps"]) if ref else DASH, fmt(ref["memory_gb"]) if ref else DASH,
+                     fmt(ref["ood_avg"]) if ref else DASH, fmt(ref["cross_avg"]) if ref else DASH])
+    if not rows:
+        return []
+    kinds = sorted({f"{e['device']}: {e['memory_kind']}" for e in data.get("efficiency", [])})
+    return table(["Method", "Backbone", "Timed on", "FPS", "Memory (GB)", "OOD Avg", "Cross Avg",
+                  "paper FPS", "paper Memory (GB)", "paper OOD", "paper Cross"], rows) + [
+        "", f"FPS: end to end, batch 1 (views + encoder + adaptation step). Memory: {'; '.join(kinds)}. "
+            "The paper's numbers are from an RTX 3090 with ViT-B/16."]
+
+
+def other_table(by_ds: dict[str, dict[str, list[float]]], methods: list[str]) -> list[str]:
+    cols = [d for d in by_ds if paper.benchmark_of(d) is None]
+    if not cols:
+        return []
+    rows = [[paper.METHOD_LABEL.get(m, m)] + [fmt_stats(stats(by_ds[d].get(m, []))) for d in cols] for m in methods]
+    return table(["Method"] + [paper.dataset_label(d) for d in cols], rows)
+
+
+# ---------------------------------------------------------------------- the report
+def render_report(data: dict[str, Any], plots: Sequence[Path] = (), out: Path | None = None) -> str:
+    runs = data.get("runs", [])
+    groups = grouped(runs)
+    vers = runs[-1].get("versions", {}) if runs else {}
+    devices = sorted({r.get("device", "?") for r in runs})
+    lines = ["# MS-TTA benchmark report", "",
+             f"Generated {time.strftime('%Y-%m-%d %H:%M')} from `results.json` ({len(runs)} runs; device "
+             f"{', '.join(devices) or DASH}; " + ", ".join(f"{k} {v}" for k, v in vers.items()) + ").",
+             "", "Top-1 accuracy (%). `ours`: this benchmark (mean ± sample std when several seeds ran); "
+             "`paper`: as reported in the paper (`mstta/resources/paper_results.yaml`), — where it reports none; "
+             "`Δ` = ours − paper. An average is ours only when every dataset of the table ran.", ""]
+    titles = {"ood": "OOD benchmark (paper Table: ImageNet variants)",
+              "cross": "Cross-dataset benchmark (paper Table: 10 datasets)"}
+    for (bb, pre), by_ds in groups.items():
+        pkey = paper.backbone_key(bb, pre)
+        methods = ordered_methods(m for d in by_ds.values() for m in d)
+        lines += [f"## {backbone_label(bb, pre)}", ""]
+        if pkey is None:
+            lines += [f"The paper reports no numbers for {bb} with weights '{pre}': paper columns show {DASH}.", ""]
+        for bench in ("ood", "cross"):
+            if not any(paper.benchmark_of(d) == bench for d in by_ds):
+                continue
+            lines += [f"### {titles[bench]}", ""] + benchmark_table(by_ds, methods, bench, pkey) + [""]
+            gains = gains_table(by_ds, bench, pkey)
+            if gains:
+                lines += [f"#### Mean-shift gains ({bench})", ""] + gains + [""]
+        other = other_table(by_ds, methods)
+        if other:
+            lines += ["### Other datasets (not in the paper's tables)", ""] + other + [""]
+    seeds = seeds_table(groups)
+    if seeds:
+        lines += ["## Robustness over seeds (stream order)", ""] + seeds + [""]
+    eff = efficiency_table(data, groups)
+    if eff:
+        lines += ["## Efficiency", ""] + eff + [""]
+    missing = data.get("missing", [])
+    if missing:
+        lines += ["## Missing datasets", ""] + table(
+            ["Dataset", "Backbone", "Reason"],
+            [[m["dataset"], backbone_label(m["backbone"], m["pretrained"]), m["reason"].replace("|", "\\|")]
+             for m in missing]) + [""]
+    if plots:
+        lines += ["## Plots", ""] + [f"- [{p.name}]({p.relative_to(out) if out else p})" for p in plots] + [""]
+    return "\n".join(lines)
+
+
+def write_reports(out: Path, plots: bool = True) -> Path:
+    """Rebuild results.csv, the accuracy-over-stream plots and report.md from results.json."""
+    store = ResultsStore(out / "results.json")
+    write_csv(out / "results.csv", store.runs)
+    pngs: list[Path] = []
+    if plots:
+        from .plots import accuracy_curves
+
+        pngs = accuracy_curves(out, store.runs)
+    path = out / "report.md"
+    with atomic_open(path, "w") as fh:
+        fh.write(render_report(store.data, pngs, out))
+    return path

@@ -1,0 +1,124 @@
+"""The paper's benchmark: extract features once per (dataset, backbone, views, seed), replay every
+method over them, and report beside the paper (results/results.json, results.csv, report.md,
+plots). Rerunning skips finished cells; see docs/REPRODUCING.md for the paper's tables."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import UserError
+from ..methods import list_methods
+
+
+def add_common(p: argparse.ArgumentParser, datasets_default: str = "all") -> None:
+    """Flags shared by `run` and `sweep`: what to run on, where data/features/results live."""
+    p.add_argument("--data-root", metavar="DIR", help="folder holding the datasets in the CoOp/TDA layout "
+                   "(not needed for imagefolder:PATH or when every feature file is already in the store)")
+    p.add_argument("--datasets", default=None if datasets_default == "paper" else datasets_default, metavar="SPEC",
+                   help="ood (ImageNet-A/R/S/V2), cross (the 10 cross-dataset ones), all (both), or a comma list "
+                        "of dataset names/aliases/imagefolder:PATH, mixable: 'ood,dtd' (default "
+                        + ("the datasets of the paper's ablation of --param" if datasets_default == "paper"
+                           else datasets_default) + ")")
+    p.add_argument("--backbone", default="ViT-B-16", metavar="NAME[,NAME]",
+                   help="ViT-B-16, RN50 (OpenAI weights), mstta-tiny (random weights) or any open_clip "
+                        "architecture; a comma list runs each (default ViT-B-16)")
+    p.add_argument("--pretrained", metavar="TAG|PATH|none",
+                   help="weights for every --backbone: an open_clip tag, a checkpoint file, or none "
+                        "(default: openai for ViT-B-16/RN50, none for mstta-tiny)")
+    p.add_argument("--seeds", default="1", metavar="LIST", help="stream-order seeds, e.g. 1,2,3,4,5 (1 = the peers' order; default 1)")
+    p.add_argument("--out", default="results", metavar="DIR", help="results folder (default results/)")
+    p.add_argument("--store", default="features", metavar="DIR", help="feature store shared by runs and sweeps (default features/)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a configs/<dataset>.yaml value for every dataset, e.g. --set k=4 (repeatable)")
+    p.add_argument("--views", type=int, metavar="N", help="images per sample incl. the original (same as --set views=N)")
+    p.add_argument("--view-mode", choices=("confident", "original"), help="same as --set view_mode=...")
+    p.add_argument("--augment", choices=("augmix", "crop"), help="view augmentation (same as --set augment=...)")
+    p.add_argument("--limit", type=int, metavar="N", help="use only the first N samples of each stream (quick checks)")
+    p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
+    p.add_argument("--precision", choices=("fp32", "fp16", "bf16"), help="model precision (default fp16 on GPU, fp32 on CPU)")
+    p.add_argument("--batch-size", type=int, metavar="N", help="extraction: images per encoder forward")
+    p.add_argument("--workers", type=int, metavar="N", help="extraction: data-loader worker processes")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--dry-run", action="store_true", help="list what would run, what is cached and which data/weights "
+                   "are missing; write nothing")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_common(p)
+    p.add_argument("--methods", default=",".join(list_methods()), metavar="LIST",
+                   help=f"comma list of methods (default all: {', '.join(list_methods())})")
+    p.add_argument("--fps-samples", type=int, default=32, metavar="N",
+                   help="images per method for the efficiency table (end to end, batch 1); 0 skips it (default 32)")
+    p.add_argument("--fps-dataset", metavar="NAME", help="dataset to time on (default: the first that ran)")
+    p.add_argument("--no-plots", action="store_true", help="skip the accuracy-over-stream PNGs")
+    p.add_argument("--report-only", action="store_true", help="only rebuild results.csv, report.md and plots from --out's results.json")
+
+
+def _positive(value: int | None, flag: str, low: int = 1) -> None:
+    if value is not None and value < low:
+        raise UserError(f"{flag} {value}: expected an integer >= {low}")
+
+
+def overrides(args: argparse.Namespace) -> list[str]:
+    """--set pairs plus the --views/--view-mode/--augment shortcuts (shortcuts win)."""
+    out = list(args.set)
+    if args.views is not None:
+        _positive(args.views, "--views")
+        out.append(f"views={args.views}")
+    if args.view_mode:
+        out.append(f"view_mode={args.view_mode}")
+    if args.augment:
+        out.append(f"augment={args.augment}")
+    return out
+
+
+def build_config(args: argparse.Namespace, methods: list[str]):
+    """argparse namespace -> BenchmarkConfig (every bad value is a one-line UserError)."""
+    from pathlib import Path
+
+    from ..benchmark.runner import BenchmarkConfig, parse_backbones, parse_datasets, parse_seeds
+
+    for flag, value, low in (("--limit", args.limit, 1), ("--batch-size", args.batch_size, 1),
+                             ("--workers", args.workers, 0), ("--fps-samples", getattr(args, "fps_samples", 0), 0)):
+        _positive(value, flag, low)
+    return BenchmarkConfig(
+        datasets=parse_datasets(args.datasets), backbones=parse_backbones(args.backbone, args.pretrained),
+        methods=methods, seeds=parse_seeds(args.seeds),
+        data_root=Path(args.data_root).expanduser() if args.data_root else None,
+        out=Path(args.out), store=Path(args.store), overrides=overrides(args), device=args.device,
+        precision=args.precision, batch_size=args.batch_size, workers=args.workers, limit=args.limit,
+        fps_samples=getattr(args, "fps_samples", 0), fps_dataset=getattr(args, "fps_dataset", None),
+        plots=not getattr(args, "no_plots", False), progress=not args.no_progress, notify=warn)
+
+
+def warn(message: str) -> None:
+    """One warning line on stderr, printed above any progress bar."""
+    from tqdm import tqdm
+
+    tqdm.write(f"mstta-bench: warning: {message}", file=sys.stderr)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ..benchmark.report import write_reports
+    from ..benchmark.runner import parse_datasets, parse_methods, plan_benchmark, run_benchmark
+
+    if args.report_only:
+        if not (Path(args.out) / "results.json").is_file():
+            raise UserError(f"--report-only: no results.json in {args.out}; run the benchmark first")
+        print(f"report: {write_reports(Path(args.out), plots=not args.no_plots)}")
+        return 0
+    cfg = build_config(args, parse_methods(args.methods))
+    if args.fps_dataset:
+        fps = parse_datasets(args.fps_dataset)
+        if len(fps) != 1 or fps[0] not in cfg.datasets:
+            raise UserError(f"--fps-dataset {args.fps_dataset}: name one of the run's datasets ({', '.join(cfg.datasets)})")
+        cfg.fps_dataset = fps[0]
+    if args.dry_run:
+        print("\n".join(plan_benchmark(cfg)))
+        return 0
+    summary = run_benchmark(cfg)
+    missing = f", {len(summary['missing'])} dataset(s) missing" if summary["missing"] else ""
+    print(f"ran {summary['ran']} cell(s), skipped {summary['skipped']} finished{missing}; report: {summary['report']}")
+    return 0

@@ -1,0 +1,205 @@
+"""The headless pipeline end to end with the tiny CLIP: complete outputs, the JSONL schema, summary
+numbers that agree with the log, damaged and live sources, and interruption."""
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+
+from app.pipeline import DemoConfig, engine_config, run_pipeline
+from app.sources import IterableSource, LiveSource
+from helpers_video import (LABELS, FakeCapture, corrupt_mjpeg_frames, opener, read_video, scene, tiny_clip,
+                           write_image_folder, write_labels, write_video)
+from mstta.errors import UserError
+
+ROW_KEYS = {"frame", "timestamp", "clip", "tta", "method", "disagree", "entropy", "cache_size", "bank_size", "latency_ms"}
+
+
+@pytest.fixture(scope="module")
+def clip():
+    return tiny_clip()
+
+
+@pytest.fixture
+def media(tmp_path):
+    labels = write_labels(tmp_path / "labels.txt")
+    video = write_video(tmp_path / "clip.avi", n=90, fps=30)
+    truth = tmp_path / "truth.csv"
+    truth.write_text("start_frame,end_frame,label\n0,9,red circle\n10,19,green square\n20,29,blue triangle\n"
+                     "30,59,red circle\n", encoding="utf-8")
+    return {"labels": str(labels), "video": str(video), "truth": str(truth), "dir": tmp_path}
+
+
+def _cfg(media, **kw) -> DemoConfig:
+    base = dict(video=media["video"], labels=media["labels"], out=str(media["dir"] / "out" / "a.mp4"),
+                log=str(media["dir"] / "out" / "p.jsonl"), model="mstta-tiny", pretrained="none")
+    return DemoConfig(**{**base, **kw})
+
+
+def _rows(path) -> list[dict]:
+    return [json.loads(line) for line in open(path, encoding="utf-8")]
+
+
+def _switches(labels: list[str]) -> int:
+    return sum(a != b for a, b in zip(labels, labels[1:]))
+
+
+def test_outputs_complete_and_summary_matches_the_log(clip, media):
+    cfg = _cfg(media, truth=media["truth"], topk=2)
+    s = run_pipeline(cfg, clip=clip)
+    rows = _rows(cfg.log)
+    frames, times, _ = read_video(cfg.out)
+
+    # default stride for 30 fps: every 6th frame; all counts consistent
+    assert s["every"] == 6 and s["frames_read"] == 90
+    assert s["frames_processed"] == len(rows) == len(frames) == 15
+    assert s["frames_read"] == s["frames_processed"] + s["frames_skipped"] + s["frames_dropped"]
+    assert [r["frame"] for r in rows] == list(range(0, 90, 6))
+    assert times == pytest.approx([r["timestamp"] for r in rows], abs=2e-3)
+
+    # JSONL schema
+    for r in rows:
+        assert ROW_KEYS <= set(r) and r["method"] == "ms-tta"
+        for key in ("clip", "tta"):
+            assert len(r[key]) == 2 and {e["label"] for e in r[key]} <= set(LABELS)
+            probs = [e["prob"] for e in r[key]]
+            assert probs == sorted(probs, reverse=True) and all(0 <= p <= 1 for p in probs)
+        assert r["disagree"] == (r["clip"][0]["label"] != r["tta"][0]["label"])
+        assert r["latency_ms"] > 0 and r["entropy"] >= 0
+    assert [r["bank_size"] for r in rows] == list(range(1, 16))
+
+    # summary numbers recomputed from the log
+    clip_top = [r["clip"][0]["label"] for r in rows]
+    tta_top = [r["tta"][0]["label"] for r in rows]
+    assert s["agreement"] == pytest.approx(100 * np.mean([a == b for a, b in zip(clip_top, tta_top)]), abs=0.01)
+    minutes = (rows[-1]["timestamp"] - rows[0]["timestamp"]) / 60
+    assert s["switches_per_min_clip"] == pytest.approx(_switches(clip_top) / minutes, abs=0.01)
+    assert s["switches_per_min_tta"] == pytest.approx(_switches(tta_top) / minutes, abs=0.01)
+    labelled = [r for r in rows if "truth" in r]
+    assert s["labelled_frames"] == len(labelled) == 10   # frames 0..59, every 6th
+    assert s["accuracy_clip"] == pytest.approx(100 * np.mean([r["clip"][0]["label"] == r["truth"] for r in labelled]), abs=0.01)
+    assert s["accuracy_tta"] == pytest.approx(100 * np.mean([r["tta"][0]["label"] == r["truth"] for r in labelled]), abs=0.01)
+    assert s["fps"] > 0 and s["latency_ms_p50"] <= s["latency_ms_p95"]
+    assert s["out"] == cfg.out and s["log"] == cfg.log and not s["interrupted"]
+    assert json.loads(json.dumps(s)) == s
+
+
+def test_every_and_max_frames(clip, media):
+    s = run_pipeline(_cfg(media, every=1, max_frames=7, out=None), clip=clip)
+    assert s["frames_processed"] == 7 and s["every"] == 1 and s["out"] is None
+    assert [r["frame"] for r in _rows(media["dir"] / "out" / "p.jsonl")] == list(range(7))
+
+
+def test_corrupt_frames_are_counted_not_fatal(clip, media):
+    video = corrupt_mjpeg_frames(write_video(media["dir"] / "bad.avi", n=30), [3, 4, 20])
+    s = run_pipeline(_cfg(media, video=str(video), every=2), clip=clip)
+    assert s["frames_unreadable"] == 3 and s["frames_read"] == 27
+    assert s["frames_processed"] == 13   # even indices 0..28 minus 4 and 20
+    assert s["frames_read"] == s["frames_processed"] + s["frames_skipped"]
+
+
+def test_image_folder_source(clip, media):
+    folder = write_image_folder(media["dir"] / "imgs", n=8, broken=[2])
+    s = run_pipeline(_cfg(media, video=str(folder)), clip=clip)
+    assert s["source_kind"] == "folder" and s["every"] == 1
+    assert s["frames_processed"] == 7 and s["frames_unreadable"] == 1
+    assert len(read_video(media["dir"] / "out" / "a.mp4")[0]) == 7
+
+
+def test_live_source_drops_are_counted(clip, media):
+    src = LiveSource("fake", opener(FakeCapture(60, period=0.002)), retries=0)
+    s = run_pipeline(_cfg(media, video=None), clip=clip, source=src)
+    assert s["source_kind"] == "stream" and s["every"] == 1
+    assert s["frames_processed"] > 0
+    assert s["frames_read"] == s["frames_processed"] + s["frames_dropped"]
+    assert len(_rows(media["dir"] / "out" / "p.jsonl")) == s["frames_processed"]
+
+
+def test_interruption_leaves_valid_outputs(clip, media):
+    def stop_at(frame, result):
+        if frame.index == 24:
+            raise KeyboardInterrupt
+
+    s = run_pipeline(_cfg(media, every=3), clip=clip, on_frame=stop_at)
+    assert s["interrupted"] and s["frames_processed"] == 9
+    assert len(_rows(media["dir"] / "out" / "p.jsonl")) == 9
+    assert len(read_video(media["dir"] / "out" / "a.mp4")[0]) == 9
+    assert [p.name for p in (media["dir"] / "out").iterdir() if p.name.startswith(".")] == []
+
+
+def test_memory_source_and_other_methods(clip, media):
+    src = IterableSource((scene(i) for i in range(10)), fps=5)
+    s = run_pipeline(_cfg(media, video=None, out=None, method="tda", overrides=["k=3"]), clip=clip, source=src)
+    assert s["frames_processed"] == 10 and s["method"] == "tda"
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"labels": None}, "--labels is required"),
+    ({"video": None}, "exactly one source"),
+    ({"camera": 0}, "exactly one source"),
+    ({"method": "nope"}, "unknown method 'nope'"),
+    ({"overrides": ["nope=1"]}, "unknown key 'nope'"),
+    ({"overrides": ["k=-1"]}, "bad value for 'k'"),
+    ({"overrides": ["k"]}, "expected KEY=VALUE"),
+    ({"bank_size": 0}, "--bank-size"),
+    ({"every": 0}, "--every"),
+    ({"max_frames": 0}, "--max-frames"),
+    ({"topk": 0}, "--topk"),
+    ({"views": 0}, "--views"),
+    ({"template": "no braces"}, "--template"),
+    ({"out": "x.avi"}, "--out x.avi: must end in"),
+    ({"truth": "missing.csv"}, "--truth missing.csv: no such file"),
+])
+def test_bad_config_fails_before_any_work(clip, media, kw, match):
+    start = time.perf_counter()
+    with pytest.raises(UserError, match=match):
+        run_pipeline(_cfg(media, **kw), clip=clip)
+    assert time.perf_counter() - start < 2
+    assert not (media["dir"] / "out" / "p.jsonl").exists()
+
+
+def test_engine_config_layers():
+    cfg = engine_config(128, ["k=4", "alpha=0.5"])
+    assert (cfg.bank_size, cfg.k, cfg.alpha) == (128, 4, 0.5)
+    assert engine_config(128, ["bank_size=64"]).bank_size == 64
+
+
+def test_summary_memory_is_bounded(monkeypatch):
+    import app.summary as summary_mod
+    from app.session import FrameResult, Scored
+    from app.sources import Frame, SourceStats
+
+    monkeypatch.setattr(summary_mod, "LATENCY_SAMPLES", 50)
+    s = summary_mod.RunSummary()
+    top = [Scored("a", 0, 0.9), Scored("b", 1, 0.1)]
+    for i in range(1000):
+        s.update(Frame(i, i / 10, np.zeros((2, 2, 3), np.uint8), "x"),
+                 FrameResult(top, top, 0.1, 0, 0, 0, latency_ms=float(i % 100)))
+    out = s.finish(SourceStats(read=1000))
+    assert len(s.latencies) == 50 and 20 <= out["latency_ms_p50"] <= 80
+    assert out["agreement"] == 100.0 and out["switches_per_min_clip"] == 0.0
+    assert "1000 frames processed of 1000 read" in summary_mod.format_summary(out)
+
+
+def test_demo_assets_match_their_labels_and_truth():
+    from pathlib import Path
+
+    import cv2
+
+    from app.labels import read_labels
+    from app.truth import read_truth
+
+    assets = Path(__file__).resolve().parent.parent / "assets"
+    labels = read_labels(assets / "labels.txt")
+    truth = read_truth(assets / "truth.csv", labels)
+    video = assets / "demo.mp4"
+    assert video.stat().st_size < 3_000_000
+    cap = cv2.VideoCapture(str(video))
+    frames, fps = int(cap.get(cv2.CAP_PROP_FRAME_COUNT)), cap.get(cv2.CAP_PROP_FPS)
+    size = (int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)), int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT)))
+    cap.release()
+    assert size == (320, 240) and fps == pytest.approx(30) and 20 <= frames / fps <= 40
+    assert truth.ranges[0][0] == 0 and truth.ranges[-1][1] == frames - 1
+    assert {labels[c] for _, _, c in truth.ranges} == set(labels)

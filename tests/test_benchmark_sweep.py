@@ -1,0 +1,116 @@
+"""`mstta-bench sweep`: value parsing, the ablation table beside the paper's, resume, errors.
+
+Streams are generated (mstta.synthetic) and placed in the feature store, which is a cache: with
+every file present no data or weights are needed, so the paper's ViT-B-16 columns can be checked."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from mstta.bench import main
+from mstta.benchmark.store import Backbone, FeatureKey
+from mstta.benchmark.sweep import expand, parse_param
+from mstta.errors import UserError
+from mstta.features import save_features
+from mstta.synthetic import make_stream
+
+VIT = Backbone("ViT-B-16", "openai")
+
+
+def _stream(store, dataset, backbone=VIT, seed=1, views=1, augment="augmix", n=120):
+    s = make_stream(n=n, classes=4, dim=16, views=views, seed=seed)
+    path = FeatureKey(dataset, backbone, "fp32", views, augment, seed).path(store)
+    save_features(path, s["features"], s["text"], s["labels"], list("abcd"), {"dataset": dataset}, dtype=np.float32)
+    return path
+
+
+@pytest.fixture
+def store(tmp_path):
+    st = tmp_path / "features"
+    for ds in ("oxford_flowers", "imagenet_a"):
+        _stream(st, ds)
+    return st
+
+
+def _sweep(capsys, store, out, *extra):
+    code = main(["sweep", "--backbone", "ViT-B-16", "--views", "1", "--store", str(store), "--out", str(out),
+                 "--device", "cpu", "--no-progress", *extra])
+    o, e = capsys.readouterr()
+    return code, o, e
+
+
+@pytest.mark.parametrize("spec,expected", [
+    ("k=2,4,6,8,16", ("k", [2, 4, 6, 8, 16])),
+    ("alpha=0,0.2,...,1.0", ("alpha", [0, 0.2, 0.4, 0.6, 0.8, 1.0])),
+    ("lam=0,0.5,1,2,10", ("lam", [0, 0.5, 1, 2, 10])),
+    ("ms_steps=1,2,...,4", ("ms_steps", [1, 2, 3, 4])),
+    ("k", ("k", [2, 4, 6, 8, 16])),                   # a bare name: the paper's grid
+    ("ms_steps", ("ms_steps", [0, 1, 2, 4])),
+])
+def test_parse_param(spec, expected):
+    name, values = parse_param(spec)
+    assert name == expected[0] and values == pytest.approx(expected[1])
+
+
+@pytest.mark.parametrize("spec,message", [
+    ("kk=1,2", "'kk' is not an engine hyperparameter"),
+    ("views=1,4", "'views' is not an engine hyperparameter"),
+    ("beta", "the paper has no grid"),
+    ("k=1,,2", "expected NAME=V1,V2"),
+    ("k=1,...,4", "'...' needs two values before it"),
+    ("k=4,2,...,8", "increasing"),
+])
+def test_parse_param_errors(spec, message):
+    with pytest.raises(UserError, match=message):
+        parse_param(spec)
+
+
+def test_expand_keeps_integers():
+    assert expand(["2", "4", "...", "10"], "k") == [2, 4, 6, 8, 10]
+
+
+def test_k_sweep_table_beside_the_paper(store, tmp_path, capsys):
+    out = tmp_path / "results"
+    code, text, err = _sweep(capsys, store, out, "--param", "k=2,4")
+    assert code == 0, err
+    assert "ran 4 cell(s)" in text                                 # default datasets: the paper's (Flowers, A)
+    md = (out / "sweep_k.md").read_text()
+    rows = [ln for ln in md.splitlines() if ln.startswith("|")]
+    assert rows[0] == "| k |  | Flowers102 | ImageNet-A | Average | samples/s |"
+    assert rows[2].startswith("| 2 | ours |")
+    assert rows[3] == "|  | paper | 72.92 | 64.63 | — | — |"
+    assert rows[6] == "|  | paper | 72.47 | 64.38 | — | — |"
+    data = json.loads((out / "sweep_k.json").read_text())
+    assert sorted((r["dataset"], r["value"], r["hyperparameters"]["k"]) for r in data["runs"]) == [
+        ("imagenet_a", 2, 2), ("imagenet_a", 4, 4), ("oxford_flowers", 2, 2), ("oxford_flowers", 4, 4)]
+    assert (out / "sweep_k.csv").read_text().startswith("param,value,dataset")
+    assert (out / "sweep_k.png").read_bytes()[:4] == b"\x89PNG"
+    code, text, _ = _sweep(capsys, store, out, "--param", "k=2,4,8")     # resume: only the new value runs
+    assert code == 0 and "ran 2 cell(s), skipped 4 finished" in text
+
+
+def test_ms_steps_zero_is_the_baseline(store, tmp_path, capsys):
+    out = tmp_path / "results"
+    code, _, err = _sweep(capsys, store, out, "--param", "ms_steps=0,1,2", "--datasets", "oxford_flowers")
+    assert code == 0, err
+    runs = json.loads((out / "sweep_ms_steps.json").read_text())["runs"]
+    assert {r["value"]: r["method"] for r in runs} == {0: "baseline", 1: "ms-tta", 2: "ms-tta"}
+    md = (out / "sweep_ms_steps.md").read_text()
+    assert "|  | paper | 72.23 | 65.81 | 12.33 |" in md      # the paper's baseline row: Flowers, average, FPS
+
+
+def test_sweep_dry_run_and_errors(store, tmp_path, capsys):
+    out = tmp_path / "results"
+    code, text, err = _sweep(capsys, store, out, "--param", "alpha=0,0.5,1", "--datasets", "imagenet_a", "--dry-run")
+    assert code == 0, err
+    assert "features cached" in text and "sweep alpha = 0, 0.5, 1 with ms-tta: 3 cell(s) to run" in text
+    assert not out.exists()
+    for extra, message in ((["--param", "k=0,2"], "bad value for 'k'"),
+                           (["--param", "k=2", "--method", "nope"], "unknown method 'nope'"),
+                           (["--param", "k=2", "--datasets", "eurosat"], "no dataset could run"),
+                           (["--param", "beta=1,2"], "the paper has no ablation for it; pass --datasets")):
+        code, _, err = _sweep(capsys, store, out, *extra)
+        assert code == 2 and err.count("\n") == 1 and message in err, err
+    assert not out.exists()
