@@ -10,12 +10,24 @@ from .engine import Engine, StepResult
 from .errors import UserError
 from .features import FeatureSet, load_features, save_features
 from .methods import Method, get_method, list_methods
-from .replay import ReplayResult, replay
+from .replay import ReplayResult, mean_shifted, replay
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BenchConfig", "DatasetConfig", "Engine", "EngineConfig", "FeatureSet", "Method", "ReplayResult",
     "StepResult", "UserError", "get_method", "list_methods", "load_dataset_config", "load_features",
-    "replay", "save_features", "__version__",
+    "mean_shifted", "replay", "save_features", "__version__",
 ]
+
+# The model layer imports open_clip on first use only (the engine needs neither open_clip nor a model).
+
+
+def __getattr__(name: str):
+    if name in ("load_clip", "build_text_classifier"):
+        from . import models
+        return getattr(models, name)
+    if name == "extract_features":
+        from .extract import extract_features
+        return extract_features
+    raise AttributeError(f"module 'mstta' has no attribute {name!r}")

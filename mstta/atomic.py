@@ -8,6 +8,12 @@ from pathlib import Path
 from typing import IO, Iterator
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_open(path: str | Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
     """Open a temp file for writing; on success rename it onto `path`, on error delete it."""
@@ -19,6 +25,7 @@ def atomic_open(path: str | Path, mode: str = "w", encoding: str | None = "utf-8
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual mode
         os.replace(tmp, p)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

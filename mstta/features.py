@@ -145,16 +145,21 @@ def load_features(path: str | Path) -> FeatureSet:
     return FeatureSet(_normalized(feats), _normalized(text).float(), labels, classnames, meta)
 
 
+def _numpy(x: np.ndarray | torch.Tensor, dtype: Any) -> np.ndarray:
+    """As a numpy array of `dtype`, without an intermediate float32 copy of a large array."""
+    if isinstance(x, torch.Tensor):
+        x = x.detach().cpu()
+        x = x.numpy() if x.dtype in (torch.float16, torch.float32, torch.float64) else x.float().numpy()
+    return np.asarray(x, dtype=dtype)
+
+
 def save_features(path: str | Path, features: np.ndarray | torch.Tensor, text: np.ndarray | torch.Tensor,
                   labels: np.ndarray | None = None, classnames: list[str] | None = None,
                   meta: dict[str, Any] | None = None, dtype: Any = np.float16) -> Path:
     """Write a feature file atomically (temp file + rename): never a half-written `.npz`."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    arrays: dict[str, np.ndarray] = {
-        "features": np.asarray(torch.as_tensor(features).float().cpu().numpy(), dtype=dtype),
-        "text": np.asarray(torch.as_tensor(text).float().cpu().numpy(), dtype=dtype),
-    }
+    arrays: dict[str, np.ndarray] = {"features": _numpy(features, dtype), "text": _numpy(text, dtype)}
     if labels is not None:
         arrays["labels"] = np.asarray(labels, dtype=np.int64)
     if classnames is not None:

@@ -2,27 +2,43 @@
 
 A model is named by the open_clip pair (architecture, pretrained): `ViT-B-16 openai`,
 `RN50 openai`, any pair `open_clip.list_pretrained()` knows, a local checkpoint path, or `none`
-(random weights: meaningless predictions, for tests and speed measurements).
+(random weights: meaningless predictions, for tests and speed measurements; the init is seeded, so
+every process builds the same random model). Tags whose weights were trained with QuickGELU (all
+`openai` ones) get it forced; a local OpenAI checkpoint needs the `-quickgelu` name (ViT-B-16-quickgelu).
+Weights that are neither cached nor reachable fail in about a second instead of retrying for a minute.
 """
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
 import logging
 import os
+import socket
+import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
+from urllib.parse import urlparse
 
+import numpy as np
 import torch
 
+from .atomic import atomic_open
 from .config import CONFIG_DIR
 from .devices import resolve_device
 from .errors import UserError
+from .templates import check_templates, fill
 
 log = logging.getLogger(__name__)
 
 MODEL_CONFIG_DIR = CONFIG_DIR / "models"
 PRECISIONS = ("fp32", "fp16", "bf16")
 _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+INIT_SEED = 0                   # random init (`--pretrained none`) is seeded: same weights in every process
+PROBE_TIMEOUT_S = 3.0           # how long to wait for the download host before calling it offline
+TEXT_CHUNK = 1024               # prompts per text-encoder forward
+_CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".ckpt")
 _registered = False
 
 
@@ -102,20 +118,27 @@ def load_clip(name: str = "ViT-B-16", pretrained: str = "openai", device: str | 
     if name not in open_clip.list_models():
         raise UserError(f"--model {name}: unknown architecture; choose one open_clip knows "
                         f"(e.g. ViT-B-16, RN50, mstta-tiny; full list: python -c 'import open_clip; print(open_clip.list_models())')")
-    tag = None if pretrained in (None, "", "none") else pretrained
+    tag = None if pretrained in (None, "", "none") else str(pretrained)
+    offline, quick_gelu = False, False
     if tag is None:
-        log.warning("%s with --pretrained none: random weights, predictions are meaningless", name)
+        log.warning("%s --pretrained none: RANDOM weights, predictions are meaningless (tests and speed runs only)", name)
+    elif open_clip.is_pretrained_cfg(name, tag):
+        offline = _ensure_weights_reachable(name, tag)
+        # OpenAI weights were trained with QuickGELU; open_clip's plain configs (ViT-B-16) use GELU
+        quick_gelu = bool(open_clip.get_pretrained_cfg(name, tag).get("quick_gelu"))
     elif _looks_like_path(tag):
         path = Path(tag).expanduser()
         if not path.is_file():
             raise UserError(f"--pretrained {tag}: checkpoint file not found; pass an existing .pt/.bin/.safetensors file")
         tag = str(path)
-    elif tag not in open_clip.list_pretrained_tags_by_model(name):
+    else:
         known = ", ".join(open_clip.list_pretrained_tags_by_model(name)) or "none known"
         raise UserError(f"--pretrained {tag}: not a known tag for {name} (known: {known}); or pass a local checkpoint path")
     try:
-        model, _, preprocess = open_clip.create_model_and_transforms(
-            name, pretrained=tag, device=dev, precision=precision if dev.type == "cuda" else "fp32")
+        with _hub_offline(offline), _quiet_open_clip(), _seeded(INIT_SEED):
+            model, _, preprocess = open_clip.create_model_and_transforms(
+                name, pretrained=tag, device=dev, precision=precision if dev.type == "cuda" else "fp32",
+                force_quick_gelu=quick_gelu)
     except Exception as exc:  # noqa: BLE001 - any loader failure becomes one actionable line
         raise UserError(_weights_error(name, pretrained, exc)) from None
     if dev.type != "cuda" and precision != "fp32":
@@ -125,15 +148,239 @@ def load_clip(name: str = "ViT-B-16", pretrained: str = "openai", device: str | 
 
 
 def _looks_like_path(tag: str) -> bool:
-    return os.sep in tag or tag.endswith((".pt", ".pth", ".bin", ".safetensors")) or tag.startswith((".", "~"))
+    return (os.sep in tag or tag.endswith(_CHECKPOINT_SUFFIXES) or tag.startswith((".", "~"))
+            or Path(tag).is_file())
 
 
-def _weights_error(name: str, pretrained: str, exc: Exception) -> str:
-    msg = " ".join(str(exc).split())
-    if _looks_like_path(pretrained):
-        return (f"could not load checkpoint {pretrained} into {name} ({msg[:160]}); "
-                "check that the file is an open_clip/OpenAI CLIP checkpoint for this architecture")
-    cache = os.environ.get("HF_HUB_CACHE") or os.environ.get("HF_HOME") or "~/.cache/huggingface"
-    return (f"weights for {name} '{pretrained}' could not be downloaded or loaded (offline?); "
-            f"put them in the Hugging Face cache ({cache}) on a machine with internet, "
-            f"or pass --pretrained /path/to/checkpoint, or use --model mstta-tiny --pretrained none for a test run")
+@contextlib.contextmanager
+def _seeded(seed: int) -> Iterator[None]:
+    """Seed torch's CPU RNG for a block (random init is reproducible), restoring the caller's RNG after."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+class _DropOpenClipNoWeights(logging.Filter):
+    """Drop open_clip's own 'No pretrained weights loaded' line (our warning already says it)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("No pretrained weights loaded")
+
+
+@contextlib.contextmanager
+def _quiet_open_clip() -> Iterator[None]:
+    root, flt = logging.getLogger(), _DropOpenClipNoWeights()
+    root.addFilter(flt)
+    try:
+        yield
+    finally:
+        root.removeFilter(flt)
+
+
+@contextlib.contextmanager
+def _hub_offline(offline: bool) -> Iterator[None]:
+    """Run a block with huggingface_hub in offline mode (cache only, no HTTP retries) when asked."""
+    if not offline:
+        yield
+        return
+    from huggingface_hub import constants
+
+    before = constants.HF_HUB_OFFLINE
+    constants.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE = before
+
+
+def _uses_hub(pcfg: dict) -> bool:
+    from open_clip.pretrained import has_hf_hub
+
+    return bool(pcfg.get("hf_hub")) and has_hf_hub()
+
+
+def _hub_files(hf_hub: str) -> list[tuple[str, str]]:
+    """(repo, filename) pairs open_clip tries for an `hf_hub` entry, safetensors first."""
+    from open_clip.pretrained import HF_SAFE_WEIGHTS_NAME, HF_WEIGHTS_NAME
+
+    repo, filename = os.path.split(hf_hub)
+    filename = filename or HF_WEIGHTS_NAME
+    names = [HF_SAFE_WEIGHTS_NAME] if filename == HF_WEIGHTS_NAME else []
+    if filename != HF_WEIGHTS_NAME and filename.endswith((".bin", ".pth")):
+        names.append(filename[:-4] + ".safetensors")
+    return [(repo, n) for n in names + [filename]]
+
+
+def url_cache_dir() -> Path:
+    """Where open_clip keeps weights it downloads by URL."""
+    return Path("~/.cache/clip").expanduser()
+
+
+def hub_cache_dir() -> str:
+    """Where huggingface_hub keeps downloaded weights (HF_HUB_CACHE / HF_HOME)."""
+    try:
+        from huggingface_hub import constants
+
+        return str(constants.HF_HUB_CACHE)
+    except ImportError:
+        return os.environ.get("HF_HUB_CACHE") or str(Path("~/.cache/huggingface/hub").expanduser())
+
+
+def weights_cached(name: str, tag: str) -> bool:
+    """Whether the weights of a known (architecture, tag) pair are already on local disk."""
+    import open_clip
+
+    pcfg = open_clip.get_pretrained_cfg(name, tag)
+    if "file" in pcfg:
+        return Path(pcfg["file"]).is_file()
+    if _uses_hub(pcfg):
+        from huggingface_hub import try_to_load_from_cache
+
+        return any(isinstance(try_to_load_from_cache(repo, fn), str) for repo, fn in _hub_files(pcfg["hf_hub"]))
+    url = pcfg.get("url", "")
+    return bool(url) and (url_cache_dir() / os.path.basename(url)).is_file()
+
+
+def _download_host(pcfg: dict) -> tuple[str, int]:
+    """(host, port) the weights would be fetched from, through an HTTPS proxy if one is set."""
+    proxy = next((os.environ[k] for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy") if os.environ.get(k)), "")
+    if proxy:
+        u = urlparse(proxy if "://" in proxy else f"http://{proxy}")
+        return u.hostname or "", u.port or 3128
+    if _uses_hub(pcfg):
+        from huggingface_hub import constants
+
+        u = urlparse(constants.ENDPOINT)
+    else:
+        u = urlparse(pcfg.get("url", ""))
+    return u.hostname or "", u.port or 443
+
+
+def network_reachable(host: str, port: int = 443, timeout: float = PROBE_TIMEOUT_S) -> bool:
+    """True when a TCP connection to host:port opens within `timeout` s (DNS included); False offline."""
+    if not host:
+        return False
+    ok: list[bool] = []
+
+    def probe() -> None:
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            ok.append(True)
+        except OSError:
+            pass
+
+    t = threading.Thread(target=probe, daemon=True)
+    t.start()
+    t.join(timeout)
+    return bool(ok)
+
+
+def _hub_offline_env() -> bool:
+    if os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE"):
+        return True
+    try:
+        from huggingface_hub import constants
+
+        return bool(constants.HF_HUB_OFFLINE)
+    except ImportError:
+        return False
+
+
+def _ensure_weights_reachable(name: str, tag: str) -> bool:
+    """Fail fast when weights are neither cached nor downloadable; True = load from the cache offline."""
+    import open_clip
+
+    if weights_cached(name, tag):
+        return True
+    pcfg = open_clip.get_pretrained_cfg(name, tag)
+    host, port = _download_host(pcfg)
+    if _hub_offline_env() and _uses_hub(pcfg):
+        raise UserError(_weights_error(name, tag, "not in the local cache and HF_HUB_OFFLINE is set"))
+    if not network_reachable(host, port):
+        raise UserError(_weights_error(name, tag, f"not in the local cache and {host}:{port} is unreachable"))
+    log.info("downloading weights for %s '%s' from %s", name, tag, host)
+    return False
+
+
+def _weights_error(name: str, pretrained: str, exc: Exception | str) -> str:
+    lines = [ln for ln in str(exc).splitlines() if ln.strip()] or [type(exc).__name__]
+    msg = " ".join(lines[0].split())
+    msg = msg if len(msg) <= 120 else msg[:117] + "..."
+    if _looks_like_path(str(pretrained)) and not _is_known_tag(name, str(pretrained)):
+        return (f"could not load checkpoint {pretrained} into {name} ({msg}); "
+                "pass an open_clip/OpenAI CLIP checkpoint file for this architecture (--model must match it)")
+    return (f"weights for --model {name} --pretrained {pretrained} could not be downloaded or loaded ({msg}); "
+            f"fetch them once on a machine with internet into the Hugging Face cache ({hub_cache_dir()}, "
+            f"or {url_cache_dir()} for URL weights), or pass --pretrained /path/to/checkpoint, "
+            "or use --model mstta-tiny --pretrained none for a test run")
+
+
+def _is_known_tag(name: str, tag: str) -> bool:
+    import open_clip
+
+    return bool(tag) and open_clip.is_pretrained_cfg(name, tag)
+
+
+# ---------------------------------------------------------------------------------------------
+# Text classifier
+
+
+def pretrained_id(name: str, pretrained: str | None) -> str:
+    """Identity of weights for cache keys: the tag, a checkpoint's path+size+mtime, or the seeded random init."""
+    import open_clip
+
+    p = str(pretrained or "none")
+    if p == "none":
+        return f"none:seed{INIT_SEED}:torch{torch.__version__}:open_clip{open_clip.__version__}"
+    path = Path(p).expanduser()
+    if path.is_file() and not _is_known_tag(name, p):
+        st = path.stat()
+        return f"file:{path.resolve()}:{st.st_size}:{st.st_mtime_ns}"
+    return f"tag:{p}"
+
+
+def weights_id(clip: ClipModel) -> str:
+    """`pretrained_id` of a loaded model."""
+    return pretrained_id(clip.name, clip.pretrained)
+
+
+def classifier_key(clip: ClipModel, classnames: Sequence[str], templates: Sequence[str]) -> str:
+    """Hash of (model, pretrained, precision, class names, templates): the classifier cache key."""
+    blob = json.dumps({"model": clip.name, "weights": weights_id(clip), "precision": clip.precision,
+                       "classnames": list(classnames), "templates": list(templates)}, sort_keys=True)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:24]
+
+
+def encode_classes(clip: ClipModel, classnames: Sequence[str], templates: Sequence[str]) -> torch.Tensor:
+    """Per class: mean of the normalised template embeddings, re-normalised. -> [C, d] float32."""
+    prompts = [fill(t, c) for c in classnames for t in templates]
+    feats = torch.cat([clip.encode_text(prompts[i:i + TEXT_CHUNK]) for i in range(0, len(prompts), TEXT_CHUNK)])
+    mean = feats.view(len(classnames), len(templates), -1).mean(dim=1)
+    return torch.nn.functional.normalize(mean, dim=-1)
+
+
+def build_text_classifier(clip: ClipModel, classnames: list[str], templates: list[str],
+                          cache_dir: str | Path | None = None) -> torch.Tensor:
+    """Zero-shot text classifier [C, d] (float32, on clip.device), cached on disk when `cache_dir` is set."""
+    names = [str(c) for c in classnames]
+    if not names:
+        raise UserError("no class names given; pass at least two class names (a labels file or a dataset)")
+    templates = check_templates(templates)
+    path = Path(cache_dir).expanduser() / f"text-{classifier_key(clip, names, templates)}.npy" if cache_dir else None
+    if path is not None and path.is_file():
+        try:
+            arr = np.load(path, allow_pickle=False)
+            if arr.ndim == 2 and arr.shape[0] == len(names) and np.isfinite(arr).all():
+                log.info("text classifier from cache %s", path)
+                return torch.from_numpy(arr.astype(np.float32)).to(clip.device)
+        except (OSError, ValueError):
+            pass
+        log.warning("ignoring unreadable classifier cache %s; recomputing", path)
+    weights = encode_classes(clip, names, templates)
+    if path is not None:
+        try:
+            with atomic_open(path, "wb") as fh:
+                np.save(fh, weights.cpu().numpy())
+        except OSError as exc:
+            log.warning("could not write classifier cache %s (%s); continuing without it", path, exc)
+    return weights

@@ -1,0 +1,190 @@
+"""Test-time views as the peers make them: the original image plus `V-1` seeded augmentations.
+
+View 0 is CLIP's own preprocessing (resize + center crop) of the image. Augmented views are a
+random resized crop with a random horizontal flip (`crop`, BoostAdapter), optionally followed by
+AugMix-style mixing at severity 1 (`augmix`, TDA/TPT). Pixel work runs on PIL in the data-loader
+workers and returns uint8 `[V, 3, S, S]`; `to_pixels` converts and normalises on the encoder's
+device, so one forward encodes every view. The random stream of sample `index` is seeded from
+`(seed, index)` only, so any worker or rank produces the same views.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+from PIL import Image, ImageOps
+
+from .errors import UserError
+
+AUGMENTS = ("augmix", "crop")
+OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
+OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
+CROP_SCALE = (0.08, 1.0)         # RandomResizedCrop defaults (both peers)
+CROP_RATIO = (3 / 4, 4 / 3)
+FILL = (128, 128, 128)           # fill colour of rotate/shear/translate (TDA: 128)
+
+
+def split_preprocess(preprocess: Callable) -> tuple[Callable, int, tuple, tuple]:
+    """open_clip's transform -> (PIL geometry part, output size, mean, std)."""
+    from torchvision import transforms as T
+
+    steps = list(getattr(preprocess, "transforms", []))
+    geometry, mean, std = [], OPENAI_MEAN, OPENAI_STD
+    for i, t in enumerate(steps):
+        if isinstance(t, T.ToTensor):
+            geometry = steps[:i]
+        if isinstance(t, T.Normalize):
+            mean, std = tuple(float(m) for m in t.mean), tuple(float(s) for s in t.std)
+    size = None
+    for t in geometry:
+        s = getattr(t, "size", None)
+        if s is not None:
+            size = int(s[0] if isinstance(s, (tuple, list)) else s)
+    if not geometry or size is None:
+        raise UserError("the model's preprocessing has no PIL resize/crop stage; mstta needs an open_clip image transform")
+    return T.Compose(geometry), size, mean, std
+
+
+def sample_rng(seed: int, index: int) -> np.random.Generator:
+    """The random stream of one sample: depends on (seed, index) only."""
+    return np.random.default_rng([int(seed) & 0xFFFFFFFF, int(index)])
+
+
+def crop_box(rng: np.random.Generator, width: int, height: int) -> tuple[int, int, int, int]:
+    """RandomResizedCrop's box (left, top, w, h): scale 0.08-1, aspect 3/4-4/3, 10 tries then a center crop."""
+    area = width * height
+    log_ratio = (math.log(CROP_RATIO[0]), math.log(CROP_RATIO[1]))
+    for _ in range(10):
+        target = area * rng.uniform(*CROP_SCALE)
+        aspect = math.exp(rng.uniform(*log_ratio))
+        w = int(round(math.sqrt(target * aspect)))
+        h = int(round(math.sqrt(target / aspect)))
+        if 0 < w <= width and 0 < h <= height:
+            return int(rng.integers(0, width - w + 1)), int(rng.integers(0, height - h + 1)), w, h
+    ratio = width / height
+    if ratio < CROP_RATIO[0]:
+        w, h = width, int(round(width / CROP_RATIO[0]))
+    elif ratio > CROP_RATIO[1]:
+        h, w = height, int(round(height * CROP_RATIO[1]))
+    else:
+        w, h = width, height
+    return (width - w) // 2, (height - h) // 2, w, h
+
+
+def crop_view(img: Image.Image, rng: np.random.Generator, size: int) -> Image.Image:
+    """Random resized crop to size x size (bilinear, antialiased) + random horizontal flip."""
+    left, top, w, h = crop_box(rng, *img.size)
+    out = img.resize((size, size), Image.BILINEAR, box=(left, top, left + w, top + h))
+    return out.transpose(Image.FLIP_LEFT_RIGHT) if rng.random() < 0.5 else out
+
+
+# AugMix operations at severity 1 (TPT/TDA `augmix_ops`): level ~ U(0.1, 1), scaled to each op's range.
+def _level(rng: np.random.Generator, maxval: float) -> float:
+    return rng.uniform(0.1, 1.0) * maxval / 10
+
+
+def _sign(rng: np.random.Generator, v: float) -> float:
+    return -v if rng.uniform() > 0.5 else v
+
+
+def _affine(img: Image.Image, coeffs: tuple) -> Image.Image:
+    return img.transform(img.size, Image.AFFINE, coeffs, resample=Image.BILINEAR, fillcolor=FILL)
+
+
+def _autocontrast(img, rng):
+    return ImageOps.autocontrast(img)
+
+
+def _equalize(img, rng):
+    return ImageOps.equalize(img)
+
+
+def _posterize(img, rng):
+    return ImageOps.posterize(img, 4 - int(_level(rng, 4)))
+
+
+def _rotate(img, rng):
+    return img.rotate(_sign(rng, int(_level(rng, 30))), resample=Image.BILINEAR, fillcolor=FILL)
+
+
+def _solarize(img, rng):
+    return ImageOps.solarize(img, 256 - int(_level(rng, 256)))
+
+
+def _shear_x(img, rng):
+    return _affine(img, (1, _sign(rng, _level(rng, 0.3)), 0, 0, 1, 0))
+
+
+def _shear_y(img, rng):
+    return _affine(img, (1, 0, 0, _sign(rng, _level(rng, 0.3)), 1, 0))
+
+
+def _translate_x(img, rng):
+    return _affine(img, (1, 0, _sign(rng, int(_level(rng, img.size[0] / 3))), 0, 1, 0))
+
+
+def _translate_y(img, rng):
+    return _affine(img, (1, 0, 0, 0, 1, _sign(rng, int(_level(rng, img.size[1] / 3)))))
+
+
+AUGMIX_OPS = (_autocontrast, _equalize, _posterize, _rotate, _solarize, _shear_x, _shear_y, _translate_x, _translate_y)
+
+
+def augmix(img: Image.Image, rng: np.random.Generator, chains: int = 3) -> np.ndarray:
+    """AugMix: `chains` chains of 1-3 random ops, weights ~ Dirichlet(1), blended with the input by m ~ Beta(1, 1).
+
+    Mixing is affine with weights summing to 1, so mixing uint8 pixels equals the peers' mixing of
+    normalised tensors (up to the final rounding to uint8). -> [S, S, 3] uint8.
+    """
+    w = rng.dirichlet([1.0] * chains).astype(np.float32)
+    m = np.float32(rng.beta(1.0, 1.0))
+    mix = np.zeros((img.size[1], img.size[0], 3), np.float32)
+    for i in range(chains):
+        x = img
+        for _ in range(int(rng.integers(1, 4))):
+            x = AUGMIX_OPS[int(rng.integers(len(AUGMIX_OPS)))](x, rng)
+        mix += w[i] * np.asarray(x, np.float32)
+    out = m * np.asarray(img, np.float32) + (1 - m) * mix
+    return np.clip(np.rint(out), 0, 255).astype(np.uint8)
+
+
+def _chw(arr: np.ndarray | Image.Image) -> torch.Tensor:
+    return torch.from_numpy(np.array(arr, np.uint8, copy=True)).permute(2, 0, 1)
+
+
+@dataclass(frozen=True)
+class ViewMaker:
+    """PIL RGB image + sample index -> uint8 views [V, 3, S, S]; view 0 is the un-augmented original."""
+
+    geometry: Callable          # CLIP's PIL resize + center crop
+    size: int
+    views: int = 1
+    augment: str = "augmix"
+    seed: int = 1
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.views, int) or self.views < 1:
+            raise UserError(f"--views {self.views}: expected an integer >= 1 (1 = the original image only)")
+        if self.views > 1 and self.augment not in AUGMENTS:
+            raise UserError(f"--augment {self.augment}: choose one of {', '.join(AUGMENTS)}")
+
+    def __call__(self, img: Image.Image, index: int) -> torch.Tensor:
+        out = [_chw(self.geometry(img))]
+        if self.views > 1:
+            rng = sample_rng(self.seed, index)
+            for _ in range(self.views - 1):
+                crop = crop_view(img, rng, self.size)
+                out.append(_chw(augmix(crop, rng) if self.augment == "augmix" else crop))
+        return torch.stack(out)
+
+
+def to_pixels(views: torch.Tensor, mean: Sequence[float], std: Sequence[float],
+              device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """uint8 [..., 3, S, S] -> normalised float pixels on `device` (= ToTensor + Normalize)."""
+    x = views.to(device, non_blocking=True).float().div_(255)
+    m = torch.tensor(mean, device=x.device).view(3, 1, 1)
+    s = torch.tensor(std, device=x.device).view(3, 1, 1)
+    return x.sub_(m).div_(s).to(dtype)

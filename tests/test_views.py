@@ -1,0 +1,97 @@
+"""Test-time views: view 0 = CLIP preprocessing, seeded augmented views, batched encoding."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from PIL import Image
+
+from mstta.errors import UserError
+from mstta.models import load_clip
+from mstta.views import (AUGMENTS, ViewMaker, augmix, crop_box, crop_view, sample_rng, split_preprocess,
+                         to_pixels)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load_clip("mstta-tiny", "none", device="cpu")
+
+
+def _image(w=50, h=37, seed=0) -> Image.Image:
+    rng = np.random.default_rng(seed)
+    return Image.fromarray(rng.integers(0, 256, size=(h, w, 3), dtype=np.uint8))
+
+
+def _vit_b16_preprocess():
+    import open_clip
+    return open_clip.image_transform(224, is_train=False)
+
+
+@pytest.mark.parametrize("which", ["tiny", "vit-b-16"])
+def test_view0_equals_clip_preprocessing(tiny, which):
+    pre = tiny.preprocess if which == "tiny" else _vit_b16_preprocess()
+    geometry, size, mean, std = split_preprocess(pre)
+    img = _image(300, 211)
+    views = ViewMaker(geometry, size, views=3, augment="augmix", seed=1)(img, 0)
+    assert torch.equal(to_pixels(views[:1], mean, std)[0], pre(img))
+
+
+@pytest.mark.parametrize("augment", AUGMENTS)
+def test_views_shape_and_determinism(tiny, augment):
+    geometry, size, _, _ = split_preprocess(tiny.preprocess)
+    make = ViewMaker(geometry, size, views=8, augment=augment, seed=1)
+    img = _image()
+    a = make(img, 5)
+    assert a.shape == (8, 3, size, size) and a.dtype == torch.uint8
+    assert torch.equal(a, make(img, 5))                      # same (seed, index): same views
+    assert not torch.equal(a[1:], make(img, 6)[1:])          # another sample index: other views
+    other_seed = ViewMaker(geometry, size, views=8, augment=augment, seed=2)(img, 5)
+    assert torch.equal(a[0], other_seed[0]) and not torch.equal(a[1:], other_seed[1:])
+    assert len({v.numpy().tobytes() for v in a}) == 8         # every view differs
+
+
+def test_single_view_is_the_original_only(tiny):
+    geometry, size, _, _ = split_preprocess(tiny.preprocess)
+    assert ViewMaker(geometry, size, views=1)(_image(), 0).shape == (1, 3, size, size)
+
+
+@pytest.mark.parametrize("views, augment, expected", [(0, "crop", "--views 0"), (2, "cutout", "--augment cutout")])
+def test_bad_view_settings(tiny, views, augment, expected):
+    geometry, size, _, _ = split_preprocess(tiny.preprocess)
+    with pytest.raises(UserError, match=expected):
+        ViewMaker(geometry, size, views=views, augment=augment)
+
+
+@settings(max_examples=60, deadline=None, database=None)
+@given(w=st.integers(1, 2000), h=st.integers(1, 2000), seed=st.integers(0, 2**31))
+def test_crop_box_inside_image(w, h, seed):
+    left, top, cw, ch = crop_box(sample_rng(seed, 0), w, h)
+    assert 0 <= left and 0 <= top and cw >= 1 and ch >= 1 and left + cw <= w and top + ch <= h
+
+
+def test_crop_and_augmix_outputs():
+    rng = sample_rng(1, 0)
+    crop = crop_view(_image(120, 80), rng, 32)
+    assert crop.size == (32, 32) and crop.mode == "RGB"
+    mixed = augmix(crop, rng)
+    assert mixed.shape == (32, 32, 3) and mixed.dtype == np.uint8
+
+
+def test_to_pixels_matches_totensor_normalize():
+    u8 = torch.randint(0, 256, (2, 3, 4, 4), dtype=torch.uint8)
+    mean, std = (0.5, 0.4, 0.3), (0.2, 0.25, 0.3)
+    want = (u8.float() / 255 - torch.tensor(mean).view(3, 1, 1)) / torch.tensor(std).view(3, 1, 1)
+    got = to_pixels(u8, mean, std, dtype=torch.bfloat16)
+    assert got.dtype == torch.bfloat16 and torch.allclose(got.float(), want, atol=2e-2)
+    assert torch.allclose(to_pixels(u8, mean, std), want, atol=1e-6)
+
+
+def test_one_forward_for_all_views_equals_one_by_one(tiny):
+    geometry, size, mean, std = split_preprocess(tiny.preprocess)
+    views = ViewMaker(geometry, size, views=6, augment="augmix", seed=3)(_image(), 0)
+    pixels = to_pixels(views, mean, std)
+    batched = tiny.encode_images(pixels)
+    single = torch.cat([tiny.encode_images(pixels[i:i + 1]) for i in range(6)])
+    assert batched.shape == (6, 64) and torch.allclose(batched, single, atol=1e-5)
