@@ -153,9 +153,7 @@ def ensure_features(key: FeatureKey, store: str | Path, models: Models, data_roo
                     batch_size: int | None = None, workers: int | None = None, progress: bool = False) -> Path:
     """The feature file of `key` in the store, extracted first when absent (the store is a cache:
     an existing file is used as is; delete it to re-extract). The backbone's model is shared
-    through `models` when the extraction library accepts a loaded model, so it loads once."""
-    import inspect
-
+    through `models`, so it loads once per backbone."""
     from .. import extract
 
     path = key.path(Path(store))
@@ -164,12 +162,11 @@ def ensure_features(key: FeatureKey, store: str | Path, models: Models, data_roo
     kwargs: dict[str, Any] = dict(model=key.backbone.name, pretrained=key.backbone.pretrained,
                                   precision=key.precision, device=str(models.device), views=key.views,
                                   augment=key.augment, seed=key.seed, limit=key.limit,
-                                  cache_dir=Path(store) / "text", progress=progress)
+                                  cache_dir=Path(store) / "text", progress=progress,
+                                  clip=models.get(key.backbone))
     if batch_size is not None:
         kwargs["batch_size"] = batch_size
     if workers is not None:
         kwargs["workers"] = workers
-    if "clip" in inspect.signature(extract.run_extraction).parameters:
-        kwargs["clip"] = models.get(key.backbone)
     log.info("extracting %s for %s into %s", key.dataset, key.backbone.label, path)
     return extract.run_extraction(key.dataset, path, data_root, **kwargs).path
