@@ -26,12 +26,13 @@ browser:
 test: install browser
 	$(PY) -m pytest -q
 
-# The main job: the demo on the bundled video. Offline without CLIP weights it stops with the
-# missing-weights line; `make demo DEMO_MODEL="--model mstta-tiny --pretrained none"` runs it anyway.
-DEMO_MODEL ?=
+# The main job: the browser UI streaming the bundled video (CLIP vs MS-TTA side by side), on
+# http://127.0.0.1:7860. Offline without CLIP weights it stops with the missing-weights line;
+# `make demo DEMO_ARGS="--model mstta-tiny --pretrained none"` runs it with random weights, and
+# `DEMO_ARGS="--headless --out out/annotated.mp4 --log out/preds.jsonl"` without a browser.
+DEMO_ARGS ?=
 demo: install
-	$(VENV)/bin/mstta-demo --video assets/demo.mp4 --labels assets/labels.txt --truth assets/truth.csv \
-		--headless --out out/annotated.mp4 --log out/preds.jsonl $(DEMO_MODEL)
+	$(VENV)/bin/mstta-demo --video assets/demo.mp4 --labels assets/labels.txt --truth assets/truth.csv $(DEMO_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -36,8 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="a video file OpenCV reads, a folder of images (name order), or a stream URL (rtsp://, http://)")
     src.add_argument("--camera", type=int, metavar="INDEX", help="webcam index, e.g. 0")
     cls = p.add_argument_group("classes")
-    cls.add_argument("--labels", metavar="FILE", required=True,
-                     help="class names, one per line (blank lines and # comments ignored; UTF-8)")
+    cls.add_argument("--labels", metavar="FILE",
+                     help="class names, one per line (blank lines and # comments ignored; UTF-8); required with --headless, optional for the UI (editable there)")
     cls.add_argument("--template", metavar="TEXT",
                      help="prompt template with one {}, e.g. 'a photo of a {}.' (default: the built-in prompt ensemble)")
     mod = p.add_argument_group("model")
@@ -68,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="ground truth, lines start_frame,end_frame,label (inclusive source frame ranges): adds accuracy")
     out.add_argument("--json", action="store_true", help="print the end-of-run summary as one JSON object")
     out.add_argument("-v", "--verbose", action="store_true", help="log progress details to stderr")
+    from .ui import add_ui_arguments
+
+    add_ui_arguments(p)
     return p
 
 
@@ -91,13 +94,14 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.verbose:
         for name in ("app", "mstta"):
             logging.getLogger(name).setLevel(logging.INFO)
+    if not args.headless:
+        from .ui import run_ui
+
+        return run_ui(args)
     if args.video is None and args.camera is None:
         raise UserError(f"no source: pass --video PATH|DIR|URL or --camera INDEX (see {PROG} --help)")
     if args.video is not None and args.camera is not None:
         raise UserError("pass either --video or --camera, not both")
-    if not args.headless:
-        raise UserError("the browser UI is not available yet in this version; add --headless "
-                        "(with --out annotated.mp4 and/or --log preds.jsonl) to run without a browser")
     from .pipeline import run_pipeline
     from .summary import format_summary
 

@@ -94,8 +94,8 @@ def _bad_inputs(media) -> list[tuple[list[str], str]]:
         (["--video", v, "--labels", lab, "--headless", "--model", "NoSuchNet"], "unknown architecture"),
         (["--labels", lab, "--headless"], "no source"),
         (["--video", v, "--camera", "0", "--labels", lab, "--headless"], "either --video or --camera"),
-        (["--video", v, "--headless"], "required: --labels"),
-        (["--video", v, "--labels", lab], "browser UI is not available yet"),
+        (["--video", v, "--headless"], "--labels is required"),
+        (["--video", v, "--labels", lab, "--out", str(d / "a.mp4")], "--out is for --headless runs"),
     ]
 
 

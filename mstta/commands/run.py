@@ -1,6 +1,6 @@
 """The paper's benchmark: extract features once per (dataset, backbone, views, seed), replay every
 method over them, and report beside the paper (results/results.json, results.csv, report.md,
-plots). Rerunning skips finished cells; see docs/REPRODUCING.md for the paper's tables."""
+plots). Rerunning skips finished cells; see README, "Reproducing the paper", for the paper's tables."""
 from __future__ import annotations
 
 import argparse

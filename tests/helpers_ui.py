@@ -1,0 +1,288 @@
+"""Shared pieces of the UI tests: the app launched on loopback, the real `mstta-demo` UI process,
+gradio_client helpers, Debian's Chromium for Playwright, generated webcam footage, screenshots.
+
+Nothing here touches the network beyond 127.0.0.1: the model is the random-weight `mstta-tiny`,
+videos are generated, Gradio's and the client's analytics are off.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from helpers_video import LABELS, scene
+
+REPO = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--no-first-run"]
+FAKE_CAMERA_FLAGS = ["--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream"]
+LOOPBACK = re.compile(r"^(https?|wss?)://(127\.0\.0\.1|localhost)(:\d+)?/")
+SHOTS_DIR = Path("/tmp/mstta_ui_shots")      # screenshots are copied here for people to look at
+SETTINGS = ["ms-tta", 2, 0.8, 1.0, 3, 4096]  # method, k, alpha, lam, Q, bank size (the UI defaults)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def launched(demo, *, concurrency: int = 2, max_upload_mb: float = 50) -> Iterator[str]:
+    """Queue and launch a built app on 127.0.0.1 (a free port) as `mstta-demo` does; yields its URL."""
+    from app.ui import launch_options
+
+    demo.queue(max_size=16, default_concurrency_limit=concurrency)
+    _, url, _ = demo.launch(**launch_options("127.0.0.1", free_port(), max_upload_mb=max_upload_mb))
+    try:
+        yield url
+    finally:
+        demo.close(verbose=False)
+
+
+def client(url: str):
+    """A gradio_client on the app: no analytics, output files left on the server (FileData)."""
+    from gradio_client import Client
+
+    return Client(url, verbose=False, analytics_enabled=False, download_files=False)
+
+
+def named(outputs: Sequence[Any]) -> dict[str, Any]:
+    """One handler output tuple (as gradio_client returns it: no State) by OUTPUT_NAMES."""
+    from app.ui import OUTPUT_NAMES
+
+    names = [n for n in OUTPUT_NAMES if n != "state"]
+    assert len(outputs) == len(names), f"expected {len(names)} outputs, got {len(outputs)}"
+    return dict(zip(names, outputs))
+
+
+def plot_rows(value: Any) -> list[list[Any]]:
+    """The data rows of a native plot output (an update dict holding the DataFrame as JSON)."""
+    if isinstance(value, dict) and "value" in value:
+        value = value["value"]
+    return list(value["data"]) if isinstance(value, dict) and "data" in value else []
+
+
+def video_args(video: str | Path | None, labels: Sequence[str] = LABELS, *, truth: str | Path | None = None,
+               every: int = 1, template: str = "", settings: Sequence[Any] = SETTINGS) -> list[Any]:
+    """Positional inputs of /process_video."""
+    from gradio_client import handle_file
+
+    return [handle_file(str(video)) if video else None, handle_file(str(truth)) if truth else None, every,
+            "\n".join(labels), template, *settings]
+
+
+def settings_args(labels: Sequence[str] | str = LABELS, *, template: str = "",
+                  settings: Sequence[Any] = SETTINGS) -> list[Any]:
+    """Positional inputs of /apply_settings (the labels box may be given as raw text)."""
+    text = labels if isinstance(labels, str) else "\n".join(labels)
+    return [text, template, *settings]
+
+
+def write_y4m(path: str | Path, n: int = 40, size: tuple[int, int] = (160, 120), fps: int = 10) -> Path:
+    """Frames for Chromium's fake camera (`--use-file-for-fake-video-capture`): raw YUV 4:2:0."""
+    import cv2
+
+    path, (w, h) = Path(path), size
+    with path.open("wb") as f:
+        f.write(f"YUV4MPEG2 W{w} H{h} F{fps}:1 Ip A1:1 C420jpeg\n".encode())
+        for i in range(n):
+            f.write(b"FRAME\n")
+            f.write(cv2.cvtColor(scene(i, w, h), cv2.COLOR_RGB2YUV_I420).tobytes())
+    return path
+
+
+def write_h264(path: str | Path, n: int = 30, size: tuple[int, int] = (160, 120), fps: float = 10.0) -> Path:
+    """A browser-playable H.264 MP4 of scene frames, written by the demo's own VideoSink (PyAV)."""
+    from app.sinks import VideoSink
+
+    w, h = size
+    with VideoSink(path, fps=fps) as sink:
+        for i in range(n):
+            sink.write(scene(i, w, h), i / fps)
+    return Path(path)
+
+
+def write_truth(path: str | Path, n: int, labels: Sequence[str] = LABELS, segment: int = 10) -> Path:
+    """Ground truth matching `scene()`: the class changes every `segment` frames."""
+    lines = ["start_frame,end_frame,label"]
+    for start in range(0, n, segment):
+        lines.append(f"{start},{min(n, start + segment) - 1},{labels[(start // segment) % len(labels)]}")
+    Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return Path(path)
+
+
+# ---------------------------------------------------------------------------- the real UI process
+UI_SCRIPT = """
+import logging, sys
+from app.cli import build_parser, main
+if "--host" in build_parser()._option_string_actions:   # the CLI runs the UI itself: use it as users do
+    sys.exit(main(sys.argv[1:]))
+from app.ui import add_ui_arguments, run_ui
+from mstta.errors import run_cli
+logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+logging.getLogger("app").setLevel(logging.INFO)
+parser = add_ui_arguments(build_parser())
+sys.exit(run_cli("mstta-demo", lambda argv: run_ui(parser.parse_args(argv)), sys.argv[1:]))
+"""
+
+# `run_ui` reads only the flags it is given (the rest default): the UI with no labels and no video.
+EMPTY_UI_SCRIPT = """
+import argparse, sys
+from app.ui import run_ui
+sys.exit(run_ui(argparse.Namespace(model="mstta-tiny", pretrained="none", port=0)))
+"""
+
+
+class UIProcess:
+    """`mstta-demo` without --headless, as the CLI wires it (`add_ui_arguments` + `run_ui`), in a child process."""
+
+    URL_LINE = re.compile(r"UI running at (http://\S+)")
+
+    def __init__(self, args: Sequence[str], timeout: float = 120.0, gradio_tmp: Path | None = None,
+                 script: str = UI_SCRIPT):
+        env = dict(os.environ, PYTHONUNBUFFERED="1", GRADIO_ANALYTICS_ENABLED="False")
+        if gradio_tmp is not None:   # uploads and shown frames land there, not in /tmp/gradio
+            env["GRADIO_TEMP_DIR"] = str(gradio_tmp)
+        self.proc = subprocess.Popen([sys.executable, "-c", script, *args], cwd=REPO, env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.stdout: list[str] = []
+        self.stderr: list[str] = []
+        self._threads = [threading.Thread(target=self._pump, args=(self.proc.stdout, self.stdout), daemon=True),
+                         threading.Thread(target=self._pump, args=(self.proc.stderr, self.stderr), daemon=True)]
+        for t in self._threads:
+            t.start()
+        self.url = self._wait_for_url(timeout)
+
+    @staticmethod
+    def _pump(stream, sink: list[str]) -> None:
+        for line in stream:
+            sink.append(line.rstrip("\n"))
+
+    def _wait_for_url(self, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in list(self.stdout):
+                m = self.URL_LINE.search(line)
+                if m:
+                    return m.group(1)
+            if self.proc.poll() is not None:
+                time.sleep(0.2)   # let the pumps catch the last lines
+                raise AssertionError(f"the UI exited with {self.proc.returncode} before printing its URL:\n"
+                                     + "\n".join(self.stdout + self.stderr))
+            time.sleep(0.1)
+        self.stop()
+        raise AssertionError(f"the UI printed no URL within {timeout:.0f} s:\n{self.log()}")
+
+    def log(self) -> str:
+        return "\n".join(self.stdout + self.stderr)
+
+    def stop(self) -> int:
+        """SIGTERM, as `kill` would; returns the exit code."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        for t in self._threads:
+            t.join(timeout=5)
+        return self.proc.returncode
+
+
+# ---------------------------------------------------------------------------- the browser
+def require_chromium() -> str:
+    """Debian's Chromium, or a failure that says how to get it (never a skip: CI installs it)."""
+    if not Path(CHROMIUM).exists():
+        raise AssertionError(f"{CHROMIUM} is missing: the browser UI tests need Debian's Chromium; "
+                             "run `make browser` (apt-get install chromium chromium-driver) or `make test`")
+    return CHROMIUM
+
+
+@contextlib.contextmanager
+def chromium(tmp_path: Path, *, camera: str | None = None, camera_file: Path | None = None,
+             width: int = 1400, height: int = 1500):
+    """A headless Chromium with a fresh profile. `camera`: None (no camera), "granted" (Chromium's
+    fake webcam, allowed; fed `camera_file` if given) or "denied" (a fake webcam the page may not use).
+
+    Yields a browser context; every request to anything but 127.0.0.1 is aborted and recorded in
+    `context.external_requests` (the page must need nothing from the network).
+    """
+    from playwright.sync_api import sync_playwright
+
+    flags = list(CHROMIUM_FLAGS)
+    if camera == "granted":
+        flags += FAKE_CAMERA_FLAGS
+        if camera_file is not None:
+            flags.append(f"--use-file-for-fake-video-capture={camera_file}")
+    elif camera == "denied":   # a device, but no permission and no auto-accept: getUserMedia is refused
+        flags.append("--use-fake-device-for-media-stream")
+    profile = tmp_path / f"chromium-profile-{time.monotonic_ns()}"
+    with sync_playwright() as pw:
+        context = pw.chromium.launch_persistent_context(
+            str(profile), executable_path=require_chromium(), headless=True, args=flags,
+            viewport={"width": width, "height": height}, permissions=["camera"] if camera == "granted" else [])
+        external: list[str] = []
+
+        def guard(route) -> None:
+            url = route.request.url
+            if LOOPBACK.match(url) or url.startswith(("data:", "blob:")):
+                route.continue_()
+            else:
+                external.append(url)
+                route.abort()
+
+        context.route("**/*", guard)
+        context.external_requests = external
+        try:
+            yield context
+        finally:
+            context.close()
+
+
+def save_shot(page, tmp_path: Path, name: str) -> Path:
+    """Full-page screenshot into tmp_path, copied to SHOTS_DIR."""
+    path = tmp_path / name
+    page.screenshot(path=str(path), full_page=True)
+    SHOTS_DIR.mkdir(parents=True, exist_ok=True)
+    shutil.copy(path, SHOTS_DIR / name)
+    return path
+
+
+def wait_for_text(page, selector: str, pattern: str, timeout: float = 60.0) -> str:
+    """Poll an element's text until it matches `pattern` (regex); returns the text."""
+    deadline = time.monotonic() + timeout
+    text = ""
+    while time.monotonic() < deadline:
+        loc = page.locator(selector)
+        if loc.count():
+            text = loc.first.inner_text()
+            if re.search(pattern, text):
+                return text
+        time.sleep(0.25)
+    raise AssertionError(f"{selector} never matched {pattern!r} in {timeout:.0f} s; last text: {text!r}")
+
+
+def marks(page, selector: str, mark: str) -> int:
+    """How many drawn Vega marks (`line`, `rect`) with real geometry a plot shows."""
+    return page.evaluate(
+        """([sel, mark]) => Array.from(document.querySelectorAll(`${sel} g.mark-${mark} path`))
+             .filter(p => { const d = p.getAttribute('d') || '';
+                            return d.length > 2 && !d.includes('NaN'); }).length""",
+        [selector, mark])
+
+
+def fake_frame(i: int = 0, size: tuple[int, int] = (96, 64)) -> np.ndarray:
+    return scene(i, *size)

@@ -1,0 +1,292 @@
+"""The browser UI's server, launched on loopback and driven with gradio_client (no browser).
+
+Generated videos, the random-weight `mstta-tiny` model; each client is its own browser session.
+"""
+from __future__ import annotations
+
+import argparse
+import socket
+import threading
+import urllib.error
+import urllib.request
+from types import SimpleNamespace
+
+import pytest
+
+from helpers_ui import (EMPTY_UI_SCRIPT, LABELS, SETTINGS, UIProcess, client, fake_frame, launched, named, plot_rows,
+                        settings_args, video_args, write_truth)
+from helpers_video import tiny_clip, write_labels, write_video
+from mstta.errors import UserError
+
+OTHER_LABELS = ["cat", "dog", "bird", "fish"]
+
+
+@pytest.fixture(scope="module")
+def app():
+    """One app for the module: labels preloaded, every processed frame and its plots sent to the page."""
+    from app.ui import build_app
+
+    demo = build_app(tiny_clip(), labels=LABELS, update_interval=0, plot_interval=0, offer_demo_clip=False)
+    with launched(demo) as url:
+        yield SimpleNamespace(demo=demo, url=url)
+
+
+@pytest.fixture
+def app_url(app):
+    return app.url
+
+
+@pytest.fixture(scope="module")
+def video(tmp_path_factory):
+    return write_video(tmp_path_factory.mktemp("ui") / "clip.avi", n=24, size=(96, 64))
+
+
+def run_video(c, *args):
+    """Submit /process_video and collect every streamed output (by name)."""
+    job = c.submit(*args, api_name="/process_video")
+    job.result(timeout=120)
+    return [named(o) for o in job.outputs()]
+
+
+def last_result(c, video) -> dict:
+    return run_video(c, *video_args(video, every=2))[-1]
+
+
+def test_video_streams_per_frame_results(app_url, video, tmp_path):
+    c = client(app_url)
+    truth = write_truth(tmp_path / "truth.csv", n=24)
+    outs = run_video(c, *video_args(video, truth=truth, every=2))
+    frames = [o["result"]["frame"] for o in outs[:-1]]
+    assert frames == list(range(0, 24, 2)), "one update per processed frame, in order"
+    for o in outs[:-1]:
+        r = o["result"]
+        assert {s["label"] for s in r["clip_topk"] + r["tta_topk"]} <= set(LABELS)
+        assert len(r["clip_topk"]) == len(r["tta_topk"]) == 3
+        assert r["method"] == "ms-tta"
+        assert "Processing **clip.avi**" in o["status"]
+        assert ("DISAGREE" in o["verdict"]) == r["disagree"]
+        assert o["frame"] is not None, "the annotated frame"
+    final = outs[-1]
+    assert final["status"].startswith("Done: **clip.avi**, 12 frames processed"), final["status"]
+    conf = plot_rows(final["confidence"])
+    assert len(conf) == 2 * 12 and {row[2] for row in conf} == {"CLIP zero-shot", "adapted"}
+    assert len(plot_rows(final["agreement"])) == 12
+    assert len(plot_rows(final["switches"])) == 2 * 12
+    assert [row[0] for row in plot_rows(final["cache"])] == LABELS
+    assert len(plot_rows(final["accuracy"])) == 2 * 12 and "CLIP vs MS-TTA" in final["accuracy"]["label"]
+    assert [row[0] for row in plot_rows(final["clip_topk"])][0] == outs[-2]["result"]["clip_topk"][0]["label"]
+    assert "**12** frames" in final["stats"] and "accuracy CLIP" in final["stats"]
+    assert final["result"]["bank_size"] == 12
+
+
+def test_two_clients_at_once_keep_separate_adaptation(app, video):
+    app_url = app.url
+    a, b = client(app_url), client(app_url)
+    results: dict[str, list] = {}
+
+    def run(name, c, labels):
+        results[name] = run_video(c, *video_args(video, labels, every=2))
+
+    threads = [threading.Thread(target=run, args=("a", a, LABELS)),
+               threading.Thread(target=run, args=("b", b, OTHER_LABELS))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=180)
+    for name, labels in (("a", LABELS), ("b", OTHER_LABELS)):
+        outs = results[name]
+        seen = {s["label"] for o in outs[:-1] for s in o["result"]["clip_topk"] + o["result"]["tta_topk"]}
+        assert seen <= set(labels), f"client {name} saw another session's classes: {seen - set(labels)}"
+        assert [row[0] for row in plot_rows(outs[-1]["cache"])] == labels
+        assert outs[-1]["result"]["bank_size"] == 12, "each engine saw its own 12 frames only"
+    # a's adaptation continues on its next run; b's is untouched by it
+    assert last_result(a, video)["result"]["bank_size"] == 24
+    assert named(b.predict(api_name="/reset"))["status"].startswith("Adaptation state cleared")
+    assert last_result(a, video)["result"]["bank_size"] == 36
+    assert last_result(b, video)["result"]["bank_size"] == 12
+    live = app.demo.mstta_sessions   # one engine per browser session, none shared
+    assert len({id(s) for s in live.values()}) == len(live) >= 2
+
+
+@pytest.mark.parametrize("labels_text, message", [
+    ("\n".join(f"class {i}" for i in range(1001)), "1001 class names; the UI takes at most 1000"),
+    ("cat\ndog\ncat", "duplicate class name 'cat' on lines 1 and 3"),
+    ("", "no class names found"),
+    ("   \n# only a comment\n", "no class names found"),
+    ("cat", "only one class name"),
+])
+def test_bad_labels_show_a_message_and_leave_the_session_alone(app_url, video, labels_text, message):
+    c = client(app_url)
+    assert last_result(c, video)["result"]["bank_size"] == 12
+    out = named(c.predict(*settings_args(labels_text), api_name="/apply_settings"))
+    assert out["status"].startswith("⚠️") and message in out["status"], out["status"]
+    outs = run_video(c, *video_args(video, [], every=2)[:3], labels_text, "", *SETTINGS)
+    assert len(outs) == 1 and message in outs[0]["status"], "no frame processed with bad labels"
+    again = last_result(c, video)   # the good labels again: same classifier, the engine went on adapting
+    assert again["result"]["bank_size"] == 24
+    assert [row[0] for row in plot_rows(again["cache"])] == LABELS
+
+
+@pytest.mark.parametrize("settings, message", [
+    (["ms-tta", 2.5, 0.8, 1.0, 3, 4096], "⚠️ k: 2.5 is not a whole number"),
+    (["tda", 16, 0.0, 0.0, 16, 65536], None),   # extreme but valid
+])
+def test_settings_are_checked_by_the_handler(app_url, settings, message):
+    out = named(client(app_url).predict(*settings_args(settings=settings), api_name="/apply_settings"))
+    if message is None:
+        assert out["status"] == "Ready: 3 classes, TDA.", out["status"]
+    else:
+        assert out["status"].startswith(message), out["status"]
+
+
+@pytest.mark.parametrize("settings, message", [
+    (["ms-tta", 2, 1.5, 1.0, 3, 4096], "greater than maximum"),
+    (["ms-tta", 2, 0.8, 1.0, 3, 0], "less than minimum"),
+    (["ms-tta", 2, 0.8, 1.0, 3, 10**9], "greater than maximum"),   # a bank that would not fit in memory
+    (["no-such-method", 2, 0.8, 1.0, 3, 4096], "no-such-method"),
+])
+def test_out_of_range_controls_are_refused_by_gradio(app_url, settings, message):
+    """Values a control cannot hold never reach the handler: Gradio refuses them with a one-line error."""
+    from gradio_client.exceptions import AppError
+
+    with pytest.raises(AppError, match=message):
+        client(app_url).predict(*settings_args(settings=settings), api_name="/apply_settings")
+
+
+def test_bad_template_and_settings_changes(app_url, video):
+    c = client(app_url)
+    out = named(c.predict(*settings_args(template="a photo"), api_name="/apply_settings"))
+    assert "Template" in out["status"] and "{}" in out["status"]
+    ready = named(c.predict(*settings_args(), api_name="/apply_settings"))
+    assert ready["status"] == "Ready: 3 classes, MS-TTA."
+    assert named(c.predict(*settings_args(), api_name="/apply_settings"))["status"] == "Labels and settings unchanged."
+    tda = ["tda", 3, 0.5, 2.0, 4, 64]
+    changed = named(c.predict(*settings_args(settings=tda), api_name="/apply_settings"))
+    assert changed["status"] == "New TDA settings: the adaptation started afresh."
+    assert "TDA" in changed["tta_topk"]["label"]
+    r = run_video(c, *video_args(video, every=2, settings=tda))[-1]["result"]   # the controls of a run win
+    assert r["method"] == "tda" and r["cache_capacity"] == 3 * 4 and r["bank_size"] == 0   # tda: no bank
+
+
+def test_unreadable_video_and_bad_truth_give_messages(app_url, video, tmp_path):
+    c = client(app_url)
+    junk = tmp_path / "broken.mp4"
+    junk.write_bytes(b"this is not a video at all" * 100)
+    outs = run_video(c, *video_args(junk))
+    assert len(outs) == 1
+    status = outs[0]["status"]
+    assert "'broken.mp4': not a video OpenCV can read" in status and "Traceback" not in status, status
+    truth = tmp_path / "truth.csv"
+    truth.write_text("0,10,zebra\n", encoding="utf-8")
+    outs = run_video(c, *video_args(video, truth=truth))
+    assert "Ground truth: 'truth.csv' line 1: label 'zebra' is not in the labels file" in outs[0]["status"]
+    outs = run_video(c, *video_args(None))
+    assert "No video yet" in outs[0]["status"]
+
+
+def test_single_frames_go_through_the_webcam_handler(app_url, tmp_path):
+    import cv2
+    from gradio_client import handle_file
+
+    c = client(app_url)
+    results = []
+    for i in range(3):
+        path = str(tmp_path / f"frame{i}.png")
+        cv2.imwrite(path, cv2.cvtColor(fake_frame(i), cv2.COLOR_RGB2BGR))
+        results.append(named(c.predict(handle_file(path), *settings_args(), api_name="/process_frame")))
+    assert [r["result"]["frame"] for r in results] == [0, 1, 2]
+    assert results[-1]["status"] == "Webcam: frame 3 processed."
+    assert results[-1]["result"]["bank_size"] == 3
+    assert len(plot_rows(results[-1]["confidence"])) == 6
+
+
+def test_upload_limit_and_only_the_demos_files_are_served(tmp_path):
+    from app.ui import ASSETS_DIR, build_app
+
+    demo = build_app(tiny_clip(), labels=LABELS, offer_demo_clip=False)
+    with launched(demo, max_upload_mb=0.01) as url:
+        big = write_video(tmp_path / "big.avi", n=60, size=(160, 120))
+        assert big.stat().st_size > 0.01 * 1024 * 1024
+        with pytest.raises(Exception, match="(?i)size|large|413"):
+            client(url).predict(*video_args(big), api_name="/process_video")
+        for path, allowed in ((ASSETS_DIR / "labels.txt", True), ("/etc/passwd", False),
+                              (ASSETS_DIR.parent / "pyproject.toml", False)):
+            try:
+                with urllib.request.urlopen(f"{url}gradio_api/file={path}", timeout=10) as r:
+                    status = r.status
+            except urllib.error.HTTPError as exc:
+                status = exc.code
+            assert (status == 200) == allowed, (path, status)
+
+
+# ---------------------------------------------------------------------------- the command line
+def ui_args(**kw) -> argparse.Namespace:
+    from app.cli import build_parser
+    from app.ui import add_ui_arguments
+
+    parser = add_ui_arguments(add_ui_arguments(build_parser()))   # adding twice is harmless
+    argv = ["--labels", str(kw.pop("labels")), "--model", "mstta-tiny", "--pretrained", "none"]
+    for key, value in kw.items():
+        argv += [f"--{key.replace('_', '-')}"] + ([] if value is True else [str(value)])
+    return parser.parse_args(argv)
+
+
+def test_ui_flags_defaults(tmp_path):
+    args = ui_args(labels=write_labels(tmp_path / "l.txt"))
+    assert (args.host, args.port, args.share, args.concurrency) == ("127.0.0.1", 7860, False, 2)
+    assert args.max_upload_mb > 0 and args.queue_size > 0
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"camera": 0}, "--camera is for --headless runs"),
+    ({"out": "x.mp4"}, "--out is for --headless runs"),
+    ({"concurrency": 0}, "--concurrency 0: expected a whole number > 0"),
+    ({"video": "/no/such/clip.mp4"}, "no such file or folder"),
+    ({"truth": "/no/such/truth.csv"}, "no such file"),
+])
+def test_run_ui_rejects_bad_flags_before_loading_the_model(tmp_path, extra, message):
+    from app.ui import run_ui
+
+    with pytest.raises(UserError, match=message.replace("(", r"\(")):
+        run_ui(ui_args(labels=write_labels(tmp_path / "l.txt"), **extra))
+
+
+def test_run_ui_busy_port_is_a_clear_error(tmp_path):
+    from app.ui import run_ui
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        with pytest.raises(UserError, match=f"--port {port}: already in use on 127.0.0.1; .*0 picks a free one"):
+            run_ui(ui_args(labels=write_labels(tmp_path / "l.txt"), port=port))
+
+
+def test_mstta_demo_ui_process_prints_its_url_and_serves(tmp_path):
+    """The UI as `mstta-demo` starts it: model loaded once, loopback, URL on one line, SIGTERM stops it."""
+    labels = write_labels(tmp_path / "labels.txt")
+    video = write_video(tmp_path / "clip.avi", n=12, size=(96, 64))
+    ui = UIProcess(["--labels", str(labels), "--video", str(video), "--model", "mstta-tiny", "--pretrained", "none",
+                    "--port", "0", "--every", "3"], gradio_tmp=tmp_path / "gradio")
+    try:
+        assert ui.url.startswith("http://127.0.0.1:"), ui.url
+        assert sum("UI running at" in line for line in ui.stdout) == 1
+        outs = run_video(client(ui.url), *video_args(video, every=3))
+        assert outs[-1]["status"].startswith("Done: **clip.avi**, 4 frames processed"), outs[-1]["status"]
+    finally:
+        code = ui.stop()
+    assert code == 0, ui.log()
+    assert "Traceback" not in ui.log(), ui.log()
+
+
+def test_the_ui_can_start_empty(tmp_path):
+    """`mstta-demo` with no labels and no video: a page that asks for both, then works."""
+    ui = UIProcess([], script=EMPTY_UI_SCRIPT, gradio_tmp=tmp_path / "gradio")
+    try:
+        c = client(ui.url)
+        assert "No video yet" in run_video(c, *video_args(None, []))[0]["status"]
+        assert "no class names found" in named(c.predict(*settings_args(""), api_name="/apply_settings"))["status"]
+        video = write_video(tmp_path / "clip.avi", n=6, size=(96, 64))
+        assert run_video(c, *video_args(video))[-1]["status"].startswith("Done: **clip.avi**, 6 frames processed")
+    finally:
+        assert ui.stop() == 0, ui.log()
