@@ -220,6 +220,21 @@ class _Run:
 
         return tqdm(items, disable=not self.cfg.progress, dynamic_ncols=True, **kw)
 
+    def each_dataset(self, backbone: Backbone, work, desc: str) -> list[str]:
+        """`work(dataset)` for every dataset; a UserError skips that dataset (one warning line, listed
+        as missing) and the others still run. Returns the datasets that ran."""
+        done: list[str] = []
+        for dataset in self.bar(self.cfg.datasets, desc=desc, unit="dataset"):
+            try:
+                work(dataset)
+            except UserError as exc:
+                self.skip(backbone, dataset, exc)
+                continue
+            done.append(dataset)
+            self.results.set_missing(dataset, backbone.name, backbone.pretrained, None)
+        self.ok[backbone] = done
+        return done
+
     def dataset(self, backbone: Backbone, dataset: str) -> None:
         dcfg = self.configs[dataset]
         for seed in self.cfg.seeds:
@@ -282,16 +297,7 @@ def run_benchmark(cfg: BenchmarkConfig) -> dict[str, Any]:
         raise UserError("nothing to run: give at least one dataset, backbone, method and seed")
     run = _Run(cfg)
     for backbone in cfg.backbones:
-        done: list[str] = []
-        for dataset in run.bar(cfg.datasets, desc=backbone.label, unit="dataset"):
-            try:
-                run.dataset(backbone, dataset)
-            except UserError as exc:
-                run.skip(backbone, dataset, exc)
-                continue
-            done.append(dataset)
-            run.results.set_missing(dataset, backbone.name, backbone.pretrained, None)
-        run.ok[backbone] = done
+        done = run.each_dataset(backbone, lambda d, b=backbone: run.dataset(b, d), backbone.label)
         if cfg.fps_samples > 0 and done:
             try:
                 measure_backbone(run, backbone, cfg.fps_dataset or done[0])

@@ -108,16 +108,8 @@ def run_sweep(cfg: BenchmarkConfig, param: str, values: Sequence[Any], method: s
     cfg = dataclasses.replace(cfg, methods=[method])
     run = _Run(cfg, f"sweep_{param}.json", SWEEP_KEY)
     for backbone in cfg.backbones:
-        done = []
-        for dataset in run.bar(cfg.datasets, desc=f"sweep {param} {backbone.label}", unit="dataset"):
-            try:
-                _sweep_dataset(run, backbone, dataset, param, values, method)
-            except UserError as exc:
-                run.skip(backbone, dataset, exc)
-                continue
-            done.append(dataset)
-            run.results.set_missing(dataset, backbone.name, backbone.pretrained, None)
-        run.ok[backbone] = done
+        run.each_dataset(backbone, lambda d, b=backbone: _sweep_dataset(run, b, d, param, values, method),
+                         f"sweep {param} {backbone.label}")
     if not any(run.ok.values()):
         raise UserError(f"no dataset could run: {run.missing[0]['reason'] if run.missing else 'nothing ran'}")
     for m in run.missing:
