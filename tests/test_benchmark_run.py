@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from helpers_data import make_fake_dataset
+from helpers_cli import run_bench
 from mstta.bench import main
 from mstta.benchmark import runner
 from mstta.features import load_features
@@ -20,9 +21,7 @@ DATASETS = ("imagenet_a", "dtd")
 
 
 def _run(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_bench(capsys, *argv)
 
 
 def _argv(root, out, store, *extra):

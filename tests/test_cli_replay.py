@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from mstta.bench import main
+from helpers_cli import run_bench
 from mstta.features import save_features
 from mstta.synthetic import make_stream
 
@@ -22,9 +22,7 @@ def feats(tmp_path):
 
 
 def _run(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_bench(capsys, *argv)
 
 
 def test_json_report_and_npy(tmp_path, feats, capsys):

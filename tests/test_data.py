@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mstta.bench import main as bench_main
+from helpers_cli import run_bench
 from mstta.data import ALIASES, layout_of, list_datasets, load_split, resolve_key
 from mstta.errors import UserError
 from mstta.templates import templates_for
@@ -161,8 +161,8 @@ def test_imagefolder_problems(tmp_path):
 
 
 def _cli(capsys, *args) -> tuple[int, str]:
-    code = bench_main(["extract", *map(str, args)])
-    return code, capsys.readouterr().err
+    code, _, err = run_bench(capsys, "extract", *args)
+    return code, err
 
 
 @pytest.mark.parametrize("key, how", [("oxford_pets", "no-folder"), ("oxford_pets", "no-split"),

@@ -13,6 +13,7 @@ import torch
 from PIL import Image
 
 import mstta.extract as ex
+from helpers_cli import run_bench
 from mstta.bench import main as bench_main
 from mstta.data import load_split
 from mstta.errors import UserError
@@ -188,9 +189,7 @@ def test_default_file_names():
 
 
 def _cli(capsys, *args) -> tuple[int, str, str]:
-    code = bench_main(["extract", *map(str, args)])
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err
+    return run_bench(capsys, "extract", *args)
 
 
 @pytest.mark.parametrize("dataset, views, augment", [("oxford_pets", 64, "crop"), ("imagenet_a", 64, "augmix"),
