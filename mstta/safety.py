@@ -1,0 +1,117 @@
+"""Guards every command runs before it writes or allocates: outputs never clobber inputs or
+special files, and no allocation is attempted that the machine cannot hold.
+
+One function per guard, shared by `mstta-bench` and `mstta-demo`; each raises a one-line
+`UserError` naming the flag, the file and the fix.
+"""
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Mapping
+
+from .errors import UserError
+
+PathLike = str | os.PathLike
+
+STDOUT = "-"  # an output flag that accepts "-" writes to standard output (no file is touched)
+
+
+def _resolve(p: PathLike) -> Path:
+    return Path(os.path.abspath(os.path.realpath(os.fspath(p))))
+
+
+def _same(a: Path, b: Path) -> bool:
+    if a == b:
+        return True
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_outputs(outputs: Mapping[str, PathLike | None], inputs: Mapping[str, PathLike | None] = {},
+                  stdout_ok: tuple[str, ...] = ()) -> None:
+    """Refuse output paths that would destroy something: an output that resolves to an input or
+    to another output, an existing output that is not a regular file (device, FIFO, directory, a
+    symlink), and an output whose parent folder is a file. Keys are the flags (`--out`).
+
+    `stdout_ok` names the output flags for which `-` means standard output.
+    """
+    ins = {flag: _resolve(p) for flag, p in inputs.items() if p is not None and os.fspath(p) != STDOUT}
+    seen: dict[str, Path] = {}
+    for flag, raw in outputs.items():
+        if raw is None:
+            continue
+        if os.fspath(raw) == STDOUT and flag in stdout_ok:
+            continue
+        p = Path(os.fspath(raw))
+        if p.is_symlink():
+            raise UserError(f"{flag} {p}: is a symbolic link; pass a regular file path (the link is never followed for writing)")
+        if p.exists() and not p.is_file():
+            kind = _kind(p)
+            raise UserError(f"{flag} {p}: is {kind}, not a regular file; pass a path to a regular file")
+        for parent in [p.parent, *p.parent.parents]:
+            if parent.exists():
+                if not parent.is_dir():
+                    raise UserError(f"{flag} {p}: {parent} is a file, not a folder; pass a path inside a folder")
+                break
+        r = _resolve(p)
+        for in_flag, q in ins.items():
+            if _same(r, q):
+                raise UserError(f"{flag} {p}: is the same file as the input {in_flag}; pass a different output path")
+        for out_flag, q in seen.items():
+            if _same(r, q):
+                raise UserError(f"{flag} {p}: is the same file as {out_flag}; pass a different path to each output")
+        seen[flag] = r
+
+
+def check_output_dir(flag: str, path: PathLike, inputs: Mapping[str, PathLike | None] = {}) -> None:
+    """An output folder: refused when it exists as something other than a folder, or when it is
+    (or holds) one of the inputs' files' places as a file."""
+    p = Path(os.fspath(path))
+    if p.exists() and not p.is_dir():
+        raise UserError(f"{flag} {p}: exists and is not a folder; pass a folder path")
+    r = _resolve(p)
+    for in_flag, q in inputs.items():
+        if q is not None and _same(r, _resolve(q)):
+            raise UserError(f"{flag} {p}: is the input {in_flag}; pass a different output folder")
+
+
+def _kind(p: Path) -> str:
+    mode = p.stat().st_mode
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a special file"
+
+
+def machine_memory() -> int:
+    """Physical memory of this machine in bytes (the bound every allocation estimate meets)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
+        return 16 * 2**30
+
+
+def human_bytes(n: float) -> str:
+    """1536 -> '1.5 KB' (decimal units, as a user reads them)."""
+    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
+        if abs(n) < 1000 or unit == "PB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
+        n /= 1000
+    return f"{n} PB"  # pragma: no cover
+
+
+def check_memory(nbytes: float, what: str, fraction: float = 0.8) -> None:
+    """Refuse, before allocating, a structure needing more than `fraction` of this machine's memory:
+    "<what> needs 2.05 TB; this machine has 24 GB". `what` says what is allocated, from which flags."""
+    have = machine_memory()
+    if nbytes > fraction * have:
+        raise UserError(f"{what} needs {human_bytes(nbytes)}; this machine has {human_bytes(have)}; lower it")
