@@ -22,6 +22,7 @@ def one_line(message: object) -> str:
 
 def run_cli(prog: str, main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None = None) -> int:
     """Run a CLI body; user errors print `prog: error: ...` on one stderr line and return 2."""
+    previous = _sigterm_as_interrupt()
     try:
         return int(main(argv) or 0)
     except (UserError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
@@ -30,3 +31,23 @@ def run_cli(prog: str, main: Callable[[Sequence[str] | None], int], argv: Sequen
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    finally:
+        if previous is not None:
+            import signal
+
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _sigterm_as_interrupt():
+    """SIGTERM ends a command like Ctrl-C: the same cleanup (temp files removed, outputs
+    finalised) runs; only in the main thread, where signal handlers can be installed."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum, frame):  # noqa: ANN001 - signal handler signature
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, handler)
