@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from mstta.synthetic import make_stream
+from synthetic import make_stream
 
 
 @pytest.fixture(autouse=True)

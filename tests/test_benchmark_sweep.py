@@ -14,7 +14,7 @@ from mstta.benchmark.store import Backbone, FeatureKey
 from mstta.benchmark.sweep import expand, parse_param
 from mstta.errors import UserError
 from mstta.features import save_features
-from mstta.synthetic import make_stream
+from synthetic import make_stream
 
 VIT = Backbone("ViT-B-16", "openai")
 

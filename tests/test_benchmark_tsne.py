@@ -12,7 +12,7 @@ from mstta.benchmark.store import Backbone, FeatureKey
 from mstta.config import EngineConfig
 from mstta.engine import Engine
 from mstta.features import save_features
-from mstta.synthetic import make_stream
+from synthetic import make_stream
 
 
 @pytest.mark.parametrize("views,view_mode,k,steps", [(1, "confident", 2, 1), (5, "confident", 3, 2), (5, "original", 2, 1)])

@@ -11,7 +11,7 @@ import pytest
 
 from helpers_cli import run_bench
 from mstta.features import save_features
-from mstta.synthetic import make_stream
+from synthetic import make_stream
 
 
 @pytest.fixture

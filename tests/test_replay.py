@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from mstta import EngineConfig, list_methods, replay
-from mstta.synthetic import as_tensors, make_stream
+from synthetic import as_tensors, make_stream
 
 CASES = [
     # (views, view_mode, overrides)

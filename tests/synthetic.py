@@ -1,4 +1,4 @@
-"""Generated feature streams for tests, benchmarks and the offline demo (no CLIP needed).
+"""Generated feature streams for tests (no CLIP needed).
 
 Mimics CLIP's geometry: image features share a common "modality gap" direction plus their
 class prototype plus noise; the text classifier is a noisy copy of the prototypes. So
