@@ -3,8 +3,9 @@
 View 0 is CLIP's own preprocessing (resize + center crop) of the image. Augmented views are a
 random resized crop with a random horizontal flip (`crop`, BoostAdapter), optionally followed by
 AugMix-style mixing at severity 1 (`augmix`, TDA/TPT). Pixel work runs on PIL in the data-loader
-workers and returns uint8 `[V, 3, S, S]`; `to_pixels` converts and normalises on the encoder's
-device, so one forward encodes every view. The random stream of sample `index` is seeded from
+workers and returns `[V, 3, S, S]` pixels in 0..255: uint8 for `crop`, float32 for `augmix` (its
+mix is never rounded, as the peers mix normalised float tensors); `to_pixels` converts and
+normalises on the encoder's device, so one forward encodes every view. The random stream of sample `index` is seeded from
 `(seed, index)` only, so any worker or rank produces the same views.
 """
 from __future__ import annotations
@@ -24,7 +25,8 @@ OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
 CROP_SCALE = (0.08, 1.0)         # RandomResizedCrop defaults (both peers)
 CROP_RATIO = (3 / 4, 4 / 3)
-FILL = (128, 128, 128)           # fill colour of rotate/shear/translate (TDA: 128)
+FILL = (0, 0, 0)                 # fill of rotate/shear/translate: PIL's default black, as TDA's augmix_ops.py
+                                 # calls rotate()/transform() without a fill colour
 
 
 def split_preprocess(preprocess: Callable) -> tuple[Callable, int, tuple, tuple]:
@@ -134,10 +136,11 @@ AUGMIX_OPS = (_autocontrast, _equalize, _posterize, _rotate, _solarize, _shear_x
 
 
 def augmix(img: Image.Image, rng: np.random.Generator, chains: int = 3) -> np.ndarray:
-    """AugMix: `chains` chains of 1-3 random ops, weights ~ Dirichlet(1), blended with the input by m ~ Beta(1, 1).
+    """AugMix: `chains` chains of 1-3 random ops, weights ~ Dirichlet(1), blended with the input by m ~ Beta(1, 1)
+    (kdiAAA/TDA datasets/utils.py `augmix`, ops from datasets/augmix_ops.py).
 
-    Mixing is affine with weights summing to 1, so mixing uint8 pixels equals the peers' mixing of
-    normalised tensors (up to the final rounding to uint8). -> [S, S, 3] uint8.
+    The mix is computed in float32 and returned unrounded: the weights sum to 1, so mixing 0..255
+    pixels and normalising afterwards equals the peers' mixing of normalised tensors. -> [S, S, 3] float32.
     """
     w = rng.dirichlet([1.0] * chains).astype(np.float32)
     m = np.float32(rng.beta(1.0, 1.0))
@@ -147,17 +150,17 @@ def augmix(img: Image.Image, rng: np.random.Generator, chains: int = 3) -> np.nd
         for _ in range(int(rng.integers(1, 4))):
             x = AUGMIX_OPS[int(rng.integers(len(AUGMIX_OPS)))](x, rng)
         mix += w[i] * np.asarray(x, np.float32)
-    out = m * np.asarray(img, np.float32) + (1 - m) * mix
-    return np.clip(np.rint(out), 0, 255).astype(np.uint8)
+    return m * np.asarray(img, np.float32) + (1 - m) * mix
 
 
-def _chw(arr: np.ndarray | Image.Image) -> torch.Tensor:
-    return torch.from_numpy(np.array(arr, np.uint8, copy=True)).permute(2, 0, 1)
+def _chw(arr: np.ndarray | Image.Image, dtype=np.uint8) -> torch.Tensor:
+    return torch.from_numpy(np.array(arr, dtype, copy=True)).permute(2, 0, 1)
 
 
 @dataclass(frozen=True)
 class ViewMaker:
-    """PIL RGB image + sample index -> uint8 views [V, 3, S, S]; view 0 is the un-augmented original."""
+    """PIL RGB image + sample index -> views [V, 3, S, S] in 0..255 (float32 with `augmix`, else
+    uint8); view 0 is the un-augmented original."""
 
     geometry: Callable          # CLIP's PIL resize + center crop
     size: int
@@ -172,18 +175,19 @@ class ViewMaker:
             raise UserError(f"--augment {self.augment}: choose one of {', '.join(AUGMENTS)}")
 
     def __call__(self, img: Image.Image, index: int) -> torch.Tensor:
-        out = [_chw(self.geometry(img))]
+        dtype = np.float32 if self.views > 1 and self.augment == "augmix" else np.uint8
+        out = [_chw(self.geometry(img), dtype)]
         if self.views > 1:
             rng = sample_rng(self.seed, index)
             for _ in range(self.views - 1):
                 crop = crop_view(img, rng, self.size)
-                out.append(_chw(augmix(crop, rng) if self.augment == "augmix" else crop))
+                out.append(_chw(augmix(crop, rng) if self.augment == "augmix" else crop, dtype))
         return torch.stack(out)
 
 
 def to_pixels(views: torch.Tensor, mean: Sequence[float], std: Sequence[float],
               device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """uint8 [..., 3, S, S] -> normalised float pixels on `device` (= ToTensor + Normalize)."""
+    """Pixels in 0..255 [..., 3, S, S] (uint8 or float) -> normalised float pixels on `device` (= ToTensor + Normalize)."""
     x = views.to(device, non_blocking=True).float().div_(255)
     m = torch.tensor(mean, device=x.device).view(3, 1, 1)
     s = torch.tensor(std, device=x.device).view(3, 1, 1)

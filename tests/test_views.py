@@ -44,7 +44,8 @@ def test_views_shape_and_determinism(tiny, augment):
     make = ViewMaker(geometry, size, views=8, augment=augment, seed=1)
     img = _image()
     a = make(img, 5)
-    assert a.shape == (8, 3, size, size) and a.dtype == torch.uint8
+    assert a.shape == (8, 3, size, size)
+    assert a.dtype == (torch.float32 if augment == "augmix" else torch.uint8)   # AugMix is mixed in float
     assert torch.equal(a, make(img, 5))                      # same (seed, index): same views
     assert not torch.equal(a[1:], make(img, 6)[1:])          # another sample index: other views
     other_seed = ViewMaker(geometry, size, views=8, augment=augment, seed=2)(img, 5)
@@ -76,7 +77,30 @@ def test_crop_and_augmix_outputs():
     crop = crop_view(_image(120, 80), rng, 32)
     assert crop.size == (32, 32) and crop.mode == "RGB"
     mixed = augmix(crop, rng)
-    assert mixed.shape == (32, 32, 3) and mixed.dtype == np.uint8
+    assert mixed.shape == (32, 32, 3) and mixed.dtype == np.float32
+    assert 0 <= mixed.min() and mixed.max() <= 255
+
+
+def test_augmix_mixes_in_float_unrounded():
+    """The peers mix normalised float tensors (TDA datasets/utils.py `augmix`): no rounding to uint8."""
+    rng = sample_rng(7, 3)
+    mixed = augmix(crop_view(_image(120, 80, seed=4), rng, 32), rng)
+    assert not np.array_equal(mixed, np.rint(mixed))
+
+
+@pytest.mark.parametrize("op", ["_rotate", "_shear_x", "_translate_y"])
+def test_geometric_ops_fill_black_as_the_peers(op):
+    """TDA's augmix_ops.py calls rotate()/transform() without a fill colour: PIL fills 0 (black)."""
+    import mstta.views as views
+
+    white = Image.new("RGB", (64, 64), (255, 255, 255))
+    for seed in range(20):                       # some draw moves the image far enough to uncover a corner
+        out = np.asarray(getattr(views, op)(white, sample_rng(seed, 0)))
+        if (out < 255).any():
+            assert (out == 0).all(axis=-1).any()          # pure black pixels, never grey 128
+            assert not (np.abs(out.astype(int) - 128) < 2).all(axis=-1).any()
+            return
+    pytest.fail(f"{op} never uncovered a border in 20 draws")
 
 
 def test_to_pixels_matches_totensor_normalize():

@@ -14,7 +14,7 @@ from ..errors import UserError
 from ..templates import DEFAULT_TEMPLATES, templates_for
 from .aircraft import LAYOUT as AIRCRAFT_LAYOUT
 from .aircraft import load_aircraft
-from .common import TestSplit
+from .common import LISTINGS, TestSplit
 from .coop import COOP, coop_layout, load_coop
 from .folder import load_folder
 from .imagenet import IMAGENET, imagenet_layout, load_imagenet
@@ -63,8 +63,21 @@ def resolve_key(name: str) -> str:
     return key
 
 
-def load_split(name: str, data_root: str | Path | None = None) -> TestSplit:
-    """The test split of dataset `name` under `data_root` (not needed for imagefolder:PATH)."""
+def check_listing(listing: str, flag: str = "--listing") -> str:
+    """A valid listing name, or a one-line error naming the choices."""
+    if listing not in LISTINGS:
+        raise UserError(f"{flag} {listing}: unknown listing; choose one of: {', '.join(LISTINGS)} "
+                        "(full = every image; peer = the peers' list, which drops names containing 'sh')")
+    return listing
+
+
+def load_split(name: str, data_root: str | Path | None = None, listing: str = "full") -> TestSplit:
+    """The test split of dataset `name` under `data_root` (not needed for imagefolder:PATH).
+
+    `listing`: `full` (every image) or `peer` (ImageNet-A/R/Sketch/V2 as TDA and BoostAdapter list
+    them, without names containing "sh"; every other dataset is read from its split file, the same
+    under both listings)."""
+    check_listing(listing)
     key = resolve_key(name)
     if key.startswith(FOLDER_PREFIX):
         split = load_folder(key, Path(key[len(FOLDER_PREFIX):]).expanduser())
@@ -76,9 +89,9 @@ def load_split(name: str, data_root: str | Path | None = None) -> TestSplit:
     if not root.is_dir():
         raise UserError(f"--data-root {root}: folder not found; pass the folder that holds the datasets "
                         f"(for {key}: {layout_of(key)})")
-    split = DATASETS[key](key, root)
+    split = load_imagenet(key, root, listing) if key in IMAGENET else DATASETS[key](key, root)
     split.templates = templates_for(key)
     return split
 
 
-__all__ = ["ALIASES", "DATASETS", "TestSplit", "layout_of", "list_datasets", "load_split", "resolve_key"]
+__all__ = ["ALIASES", "DATASETS", "LISTINGS", "TestSplit", "check_listing", "layout_of", "list_datasets", "load_split", "resolve_key"]

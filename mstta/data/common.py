@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import UserError
 
+LISTINGS = ("full", "peer")   # full: every image; peer: the peers' listing (drops names containing "sh")
 IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
 
 
@@ -64,17 +65,25 @@ def list_class_dirs(path: Path) -> list[Path]:
     return sorted((p for p in path.iterdir() if _visible(p.name) and p.is_dir()), key=lambda p: p.name)
 
 
-def list_images(path: Path) -> list[Path]:
-    """Every non-hidden image file in a folder (by extension), sorted by name."""
+def list_images(path: Path, listing: str = "full") -> list[Path]:
+    """Every non-hidden image file in a folder (by extension), sorted by name; `listing="peer"`
+    also drops the names the peers' listing drops (`peer_listed`)."""
     return sorted((p for p in path.iterdir() if _visible(p.name) and p.suffix.lower() in IMAGE_EXTENSIONS
-                   and p.is_file()), key=lambda p: p.name)
+                   and p.is_file() and (listing == "full" or peer_listed(p.name))), key=lambda p: p.name)
 
 
-def scan_class_folders(key: str, class_dirs: list[Path], layout: str) -> list[tuple[Path, int]]:
+def peer_listed(name: str) -> bool:
+    """Whether TDA's and BoostAdapter's `listdir_nohidden` keeps a name: it drops every name that
+    contains "sh" (kdiAAA/TDA datasets/utils.py:74, taolinzhang/BoostAdapter datasets/utils.py:75:
+    `not f.startswith('.') and 'sh' not in f`), so ImageNet-A's 7,500 images become 6,862."""
+    return not name.startswith(".") and "sh" not in name
+
+
+def scan_class_folders(key: str, class_dirs: list[Path], layout: str, listing: str = "full") -> list[tuple[Path, int]]:
     """Items of folder-per-class datasets (label = position in `class_dirs`); an empty class is an error."""
     items: list[tuple[Path, int]] = []
     for label, d in enumerate(class_dirs):
-        images = list_images(d)
+        images = list_images(d, listing)
         if not images:
             raise layout_error(key, f"class folder {d} holds no images (an empty class)", layout)
         items.extend((p, label) for p in images)

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .common import (TestSplit, first_existing, layout_error, list_class_dirs, read_wnid_names, require_file,
-                     scan_class_folders)
+from .common import (TestSplit, first_existing, layout_error, list_class_dirs, peer_listed, read_wnid_names,
+                     require_file, scan_class_folders)
 
 # key -> (dataset folder, image folders tried in order: documented layout first, then peer fallbacks)
 IMAGENET = {
@@ -37,13 +37,13 @@ def _names_for_wnids(key: str, dirs: list[Path], names_file: Path, layout: str) 
     return [table[d.name] for d in dirs]
 
 
-def _load_v2(key: str, base: Path, image_dir: Path, layout: str) -> TestSplit:
+def _load_v2(key: str, base: Path, image_dir: Path, layout: str, listing: str) -> TestSplit:
     """Folders 0..999: label = int(folder name), name = line `label` of classnames.txt; wnid folders as a fallback."""
     names_file = require_file(base / "classnames.txt", key, layout)
     dirs = list_class_dirs(image_dir)
     if dirs and not all(d.name.isdigit() for d in dirs):
-        return TestSplit(key, scan_class_folders(key, dirs, layout), _names_for_wnids(key, dirs, names_file, layout),
-                         layout=layout)
+        return TestSplit(key, scan_class_folders(key, dirs, layout, listing),
+                         _names_for_wnids(key, dirs, names_file, layout), layout=layout)
     names = [name for _, name in read_wnid_names(names_file, key, layout)]
     dirs = sorted(dirs, key=lambda d: int(d.name))
     if not dirs:
@@ -54,23 +54,29 @@ def _load_v2(key: str, base: Path, image_dir: Path, layout: str) -> TestSplit:
                                 f"({len(names)} lines)", layout)
     items = []
     for d in dirs:
-        part = scan_class_folders(key, [d], layout)
+        part = scan_class_folders(key, [d], layout, listing)
         items.extend((p, int(d.name)) for p, _ in part)
     return TestSplit(key, items, names, layout=layout)
 
 
-def load_imagenet(key: str, root: Path) -> TestSplit:
-    """Test split of ImageNet / -A / -R / -Sketch (label = sorted-wnid position) or -V2 (label = folder number)."""
+def load_imagenet(key: str, root: Path, listing: str = "full") -> TestSplit:
+    """Test split of ImageNet / -A / -R / -Sketch (label = sorted-wnid position) or -V2 (label = folder number).
+
+    `listing="peer"` reads the variants as TDA and BoostAdapter list them: their `listdir_nohidden`
+    drops class folders and images whose names contain "sh" (e.g. TDA datasets/imagenet_a.py:40-45,
+    imagenetv2.py:40-42); ImageNet itself is read through torchvision there, unfiltered.
+    """
     folder, subs = IMAGENET[key]
     layout = imagenet_layout(key)
     base = root / folder
     image_dir = first_existing([base / s for s in subs], key, layout)
+    listing = "full" if key == "imagenet" else listing
     if key == "imagenet_v2":
-        return _load_v2(key, base, image_dir, layout)
-    dirs = list_class_dirs(image_dir)
+        return _load_v2(key, base, image_dir, layout, listing)
+    dirs = [d for d in list_class_dirs(image_dir) if listing == "full" or peer_listed(d.name)]
     if not dirs:
         raise layout_error(key, f"{image_dir} holds no class folders", layout)
-    items = scan_class_folders(key, dirs, layout)
+    items = scan_class_folders(key, dirs, layout, listing)
     names_file = base / "classnames.txt"
     if key == "imagenet" and not names_file.is_file() and len(dirs) == 1000:
         return TestSplit(key, items, _open_clip_imagenet_names(), layout=layout)
