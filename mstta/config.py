@@ -6,6 +6,8 @@ Layers apply in a fixed order: defaults -> YAML file -> `key=value` overrides ->
 from __future__ import annotations
 
 import dataclasses
+import math
+import reprlib
 import types
 import typing
 from dataclasses import dataclass, field, fields
@@ -24,6 +26,17 @@ KERNELS = ("exp", "linear")
 # keeps flat memory and a flat step time.
 DEFAULT_BANK_SIZE = 65_536
 VIEW_MODES = ("confident", "original")
+
+# Upper bounds of the values that memory or time grows with (docs/limits.md gives each reason).
+# Each is far above anything the paper or its peers use, and low enough that a typo (an extra
+# zero run) gets a one-line refusal instead of a MemoryError or a run that never ends.
+MAX_K = 256                 # paper: k = 2 (ablation up to 16); kNN gathers [chunk, k, d] floats
+MAX_MS_STEPS = 64           # paper: 1 step (ablation 2, 4); time grows linearly with steps
+MAX_CAPACITY = 256          # TDA: 3 positive, 2 negative per class; cache [C, Q, d] (+ [C, Q, C])
+MAX_BANK_SIZE = 2**24       # 16,777,216 > 300x ImageNet's test set; the bank is [M, d] floats
+MAX_VIEWS = 256             # TDA / BoostAdapter: 64 views; extraction time and [N, V, d] storage
+MAX_WEIGHT = 1e6            # lam, alphas, betas, logit_scale (TDA's are <= 10; CLIP's scale 100):
+                            # keeps every logit far inside float32 (1e6 x 1e6 x 256 << 3.4e38)
 
 
 @dataclass
@@ -52,27 +65,29 @@ class EngineConfig:
     view_ratio: float = 0.1         # fraction of views kept by confidence (floor(0.1*64) = 6)
 
     def __post_init__(self) -> None:
-        _check(isinstance(self.k, int) and self.k >= 1, "k", self.k, "an integer >= 1")
-        _check(0.0 <= self.alpha <= 1.0, "alpha", self.alpha, "a number in [0, 1]")
-        _check(isinstance(self.ms_steps, int) and self.ms_steps >= 1, "ms_steps", self.ms_steps, "an integer >= 1")
-        _check(self.bank_size is None or (isinstance(self.bank_size, int) and self.bank_size >= 1),
-               "bank_size", self.bank_size, "an integer >= 1 or none (unbounded)")
-        _check(isinstance(self.capacity, int) and self.capacity >= 1, "capacity", self.capacity, "an integer >= 1")
-        _check(self.lam >= 0.0, "lam", self.lam, "a number >= 0")
+        _int(self, "k", 1, MAX_K)
+        _num(self, "alpha", 0.0, 1.0)
+        _int(self, "ms_steps", 1, MAX_MS_STEPS)
+        if self.bank_size is not None:
+            _int(self, "bank_size", 1, MAX_BANK_SIZE, " or none (unbounded)")
+        _int(self, "capacity", 1, MAX_CAPACITY)
+        _num(self, "lam", 0.0, MAX_WEIGHT)
         _check(self.kernel in KERNELS, "kernel", self.kernel, f"one of {', '.join(KERNELS)}")
-        _check(self.cache_alpha >= 0.0, "cache_alpha", self.cache_alpha, "a number >= 0")
-        _check(self.beta >= 0.0, "beta", self.beta, "a number >= 0")
-        _check(self.logit_scale > 0.0, "logit_scale", self.logit_scale, "a number > 0")
-        _check(isinstance(self.neg_capacity, int) and self.neg_capacity >= 1, "neg_capacity", self.neg_capacity, "an integer >= 1")
-        _check(self.neg_alpha >= 0.0, "neg_alpha", self.neg_alpha, "a number >= 0")
-        _check(self.neg_beta >= 0.0, "neg_beta", self.neg_beta, "a number >= 0")
+        _num(self, "cache_alpha", 0.0, MAX_WEIGHT)
+        _num(self, "beta", 0.0, MAX_WEIGHT)
+        _num(self, "logit_scale", 0.0, MAX_WEIGHT, low_open=True)
+        _int(self, "neg_capacity", 1, MAX_CAPACITY)
+        _num(self, "neg_alpha", 0.0, MAX_WEIGHT)
+        _num(self, "neg_beta", 0.0, MAX_WEIGHT)
+        for key in ("neg_entropy_lower", "neg_entropy_upper", "neg_mask_lower", "neg_mask_upper"):
+            _num(self, key, 0.0, 1.0)  # compared with normalised entropies and probabilities
         _check(self.neg_entropy_lower < self.neg_entropy_upper, "neg_entropy_lower",
                self.neg_entropy_lower, f"below neg_entropy_upper ({self.neg_entropy_upper})")
         _check(self.neg_mask_lower < self.neg_mask_upper, "neg_mask_lower",
                self.neg_mask_lower, f"below neg_mask_upper ({self.neg_mask_upper})")
-        _check(isinstance(self.delta, int) and self.delta >= 0, "delta", self.delta, "an integer >= 0")
+        _int(self, "delta", 0, MAX_CAPACITY)
         _check(self.view_mode in VIEW_MODES, "view_mode", self.view_mode, f"one of {', '.join(VIEW_MODES)}")
-        _check(0.0 < self.view_ratio <= 1.0, "view_ratio", self.view_ratio, "a number in (0, 1]")
+        _num(self, "view_ratio", 0.0, 1.0, low_open=True)
 
 
 @dataclass
@@ -83,7 +98,7 @@ class BenchConfig:
     augment: str = "augmix"         # view augmentation: "augmix" (TDA/TPT) or "crop" (BoostAdapter)
 
     def __post_init__(self) -> None:
-        _check(isinstance(self.views, int) and self.views >= 1, "views", self.views, "an integer >= 1")
+        _int(self, "views", 1, MAX_VIEWS)
         _check(self.augment in ("augmix", "crop"), "augment", self.augment, "one of augmix, crop")
 
 
@@ -97,7 +112,32 @@ class DatasetConfig:
 
 def _check(ok: bool, key: str, value: Any, expected: str) -> None:
     if not ok:
-        raise UserError(f"bad value for '{key}': {value!r}; expected {expected}")
+        raise UserError(f"bad value for '{key}': {_show(value)}; expected {expected}")
+
+
+def _int(obj: Any, key: str, low: int, high: int, extra: str = "") -> None:
+    """An integer field in [low, high] (bool is not an integer here)."""
+    v = getattr(obj, key)
+    ok = isinstance(v, int) and not isinstance(v, bool) and low <= v <= high
+    _check(ok, key, v, f"an integer in [{low}, {high:,}]{extra} (bounds: docs/limits.md)")
+
+
+def _num(obj: Any, key: str, low: float, high: float, low_open: bool = False) -> None:
+    """A finite number in [low, high] ((low, high] with `low_open`); NaN and infinities refused."""
+    v = getattr(obj, key)
+    ok = (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+          and (low < v if low_open else low <= v) and v <= high)
+    _check(ok, key, v, f"a finite number in {'(' if low_open else '['}{low:g}, {high:g}] (bounds: docs/limits.md)")
+
+
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 60
+_REPR.maxlevel = 2
+
+
+def _show(value: Any) -> str:
+    """A short repr for error messages (a YAML alias bomb or a huge string stays one short line)."""
+    return _REPR.repr(value)
 
 
 def _hints(cls: type) -> dict[str, Any]:
@@ -105,7 +145,9 @@ def _hints(cls: type) -> dict[str, Any]:
 
 
 def _coerce(value: Any, hint: Any, key: str) -> Any:
-    """Convert a YAML/CLI value to a field's declared type, or raise a one-line UserError."""
+    """Convert a YAML/CLI value to a field's declared type, or raise a one-line UserError.
+
+    A number the user typed in a form YAML 1.1 reads as a string (`1e-5`) is parsed as written."""
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(hint)
@@ -119,24 +161,31 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
                 return _coerce(value, a, key)
             except UserError:
                 pass
-        raise UserError(f"bad value for '{key}': {value!r}; expected {hint}")
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-        raise UserError(f"bad value for '{key}': {value!r}; expected true or false")
-    if hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise UserError(f"bad value for '{key}': {value!r}; expected an integer")
-    if hint is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        raise UserError(f"bad value for '{key}': {value!r}; expected a number")
-    if hint is str:
+        expected = " or ".join("none" if a is type(None) else _TYPE_WORDS.get(a, str(a)) for a in args)
+        raise UserError(f"bad value for '{key}': {_show(value)}; expected {expected}")
+    if hint is bool and isinstance(value, bool):
+        return value
+    if hint is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if hint is float and not isinstance(value, bool):
         if isinstance(value, str):
-            return value
-        raise UserError(f"bad value for '{key}': {value!r}; expected a string")
+            try:
+                return float(value.strip().replace("_", ""))
+            except ValueError:
+                pass
+        elif isinstance(value, (int, float)):
+            try:
+                return float(value)
+            except OverflowError:  # an integer beyond float range: refused by the bounds as inf
+                return math.inf
+    if hint is str and isinstance(value, str):
+        return value
+    if hint in _TYPE_WORDS:
+        raise UserError(f"bad value for '{key}': {_show(value)}; expected {_TYPE_WORDS[hint]}")
     return value
+
+
+_TYPE_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
 
 
 def from_dict(cls: type, data: dict[str, Any] | None, where: str, base: Any = None) -> Any:
@@ -148,26 +197,75 @@ def from_dict(cls: type, data: dict[str, Any] | None, where: str, base: Any = No
     hints = _hints(cls)
     names = [f.name for f in fields(cls)]
     values = {n: getattr(base, n) for n in names} if base is not None else {}
-    for key, value in data.items():
-        if key not in hints:
-            raise UserError(f"unknown key '{key}' in {where}; allowed keys: {', '.join(names)}")
-        hint = hints[key]
-        if dataclasses.is_dataclass(hint):
-            values[key] = from_dict(hint, value, f"{where}.{key}", values.get(key))
-        else:
-            values[key] = _coerce(value, hint, key)
-    return cls(**values)
+    try:
+        for key, value in data.items():
+            if key not in hints:
+                raise UserError(f"unknown key {_show(key)} in {where}; allowed keys: {', '.join(names)}")
+            hint = hints[key]
+            if dataclasses.is_dataclass(hint):
+                values[key] = from_dict(hint, value, f"{where}.{key}", values.get(key))
+            else:
+                values[key] = _coerce(value, hint, key)
+        return cls(**values)
+    except UserError as exc:
+        if where in str(exc):
+            raise
+        raise UserError(f"{where}: {exc}") from None
+
+
+MAX_CONFIG_BYTES = 1_000_000  # a dataset config is ~1 KB; anything near this is not a config
+
+
+class _DuplicateKey(yaml.YAMLError):
+    def __init__(self, key: Any, line: int):
+        super().__init__(f"duplicate key {_show(key)}")
+        self.key, self.line = key, line
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's SafeLoader, except that a key given twice in one mapping is an error (PyYAML
+    silently keeps the last one). Keys merged in with `<<` may still be overridden."""
+
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict:
+        if isinstance(node, yaml.MappingNode):
+            seen: set = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    duplicate = key in seen
+                    seen.add(key)
+                except TypeError:  # unhashable: SafeLoader reports it
+                    continue
+                if duplicate:
+                    raise _DuplicateKey(key, key_node.start_mark.line + 1)
+        return super().construct_mapping(node, deep)
+
+
+def load_yaml_text(text: str) -> Any:
+    """`yaml.safe_load` that refuses duplicate keys (raises a yaml.YAMLError)."""
+    return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """Read a YAML mapping, with one-line errors naming the file."""
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise UserError(f"config file not found: {p}; pass an existing YAML file (see configs/)")
+    if not p.is_file():
+        raise UserError(f"config file {p} is not a regular file; pass a YAML file (see configs/)")
+    if p.stat().st_size > MAX_CONFIG_BYTES:
+        raise UserError(f"config file {p} is {p.stat().st_size:,} bytes; a config is a small YAML file "
+                        f"(limit {MAX_CONFIG_BYTES:,} bytes)")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8-sig"))
+        data = load_yaml_text(p.read_text(encoding="utf-8-sig"))
+    except _DuplicateKey as exc:
+        raise UserError(f"{p}: duplicate key {_show(exc.key)} (line {exc.line}); give each key once") from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise UserError(f"{p}: not valid YAML ({one_line_yaml(exc)})") from None
+    except RecursionError:
+        raise UserError(f"{p}: not valid YAML (nested too deeply)") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -186,11 +284,11 @@ def parse_overrides(pairs: Iterable[str]) -> dict[str, Any]:
         key, sep, raw = pair.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise UserError(f"--set {pair!r}: expected KEY=VALUE, e.g. --set k=4")
+            raise UserError(f"--set {_show(pair)}: expected KEY=VALUE, e.g. --set k=4")
         try:
-            out[key] = yaml.safe_load(raw) if raw.strip() else None
-        except yaml.YAMLError:
-            out[key] = raw
+            out[key] = load_yaml_text(raw) if raw.strip() else None
+        except (yaml.YAMLError, RecursionError):
+            out[key] = raw  # kept as typed; the field's type check names it
     return out
 
 
@@ -213,7 +311,7 @@ def load_dataset_config(path: str | Path | None = None, overrides: Iterable[str]
             bench[key] = value
         else:
             allowed = sorted(engine_keys | bench_keys)
-            raise UserError(f"--set: unknown key '{key}'; allowed keys: {', '.join(allowed)}")
+            raise UserError(f"--set: unknown key {_show(key)}; allowed keys: {', '.join(allowed)}")
     return DatasetConfig(
         engine=from_dict(EngineConfig, eng, "--set", cfg.engine),
         bench=from_dict(BenchConfig, bench, "--set", cfg.bench),

@@ -1,12 +1,14 @@
 """Feature files: the `.npz` exchange format between extraction and replay.
 
-Arrays: `features` float16/32 [N, d] or [N, V, d] (view 0 = original image), `text` [C, d],
-optional `labels` int [N] (-1 = unknown), optional `classnames` [C] strings, optional `meta`
-(a JSON string: model, dataset, views, seed, ...). Rows are L2-normalised on load.
+Arrays: `features` float16/32/64 [N, d] or [N, V, d] (view 0 = original image; N, V, d >= 1),
+`text` [C, d] (C >= 2), optional `labels` int [N] (-1 = unknown), optional `classnames` [C]
+strings, optional `meta` (a JSON string: model, dataset, views, seed, ...). Rows are
+L2-normalised on load. Headers are checked against the file and the machine before loading.
 """
 from __future__ import annotations
 
 import json
+import math
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,15 +19,17 @@ import torch
 
 from .atomic import atomic_open
 from .errors import UserError
+from .safety import check_memory, human_bytes
 
 ARRAYS = ("features", "text", "labels", "classnames", "meta")
+FLOAT_TYPES = (np.float16, np.float32, np.float64)  # float128/longdouble refused: torch has none
 
 
 @dataclass
 class FeatureSet:
     """A loaded, validated feature file (rows unit-norm; text float32, features in the stored dtype)."""
 
-    features: torch.Tensor                 # [N, d] or [N, V, d], stored dtype (float16 or float32)
+    features: torch.Tensor                 # [N, d] or [N, V, d], stored dtype (float16, 32 or 64)
     text: torch.Tensor                     # [C, d]
     labels: np.ndarray | None = None       # [N] int64, -1 = unknown
     classnames: list[str] | None = None    # [C]
@@ -48,17 +52,27 @@ def _first_bad_row(bad: np.ndarray) -> int:
     return int(np.argwhere(bad)[0][0])
 
 
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
 def _check_rows(name: str, arr: np.ndarray, path: Path, chunk: int = 8192) -> None:
-    """Reject non-finite values and zero rows, naming the array and the first bad index
-    (checked in chunks, so a 64-view ImageNet file is never copied whole)."""
+    """Reject non-finite values, values beyond float32 (rows are normalised in float32) and zero
+    rows, naming the array and the first bad index (checked in chunks, so a 64-view ImageNet file
+    is never copied whole; no numpy warning ever adds a line to the error)."""
     flat = arr.reshape(-1, arr.shape[-1])
     for a in range(0, flat.shape[0], chunk):
-        block = flat[a:a + chunk].astype(np.float32)
-        nonfinite = ~np.isfinite(block).all(-1)
+        block = flat[a:a + chunk]
+        with np.errstate(all="ignore"):
+            nonfinite = ~np.isfinite(block).all(-1)
+            huge = (np.abs(block) > _F32_MAX).any(-1) if block.dtype.itemsize > 4 else None
         if nonfinite.any():
             i = a + _first_bad_row(nonfinite)
             raise UserError(f"{path}: array '{name}' has a non-finite value at index {_row_index(arr, i)}; "
                             "re-extract the features or drop that sample")
+        if huge is not None and huge.any():
+            i = a + _first_bad_row(huge)
+            raise UserError(f"{path}: array '{name}' has a value beyond float32's range at index "
+                            f"{_row_index(arr, i)}; features must be finite float32 values (CLIP's are near 1)")
         zero = ~(np.abs(block) > 0).any(-1)
         if zero.any():
             i = a + _first_bad_row(zero)
@@ -68,6 +82,8 @@ def _check_rows(name: str, arr: np.ndarray, path: Path, chunk: int = 8192) -> No
 
 def _normalized(arr: np.ndarray, chunk: int = 8192) -> torch.Tensor:
     """L2-normalise rows in float32, chunk by chunk, keeping the stored dtype (fp16 stays fp16)."""
+    if not arr.dtype.isnative:  # a big-endian file: torch reads native byte order only
+        arr = arr.astype(arr.dtype.newbyteorder("="))
     out = torch.from_numpy(np.ascontiguousarray(arr))
     flat = out.view(-1, arr.shape[-1])
     for a in range(0, flat.shape[0], chunk):
@@ -81,33 +97,107 @@ def _row_index(arr: np.ndarray, flat_row: int) -> str:
     return str(flat_row)
 
 
+@dataclass(frozen=True)
+class ArrayHeader:
+    """What a `.npy` member of the archive declares, read before anything is allocated."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+
+def _bad_npz(p: Path, why: object) -> UserError:
+    return UserError(f"cannot read feature file {p}: not a valid .npz ({' '.join(str(why).split())[:120]}); "
+                     "a feature file is an np.savez archive (see docs/engine.md)")
+
+
+def _read_header(zf: zipfile.ZipFile, info: zipfile.ZipInfo, p: Path, name: str) -> ArrayHeader:
+    """Shape and dtype of one member from its `.npy` header, checked against the member's size:
+    a header claiming 10^12 x 64 in a small file is refused here, never allocated."""
+    with zf.open(info) as fp:
+        version = np.lib.format.read_magic(fp)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(fp)
+        elif version == (2, 0):
+            shape, _, dtype = np.lib.format.read_array_header_2_0(fp)
+        else:
+            raise _bad_npz(p, f"array '{name}' uses .npy format version {version}")
+        offset = fp.tell()
+    if dtype.hasobject:
+        raise UserError(f"{p}: array '{name}' holds Python objects (pickled); a feature file holds numbers "
+                        "and strings only")
+    head = ArrayHeader(tuple(int(n) for n in shape), dtype)
+    if offset + head.nbytes != info.file_size:
+        raise UserError(f"{p}: array '{name}' declares shape {head.shape} {dtype} ({human_bytes(head.nbytes)}) "
+                        f"but holds {human_bytes(max(0, info.file_size - offset))}; the file is truncated or "
+                        "corrupt: re-extract it")
+    return head
+
+
+def _read_archive(p: Path) -> dict[str, np.ndarray]:
+    """Every array of the archive, after checking each header against its size and the total
+    against this machine's memory (one-line errors; no MemoryError, no pickle)."""
+    try:
+        zf = zipfile.ZipFile(p)
+    except (OSError, zipfile.BadZipFile, EOFError, ValueError) as exc:
+        raise _bad_npz(p, exc) from None
+    with zf:
+        members: dict[str, zipfile.ZipInfo] = {}
+        for info in zf.infolist():
+            name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+            if name not in ARRAYS:
+                raise UserError(f"{p}: unknown array {name[:60]!r}; allowed arrays: {', '.join(ARRAYS)}")
+            if name in members:
+                raise UserError(f"{p}: array '{name}' appears twice in the archive; re-extract the file")
+            members[name] = info
+        for key in ("features", "text"):
+            if key not in members:
+                raise UserError(f"{p}: missing array '{key}'; a feature file needs 'features' [N,d] or "
+                                "[N,V,d] and 'text' [C,d]")
+        try:
+            heads = {name: _read_header(zf, info, p, name) for name, info in members.items()}
+            _check_shapes(p, heads["features"], heads["text"])
+            shape = "x".join(map(str, heads["features"].shape))
+            check_memory(sum(h.nbytes for h in heads.values()),
+                         f"feature file {p} (features {shape} {heads['features'].dtype})",
+                         fix="split the file or use a machine with more memory")
+            out = {}
+            for name, info in members.items():
+                with zf.open(info) as fp:
+                    out[name] = np.lib.format.read_array(fp, allow_pickle=False)
+            return out
+        except (OSError, zipfile.BadZipFile, EOFError, ValueError) as exc:
+            if isinstance(exc, UserError):
+                raise
+            raise _bad_npz(p, exc) from None
+
+
+def _check_shapes(p: Path, feats: ArrayHeader, text: ArrayHeader) -> None:
+    """float16/32/64 only; features [N, d] or [N, V, d] with N, V, d >= 1; text [C, d], C >= 2."""
+    for name, h in (("features", feats), ("text", text)):
+        if h.dtype.type not in FLOAT_TYPES:
+            raise UserError(f"{p}: array '{name}' must be float16, float32 or float64, got {h.dtype}; "
+                            "re-save it with .astype(np.float32)")
+    if len(feats.shape) not in (2, 3) or min(feats.shape) < 1:
+        raise UserError(f"{p}: array 'features' must be [N, d] or [N, V, d] with N, V, d >= 1, got shape {feats.shape}")
+    if len(text.shape) != 2 or text.shape[0] < 2 or text.shape[1] < 1:
+        raise UserError(f"{p}: array 'text' must be [C, d] with C >= 2 classes and d >= 1, got shape {text.shape}")
+    if feats.shape[-1] != text.shape[1]:
+        raise UserError(f"{p}: shape mismatch: 'features' has d={feats.shape[-1]} but 'text' has d={text.shape[1]}")
+
+
 def load_features(path: str | Path) -> FeatureSet:
     """Read and validate a feature file; every problem is a one-line UserError naming it."""
     p = Path(path)
     if not p.exists():
         raise UserError(f"feature file not found: {p}; create one with `mstta-bench extract` (see README)")
     if not p.is_file():
-        raise UserError(f"feature file is not a file: {p}")
-    try:
-        with np.load(p, allow_pickle=False) as npz:
-            data = {k: npz[k] for k in npz.files}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
-        raise UserError(f"cannot read feature file {p}: not a valid .npz ({' '.join(str(exc).split())[:120]})") from None
-    for key in ("features", "text"):
-        if key not in data:
-            raise UserError(f"{p}: missing array '{key}'; a feature file needs 'features' [N,d] or [N,V,d] and 'text' [C,d]")
-    unknown = sorted(set(data) - set(ARRAYS))
-    if unknown:
-        raise UserError(f"{p}: unknown array '{unknown[0]}'; allowed arrays: {', '.join(ARRAYS)}")
+        raise UserError(f"feature file is not a file: {p}; pass an .npz written by `mstta-bench extract`")
+    data = _read_archive(p)
     feats, text = data["features"], data["text"]
-    if feats.dtype.kind != "f" or text.dtype.kind != "f":
-        raise UserError(f"{p}: arrays 'features' and 'text' must be float16/float32 (got {feats.dtype}, {text.dtype})")
-    if feats.ndim not in (2, 3) or feats.shape[0] == 0:
-        raise UserError(f"{p}: array 'features' must be [N, d] or [N, V, d] with N >= 1, got shape {feats.shape}")
-    if text.ndim != 2 or text.shape[0] < 2:
-        raise UserError(f"{p}: array 'text' must be [C, d] with C >= 2, got shape {text.shape}")
-    if feats.shape[-1] != text.shape[1]:
-        raise UserError(f"{p}: shape mismatch: 'features' has d={feats.shape[-1]} but 'text' has d={text.shape[1]}")
     _check_rows("features", feats, p)
     _check_rows("text", text, p)
     n, c = feats.shape[0], text.shape[0]
@@ -131,13 +221,16 @@ def load_features(path: str | Path) -> FeatureSet:
         names = data["classnames"]
         if names.ndim != 1 or names.shape[0] != c or names.dtype.kind not in "US":
             raise UserError(f"{p}: array 'classnames' must hold {c} strings (one per row of 'text'), got {names.dtype} {names.shape}")
-        classnames = [str(s) for s in names.tolist()]
+        classnames = [s.decode("utf-8", "replace") if isinstance(s, bytes) else str(s) for s in names.tolist()]
 
     meta: dict[str, Any] = {}
     if "meta" in data:
+        m = data["meta"]
         try:
-            meta = json.loads(str(data["meta"]))
-        except json.JSONDecodeError:
+            if m.ndim != 0 or m.dtype.kind != "U":
+                raise json.JSONDecodeError("not a string", "", 0)
+            meta = json.loads(str(m))
+        except (json.JSONDecodeError, RecursionError):
             raise UserError(f"{p}: array 'meta' must be a JSON string") from None
         if not isinstance(meta, dict):
             raise UserError(f"{p}: array 'meta' must be a JSON object")

@@ -109,9 +109,10 @@ def human_bytes(n: float) -> str:
     return f"{n} PB"  # pragma: no cover
 
 
-def check_memory(nbytes: float, what: str, fraction: float = 0.8) -> None:
+def check_memory(nbytes: float, what: str, fraction: float = 0.8, fix: str = "lower it") -> None:
     """Refuse, before allocating, a structure needing more than `fraction` of this machine's memory:
-    "<what> needs 2.05 TB; this machine has 24 GB". `what` says what is allocated, from which flags."""
+    "<what> needs 2.05 TB; this machine has 24 GB; <fix>". `what` says what is allocated, from
+    which flags; `fix` what to do about it."""
     have = machine_memory()
-    if nbytes > fraction * have:
-        raise UserError(f"{what} needs {human_bytes(nbytes)}; this machine has {human_bytes(have)}; lower it")
+    if not nbytes <= fraction * have:  # NaN refused too
+        raise UserError(f"{what} needs {human_bytes(nbytes)}; this machine has {human_bytes(have)}; {fix}")

@@ -40,7 +40,7 @@ def test_round_trip_normalises_and_keeps_everything(tmp_path):
     (lambda a: a.update(labels=np.array([0, 1, 3, 0, 0])), "'labels' is out of range at index 2"),
     (lambda a: a.update(labels=np.array([0, 1, 0])), "'labels' has 3 entries"),
     (lambda a: a.update(labels=np.array([0.0, 1, 0, 0, 0])), "'labels' must be a 1-D integer array"),
-    (lambda a: a.update(features=a["features"].astype(np.int32)), "float16/float32"),
+    (lambda a: a.update(features=a["features"].astype(np.int32)), "must be float16, float32 or float64, got int32"),
     (lambda a: a.update(extra=np.zeros(2)), "unknown array 'extra'"),
     (lambda a: a.update(meta=np.asarray("{not json")), "'meta' must be a JSON string"),
     (lambda a: a.update(classnames=np.asarray(["a", "b"])), "'classnames' must hold 3 strings"),
@@ -78,3 +78,79 @@ def test_meta_is_json(tmp_path):
     with np.load(tmp_path / "f.npz") as z:
         assert json.loads(str(z["meta"])) == {"seed": 1}
         assert z["features"].dtype == np.float16
+
+
+def write_npy_member(path, name, header: dict, payload: bytes):
+    """An .npz whose member `name` has the given .npy header (it may lie) and payload."""
+    import io
+    import zipfile
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, header)
+    with zipfile.ZipFile(path, "a" if path.exists() else "w") as zf:
+        zf.writestr(f"{name}.npy", buf.getvalue() + payload)
+    return path
+
+
+@pytest.mark.parametrize("features,text,message", [
+    (np.ones((3, 4), np.longdouble), np.eye(4)[:2], "'features' must be float16, float32 or float64, got float128"),
+    (np.ones((3, 4), np.float32), np.eye(4, dtype=np.longdouble)[:2], "'text' must be float16, float32 or float64"),
+    (np.ones((3, 0), np.float32), np.ones((2, 0), np.float32), "N, V, d >= 1, got shape (3, 0)"),
+    (np.ones((3, 0, 4), np.float32), np.eye(4, dtype=np.float32)[:2], "N, V, d >= 1, got shape (3, 0, 4)"),
+    (np.ones((0, 4), np.float32), np.eye(4, dtype=np.float32)[:2], "N, V, d >= 1, got shape (0, 4)"),
+    (np.ones((3, 4), np.float32), np.eye(4, dtype=np.float32)[:1], "C >= 2 classes"),
+    (np.ones((3, 4), np.float64) * 1e300, np.eye(4)[:2], "'features' has a value beyond float32's range at index 0"),
+    (np.ones((3, 4), np.complex64), np.eye(4, dtype=np.float32)[:2], "got complex64"),
+])
+def test_dtypes_and_empty_axes_refused(tmp_path, recwarn, features, text, message):
+    np.savez(tmp_path / "bad.npz", features=features, text=text)
+    with pytest.raises(UserError) as err:
+        load_features(tmp_path / "bad.npz")
+    assert message in str(err.value) and "\n" not in str(err.value)
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]  # no extra stderr lines
+
+
+def test_float64_and_big_endian_files_load(tmp_path):
+    a = _arrays()
+    np.savez(tmp_path / "f.npz", features=a["features"].astype(">f8"), text=a["text"].astype(">f4"))
+    fs = load_features(tmp_path / "f.npz")
+    assert fs.features.dtype == torch.float64 and fs.text.dtype == torch.float32
+    assert torch.allclose(fs.features.norm(dim=-1), torch.ones(5, dtype=torch.float64))
+
+
+def test_header_claiming_more_than_the_file_holds_is_refused_before_allocating(tmp_path):
+    p = write_npy_member(tmp_path / "lie.npz", "features",
+                         {"descr": "<f4", "fortran_order": False, "shape": (10**12, 64)}, b"\0" * 256)
+    np_text = np.eye(4, dtype=np.float32)[:2]
+    import io
+    import zipfile
+    buf = io.BytesIO()
+    np.save(buf, np_text)
+    with zipfile.ZipFile(p, "a") as zf:
+        zf.writestr("text.npy", buf.getvalue())
+    with pytest.raises(UserError, match=r"array 'features' declares shape \(1000000000000, 64\) float32 "
+                                        r"\(256 TB\) but holds 256 B; the file is truncated"):
+        load_features(p)
+
+
+def test_memory_estimate_before_loading(tmp_path, monkeypatch):
+    a = _arrays()
+    p = save_features(tmp_path / "f.npz", a["features"], a["text"], dtype=np.float32)
+    monkeypatch.setattr("mstta.safety.machine_memory", lambda: 100)   # a 100-byte machine
+    with pytest.raises(UserError, match=r"feature file .*f.npz \(features 5x4 float32\) needs 128 B; "
+                                        r"this machine has 100 B; split the file"):
+        load_features(p)
+
+
+@pytest.mark.parametrize("write,message", [
+    (lambda p: np.save(p, np.ones((3, 4), np.float32)), "not a valid .npz"),            # a lone .npy
+    (lambda p: np.savez(p, features=np.array([object()] * 3), text=np.eye(2)), "holds Python objects"),
+    (lambda p: np.savez(p, features=np.ones((3, 2), np.float32)), "missing array 'text'"),
+    (lambda p: np.savez(p, features=np.ones((3, 2), np.float32), text=np.eye(2, dtype=np.float32),
+                        meta=np.arange(3)), "'meta' must be a JSON string"),
+])
+def test_archives_that_are_not_feature_files(tmp_path, write, message):
+    p = tmp_path / "x.npz"
+    with open(p, "wb") as fh:
+        write(fh)
+    with pytest.raises(UserError, match=message):
+        load_features(p)
