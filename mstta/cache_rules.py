@@ -1,11 +1,15 @@
 """Which slot a new cache entry takes: the rules shared by the online engine and the replay scan.
 
-They work on small host-side arrays (one class row), so the online engine and the vectorised
-replay make bit-identical decisions from the same entropies.
+Each rule is written for one class row, twice side by side: on host arrays (the replay's scan
+over a whole stream, BoostAdapter's throw-away per-view copies) and as device tensor ops (the
+online engine's step, with no host round trip). A test checks the two agree on random rows.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
+import torch
 
 EMPTY_TIME = -1
 
@@ -18,12 +22,31 @@ def entropy_slot(row_entropy: np.ndarray, h: float) -> int:
 
 
 def fifo_slot(row_time: np.ndarray) -> int:
-    """First-in-first-out rule (BoostAdapter's negative cache): the first empty slot, else the
-    oldest entry (time -1 marks an empty slot)."""
+    """First-in-first-out rule (BoostAdapter's negative cache, `update_cache(..., fifo=True)`):
+    the first empty slot, else the oldest entry (time -1 marks an empty slot)."""
     return int(row_time.argmin())
 
 
 def entropy_gate(h: float, num_classes: int, lower: float, upper: float) -> bool:
-    """TDA's negative-cache admission: lower < H / log2(C) < upper (H in nats)."""
-    hn = h / np.log2(num_classes)
+    """TDA's negative-cache admission: lower < H / log2(C) < upper (H in nats, as TDA's
+    `get_entropy` divides by log2(C))."""
+    hn = h / math.log2(num_classes)
     return bool(lower < hn < upper)
+
+
+def entropy_slot_t(row_entropy: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`entropy_slot` as tensor ops: rows [R, Q], h [R] -> (slot [R], inserted [R] bool)."""
+    j = row_entropy.argmax(-1)
+    return j, h < row_entropy.gather(-1, j.unsqueeze(-1)).squeeze(-1)
+
+
+def fifo_slot_t(row_time: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`fifo_slot` as tensor ops: rows [R, Q] -> (slot [R], inserted [R] all true)."""
+    j = row_time.argmin(-1)
+    return j, torch.ones_like(j, dtype=torch.bool)
+
+
+def entropy_gate_t(h: torch.Tensor, num_classes: int, lower: float, upper: float) -> torch.Tensor:
+    """`entropy_gate` as tensor ops (in float64, as the host rule): h [R] -> [R] bool."""
+    hn = h.double() / math.log2(num_classes)
+    return (lower < hn) & (hn < upper)

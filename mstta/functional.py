@@ -1,13 +1,13 @@
-"""The paper's math as pure functions: no state, no I/O. Shapes in each docstring; float32 math.
+"""The paper's math as pure functions: no state, no I/O, no host synchronisation. Float32 math.
 
 Equation numbers refer to the MS-TTA paper (§3.1 baseline, §4.1 mean shift, Algorithm 1) and to
-TDA/BoostAdapter for the peers' caches.
+TDA/BoostAdapter for the peers' caches. The online engine and the replay both compose these,
+so the semantics are written once.
 """
 from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -28,54 +28,58 @@ def entropy(logits: torch.Tensor) -> torch.Tensor:
     return -(logp.exp() * logp).sum(-1)
 
 
-def normalized_entropy(h: torch.Tensor | float, num_classes: int) -> torch.Tensor | float:
-    """TDA's negative-cache gate: entropy in nats divided by log2(C) (as TDA's code does)."""
-    return h / math.log2(num_classes)
-
-
 def num_selected(num_views: int, ratio: float) -> int:
     """Views kept by confidence selection: floor(ratio * V) (TDA/BoostAdapter; 6 of 64)."""
     return int(ratio * num_views)
 
 
 def aggregate_views(feats: torch.Tensor, logits: torch.Tensor, ratio: float):
-    """TDA's confident-view aggregation: keep the floor(ratio*V) (at least 1) lowest-entropy views.
+    """TDA's confident-view aggregation (TDA utils.py `get_clip_logits`): keep the floor(ratio*V)
+    (at least 1) lowest-entropy views. [N, V, d], [N, V, C] -> (f [N, d] mean feature, not
+    re-normalised; logits [N, C] mean logits; H [N] entropy of the mean probabilities; probs [N, C])."""
+    n = max(1, num_selected(feats.shape[-2], ratio))
+    keep = torch.argsort(entropy(logits), dim=-1, stable=True)[..., :n]
+    kept_logits = logits.gather(-2, keep.unsqueeze(-1).expand(*keep.shape, logits.shape[-1]))
+    kept_feats = feats.gather(-2, keep.unsqueeze(-1).expand(*keep.shape, feats.shape[-1]))
+    probs = torch.softmax(kept_logits, dim=-1).mean(-2)
+    h = -(probs * torch.log(probs.clamp_min(1e-30))).sum(-1)
+    return kept_feats.mean(-2), kept_logits.mean(-2), h, probs
 
-    [V, d], [V, C] -> (f [d] mean feature, not re-normalised; logits [C] mean logits;
-    h entropy of the mean probabilities; probs [C] mean probabilities).
+
+def form_queries(x: torch.Tensor, text: torch.Tensor, logit_scale: float, view_mode: str, view_ratio: float):
+    """Query formation (Alg. 1 line 1, Eq. 1): CLIP logits, entropy H and pseudo-label source of
+    each sample. Views [N, V, d] (view 0 = the original image) -> (f [N, d], clip [N, C], H [N],
+    probs [N, C]): one view or `view_mode` "original" predict from view 0 (BoostAdapter's
+    `infer_ori_image`); "confident" averages the most confident views (`aggregate_views`)."""
+    x = normalize(x.float())
+    if x.shape[-2] == 1 or view_mode == "original":
+        f = x[..., 0, :]
+        clip = clip_logits(f, text, logit_scale)
+        return f, clip, entropy(clip), torch.softmax(clip, dim=-1)
+    return aggregate_views(x, clip_logits(x, text, logit_scale), view_ratio)
+
+
+def _ordered_bits(x: torch.Tensor) -> torch.Tensor:
+    """float32 -> int64 with the same order (IEEE sign-magnitude bits made two's complement);
+    -0.0 counts as +0.0, as float comparison does."""
+    bits = (x.float() + 0.0).view(torch.int32).to(torch.int64)
+    return torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+
+
+def knn_indices(sims: torch.Tensor, k: int, age: torch.Tensor | None = None) -> torch.Tensor:
+    """Indices of the min(k, M) most similar columns per row, Eq. (9); ties: the older column first.
+
+    One top-k over the key (similarity, -age) taken lexicographically (similarity bits in the high
+    32 bits), so ties at the k-th place are resolved on the device with no host round trip.
+    sims [N, M] (-inf marks a column a row may not use), age [M] (smaller = older; default the
+    column index; non-negative, < 2^32) -> [N, min(k, M)] (-inf columns appear only where a row
+    has fewer usable columns).
     """
-    n = max(1, num_selected(feats.shape[0], ratio))
-    keep = torch.argsort(entropy(logits), stable=True)[:n]
-    probs = torch.softmax(logits[keep], dim=-1).mean(0)
-    h = -(probs * torch.log(probs.clamp_min(1e-30))).sum()
-    return feats[keep].mean(0), logits[keep].mean(0), h, probs
-
-
-def knn_indices(sims: torch.Tensor, k: int, order: torch.Tensor | None = None) -> torch.Tensor:
-    """Indices of the min(k, M) most similar columns per row, Eq. (9); ties: earlier first.
-
-    sims [N, M] (-inf marks a column a row may not use), order [M] (smaller = earlier; default
-    the column index) -> [N, min(k, M)] (columns of -inf may appear where a row has fewer valid).
-    """
-    n_rows, m_cols = sims.shape
-    m = min(k, m_cols)
-    if m == m_cols:
-        return torch.arange(m_cols, device=sims.device).expand(n_rows, m_cols)
-    vals, idx = sims.topk(m + 1, dim=-1)
-    idx = idx[:, :m]
-    if n_rows == 1:  # the online case: one host round trip instead of three small ops
-        v = vals[0, m - 1:].tolist()
-        tied = [0] if v[0] == v[1] and math.isfinite(v[1]) else []
-    else:
-        tied = ((vals[:, m - 1] == vals[:, m]) & torch.isfinite(vals[:, m])).nonzero().flatten().tolist()
-    if tied:  # rare: resolve a tie at the k-th place by age (earlier sample first)
-        idx = idx.clone()
-        age = np.arange(m_cols) if order is None else order.cpu().numpy()
-        for r in tied:
-            row = sims[r].cpu().numpy()
-            best = np.lexsort((age, -row))[:m]
-            idx[r] = torch.as_tensor(best, device=sims.device)
-    return idx
+    m = min(k, sims.shape[-1])
+    if age is None:
+        age = torch.arange(sims.shape[-1], device=sims.device)
+    key = (_ordered_bits(sims) << 32) - age.to(torch.int64)
+    return key.topk(m, dim=-1).indices
 
 
 def mean_shift(f: torch.Tensor, neighbour_sum: torch.Tensor, m: torch.Tensor | int, alpha: float) -> torch.Tensor:
@@ -88,15 +92,49 @@ def mean_shift(f: torch.Tensor, neighbour_sum: torch.Tensor, m: torch.Tensor | i
     return normalize((1.0 - alpha) * f + (alpha / m) * neighbour_sum)
 
 
-def cache_affinity(q: torch.Tensor, keys: torch.Tensor, kernel: str, beta: float) -> torch.Tensor:
-    """Query-key affinity: exp(-beta (1 - q K^T)) (TDA, kernel 'exp') or q K^T ('linear', §3.1).
+def mean_shift_step(q: torch.Tensor, bank: torch.Tensor, bank_norm: torch.Tensor, age: torch.Tensor | None,
+                    k: int, alpha: float, usable: torch.Tensor | None = None) -> torch.Tensor:
+    """One mean-shift step, Eq. (9)-(11): each query moves toward its k nearest bank features by
+    cosine (ties: the older first); a row with no usable bank feature stays as it is.
 
-    [..., d], [E, d] -> [..., E].
+    q [N, d], bank [M, d] raw features, bank_norm [M] (their norms, > 0), age [M], usable
+    [M] or [N, M] bool (default all) -> [N, d].
     """
-    sims = q @ keys.T
+    sims = (q @ bank.T) / bank_norm
+    if usable is not None:
+        sims = sims.masked_fill(~usable, float("-inf"))
+    idx = knn_indices(sims, k, age)
+    use = torch.isfinite(sims.gather(-1, idx))
+    count = use.sum(-1)
+    nsum = (bank[idx] * use.unsqueeze(-1)).sum(-2)
+    shifted = mean_shift(q, nsum, count.clamp_min(1), alpha)
+    return torch.where((count > 0).unsqueeze(-1), shifted, q)
+
+
+def log_weight(a: float, beta: float) -> float:
+    """Bias of a filled slot in the fused exp kernel: ln(a) - beta (-inf when a = 0)."""
+    return math.log(a) - beta if a > 0 else float("-inf")
+
+
+def cache_weights(q: torch.Tensor, keys: torch.Tensor, bias: torch.Tensor, beta: float, kernel: str,
+                  a: float) -> torch.Tensor:
+    """Per-entry cache weight, Eq. (5)-(6) with TDA's affinity (TDA `compute_cache_logits`):
+    kernel "exp": a * exp(-beta (1 - q k)) = exp(beta q k + ln a - beta), fused as one addmm + exp
+    with `bias` = ln a - beta on live entries and -inf elsewhere; kernel "linear": a * q k (§3.1)
+    on live entries (finite bias), 0 elsewhere.
+
+    q [N, d], keys [E, d], bias [E] or [N, E] -> [N, E].
+    """
     if kernel == "exp":
-        return torch.exp(-beta * (1.0 - sims))
-    return sims
+        return torch.exp(torch.addmm(bias, q, keys.T, alpha=beta))
+    return torch.where(torch.isfinite(bias), a * (q @ keys.T), 0.0)
+
+
+def final_logits(clip: torch.Tensor, positive: torch.Tensor, negative: torch.Tensor | None, lam: float) -> torch.Tensor:
+    """Eq. (13): CLIP logits + lambda * (positive - negative cache logits); lambda weighs the whole
+    cache term, so lambda = 0 gives the CLIP logits of the method's own prediction path."""
+    cache = positive if negative is None else positive - negative
+    return clip + lam * cache
 
 
 def negative_mask(probs: torch.Tensor, lower: float, upper: float) -> torch.Tensor:
@@ -104,8 +142,10 @@ def negative_mask(probs: torch.Tensor, lower: float, upper: float) -> torch.Tens
     return ((probs > lower) & (probs < upper)).to(probs.dtype)
 
 
-def insertion_slot(entropies: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Cache rule (§3.1, Alg. 1): the slot of the highest-entropy entry (an empty slot has +inf,
-    the first one wins) and whether the new entry goes in (h strictly lower). [Q], [] -> ([], [])."""
-    j = entropies.argmax()
-    return j, h < entropies[j]
+def cache_affinity(q: torch.Tensor, keys: torch.Tensor, kernel: str, beta: float) -> torch.Tensor:
+    """Unfused query-key affinity: exp(-beta (1 - q K^T)) (TDA, 'exp') or q K^T ('linear', §3.1).
+    [..., d], [E, d] -> [..., E]. (The engine and replay use the fused `cache_weights`.)"""
+    sims = q @ keys.T
+    if kernel == "exp":
+        return torch.exp(-beta * (1.0 - sims))
+    return sims

@@ -94,50 +94,44 @@ def _replay_online(feats, text, m, cfg, dev):
         r = engine.step(x)
         logits.append(r.logits)
         clip.append(r.clip_logits)
-        ent.append(r.entropy)
-    return torch.stack(logits), torch.stack(clip), torch.tensor(ent)
+        ent.append(r.entropy_tensor)
+    return torch.stack(logits), torch.stack(clip), torch.stack(ent)
 
 
-def _queries(feats: torch.Tensor, text: torch.Tensor, cfg: EngineConfig):
-    """Feature f, CLIP logits, entropy and (aggregated) probabilities of every sample, formed as
-    `Engine.step` forms them. [N, V, d] -> [N, d], [N, C], [N], [N, C] or None."""
-    if feats.shape[1] == 1 or cfg.view_mode == "original":  # batched, same per-row math as the engine
-        f = Fn.normalize(feats[:, 0].float())
-        clip = Fn.clip_logits(f, text, cfg.logit_scale)
-        return f, clip, Fn.entropy(clip), None
-    fs, clips, ents, probs = [], [], [], []
-    for x in feats:  # per sample, so view aggregation is bit-identical to the engine's
-        x = Fn.normalize(x.float())
-        f, c, h, pr = Fn.aggregate_views(x, Fn.clip_logits(x, text, cfg.logit_scale), cfg.view_ratio)
-        fs.append(f), clips.append(c), ents.append(h), probs.append(pr)
-    return torch.stack(fs), torch.stack(clips), torch.stack(ents), torch.stack(probs)
+def _queries(feats: torch.Tensor, text: torch.Tensor, cfg: EngineConfig, chunk: int = 1024):
+    """Feature f, CLIP logits, entropy and probabilities of every sample, formed by the engine's
+    own `form_queries`, in chunks (views converted to float32 per chunk). [N, V, d] -> [N, ...]."""
+    parts = [Fn.form_queries(feats[a:a + chunk], text, cfg.logit_scale, cfg.view_mode, cfg.view_ratio)
+             for a in range(0, feats.shape[0], chunk)]
+    return tuple(torch.cat(p) for p in zip(*parts))
 
 
 def _replay_vectorised(feats, text, m, cfg, chunk):
     f, clip, ent, probs = _queries(feats, text, cfg)
     if not m.cache:
         return clip, clip, ent
+    C = text.shape[0]
     q = _shift_all(f, cfg, chunk) if m.mean_shift else f
     labels = clip.argmax(-1).cpu().numpy()
-    h = [float(v) for v in ent.cpu().tolist()]
+    h = ent.cpu().numpy().astype(np.float64)
 
-    end = _intervals(labels, h, cfg.capacity, text.shape[0], "entropy")
-    aff = lambda qq, kk: Fn.cache_affinity(qq, kk, cfg.kernel, cfg.beta)  # noqa: E731
-    cache = cfg.cache_alpha * _interval_logits(q, end, labels, text.shape[0], aff, None, chunk)
+    end = _intervals(labels, h, cfg.capacity, C, "entropy")
+    weights = lambda qq, kk, bias: Fn.cache_weights(qq, kk, bias, cfg.beta, cfg.kernel, cfg.cache_alpha)  # noqa: E731
+    pos = _interval_logits(q, end, labels, C, weights, Fn.log_weight(cfg.cache_alpha, cfg.beta), None, chunk)
+    neg = None
     if m.negative:
-        gate = np.array([entropy_gate(v, text.shape[0], cfg.neg_entropy_lower, cfg.neg_entropy_upper) for v in h])
-        nend = _intervals(labels, h, cfg.neg_capacity, text.shape[0], m.neg_policy, gate)
-        if probs is None:
-            probs = torch.softmax(clip, -1)
+        gate = np.array([entropy_gate(v, C, cfg.neg_entropy_lower, cfg.neg_entropy_upper) for v in h])
+        nend = _intervals(labels, h, cfg.neg_capacity, C, m.neg_policy, gate)
         values = Fn.negative_mask(probs, cfg.neg_mask_lower, cfg.neg_mask_upper)
-        naff = lambda qq, kk: Fn.cache_affinity(qq, kk, "exp", cfg.neg_beta)  # noqa: E731
-        cache = cache - cfg.neg_alpha * _interval_logits(q, nend, labels, text.shape[0], naff, values, chunk)
-    return clip + cfg.lam * cache, clip, ent
+        nweights = lambda qq, kk, bias: Fn.cache_weights(qq, kk, bias, cfg.neg_beta, "exp", cfg.neg_alpha)  # noqa: E731
+        neg = _interval_logits(q, nend, labels, C, nweights, Fn.log_weight(cfg.neg_alpha, cfg.neg_beta), values, chunk)
+    return Fn.final_logits(clip, pos, neg, cfg.lam), clip, ent
 
 
 def _shift_all(f: torch.Tensor, cfg: EngineConfig, chunk: int) -> torch.Tensor:
-    """Mean shift of every sample toward its k nearest *earlier* raw features, Eq. (9)-(11).
-    Row i sees columns [i - bank_size, i) (all earlier ones when the bank is unbounded)."""
+    """Mean shift of every sample toward its k nearest *earlier* raw features, Eq. (9)-(11), by the
+    engine's own `mean_shift_step`. Row i sees columns [i - bank_size, i) (all earlier ones when
+    the bank is unbounded); columns are in stream order, so a tie goes to the earlier sample."""
     n = f.shape[0]
     norms = f.norm(dim=-1)
     z = f.clone()
@@ -146,22 +140,17 @@ def _shift_all(f: torch.Tensor, cfg: EngineConfig, chunk: int) -> torch.Tensor:
         lo = 0 if cfg.bank_size is None else max(0, a - cfg.bank_size)
         rows = torch.arange(a, b, device=f.device).unsqueeze(1)
         cols = torch.arange(lo, b - 1, device=f.device).unsqueeze(0)
-        valid = cols < rows
+        usable = cols < rows
         if cfg.bank_size is not None:
-            valid &= cols >= rows - cfg.bank_size
-        bank = f[lo:b - 1]
+            usable &= cols >= rows - cfg.bank_size
         q = f[a:b]
         for _ in range(cfg.ms_steps):
-            sims = ((q @ bank.T) / norms[lo:b - 1]).masked_fill(~valid, float("-inf"))
-            idx = Fn.knn_indices(sims, cfg.k)
-            use = torch.isfinite(sims.gather(1, idx))
-            nsum = (bank[idx] * use.unsqueeze(-1)).sum(1)
-            q = Fn.mean_shift(q, nsum, use.sum(1), cfg.alpha)
+            q = Fn.mean_shift_step(q, f[lo:b - 1], norms[lo:b - 1], None, cfg.k, cfg.alpha, usable)
         z[a:b] = q
     return z
 
 
-def _intervals(labels: np.ndarray, h: list[float], capacity: int, num_classes: int, policy: str,
+def _intervals(labels: np.ndarray, h: np.ndarray, capacity: int, num_classes: int, policy: str,
                gate: np.ndarray | None = None) -> np.ndarray:
     """Scan the stream with the engine's slot rules; sample s is cached over [s, end[s])
     (end = -1: never cached; N: still cached at the end)."""
@@ -179,15 +168,16 @@ def _intervals(labels: np.ndarray, h: list[float], capacity: int, num_classes: i
             continue
         if owner[c, j] >= 0:
             end[owner[c, j]] = t
-        owner[c, j], ent[c, j], when[c, j] = t, h[t], t + 1
+        owner[c, j], ent[c, j], when[c, j] = t, h[t], t
         end[t] = n
     return end
 
 
 def _interval_logits(q: torch.Tensor, end: np.ndarray, labels: np.ndarray, num_classes: int,
-                     affinity, values: torch.Tensor | None, chunk: int) -> torch.Tensor:
-    """Cache logits of every sample: sum over entries s alive at t (s <= t < end[s]) of
-    affinity(q_t, q_s) times the entry's value (one-hot of its label, or `values[s]`). [N, C]."""
+                     weights, log_w: float, values: torch.Tensor | None, chunk: int) -> torch.Tensor:
+    """Cache logits of every sample with the engine's fused kernel: sum over entries s alive at t
+    (s <= t < end[s]) of weight(q_t, q_s) times the entry's value (one-hot of its label, or
+    `values[s]`); an entry not alive gets bias -inf, as an empty slot does online. [N, C]."""
     n = q.shape[0]
     out = torch.zeros(n, num_classes, device=q.device)
     cached = np.nonzero(end >= 0)[0]
@@ -201,7 +191,8 @@ def _interval_logits(q: torch.Tensor, end: np.ndarray, labels: np.ndarray, num_c
         s = torch.as_tensor(alive, device=q.device)
         e = torch.as_tensor(end[alive], device=q.device)
         t = torch.arange(a, b, device=q.device).unsqueeze(1)
-        w = affinity(q[a:b], q[s]) * ((s <= t) & (t < e)).to(q.dtype)
+        bias = torch.where((s <= t) & (t < e), log_w, float("-inf"))
+        w = weights(q[a:b], q[s], bias)
         if values is None:
             out[a:b].index_add_(1, lab[s], w)
         else:
