@@ -5,7 +5,6 @@ import contextlib
 import os
 import re
 import secrets
-import tempfile
 from pathlib import Path
 from typing import IO, Iterator
 
@@ -14,27 +13,20 @@ from typing import IO, Iterator
 _TEMP_RE = re.compile(r"^\..+\.(\d+)-[0-9a-f]{8}(\.tmp|\.part(\.[A-Za-z0-9]+)?|\.work)$")
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 @contextlib.contextmanager
 def atomic_open(path: str | Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
-    """Open a temp file for writing; on success rename it onto `path`, on error delete it."""
+    """Open a temp file (`temp_path`) for writing; on success rename it onto `path`, on any
+    error or interrupt (Ctrl-C, SIGTERM through `run_cli`) delete it: never a half-written file."""
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.{os.getpid()}-{secrets.token_hex(4)}", suffix=".tmp", dir=p.parent)
+    tmp = temp_path(p)
     try:
-        with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as fh:
+        with open(tmp, mode, encoding=None if "b" in mode else encoding) as fh:
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual mode
         os.replace(tmp, p)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 
@@ -65,18 +57,44 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _start_time(pid: int) -> float | None:
+    """When process `pid` started (seconds since the epoch, from /proc), or None if unknown."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22, after the parenthesised name
+        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def _stale(entry: Path, pid: int) -> bool:
+    """A temp file is stale when its process is gone, or when the pid now belongs to a process
+    started after the file was last written (the pid was reused)."""
+    if pid == os.getpid():
+        return False
+    if not _alive(pid):
+        return True
+    started = _start_time(pid)
+    return started is not None and entry.stat().st_mtime < started - 1.0
+
+
 def sweep_stale(folder: str | Path) -> list[Path]:
-    """Remove the temp files that a dead process left in `folder`: names of `temp_path`'s pattern whose pid no longer runs. Returns
-    what was removed. Called by a command before it writes into a folder."""
+    """Remove the temp files that a dead process left in `folder`: names of `temp_path`'s pattern
+    whose pid no longer runs (or was reused since). Returns what was removed. Called by a command
+    before it writes into a folder."""
     removed: list[Path] = []
     d = Path(folder)
     if not d.is_dir():
         return removed
     for entry in d.iterdir():
         m = _TEMP_RE.match(entry.name)
-        if m is None or not entry.is_file() or _alive(int(m.group(1))):
-            continue
-        with contextlib.suppress(OSError):
+        try:
+            if m is None or not entry.is_file() or entry.is_symlink() or not _stale(entry, int(m.group(1))):
+                continue
             entry.unlink()
-            removed.append(entry)
+        except OSError:
+            continue
+        removed.append(entry)
     return removed

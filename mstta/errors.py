@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import logging
+import signal
 import sys
+import threading
 from typing import Callable, Sequence
 
 log = logging.getLogger(__name__)
@@ -21,33 +23,36 @@ def one_line(message: object) -> str:
 
 
 def run_cli(prog: str, main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None = None) -> int:
-    """Run a CLI body; user errors print `prog: error: ...` on one stderr line and return 2."""
+    """Run a CLI body; user errors print `prog: error: ...` on one stderr line and return 2.
+
+    SIGTERM ends the command like Ctrl-C (KeyboardInterrupt), so the same cleanup runs (temp
+    files removed, outputs finalised); it prints `prog: interrupted` and returns 130. An OSError
+    (disk full, permission denied, ...) and a MemoryError are one line as well."""
     previous = _sigterm_as_interrupt()
     try:
         return int(main(argv) or 0)
-    except (UserError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
+    except (UserError, OSError) as exc:
         print(f"{prog}: error: {one_line(exc)}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except MemoryError as exc:
+        detail = f" ({one_line(exc)})" if str(exc) else ""
+        print(f"{prog}: error: out of memory{detail}; lower the sizes this run allocates", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     finally:
         if previous is not None:
-            import signal
-
             signal.signal(signal.SIGTERM, previous)
 
 
-def _sigterm_as_interrupt():
-    """SIGTERM ends a command like Ctrl-C: the same cleanup (temp files removed, outputs
-    finalised) runs; only in the main thread, where signal handlers can be installed."""
-    import signal
-    import threading
+def _raise_interrupt(signum, frame) -> None:  # noqa: ANN001 - signal handler signature
+    raise KeyboardInterrupt
 
+
+def _sigterm_as_interrupt():
+    """Install SIGTERM -> KeyboardInterrupt and return the previous handler; only in the main
+    thread, where signal handlers can be installed (None elsewhere)."""
     if threading.current_thread() is not threading.main_thread():
         return None
-
-    def handler(signum, frame):  # noqa: ANN001 - signal handler signature
-        raise KeyboardInterrupt
-
-    return signal.signal(signal.SIGTERM, handler)
+    return signal.signal(signal.SIGTERM, _raise_interrupt)

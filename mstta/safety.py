@@ -34,29 +34,23 @@ def _same(a: Path, b: Path) -> bool:
 def check_outputs(outputs: Mapping[str, PathLike | None], inputs: Mapping[str, PathLike | None] = {},
                   stdout_ok: tuple[str, ...] = ()) -> None:
     """Refuse output paths that would destroy something: an output that resolves to an input or
-    to another output, an existing output that is not a regular file (device, FIFO, directory, a
-    symlink), and an output whose parent folder is a file. Keys are the flags (`--out`).
+    to another output (same path, symlink or hard link), an existing output that is not a regular
+    file (device such as /dev/null, FIFO, folder, socket) or is a symbolic link (the atomic rename
+    would replace the link; a link to /proc/self/fd/1 or /dev/null is refused with it), an output
+    whose parent is a file or a folder this process cannot write. Keys are the flags (`--out`).
 
-    `stdout_ok` names the output flags for which `-` means standard output.
+    `stdout_ok` names the output flags for which `-` means standard output; elsewhere `-` is refused.
     """
     ins = {flag: _resolve(p) for flag, p in inputs.items() if p is not None and os.fspath(p) != STDOUT}
     seen: dict[str, Path] = {}
     for flag, raw in outputs.items():
         if raw is None:
             continue
-        if os.fspath(raw) == STDOUT and flag in stdout_ok:
-            continue
+        if os.fspath(raw) == STDOUT:
+            if flag in stdout_ok:
+                continue
+            raise UserError(f"{flag} -: standard output is not accepted here; pass a file path")
         p = Path(os.fspath(raw))
-        if p.is_symlink():
-            raise UserError(f"{flag} {p}: is a symbolic link; pass a regular file path (the link is never followed for writing)")
-        if p.exists() and not p.is_file():
-            kind = _kind(p)
-            raise UserError(f"{flag} {p}: is {kind}, not a regular file; pass a path to a regular file")
-        for parent in [p.parent, *p.parent.parents]:
-            if parent.exists():
-                if not parent.is_dir():
-                    raise UserError(f"{flag} {p}: {parent} is a file, not a folder; pass a path inside a folder")
-                break
         r = _resolve(p)
         for in_flag, q in ins.items():
             if _same(r, q):
@@ -64,19 +58,42 @@ def check_outputs(outputs: Mapping[str, PathLike | None], inputs: Mapping[str, P
         for out_flag, q in seen.items():
             if _same(r, q):
                 raise UserError(f"{flag} {p}: is the same file as {out_flag}; pass a different path to each output")
+        if p.is_symlink():
+            raise UserError(f"{flag} {p}: is a symbolic link (to {os.readlink(p)}); pass a regular file path "
+                            "(a link is never written through)")
+        if p.exists() and not p.is_file():
+            raise UserError(f"{flag} {p}: is {_kind(p)}, not a regular file; pass a path to a regular file")
+        _check_parent(flag, p)
         seen[flag] = r
 
 
 def check_output_dir(flag: str, path: PathLike, inputs: Mapping[str, PathLike | None] = {}) -> None:
-    """An output folder: refused when it exists as something other than a folder, or when it is
-    (or holds) one of the inputs' files' places as a file."""
+    """An output folder: refused when it exists as something other than a folder, when a parent
+    is a file or unwritable, or when it is one of the inputs."""
     p = Path(os.fspath(path))
     if p.exists() and not p.is_dir():
-        raise UserError(f"{flag} {p}: exists and is not a folder; pass a folder path")
+        raise UserError(f"{flag} {p}: exists and is {_kind(p) if not p.is_file() else 'a file'}, not a folder; "
+                        "pass a folder path")
     r = _resolve(p)
     for in_flag, q in inputs.items():
-        if q is not None and _same(r, _resolve(q)):
+        if q is not None and os.fspath(q) != STDOUT and _same(r, _resolve(q)):
             raise UserError(f"{flag} {p}: is the input {in_flag}; pass a different output folder")
+    if p.is_dir():
+        if not os.access(p, os.W_OK | os.X_OK):
+            raise UserError(f"{flag} {p}: this process cannot write into that folder; pass a writable folder")
+    else:
+        _check_parent(flag, p)
+
+
+def _check_parent(flag: str, p: Path) -> None:
+    """The nearest existing ancestor of `p` must be a folder this process can write into."""
+    for parent in [p.parent, *p.parent.parents]:
+        if parent.exists():
+            if not parent.is_dir():
+                raise UserError(f"{flag} {p}: {parent} is a file, not a folder; pass a path inside a folder")
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise UserError(f"{flag} {p}: this process cannot write into {parent}; pass a writable folder")
+            return
 
 
 def _kind(p: Path) -> str:
@@ -93,11 +110,18 @@ def _kind(p: Path) -> str:
 
 
 def machine_memory() -> int:
-    """Physical memory of this machine in bytes (the bound every allocation estimate meets)."""
+    """Memory this process may use, in bytes: physical memory, or a container's (cgroup) limit
+    when lower. The bound every allocation estimate meets."""
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
-        return 16 * 2**30
+        have = 16 * 2**30
+    for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            have = min(have, int(Path(limit).read_text().strip()))
+        except (OSError, ValueError):  # absent, or "max" (no limit)
+            continue
+    return have
 
 
 def human_bytes(n: float) -> str:

@@ -60,7 +60,7 @@ def test_config_file_is_applied(tmp_path, feats, capsys):
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["--method", "msta"], "unknown method 'msta'; choose one of: zero-shot, baseline, ms-tta"),
+    (["--method", "msta"], "unknown method 'msta'; choose one of: zero-shot, tda,"),
     (["--set", "kk=1"], "unknown key 'kk'"),
     (["--set", "k=-1"], "bad value for 'k'"),
     (["--config", "nope.yaml"], "config file not found"),

@@ -5,17 +5,19 @@ import argparse
 import csv
 import dataclasses
 import json
+import math
 from pathlib import Path
 
 import numpy as np
 
-from ..atomic import atomic_open
+from ..atomic import atomic_open, sweep_stale
 from ..config import load_dataset_config
 from ..errors import UserError
 from ..features import FeatureSet, load_features
 from ..methods import list_methods
 from ..replay import ReplayResult, replay
 from ..devices import resolve_device
+from ..safety import check_memory, check_outputs
 
 OUT_FORMATS = (".npy", ".csv", ".jsonl")
 
@@ -25,10 +27,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", default="ms-tta", metavar="NAME", help=f"one of: {', '.join(list_methods())} (default ms-tta)")
     p.add_argument("--config", metavar="YAML", help="dataset config, e.g. configs/oxford_pets.yaml (default: built-in defaults)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a hyperparameter, e.g. --set k=4 (repeatable)")
-    p.add_argument("--out", metavar="PATH", help="write predictions: .npy (class index per sample), .csv or .jsonl (with CLIP's prediction and scores)")
+    p.add_argument("--out", metavar="PATH", help="write predictions: .npy (class index per sample), .csv or .jsonl (with CLIP's prediction and scores); "
+                   "never an input, a link or a special file (docs/limits.md)")
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
     p.add_argument("--online", action="store_true", help="feed samples one by one to the online engine instead of the vectorised replay")
-    p.add_argument("--json", action="store_true", help="print one JSON object (last line) instead of a text summary")
+    p.add_argument("--json", action="store_true", help="print one JSON object (last line, always valid JSON: a non-finite number is null, named in 'notes') instead of a text summary")
 
 
 def summarise(fs: FeatureSet, result: ReplayResult, method: str, engine_cfg) -> dict:
@@ -50,14 +53,29 @@ def summarise(fs: FeatureSet, result: ReplayResult, method: str, engine_cfg) -> 
     return out
 
 
-def write_predictions(path: Path, fs: FeatureSet, result: ReplayResult) -> None:
-    """Predictions per sample in the format the extension names (atomic write)."""
-    if path.suffix == ".npy":
-        with atomic_open(path, "wb") as fh:
-            np.save(fh, result.predictions.astype(np.int64))
-        return
+def json_safe(report: dict) -> dict:
+    """The report with every non-finite number (e.g. samples/s of a run too short to time) as
+    null, named in `notes`: `--json` always prints valid JSON (json.dumps(allow_nan=False))."""
+    notes: list[str] = []
+
+    def clean(value, where: str):
+        if isinstance(value, float) and not math.isfinite(value):
+            notes.append(f"{where} was {value} (not representable in JSON); null")
+            return None
+        if isinstance(value, dict):
+            return {k: clean(v, f"{where}.{k}" if where else k) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [clean(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return value
+
+    out = clean(report, "")
+    if notes:
+        out["notes"] = out.get("notes", []) + notes
+    return out
+
+
+def _rows(fs: FeatureSet, result: ReplayResult):
     names = fs.classnames
-    rows = []
     for i in range(fs.num_samples):
         row = {
             "index": i,
@@ -72,18 +90,38 @@ def write_predictions(path: Path, fs: FeatureSet, result: ReplayResult) -> None:
             row["clip_prediction_name"] = names[row["clip_prediction"]]
         if fs.labels is not None:
             row["label"] = int(fs.labels[i])
-        rows.append(row)
+        yield row
+
+
+def write_predictions(path: Path, fs: FeatureSet, result: ReplayResult) -> None:
+    """Predictions per sample in the format the extension names, streamed row by row into a
+    pid-tagged temp file renamed into place when complete (atomic; removed on Ctrl-C/SIGTERM)."""
+    if path.suffix == ".npy":
+        with atomic_open(path, "wb") as fh:
+            np.save(fh, result.predictions.astype(np.int64))
+        return
+    rows = _rows(fs, result)
     with atomic_open(path, "w", encoding="utf-8") as fh:
         if path.suffix == ".jsonl":
             for row in rows:
-                fh.write(json.dumps(row) + "\n")
+                fh.write(json.dumps(row, allow_nan=False) + "\n")
         else:
-            w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            first = next(rows)
+            w = csv.DictWriter(fh, fieldnames=list(first))
             w.writeheader()
+            w.writerow(first)
             w.writerows(rows)
 
 
+def replay_bytes(fs: FeatureSet) -> int:
+    """Working memory of a replay beyond the loaded file: float32 queries, shifted and cache
+    features [N, d] x 3 and logits, CLIP logits, probabilities [N, C] x 6 (see mstta/replay.py)."""
+    n, c, d = fs.num_samples, fs.num_classes, fs.features.shape[-1]
+    return 4 * n * (3 * d + 6 * c)
+
+
 def run(args: argparse.Namespace) -> int:
+    check_outputs({"--out": args.out}, inputs={"--features": args.features, "--config": args.config})
     out = Path(args.out) if args.out else None
     if out is not None and out.suffix not in OUT_FORMATS:
         raise UserError(f"--out {out}: unknown format '{out.suffix}'; use one of {', '.join(OUT_FORMATS)}")
@@ -92,14 +130,18 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_dataset_config(args.config, args.set)
     device = resolve_device(args.device)
     fs = load_features(args.features)
+    check_memory(replay_bytes(fs), f"replaying {fs.num_samples:,} samples x {fs.num_classes:,} classes "
+                 f"x {fs.features.shape[-1]:,} dims (--features {args.features})",
+                 fix="replay a smaller feature file")
     result = replay(fs.features, fs.text, args.method, cfg.engine, device=device, online=args.online)
     report = summarise(fs, result, args.method, cfg.engine)
     report["features"] = str(args.features)
     if out is not None:
+        sweep_stale(out.parent)  # a killed run's .<name>.<pid>-<token>.tmp
         write_predictions(out, fs, result)
         report["out"] = str(out)
     if args.json:
-        print(json.dumps(report))
+        print(json.dumps(json_safe(report), allow_nan=False))
     else:
         acc = f", accuracy {report['accuracy']:.2f}% (zero-shot {report['zero_shot_accuracy']:.2f}%)" if "accuracy" in report else ""
         print(f"{args.method}: {report['n']} samples, {report['classes']} classes{acc}, {report['samples_per_s']:.0f} samples/s")
