@@ -1,6 +1,7 @@
 """Draw one processed frame: the picture above a panel with zero-shot CLIP and the adapted method
 side by side (top-k with probability bars), a red frame and a DISAGREE badge where their top-1
-differ, and a status line (processed fps, cache fill, bank size, entropy).
+differ, a status line (processed fps, cache fill, bank size, the entropy of CLIP's prediction in
+nats) and, when a truth file is loaded, the frame's true class with a mark per method.
 
 `annotate(image, result)` is a pure function: it returns a new RGB uint8 image with even width
 and height (what H.264 needs) and never changes its input.
@@ -60,8 +61,12 @@ def _column(draw: ImageDraw.ImageDraw, x: int, y: int, width: int, line: int, fo
 
 
 def annotate(image: np.ndarray, result: FrameResult, *, fps: float | None = None,
-             bank_limit: int | None = None, min_width: int = MIN_WIDTH) -> np.ndarray:
-    """The frame with both predictions drawn below it; RGB uint8 [H', W', 3], even sizes."""
+             bank_limit: int | None = None, truth: str | None = None, min_width: int = MIN_WIDTH) -> np.ndarray:
+    """The frame with both predictions drawn below it; RGB uint8 [H', W', 3], even sizes.
+
+    `truth` (the frame's class from a truth file) adds a line: the true label, and whether each
+    method's top-1 matches it.
+    """
     h, w = image.shape[:2]
     out_w = max(w, min_width)
     out_w += out_w % 2
@@ -74,7 +79,7 @@ def annotate(image: np.ndarray, result: FrameResult, *, fps: float | None = None
     line = int(round(size * 1.45))
     pad = max(4, int(round(8 * scale)))
     k = max(len(result.clip_topk), len(result.tta_topk))
-    panel_h = pad * 2 + line * (k + 2)
+    panel_h = pad * 2 + line * (k + 2 + (truth is not None))
     total_h = ph + panel_h
     total_h += total_h % 2
     canvas = Image.new("RGB", (out_w, total_h), BG)
@@ -96,10 +101,17 @@ def annotate(image: np.ndarray, result: FrameResult, *, fps: float | None = None
     parts = [f"{fps:.1f} fps" if fps is not None else None,
              f"cache {result.cache_size}/{result.cache_capacity}" if result.cache_capacity else None,
              f"bank {result.bank_size}" + (f"/{bank_limit}" if bank_limit else "") if result.bank_size else None,
-             f"H {result.entropy:.2f}"]
+             f"CLIP entropy {result.entropy:.2f} nats"]
     badge, color = ("DISAGREE", DISAGREE_COLOR) if result.disagree else ("agree", AGREE_COLOR)
     badge_w = int(draw.textlength(badge, font=font))
     status = _fit_text(draw, "  ·  ".join(p for p in parts if p), font, out_w - 3 * pad - badge_w)
     draw.text((pad, y_status), status, fill=DIM, font=font)
     draw.text((out_w - pad - badge_w, y_status), badge, fill=color, font=font)
+    if truth is not None:
+        def mark(label: str) -> str:
+            return "right" if label == truth else "wrong"
+
+        text = (f"true label: {truth}  ·  CLIP {mark(result.clip_label)}, "
+                f"{method_title(result.method)} {mark(result.tta_label)}")
+        draw.text((pad, y_status + line), _fit_text(draw, text, font, out_w - 2 * pad), fill=FG, font=font)
     return np.asarray(canvas, dtype=np.uint8).copy()

@@ -10,13 +10,15 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import signal
 import sys
-import threading
 from typing import Sequence
 
+from mstta.config import DEFAULT_BANK_SIZE
 from mstta.errors import EXIT_INTERRUPTED, UserError, run_cli
 from mstta.methods import list_methods
+
+from .encoder import MAX_VIEWS
+from .frames import MAX_PIXELS, parse_max_pixels
 
 PROG = "mstta-demo"
 
@@ -47,26 +49,32 @@ def build_parser() -> argparse.ArgumentParser:
     mod.add_argument("--precision", choices=("fp32", "fp16", "bf16"), help="default fp16 on GPU, fp32 on CPU")
     mod.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
     mod.add_argument("--views", type=int, default=1, metavar="V",
-                     help="images per frame fed to CLIP: the frame plus V-1 random crops (default 1)")
+                     help=f"images per frame fed to CLIP: the frame plus V-1 random resized crops, 1..{MAX_VIEWS} (default 1)")
     ada = p.add_argument_group("adaptation")
     ada.add_argument("--method", default="ms-tta", metavar="NAME",
                      help=f"one of: {', '.join(list_methods())} (default ms-tta)")
     ada.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a hyperparameter, e.g. --set k=4 --set alpha=0.7 (repeatable)")
-    ada.add_argument("--bank-size", type=int, default=4096, metavar="N",
-                     help="bound of the mean-shift feature bank, so an endless stream keeps flat memory (default 4096)")
+    ada.add_argument("--bank-size", type=int, default=DEFAULT_BANK_SIZE, metavar="N",
+                     help=f"bound of the mean-shift feature bank, so an endless stream keeps flat memory (default {DEFAULT_BANK_SIZE})")
     run = p.add_argument_group("run")
     run.add_argument("--every", type=int, metavar="N",
                      help="files and folders: process every N-th frame (default: about 5 frames per second of video)")
     run.add_argument("--max-frames", type=int, metavar="N", help="stop after N processed frames")
     run.add_argument("--headless", action="store_true", help="run without the browser UI")
     run.add_argument("--topk", type=int, default=3, metavar="K", help="classes shown and logged per method (default 3)")
+    run.add_argument("--max-pixels", type=parse_max_pixels, default=MAX_PIXELS, metavar="WxH|N",
+                     help="refuse frames larger than this, before decoding them where the format allows "
+                          "(default 4096x4096)")
     out = p.add_argument_group("outputs")
     out.add_argument("--out", metavar="FILE.mp4", help="annotated H.264 video: both top-k, disagreement mark, fps, cache fill")
-    out.add_argument("--log", metavar="FILE.jsonl", help="one JSON line per processed frame")
+    out.add_argument("--log", metavar="FILE.jsonl",
+                     help="one JSON line per processed frame; - writes them to standard output (the summary then goes to stderr)")
     out.add_argument("--truth", metavar="FILE.csv",
                      help="ground truth, lines start_frame,end_frame,label (inclusive source frame ranges): adds accuracy")
     out.add_argument("--json", action="store_true", help="print the end-of-run summary as one JSON object")
+    out.add_argument("-q", "--quiet", action="store_true",
+                     help="no progress on stderr (default: a bar on a terminal, else a line every few seconds)")
     out.add_argument("-v", "--verbose", action="store_true", help="log progress details to stderr")
     from .ui import add_ui_arguments
 
@@ -81,11 +89,7 @@ def _config(args: argparse.Namespace):
                       model=args.model, pretrained=args.pretrained, precision=args.precision, device=args.device,
                       views=args.views, method=args.method, overrides=list(args.set), bank_size=args.bank_size,
                       every=args.every, max_frames=args.max_frames, out=args.out, log=args.log,
-                      truth=args.truth, topk=args.topk)
-
-
-def _on_sigterm(signum, frame):  # noqa: ANN001 - signal handler signature
-    raise KeyboardInterrupt
+                      truth=args.truth, topk=args.topk, max_pixels=args.max_pixels, progress=not args.quiet)
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -105,14 +109,9 @@ def _main(argv: Sequence[str] | None) -> int:
     from .pipeline import run_pipeline
     from .summary import format_summary
 
-    main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None  # `kill` finalises like Ctrl-C
-    try:
-        summary = run_pipeline(_config(args))
-    finally:
-        if main_thread:
-            signal.signal(signal.SIGTERM, previous)
-    print(json.dumps(summary) if args.json else f"{PROG}: {format_summary(summary)}", flush=True)
+    summary = run_pipeline(_config(args))   # run_cli turns SIGTERM into Ctrl-C: outputs are finalised
+    stream = sys.stderr if args.log == "-" else sys.stdout
+    print(json.dumps(summary) if args.json else f"{PROG}: {format_summary(summary)}", file=stream, flush=True)
     if summary.get("interrupted"):
         print(f"{PROG}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

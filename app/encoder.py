@@ -1,129 +1,77 @@
-"""Frames -> CLIP image features, with the preprocessing done as one tensor batch on the model's device.
+"""Frames -> CLIP image features, preprocessed exactly as the benchmark preprocesses its images.
 
-`FrameEncoder(clip).encode(images)` matches `clip.preprocess` (resize the short side with bicubic
-antialiasing, centre crop, normalise) without a PIL round trip per frame. With `views=V > 1` each
-frame also gets V-1 random resized crops (with random horizontal flips) as extra views, view 0
-being the plain frame; the engine then sees `[V, d]` per frame.
+`FrameEncoder(clip).encode(images)` runs the model's own open_clip transform (its image size,
+mean/std, interpolation and resize mode, e.g. 0.5/0.5 for a SigLIP model) through
+`mstta.views.ViewMaker`: view 0 is the plain frame, and with `views=V > 1` the V-1 extra views
+are the random resized crops with flips of `mstta.views.crop_view` (BoostAdapter's views,
+paper Sec. 4.1), seeded per frame so a replayed stream gets the same views. The engine then sees
+`[V, d]` per frame. Views are encoded in chunks of `VIEW_CHUNK`, so Ctrl-C and SIGTERM end a
+many-view frame between chunks.
 """
 from __future__ import annotations
 
-import random
 from typing import Any, Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
+from PIL import Image
 
 from mstta.errors import UserError
+from mstta.views import ViewMaker, split_preprocess, to_pixels
 
-OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
-OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
-CROP_SCALE = (0.35, 1.0)      # area fraction of a random view
-CROP_RATIO = (3 / 4, 4 / 3)   # aspect ratio range of a random view
+MAX_VIEWS = 256     # --views bound: the views of one frame are encoded for every frame
+VIEW_CHUNK = 32     # views per encoder forward
 
 
-def preprocess_settings(clip: Any) -> dict[str, Any]:
-    """Size, mean, std, interpolation and resize mode of a ClipModel's own preprocessing."""
-    cfg = dict(getattr(clip.model.visual, "preprocess_cfg", None) or {})
-    for t in getattr(clip.preprocess, "transforms", []):
-        if type(t).__name__ == "Normalize":
-            cfg.setdefault("mean", tuple(t.mean))
-            cfg.setdefault("std", tuple(t.std))
-    interpolation = cfg.get("interpolation")
-    return {
-        "size": int(clip.image_size),
-        "mean": tuple(cfg.get("mean", OPENAI_MEAN)),
-        "std": tuple(cfg.get("std", OPENAI_STD)),
-        "interpolation": interpolation if interpolation in ("bicubic", "bilinear") else "bicubic",
-        "resize_mode": cfg.get("resize_mode", "shortest"),
-    }
+def check_views(views: Any) -> int:
+    """`--views` as an integer in 1..MAX_VIEWS (one-line UserError otherwise)."""
+    if isinstance(views, bool) or not isinstance(views, int) or not 1 <= views <= MAX_VIEWS:
+        raise UserError(f"--views {views!r}: expected an integer from 1 to {MAX_VIEWS} (1 = the frame only)")
+    return views
 
 
 class FrameEncoder:
     """Encodes RGB uint8 frames [H, W, 3] with a loaded ClipModel; `views` images per frame."""
 
     def __init__(self, clip: Any, views: int = 1, seed: int = 0):
-        if isinstance(views, bool) or not isinstance(views, int) or views < 1:
-            raise UserError(f"--views {views!r}: expected an integer >= 1 (1 = the frame only)")
         self.clip = clip
-        self.views = views
-        self.settings = preprocess_settings(clip)
+        self.views = check_views(views)
+        geometry, size, self.mean, self.std = split_preprocess(clip.preprocess)
+        self.size = size
+        self.maker = ViewMaker(geometry, size, views=self.views, augment="crop", seed=seed)
         self.device = clip.device
-        shape = (1, 3, 1, 1)
-        self._mean = torch.tensor(self.settings["mean"], device=self.device).view(shape)
-        self._std = torch.tensor(self.settings["std"], device=self.device).view(shape)
-        self._rng = random.Random(seed)
+        self._count = 0          # frames encoded since the last reset: the views' random stream
 
-    def reset(self, seed: int = 0) -> None:
-        """Restart the random views from `seed` (same frames -> same views)."""
-        self._rng = random.Random(seed)
+    def reset(self, seed: int | None = None) -> None:
+        """Restart the random views (from `seed` if given): the same frames get the same views again."""
+        if seed is not None and seed != self.maker.seed:
+            self.maker = ViewMaker(self.maker.geometry, self.size, views=self.views, augment="crop", seed=seed)
+        self._count = 0
 
     # ------------------------------------------------------------------ preprocessing
-    def _resize(self, x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
-        mode = self.settings["interpolation"]
-        return F.interpolate(x, size=size, mode=mode, antialias=True, align_corners=False)
-
-    def _fit(self, x: torch.Tensor) -> torch.Tensor:
-        """[B, 3, H, W] in [0, 1] -> [B, 3, S, S] by the model's resize mode."""
-        s = self.settings["size"]
-        h, w = x.shape[-2:]
-        mode = self.settings["resize_mode"]
-        if mode == "squash":
-            return self._resize(x, (s, s))
-        if mode == "longest":
-            scale = s / max(h, w)
-            nh, nw = max(1, round(h * scale)), max(1, round(w * scale))
-            x = self._resize(x, (nh, nw))
-            top, left = (s - nh) // 2, (s - nw) // 2
-            return F.pad(x, (left, s - nw - left, top, s - nh - top))
-        # torchvision's Resize(int): short side -> s, long side -> int(s * long / short)
-        nh, nw = (s, int(s * w / h)) if h <= w else (int(s * h / w), s)
-        x = self._resize(x, (nh, nw))
-        top, left = int(round((nh - s) / 2.0)), int(round((nw - s) / 2.0))
-        return x[..., top:top + s, left:left + s]
-
-    def _random_view(self, x: torch.Tensor) -> torch.Tensor:
-        """A random resized crop (and maybe a flip) of one frame [1, 3, H, W] -> [1, 3, S, S]."""
-        h, w = x.shape[-2:]
-        s = self.settings["size"]
-        area = h * w
-        for _ in range(10):
-            target = area * self._rng.uniform(*CROP_SCALE)
-            ratio = np.exp(self._rng.uniform(np.log(CROP_RATIO[0]), np.log(CROP_RATIO[1])))
-            cw, ch = int(round((target * ratio) ** 0.5)), int(round((target / ratio) ** 0.5))
-            if 0 < cw <= w and 0 < ch <= h:
-                top, left = self._rng.randint(0, h - ch), self._rng.randint(0, w - cw)
-                break
-        else:
-            ch, cw, top, left = h, w, 0, 0
-        view = self._resize(x[..., top:top + ch, left:left + cw], (s, s))
-        return view.flip(-1) if self._rng.random() < 0.5 else view
-
-    def pixels(self, images: Sequence[np.ndarray]) -> torch.Tensor:
-        """RGB uint8 frames -> normalised model input [B*V, 3, S, S] on the model's device
-        (the V views of frame b are rows b*V ... b*V+V-1, view 0 first)."""
+    def views_of(self, images: Sequence[np.ndarray]) -> torch.Tensor:
+        """RGB uint8 frames -> uint8 views [B*V, 3, S, S] (frame b's views at rows b*V..b*V+V-1, view 0 first)."""
         if len(images) == 0:
             raise UserError("no frames to encode")
-        out: list[torch.Tensor | None] = [None] * len(images)
-        groups: dict[tuple[int, ...], list[int]] = {}
+        out = []
         for i, img in enumerate(images):
-            if img.dtype != np.uint8 or img.ndim != 3 or img.shape[2] != 3:
-                raise UserError(f"frame {i}: expected an RGB uint8 image [H, W, 3], got {img.dtype} {img.shape}")
-            groups.setdefault(img.shape, []).append(i)
-        for idx in groups.values():
-            batch = torch.from_numpy(np.stack([images[i] for i in idx])).to(self.device)
-            x = batch.permute(0, 3, 1, 2).float().div_(255.0)
-            fitted = self._fit(x)
-            for j, i in enumerate(idx):
-                views = [fitted[j:j + 1]] + [self._random_view(x[j:j + 1]) for _ in range(self.views - 1)]
-                out[i] = torch.cat(views)
-        pix = torch.cat(out).clamp_(0.0, 1.0)  # type: ignore[arg-type]
-        return (pix - self._mean) / self._std
+            if not isinstance(img, np.ndarray) or img.dtype != np.uint8 or img.ndim != 3 or img.shape[2] != 3:
+                raise UserError(f"frame {i}: expected an RGB uint8 image [H, W, 3], got "
+                                f"{getattr(img, 'dtype', type(img).__name__)} {getattr(img, 'shape', '')}")
+            out.append(self.maker(Image.fromarray(np.ascontiguousarray(img)), self._count))
+            self._count += 1
+        return torch.cat(out)
+
+    def pixels(self, images: Sequence[np.ndarray]) -> torch.Tensor:
+        """RGB uint8 frames -> normalised model input [B*V, 3, S, S] (float32) on the model's device."""
+        return to_pixels(self.views_of(images), self.mean, self.std, self.device)
 
     # ------------------------------------------------------------------ encoding
     def encode(self, images: Sequence[np.ndarray]) -> torch.Tensor:
         """Frames -> unit-norm features [B, d] (views == 1) or [B, V, d] (float32)."""
-        feats = self.clip.encode_images(self.pixels(images))
+        views = self.views_of(images)
+        feats = torch.cat([self.clip.encode_images(to_pixels(chunk, self.mean, self.std, self.device))
+                           for chunk in views.split(VIEW_CHUNK)])
         return feats if self.views == 1 else feats.view(len(images), self.views, -1)
 
     def encode_one(self, image: np.ndarray) -> torch.Tensor:

@@ -11,21 +11,25 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
+from pathlib import Path
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager, Iterable, Iterator
 
 from mstta.config import EngineConfig, from_dict, parse_overrides
+from mstta.atomic import sweep_stale
 from mstta.errors import UserError
+from mstta.safety import STDOUT, check_outputs
 from mstta.methods import get_method
 
 from .annotate import annotate
+from .encoder import check_views
 from .labels import read_labels, templates_for
 from .sampling import Sampler, default_every
 from .session import DEFAULT_BANK_SIZE, FrameResult, StreamSession, method_title
 from .sinks import VIDEO_SUFFIXES, JsonlSink, VideoSink, check_output, prediction_row, shield_interrupts
-from .sources import Frame, Source, open_source
+from .sources import MAX_PIXELS, Frame, Source, open_source
+from .progress import Progress, plural
 from .summary import FpsMeter, RunSummary
 from .truth import Truth, read_truth
 
@@ -56,6 +60,8 @@ class DemoConfig:
     topk: int = 3
     retries: int = 3                    # live sources: reconnect attempts when a stream stops
     backoff: float = 0.5                # live sources: first reconnect delay (s), doubled each time
+    max_pixels: int = MAX_PIXELS        # frames larger than this (width x height) are refused
+    progress: bool = False              # progress bar / lines on stderr (the CLI's default; --quiet: off)
 
 
 def engine_config(bank_size: int | None, overrides: list[str]) -> EngineConfig:
@@ -90,14 +96,73 @@ def prepare(cfg: DemoConfig) -> _Prepared:
     _check_int(cfg.every, "--every")
     _check_int(cfg.max_frames, "--max-frames")
     _check_int(cfg.topk, "--topk")
-    _check_int(cfg.views, "--views")
+    _check_int(cfg.max_pixels, "--max-pixels")
+    check_views(cfg.views)
     engine_cfg = engine_config(cfg.bank_size, cfg.overrides)
     truth = read_truth(cfg.truth, labels) if cfg.truth else None
+    check_outputs(outputs={"--out": cfg.out, "--log": cfg.log}, inputs=input_files(cfg), stdout_ok=("--log",))
     if cfg.out:
         check_output(cfg.out, "--out", tuple(VIDEO_SUFFIXES))
-    if cfg.log:
+    if cfg.log and cfg.log != STDOUT:
         check_output(cfg.log, "--log")
+    for out in {Path(p).parent for p in (cfg.out, cfg.log) if p and p != STDOUT}:
+        sweep_stale(out)   # a killed run's hidden .part files
     return _Prepared(labels, engine_cfg, truth)
+
+
+def input_files(cfg: DemoConfig) -> dict[str, str]:
+    """The files a run reads, by flag: no output may resolve to one of them."""
+    files = {"--labels": cfg.labels, "--truth": cfg.truth}
+    if cfg.video is not None and "://" not in str(cfg.video):
+        files["--video"] = cfg.video
+    return {flag: str(p) for flag, p in files.items() if p is not None}
+
+
+@dataclass
+class Step:
+    """One processed frame, as `iter_steps` yields it."""
+
+    frame: Frame
+    result: FrameResult
+    truth_label: str | None      # the truth file's class for this frame (None: no truth or unlabelled)
+    fps: float | None            # processing rate over the last frames (None before the second)
+    processed: int               # frames processed so far, this one included
+
+
+def iter_steps(frames: Iterable[Frame], session: StreamSession, *, truth: Truth | None = None,
+               max_frames: int | None = None,
+               model_slot: Callable[[], ContextManager[Any]] | None = None) -> Iterator[Step]:
+    """The one frame loop under the headless run and the UI: encode + adapt each frame, yield a Step.
+
+    `session.process` runs inside `with model_slot():` when given, so concurrent streams share the
+    model's slots frame by frame (the slot is released before the Step is yielded). Stops after
+    `max_frames` processed frames or when `frames` ends.
+    """
+    meter = FpsMeter()
+    processed = 0
+    if max_frames is not None and max_frames < 1:
+        return
+    for frame in frames:
+        if model_slot is None:
+            result = session.process(frame.image)
+        else:
+            with model_slot():
+                result = session.process(frame.image)
+        processed += 1
+        index = truth.label_at(frame.index) if truth is not None else None
+        label = session.labels[index] if index is not None and index < len(session.labels) else None
+        yield Step(frame, result, label, meter.tick(), processed)
+        if max_frames is not None and processed >= max_frames:
+            return
+
+
+def expected_frames(source: Source, every: int, max_frames: int | None) -> int | None:
+    """How many frames a run will process, when the source knows its length (files, folders)."""
+    length = None if source.live else source.length
+    total = -(-length // every) if length else None
+    if max_frames is not None:
+        total = min(total, max_frames) if total is not None else None
+    return total
 
 
 def run_pipeline(cfg: DemoConfig, *, clip: Any = None, source: Source | None = None,
@@ -116,7 +181,8 @@ def run_pipeline(cfg: DemoConfig, *, clip: Any = None, source: Source | None = N
         prep = prepare(cfg)
         if source is None:
             spec = cfg.video if cfg.video is not None else cfg.camera
-            source = stack.enter_context(open_source(spec, retries=cfg.retries, backoff=cfg.backoff))
+            source = stack.enter_context(open_source(spec, retries=cfg.retries, backoff=cfg.backoff,
+                                                     max_pixels=cfg.max_pixels))
         if clip is None:
             from mstta.models import load_clip
 
@@ -131,15 +197,30 @@ def run_pipeline(cfg: DemoConfig, *, clip: Any = None, source: Source | None = N
         video: VideoSink | None = None
         interrupted = False
         log.info("source %s (%s, %.1f fps), processing every %d frame(s)", source.spec, source.kind, source.fps, every)
+        progress = Progress(expected_frames(source, every, cfg.max_frames), enabled=cfg.progress)
+        bank_limit = session.config.bank_size
         try:
             with ExitStack() as sinks:
+                sinks.callback(progress.close)
                 if cfg.out:
                     video = sinks.enter_context(VideoSink(cfg.out, fps=source.fps / every))
                 jsonl = sinks.enter_context(JsonlSink(cfg.log)) if cfg.log else None
-                _loop(sampler(source), session, summary, prep.truth, video, jsonl, cfg, on_frame)
+                for step in iter_steps(sampler(source), session, truth=prep.truth, max_frames=cfg.max_frames):
+                    picture = (annotate(step.frame.image, step.result, fps=step.fps, bank_limit=bank_limit,
+                                        truth=step.truth_label) if video is not None else None)
+                    with shield_interrupts():  # a frame is recorded in the summary and every output, or in none
+                        summary.update(step.frame, step.result, step.truth_label)
+                        if jsonl is not None:
+                            jsonl.write(prediction_row(step.frame, step.result, step.truth_label))
+                        if video is not None:
+                            video.write(picture, step.frame.timestamp)
+                    progress.update(step.processed, step.fps)
+                    if on_frame is not None:
+                        on_frame(step.frame, step.result)
         except KeyboardInterrupt:
             interrupted = True
-            log.warning("interrupted after %d processed frames; outputs finalised", summary.processed)
+            log.warning("interrupted after %d processed %s; outputs finalised",
+                        summary.processed, plural(summary.processed, "frame"))
     return summary.finish(
         source.stats, skipped=sampler.skipped, interrupted=interrupted,
         source=str(source.spec), source_kind=source.kind, model=clip.name, pretrained=clip.pretrained,
@@ -148,30 +229,3 @@ def run_pipeline(cfg: DemoConfig, *, clip: Any = None, source: Source | None = N
         out=str(video.path) if video is not None and video.frames else None,
         log=str(cfg.log) if cfg.log else None,
     )
-
-
-def _loop(frames, session: StreamSession, summary: RunSummary, truth: Truth | None,
-          video: VideoSink | None, jsonl: JsonlSink | None, cfg: DemoConfig,
-          on_frame: Callable[[Frame, FrameResult], None] | None) -> None:
-    """Process frames until the source ends or `cfg.max_frames` are done."""
-    meter = FpsMeter()
-    last_log = time.monotonic()
-    bank_limit = session.config.bank_size
-    for frame in frames:
-        result = session.process(frame.image)
-        label = truth.label_at(frame.index) if truth is not None else None
-        fps = meter.tick()
-        picture = annotate(frame.image, result, fps=fps, bank_limit=bank_limit) if video is not None else None
-        with shield_interrupts():  # a frame is recorded in the summary and every output, or in none
-            summary.update(frame, result, label)
-            if jsonl is not None:
-                jsonl.write(prediction_row(frame, result, session.labels[label] if label is not None else None))
-            if video is not None:
-                video.write(picture, frame.timestamp)
-        if on_frame is not None:
-            on_frame(frame, result)
-        if time.monotonic() - last_log > 5.0:
-            last_log = time.monotonic()
-            log.info("%d frames processed (%.1f fps)", summary.processed, fps or 0.0)
-        if cfg.max_frames is not None and summary.processed >= cfg.max_frames:
-            break

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from mstta.config import EngineConfig
+from mstta.config import DEFAULT_BANK_SIZE, EngineConfig
 from mstta.engine import Engine
 from mstta.errors import UserError
 from mstta.methods import get_method
@@ -28,14 +28,16 @@ from mstta.methods import get_method
 from .encoder import FrameEncoder
 from .labels import templates_for
 
-DEFAULT_BANK_SIZE = 4096
-METHOD_TITLES = {"zero-shot": "CLIP", "baseline": "Cache", "ms-tta": "MS-TTA", "tda": "TDA",
-                 "tda+ms": "TDA+MS", "boostadapter": "BoostAdapter", "boostadapter+ms": "BoostAdapter+MS"}
+__all__ = ["DEFAULT_BANK_SIZE", "FrameResult", "Scored", "StreamSession", "build_classifier", "method_title"]
 
 
 def method_title(method: str) -> str:
-    """Display name of a method: 'ms-tta' -> 'MS-TTA'."""
-    return METHOD_TITLES.get(method, method)
+    """Display name of a method, the library's `Method.title`: 'ms-tta' -> 'MS-TTA'."""
+    try:
+        found = get_method(method)
+    except UserError:
+        return method
+    return getattr(found, "title", None) or found.name
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import json
 import logging
 import os
 import signal
-import tempfile
+import sys
 import threading
 from fractions import Fraction
 from pathlib import Path
@@ -24,7 +24,9 @@ from typing import IO, Any, Iterator
 
 import numpy as np
 
+from mstta.atomic import temp_path
 from mstta.errors import UserError
+from mstta.safety import STDOUT
 
 from .session import FrameResult
 from .sources import Frame
@@ -71,13 +73,9 @@ def check_output(path: str | Path, flag: str, suffixes: tuple[str, ...] | None =
 
 
 def _temp_beside(path: Path) -> Path:
-    """A hidden temp file beside `path`, with the permissions a plain new file would get."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=f".part{path.suffix}", dir=path.parent)
-    os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
-    return Path(tmp)
+    """A hidden temp file beside `path` (`.<name>.<pid>-<token>.part<suffix>`, which
+    `mstta.atomic.sweep_stale` removes once its process is gone)."""
+    return temp_path(path, f".part{path.suffix}")
 
 
 class VideoSink:
@@ -197,12 +195,18 @@ class JsonlSink:
 
     frame (source index), timestamp (s), clip / tta (top-k lists of {label, prob}, best first),
     method, disagree (bool), entropy (CLIP, nats), cache_size, bank_size, latency_ms, and truth
-    (class name) when a truth file labels the frame.
+    (class name) when a truth file labels the frame. `path` "-" writes the lines to standard output
+    as they come.
     """
 
     def __init__(self, path: str | Path):
-        self.path = check_output(path, "--log")
         self.rows = 0
+        if str(path) == STDOUT:
+            self.path, self._tmp, self._fh = Path(STDOUT), None, None
+            self._stdout = True
+            return
+        self._stdout = False
+        self.path = check_output(path, "--log")
         self._tmp = _temp_beside(self.path)
         self._fh: IO[str] | None = open(self._tmp, "w", encoding="utf-8")
 
@@ -210,7 +214,12 @@ class JsonlSink:
         return self
 
     def write(self, row: dict[str, Any]) -> None:
-        self._fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+        line = json.dumps(row, ensure_ascii=False) + "\n"
+        if self._stdout:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+        else:
+            self._fh.write(line)
         self.rows += 1
 
     def close(self) -> None:

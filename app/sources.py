@@ -11,12 +11,16 @@
   A file that ends before the frame count its container announced sets `stats.ended_early`.
 - An image folder yields its images in natural name order (`img2` before `img10`), one frame
   each; files that do not decode are skipped and counted.
+- Frames above `max_pixels` (width x height, `frames.MAX_PIXELS` by default) are refused before
+  they are decoded whole where the format says its size first: an image's header, a container's
+  declared frame size. Frames with a long side above `frames.MAX_SIDE` are scaled down at once.
+- Statistics add up: `received = read + dropped + unreadable`.
 - A network stream or a webcam is live: a reader thread keeps only the newest frame, so a slow
   consumer never builds a queue; every frame overwritten before use is counted in `stats.dropped`.
   A stream that stops delivering frames is reopened a few times with exponential back-off, then
   the iteration ends cleanly.
 
-Every source is a context manager with `close()`. OpenCV is the only decoder here, and BGR->RGB
+Every source is a context manager with `close()`. OpenCV decodes videos, PIL images; BGR->RGB
 happens at this boundary. FFmpeg's and OpenCV's own console messages are silenced (failures come
 back as one-line `UserError`s); set OPENCV_FFMPEG_LOGLEVEL / OPENCV_LOG_LEVEL to see them.
 """
@@ -36,6 +40,9 @@ import numpy as np
 
 from mstta.errors import UserError
 
+from .frames import MAX_PIXELS, check_frame_size, decode_image, shrink
+
+os.environ.setdefault("CV_IO_MAX_IMAGE_PIXELS", str(MAX_PIXELS))  # OpenCV's own image decoders
 os.environ.setdefault("OPENCV_FFMPEG_LOGLEVEL", "-8")  # FFmpeg: quiet (read when a capture opens)
 import cv2  # noqa: E402  (after the environment default above)
 
@@ -63,11 +70,12 @@ class Frame:
 
 @dataclass
 class SourceStats:
-    """What a source saw. `read` counts frames decoded and handed on (live: while iterated)."""
+    """What a source saw: `received = read + dropped + unreadable`."""
 
-    read: int = 0
-    dropped: int = 0        # live: frames replaced by a newer one before they were used
-    unreadable: int = 0     # frames that failed to decode inside a file / image files that did not decode
+    read: int = 0           # frames decoded and handed on
+    dropped: int = 0        # live: frames replaced by a newer one (or left at the end) before they were used
+    unreadable: int = 0     # frames that failed to decode or were too large / image files that did not decode
+    received: int = 0       # every frame the source delivered or tried to (live: since it was opened)
     reconnects: int = 0     # live: successful reopenings after the stream stopped
     ended_early: bool = False  # file: ended before the frame count its container announced
 
@@ -77,10 +85,12 @@ class Source:
 
     kind = "source"
     live = False
+    length: int | None = None   # frames the source will yield, when it knows (files, folders)
 
-    def __init__(self, spec: str, fps: float):
+    def __init__(self, spec: str, fps: float, max_pixels: int = MAX_PIXELS):
         self.spec = spec
         self.fps = fps
+        self.max_pixels = max_pixels
         self.stats = SourceStats()
 
     def __iter__(self) -> Iterator[Frame]:
@@ -129,26 +139,34 @@ def classify_source(spec: str | int | Path) -> tuple[str, str | int]:
 
 
 def open_source(spec: str | int | Path, *, retries: int = 3, backoff: float = 0.5,
-                connect_timeout: float = 10.0) -> Source:
+                connect_timeout: float = 10.0, max_pixels: int = MAX_PIXELS) -> Source:
     """Open `spec` (see the module doc); bad or unreachable sources raise a one-line UserError.
 
     `retries`/`backoff` (s, doubled each try) apply to live sources that stop mid-run;
-    `connect_timeout` (s) bounds the wait for a live source's first frame.
+    `connect_timeout` (s) bounds the wait for a live source's first frame; frames above
+    `max_pixels` are refused.
     """
     kind, value = classify_source(spec)
     if kind == "file":
-        return VideoFileSource(str(value))
+        return VideoFileSource(str(value), max_pixels=max_pixels)
     if kind == "folder":
-        return ImageFolderSource(str(value))
+        return ImageFolderSource(str(value), max_pixels=max_pixels)
     if kind == "camera":
         opener = lambda: cv2.VideoCapture(int(value))  # noqa: E731
         return LiveSource(f"camera {value}", opener, kind="camera", flag=f"--camera {value}", retries=retries,
-                          backoff=backoff, connect_timeout=connect_timeout)
+                          backoff=backoff, connect_timeout=connect_timeout, max_pixels=max_pixels)
     timeout_ms = int(connect_timeout * 1000)
     params = [cv2.CAP_PROP_OPEN_TIMEOUT_MSEC, timeout_ms, cv2.CAP_PROP_READ_TIMEOUT_MSEC, timeout_ms]
     opener = lambda: cv2.VideoCapture(str(value), cv2.CAP_FFMPEG, params)  # noqa: E731
     return LiveSource(str(value), opener, kind="stream", flag=f"--video {value}", retries=retries,
-                      backoff=backoff, connect_timeout=connect_timeout)
+                      backoff=backoff, connect_timeout=connect_timeout, max_pixels=max_pixels)
+
+
+def _check_declared(cap: Any, max_pixels: int, what: str) -> None:
+    """Refuse a capture whose declared frame size is above `max_pixels` (before decoding a frame)."""
+    w, h = cap.get(cv2.CAP_PROP_FRAME_WIDTH), cap.get(cv2.CAP_PROP_FRAME_HEIGHT)
+    if w and h and math.isfinite(w) and math.isfinite(h) and w * h > max_pixels:
+        check_frame_size(int(w), int(h), max_pixels, what)
 
 
 def _usable_fps(value: float) -> float | None:
@@ -169,18 +187,24 @@ class VideoFileSource(Source):
 
     kind = "file"
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, max_pixels: int = MAX_PIXELS):
         cap = cv2.VideoCapture(path)
         if not cap.isOpened():
             cap.release()
             raise UserError(f"--video {path}: not a video OpenCV can read (wrong format, unsupported codec "
                             "or a damaged file); pass a video file, an image folder or a stream URL")
+        try:  # the container's declared frame size, before any frame is decoded
+            _check_declared(cap, max_pixels, f"--video {path}")
+        except UserError:
+            cap.release()
+            raise
         fps = _usable_fps(cap.get(cv2.CAP_PROP_FPS))
         if fps is None:
             log.warning("%s reports no frame rate; assuming %.0f fps", path, FALLBACK_FPS)
-        super().__init__(path, fps or FALLBACK_FPS)
+        super().__init__(path, fps or FALLBACK_FPS, max_pixels)
         count = cap.get(cv2.CAP_PROP_FRAME_COUNT)
         self.frame_count = int(count) if count and math.isfinite(count) and count > 0 else None
+        self.length = self.frame_count
         self._cap = cap
         self._first = self._next_decoded()
         if self._first is None:
@@ -194,11 +218,13 @@ class VideoFileSource(Source):
             ok, bgr = self._cap.read()
             if ok and bgr is not None and bgr.size:
                 self.stats.unreadable += fails
+                self.stats.received += fails + 1
+                check_frame_size(bgr.shape[1], bgr.shape[0], self.max_pixels, f"--video {self.spec}")
                 return bgr, float(self._cap.get(cv2.CAP_PROP_POS_MSEC))
             fails += 1
             pos = self._cap.get(cv2.CAP_PROP_POS_FRAMES)
             at_end = self.frame_count is not None and pos >= self.frame_count
-            if at_end or fails >= MAX_CONSECUTIVE_FAILS:
+            if at_end or fails >= MAX_CONSECUTIVE_FAILS:   # the end of the file, not unreadable frames
                 return None
 
     def __iter__(self) -> Iterator[Frame]:
@@ -218,7 +244,7 @@ class VideoFileSource(Source):
                 timestamp = index / self.fps
             last = index
             self.stats.read += 1
-            yield Frame(index, timestamp, _rgb(bgr), self.spec)
+            yield Frame(index, timestamp, _rgb(shrink(bgr)), self.spec)
             item = self._next_decoded()
         if self.frame_count is not None and last + 1 < self.frame_count:
             self.stats.ended_early = True
@@ -240,23 +266,28 @@ class ImageFolderSource(Source):
 
     kind = "folder"
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, max_pixels: int = MAX_PIXELS):
         files = [p for p in Path(path).iterdir()
                  if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in IMAGE_EXTENSIONS]
         if not files:
             raise UserError(f"--video {path}: the folder holds no images ({', '.join(IMAGE_EXTENSIONS)})")
-        super().__init__(path, FOLDER_FPS)
+        super().__init__(path, FOLDER_FPS, max_pixels)
         self.files = sorted(files, key=_natural_key)
+        self.length = len(self.files)
 
     def __iter__(self) -> Iterator[Frame]:
         for i, f in enumerate(self.files):
-            bgr = cv2.imread(str(f), cv2.IMREAD_COLOR)
-            if bgr is None:
+            self.stats.received += 1
+            try:  # an image above the pixel limit is refused from its header (a one-line UserError)
+                rgb = decode_image(f, self.max_pixels, what=f"--video {f}")
+            except UserError as exc:
+                if "above the limit" in str(exc):
+                    raise
                 self.stats.unreadable += 1
                 log.warning("skipping %s: not a readable image", f)
                 continue
             self.stats.read += 1
-            yield Frame(i, i / self.fps, _rgb(bgr), str(f))
+            yield Frame(i, i / self.fps, shrink(rgb), str(f))
 
 
 class IterableSource(Source):
@@ -270,6 +301,7 @@ class IterableSource(Source):
 
     def __iter__(self) -> Iterator[Frame]:
         for i, image in enumerate(self._images):
+            self.stats.received += 1
             self.stats.read += 1
             yield Frame(i, i / self.fps, image, self.spec)
 
@@ -285,7 +317,8 @@ class LiveSource(Source):
     live = True
 
     def __init__(self, spec: str, opener: Callable[[], Any], *, kind: str = "stream", flag: str | None = None,
-                 retries: int = 3, backoff: float = 0.5, connect_timeout: float = 10.0):
+                 retries: int = 3, backoff: float = 0.5, connect_timeout: float = 10.0,
+                 max_pixels: int = MAX_PIXELS):
         self.kind = kind
         self._flag = flag or spec
         self._opener = opener
@@ -297,14 +330,19 @@ class LiveSource(Source):
             what = "the camera could not be opened (no such device, or in use)" if kind == "camera" \
                 else "could not connect to the stream (check the URL and that the server is up)"
             raise UserError(f"{self._flag}: {what}")
-        super().__init__(spec, _usable_fps(cap.get(cv2.CAP_PROP_FPS)) or FALLBACK_FPS)
+        try:
+            _check_declared(cap, max_pixels, self._flag)
+        except UserError:
+            cap.release()
+            raise
+        super().__init__(spec, _usable_fps(cap.get(cv2.CAP_PROP_FPS)) or FALLBACK_FPS, max_pixels)
+        self._error: str | None = None
         self._cap = cap
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self._slot: tuple[np.ndarray, int, float] | None = None
         self._seq = 0
         self._t0: float | None = None
-        self._consuming = False
         self._ended = False
         self._thread = threading.Thread(target=self._reader, name=f"mstta-source-{kind}", daemon=True)
         self._thread.start()
@@ -313,6 +351,8 @@ class LiveSource(Source):
             ok = self._slot is not None
         if not ok:
             self.close()
+            if self._error:
+                raise UserError(self._error)
             raise UserError(f"{self._flag}: opened, but no frame arrived within {connect_timeout:g} s; "
                             "check that the source is sending video")
 
@@ -323,6 +363,13 @@ class LiveSource(Source):
                 ok, bgr = self._cap.read() if self._cap is not None else (False, None)
                 if ok and bgr is not None and bgr.size:
                     attempts = 0
+                    if bgr.shape[0] * bgr.shape[1] > self.max_pixels:
+                        with self._cond:
+                            self.stats.received += 1
+                            self.stats.unreadable += 1
+                            self._error = (f"{self._flag}: a {bgr.shape[1]}x{bgr.shape[0]} frame is above the "
+                                           f"limit of {self.max_pixels:,} pixels; raise --max-pixels or send smaller frames")
+                        break
                     self._publish(bgr)
                     continue
                 if attempts >= self._retries:
@@ -359,37 +406,40 @@ class LiveSource(Source):
 
     def _publish(self, bgr: np.ndarray) -> None:
         now = time.monotonic()
+        bgr = shrink(bgr)
         with self._cond:
             if self._t0 is None:
                 self._t0 = now
-            if self._consuming:
-                self.stats.read += 1
-                if self._slot is not None:
-                    self.stats.dropped += 1
+            self.stats.received += 1
+            if self._slot is not None:
+                self.stats.dropped += 1
             self._slot = (bgr, self._seq, now - self._t0)
             self._seq += 1
             self._cond.notify_all()
 
     def __iter__(self) -> Iterator[Frame]:
-        with self._cond:
-            if not self._consuming and self._slot is not None:
-                self.stats.read += 1  # the frame waiting since open counts as read
-            self._consuming = True
         while True:
             with self._cond:
                 # A timed wait keeps Ctrl-C responsive on the main thread.
                 while self._slot is None and not self._ended:
                     self._cond.wait(timeout=0.2)
                 if self._slot is None:
+                    if self._error:
+                        raise UserError(self._error)
                     return
                 bgr, seq, t = self._slot
                 self._slot = None
+                self.stats.read += 1
             yield Frame(seq, t, _rgb(bgr), self.spec)
 
     def close(self) -> None:
         if getattr(self, "_stop", None) is None:
             return
         self._stop.set()
+        with self._cond:
+            if self._slot is not None:   # received but never used: dropped
+                self._slot = None
+                self.stats.dropped += 1
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=5.0)
         if self._thread.is_alive():  # stuck in a blocking read: leave the capture to the daemon thread

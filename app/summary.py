@@ -1,7 +1,8 @@
 """Run statistics: what the demo prints at the end, accumulated frame by frame.
 
 `RunSummary.update(frame, result, truth)` per processed frame, `finish(...)` -> a flat dict:
-frame counts (read = processed + skipped + dropped for files and folders), processing fps,
+frame counts (received = read + dropped + unreadable; read = processed + skipped unless the run
+stopped early), processing fps,
 latency percentiles, how often zero-shot CLIP and the adapted method agree, how often each
 changes its top-1 between processed frames (per minute of source time), and per-method accuracy
 on the frames a truth file labels. Percentages are in 0..100. Memory stays flat on an endless
@@ -18,6 +19,7 @@ import numpy as np
 
 LATENCY_SAMPLES = 10_000   # latency percentiles from a uniform sample of this many frames (flat memory)
 
+from .progress import plural
 from .session import FrameResult
 from .sources import Frame, SourceStats
 
@@ -53,7 +55,8 @@ class RunSummary:
         self._prev: tuple[int, int] | None = None
         self._start = time.perf_counter()
 
-    def update(self, frame: Frame, result: FrameResult, truth: int | None = None) -> None:
+    def update(self, frame: Frame, result: FrameResult, truth: str | None = None) -> None:
+        """Count one processed frame; `truth` is its true class name (None: unlabelled)."""
         clip, tta = result.clip_topk[0].index, result.tta_topk[0].index
         if self.processed == 0:
             self._start = time.perf_counter() - result.latency_ms / 1000.0
@@ -66,8 +69,8 @@ class RunSummary:
         self._prev = (clip, tta)
         if truth is not None:
             self.labelled += 1
-            self.correct["clip"] += clip == truth
-            self.correct["tta"] += tta == truth
+            self.correct["clip"] += result.clip_topk[0].label == truth
+            self.correct["tta"] += result.tta_topk[0].label == truth
         if len(self.latencies) < LATENCY_SAMPLES:
             self.latencies.append(result.latency_ms)
         else:
@@ -92,6 +95,7 @@ class RunSummary:
 
         out = dict(extra)
         out.update({
+            "frames_received": stats.received,
             "frames_read": stats.read,
             "frames_processed": self.processed,
             "frames_skipped": skipped,
@@ -120,7 +124,7 @@ def format_summary(summary: dict[str, Any]) -> str:
     """The one-line human summary printed at the end of a run."""
     s = summary
     title = s.get("method_title", "adapted")
-    parts = [f"{s['frames_processed']} frames processed of {s['frames_read']} read "
+    parts = [f"{count(s['frames_processed'], 'frame')} processed of {s['frames_read']} read "
              f"({s['frames_skipped']} skipped, {s['frames_dropped']} dropped, {s['frames_unreadable']} unreadable)"]
     if s.get("fps"):
         parts.append(f"{s['fps']:.1f} fps (p50 {s['latency_ms_p50']:.1f} ms, p95 {s['latency_ms_p95']:.1f} ms)")
@@ -130,10 +134,15 @@ def format_summary(summary: dict[str, Any]) -> str:
         parts.append(f"switches/min CLIP {s['switches_per_min_clip']:.1f}, {title} {s['switches_per_min_tta']:.1f}")
     if s.get("accuracy_clip") is not None:
         parts.append(f"accuracy CLIP {s['accuracy_clip']:.1f}%, {title} {s['accuracy_tta']:.1f}% "
-                     f"on {s['labelled_frames']} labelled frames")
+                     f"on {count(s['labelled_frames'], 'labelled frame')}")
     outputs = [p for p in (s.get("out"), s.get("log")) if p]
     if outputs:
         parts.append("wrote " + ", ".join(outputs))
     if s.get("interrupted"):
         parts.append("interrupted")
     return "; ".join(parts)
+
+
+def count(n: int, word: str) -> str:
+    """'1 frame', '2 frames', '0 frames'."""
+    return f"{n} {plural(n, word)}"

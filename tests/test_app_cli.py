@@ -14,13 +14,14 @@ from pathlib import Path
 import pytest
 
 from app.cli import build_parser, main
+from mstta.config import DEFAULT_BANK_SIZE
 from helpers_video import read_video, write_labels, write_video
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--model", "mstta-tiny", "--pretrained", "none"]
 FLAGS = ["--video", "--camera", "--labels", "--template", "--model", "--pretrained", "--precision", "--device",
          "--views", "--method", "--set", "--bank-size", "--every", "--max-frames", "--headless", "--out", "--log",
-         "--truth", "--json", "--topk"]
+         "--truth", "--json", "--topk", "--max-pixels", "--quiet"]
 
 
 @pytest.fixture
@@ -38,7 +39,7 @@ def test_help_documents_every_flag(capsys):
         assert flag in text
     defaults = build_parser().parse_args(["--labels", "x"])
     assert (defaults.model, defaults.pretrained, defaults.method, defaults.bank_size, defaults.topk) == \
-        ("ViT-B-16", "openai", "ms-tta", 4096, 3)
+        ("ViT-B-16", "openai", "ms-tta", DEFAULT_BANK_SIZE, 3)
 
 
 def test_headless_run_prints_one_summary_line(media, capsys):

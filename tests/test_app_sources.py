@@ -174,8 +174,8 @@ def test_live_newest_frame_wins_and_drops_are_counted():
             got.append(frame.index)
             time.sleep(0.01)  # a slow consumer
     assert got == sorted(got) and len(set(got)) == len(got)
-    assert src.stats.dropped > 0
-    assert src.stats.read == len(got) + src.stats.dropped
+    assert src.stats.dropped > 0 and src.stats.read == len(got)
+    assert src.stats.received == 200 == src.stats.read + src.stats.dropped + src.stats.unreadable
 
 
 def test_live_reconnects_with_backoff_then_ends():
@@ -185,7 +185,7 @@ def test_live_reconnects_with_backoff_then_ends():
     with src:
         frames = list(src)
     assert src.stats.reconnects == 1
-    assert len(frames) + src.stats.dropped == src.stats.read <= 10
+    assert len(frames) == src.stats.read and src.stats.read + src.stats.dropped == src.stats.received == 10
     values = [int(f.image[0, 0, 0]) for f in frames]
     assert any(v >= 100 for v in values)   # frames after the reconnect arrived
     assert time.monotonic() - start >= 0.02 + 0.02 + 0.04  # back-off 0.02, then 0.02, 0.04 before giving up
@@ -238,4 +238,6 @@ def test_http_stream_that_drops_ends_cleanly(tmp_path):
         assert src.live and src.kind == "stream"
         frames = list(src)
     assert frames and all(f.image.shape == (64, 96, 3) for f in frames)
-    assert src.stats.read == len(frames) + src.stats.dropped
+    # every frame the server sent is accounted for: read + dropped + unreadable = received (60)
+    assert src.stats.read == len(frames)
+    assert src.stats.read + src.stats.dropped + src.stats.unreadable == src.stats.received == 60

@@ -1,0 +1,82 @@
+"""Frame size guards and image decoding: nothing larger than a pixel limit is ever decoded whole.
+
+    check_frame_size(width, height, limit)      # one-line UserError above the limit
+    image = decode_image(path_or_bytes, limit)  # RGB uint8 [H, W, 3], refused from its header
+    image = shrink(image)                       # large frames scaled down right after decoding
+
+A 48 KB 1-bit PNG can declare 20,000 x 20,000 pixels (1.2 GB once decoded to RGB): the size is
+read from the file's header (PIL opens lazily) and refused before any pixel is decoded. Video
+containers declare their frame size too (`sources.VideoFileSource`, `sources.LiveSource`). The
+UI calls the same functions for uploaded frames.
+"""
+from __future__ import annotations
+
+import io
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from mstta.errors import UserError
+
+MAX_PIXELS = 4096 * 4096     # default --max-pixels: a 4096 x 4096 frame
+MAX_SIDE = 1280              # frames with a longer side are scaled down right after decoding
+
+
+def parse_max_pixels(text: str | int) -> int:
+    """`--max-pixels`: '4096x4096' or a pixel count such as 16777216 -> pixels (>= 1)."""
+    raw = str(text).strip().lower()
+    try:
+        if "x" in raw:
+            w, h = raw.split("x", 1)
+            value = int(w) * int(h)
+        else:
+            value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise UserError(f"--max-pixels {text}: expected WIDTHxHEIGHT (e.g. 4096x4096) or a pixel count >= 1")
+    return value
+
+
+def check_frame_size(width: int, height: int, limit: int = MAX_PIXELS, what: str = "frame") -> None:
+    """Refuse a frame of `width` x `height` above `limit` pixels (or of no size) with one line."""
+    if width < 1 or height < 1:
+        raise UserError(f"{what}: has no pixels ({width}x{height})")
+    if width * height > limit:
+        raise UserError(f"{what}: {width}x{height} is {width * height:,} pixels, above the limit of {limit:,}; "
+                        "scale it down or raise --max-pixels")
+
+
+def decode_image(data: str | os.PathLike | bytes, limit: int = MAX_PIXELS, what: str | None = None) -> np.ndarray:
+    """An image file (path or bytes) -> RGB uint8 [H, W, 3], refused from its header when above `limit`."""
+    from PIL import Image, UnidentifiedImageError
+
+    what = what or (str(data) if not isinstance(data, bytes) else "image")
+    source = io.BytesIO(data) if isinstance(data, bytes) else Path(data)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(source) as img:     # reads the header only
+                check_frame_size(img.width, img.height, limit, what)
+                img.draft("RGB", (img.width, img.height))
+                rgb = img.convert("RGB")
+    except UserError:
+        raise
+    except Image.DecompressionBombError as exc:
+        raise UserError(f"{what}: {exc}; scale it down or raise --max-pixels") from None
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
+        raise UserError(f"{what}: not a readable image ({exc.__class__.__name__})") from None
+    return np.asarray(rgb, dtype=np.uint8)
+
+
+def shrink(image: np.ndarray, max_side: int = MAX_SIDE) -> np.ndarray:
+    """Scale a frame down (area interpolation) so its longer side is at most `max_side`; smaller frames pass as is."""
+    h, w = image.shape[:2]
+    if max(h, w) <= max_side:
+        return image
+    import cv2
+
+    scale = max_side / max(h, w)
+    return cv2.resize(image, (max(1, round(w * scale)), max(1, round(h * scale))), interpolation=cv2.INTER_AREA)
