@@ -6,6 +6,7 @@ One function per guard, shared by `mstta-bench` and `mstta-demo`; each raises a 
 """
 from __future__ import annotations
 
+import math
 import os
 import stat
 from pathlib import Path
@@ -51,19 +52,20 @@ def check_outputs(outputs: Mapping[str, PathLike | None], inputs: Mapping[str, P
                 continue
             raise UserError(f"{flag} -: standard output is not accepted here; pass a file path")
         p = Path(os.fspath(raw))
+        shown = os.fspath(raw)  # as the user typed it
         r = _resolve(p)
         for in_flag, q in ins.items():
             if _same(r, q):
-                raise UserError(f"{flag} {p}: is the same file as the input {in_flag}; pass a different output path")
+                raise UserError(f"{flag} {shown}: is the same file as the input {in_flag}; pass a different output path")
         for out_flag, q in seen.items():
             if _same(r, q):
-                raise UserError(f"{flag} {p}: is the same file as {out_flag}; pass a different path to each output")
+                raise UserError(f"{flag} {shown}: is the same file as {out_flag}; pass a different path to each output")
         if p.is_symlink():
-            raise UserError(f"{flag} {p}: is a symbolic link (to {os.readlink(p)}); pass a regular file path "
+            raise UserError(f"{flag} {shown}: is a symbolic link (to {os.readlink(p)}); pass a regular file path "
                             "(a link is never written through)")
         if p.exists() and not p.is_file():
-            raise UserError(f"{flag} {p}: is {_kind(p)}, not a regular file; pass a path to a regular file")
-        _check_parent(flag, p)
+            raise UserError(f"{flag} {shown}: is {_kind(p)}, not a regular file; pass a path to a regular file")
+        _check_parent(flag, p, shown)
         seen[flag] = r
 
 
@@ -85,14 +87,15 @@ def check_output_dir(flag: str, path: PathLike, inputs: Mapping[str, PathLike | 
         _check_parent(flag, p)
 
 
-def _check_parent(flag: str, p: Path) -> None:
+def _check_parent(flag: str, p: Path, shown: str | None = None) -> None:
     """The nearest existing ancestor of `p` must be a folder this process can write into."""
+    shown = shown if shown is not None else os.fspath(p)
     for parent in [p.parent, *p.parent.parents]:
         if parent.exists():
             if not parent.is_dir():
-                raise UserError(f"{flag} {p}: {parent} is a file, not a folder; pass a path inside a folder")
+                raise UserError(f"{flag} {shown}: {parent} is a file, not a folder; pass a path inside a folder")
             if not os.access(parent, os.W_OK | os.X_OK):
-                raise UserError(f"{flag} {p}: this process cannot write into {parent}; pass a writable folder")
+                raise UserError(f"{flag} {shown}: this process cannot write into {parent}; pass a writable folder")
             return
 
 
@@ -125,7 +128,9 @@ def machine_memory() -> int:
 
 
 def human_bytes(n: float) -> str:
-    """1536 -> '1.5 KB' (decimal units, as a user reads them)."""
+    """1536 -> '1.54 KB' (decimal units, as a user reads them)."""
+    if not math.isfinite(n):
+        return f"{n} bytes"
     for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
         if abs(n) < 1000 or unit == "PB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
