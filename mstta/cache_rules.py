@@ -11,13 +11,18 @@ import math
 import numpy as np
 import torch
 
+from .functional import ordered_bits
+
 EMPTY_TIME = -1
 
 
-def entropy_slot(row_entropy: np.ndarray, h: float) -> int:
-    """Lowest-entropy rule (§3.1, Alg. 1; TDA): the first empty slot (+inf), else the
-    highest-entropy entry if `h` is strictly lower; -1 = not inserted."""
-    j = int(row_entropy.argmax())
+def entropy_slot(row_entropy: np.ndarray, row_time: np.ndarray, h: float) -> int:
+    """Lowest-entropy rule (§3.1, Alg. 1) as TDA's code keeps it (tda_runner.py:28-39
+    `update_cache`: a list sorted by entropy, stable, whose last item is replaced when `h` is
+    strictly lower): the first empty slot (+inf), else the highest-entropy entry, of equal ones
+    the latest inserted (`row_time`), if `h` is strictly lower; -1 = not inserted."""
+    top = np.flatnonzero(row_entropy == row_entropy.max())
+    j = int(top[np.argmax(row_time[top])])
     return j if h < row_entropy[j] else -1
 
 
@@ -34,9 +39,10 @@ def entropy_gate(h: float, num_classes: int, lower: float, upper: float) -> bool
     return bool(lower < hn < upper)
 
 
-def entropy_slot_t(row_entropy: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """`entropy_slot` as tensor ops: rows [R, Q], h [R] -> (slot [R], inserted [R] bool)."""
-    j = row_entropy.argmax(-1)
+def entropy_slot_t(row_entropy: torch.Tensor, row_time: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`entropy_slot` as tensor ops, the key (entropy, time) compared lexicographically:
+    rows [R, Q] (entropies >= 0), times [R, Q], h [R] -> (slot [R], inserted [R] bool)."""
+    j = ((ordered_bits(row_entropy) << 32) + row_time).argmax(-1)
     return j, h < row_entropy.gather(-1, j.unsqueeze(-1)).squeeze(-1)
 
 

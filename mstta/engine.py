@@ -131,6 +131,7 @@ class Engine:
         self._bank_time = torch.full((rows,), EMPTY_TIME, dtype=torch.long, device=dev)  # -1 = empty
         self._pos_keys = torch.zeros(C * q, d, device=dev)                   # class-major slots
         self._pos_ent = torch.full((C, q), float("inf"), device=dev)         # +inf = empty
+        self._pos_time = torch.full((C, q), EMPTY_TIME, dtype=torch.long, device=dev)  # sample index
         self._pos_bias = torch.full((C * q,), float("-inf"), device=dev)     # ln(a) - beta where filled
         self._neg_keys = torch.zeros(C * qn, d, device=dev)
         self._neg_vals = torch.zeros(C * qn, C, device=dev)
@@ -246,9 +247,10 @@ class Engine:
         """§3.1 / Alg. 1: into class p's first empty slot, else over its highest-entropy entry
         when h is strictly lower (TDA `update_cache`); as tensor ops."""
         cfg = self.config
-        j, ok = entropy_slot_t(self._pos_ent.index_select(0, p), h)
+        j, ok = entropy_slot_t(self._pos_ent.index_select(0, p), self._pos_time.index_select(0, p), h)
         flat = p * cfg.capacity + j
         self._write(self._pos_ent.view(-1), flat, ok, h)
+        self._write(self._pos_time.view(-1), flat, ok, self._clock)
         self._write(self._pos_keys, flat, ok, key)
         self._write(self._pos_bias, flat, ok, torch.full_like(h, Fn.log_weight(cfg.cache_alpha, cfg.beta)))
 
@@ -259,7 +261,7 @@ class Engine:
         if self.method.neg_policy == "fifo":
             j, ok = fifo_slot_t(self._neg_time.index_select(0, p))
         else:
-            j, ok = entropy_slot_t(self._neg_ent.index_select(0, p), h)
+            j, ok = entropy_slot_t(self._neg_ent.index_select(0, p), self._neg_time.index_select(0, p), h)
         ok = ok & entropy_gate_t(h, self.num_classes, cfg.neg_entropy_lower, cfg.neg_entropy_upper)
         flat = p * cfg.neg_capacity + j
         self._write(self._neg_ent.view(-1), flat, ok, h)
@@ -316,15 +318,17 @@ class Engine:
         pos = pos.clone()
         touched = sorted(set(labels))
         host_ent = self._pos_ent[touched].cpu().numpy().astype(np.float64)
+        host_time = self._pos_time[touched].cpu().numpy()
         for row, c in enumerate(touched):
             row_ent = np.concatenate([host_ent[row], np.full(cfg.delta, np.inf)])
+            row_time = np.concatenate([host_time[row], np.full(cfg.delta, EMPTY_TIME)])
             row_keys: list[torch.Tensor | None] = [self._pos_keys[c * Q + j] for j in range(Q)] + [None] * cfg.delta
-            for key, lab, h in zip(keys, labels, ents):
+            for i, (key, lab, h) in enumerate(zip(keys, labels, ents)):
                 if lab != c:
                     continue
-                j = entropy_slot(row_ent, h)
-                if j >= 0:
-                    row_ent[j], row_keys[j] = h, key
+                j = entropy_slot(row_ent, row_time, h)
+                if j >= 0:  # the views come after every cached entry, in view order (appended)
+                    row_ent[j], row_time[j], row_keys[j] = h, np.iinfo(np.int64).max - len(ents) + i, key
             live = [row_keys[j] for j in range(cap) if np.isfinite(row_ent[j])]
             if live:
                 bias = torch.full((len(live),), Fn.log_weight(cfg.cache_alpha, cfg.beta), device=q.device)

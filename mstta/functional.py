@@ -59,7 +59,7 @@ def form_queries(x: torch.Tensor, text: torch.Tensor, logit_scale: float, view_m
     return aggregate_views(x, clip_logits(x, text, logit_scale), view_ratio)
 
 
-def _ordered_bits(x: torch.Tensor) -> torch.Tensor:
+def ordered_bits(x: torch.Tensor) -> torch.Tensor:
     """float32 -> int64 with the same order (IEEE sign-magnitude bits made two's complement);
     -0.0 counts as +0.0, as float comparison does."""
     bits = (x.float() + 0.0).view(torch.int32).to(torch.int64)
@@ -78,7 +78,7 @@ def knn_indices(sims: torch.Tensor, k: int, age: torch.Tensor | None = None) -> 
     m = min(k, sims.shape[-1])
     if age is None:
         age = torch.arange(sims.shape[-1], device=sims.device)
-    key = (_ordered_bits(sims) << 32) - age.to(torch.int64)
+    key = (ordered_bits(sims) << 32) - age.to(torch.int64)
     return key.topk(m, dim=-1).indices
 
 

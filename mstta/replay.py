@@ -163,7 +163,7 @@ def _intervals(labels: np.ndarray, h: np.ndarray, capacity: int, num_classes: in
         if gate is not None and not gate[t]:
             continue
         c = labels[t]
-        j = fifo_slot(when[c]) if policy == "fifo" else entropy_slot(ent[c], h[t])
+        j = fifo_slot(when[c]) if policy == "fifo" else entropy_slot(ent[c], when[c], h[t])
         if j < 0:
             continue
         if owner[c, j] >= 0:
