@@ -132,7 +132,8 @@ def _num(obj: Any, key: str, low: float, high: float, low_open: bool = False) ->
 
 _REPR = reprlib.Repr()
 _REPR.maxstring = _REPR.maxother = 60
-_REPR.maxlevel = 2
+_REPR.maxlevel = 1
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = _REPR.maxset = 4
 
 
 def _show(value: Any) -> str:
