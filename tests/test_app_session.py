@@ -24,9 +24,7 @@ def test_batched_preprocessing_matches_clip_preprocess(clip, size):
     ours = FrameEncoder(clip).pixels([img])
     ref = clip.preprocess(Image.fromarray(img)).unsqueeze(0)
     assert ours.shape == ref.shape
-    assert float((ours - ref).abs().mean()) < 0.02
-    cos = float((clip.encode_images(ours) * clip.encode_images(ref)).sum())
-    assert cos > 0.999
+    assert torch.allclose(ours, ref, atol=1e-5)   # the model's own open_clip transform, not a look-alike
 
 
 def test_encoder_batches_mixed_sizes_and_views(clip):
@@ -43,8 +41,9 @@ def test_encoder_batches_mixed_sizes_and_views(clip):
 def test_encoder_rejects_bad_frames(clip):
     with pytest.raises(UserError, match="RGB uint8"):
         FrameEncoder(clip).encode([np.zeros((4, 4), np.uint8)])
-    with pytest.raises(UserError, match="--views"):
-        FrameEncoder(clip, views=0)
+    for views in (0, 257, True, 2.5):
+        with pytest.raises(UserError, match="--views"):
+            FrameEncoder(clip, views=views)
 
 
 def test_process_returns_both_predictions(clip):
