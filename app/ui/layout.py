@@ -1,0 +1,211 @@
+"""The page: every component, placed, returned as one `Components` object (no behaviour here).
+
+At 1280x720 the frame, the agreement banner and both top-k charts sit in the first screen (right
+column); the controls are on the left; the plots over time follow below, two per row.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any, Sequence
+
+import gradio as gr
+
+from mstta.config import EngineConfig
+from mstta.methods import get_method, list_methods
+
+from . import plots
+from .handlers import VIDEO_TYPES, empty_page, method_info
+from .state import MAX_BANK_SIZE, UISession
+
+log = logging.getLogger(__name__)
+
+CSS = """
+.gradio-container {max-width: 1600px !important}
+#mstta-title h1 {font-size: 1.35rem; margin: 0}
+#mstta-title p {margin: 2px 0 0 0; font-size: .9rem}
+#mstta-random-weights {padding: 8px 12px; border-radius: 8px; background: #fef3c7; color: #92400e;
+  font-weight: 600; border: 1px solid #f59e0b}
+#mstta-verdict-box {padding: 8px 12px; border-radius: 8px; font-size: 1.05rem; font-weight: 600; color: white;
+  background: #6b7280}
+#mstta-verdict-box.agree {background: #16a34a}
+#mstta-verdict-box.disagree {background: #dc2626}
+#mstta-status {min-height: 0}
+.mstta-chart {margin: 0}
+.mstta-chart figcaption {font-size: .85rem; display: flex; gap: 4px 12px; flex-wrap: wrap; align-items: center;
+  margin-bottom: 2px}
+.mstta-chart .key i {display: inline-block; width: 18px; height: 4px; border-radius: 2px; margin-right: 4px;
+  vertical-align: middle}
+.mstta-chart svg {width: 100%; height: auto; display: block}
+.mstta-chart .axis-title {font-weight: 600}
+#mstta-clip-topk .mstta-chart svg, #mstta-tta-topk .mstta-chart svg {max-height: 118px}
+.mstta-file {min-height: 0}
+"""
+
+
+@dataclasses.dataclass
+class Components:
+    """Every component the handlers read or write (names as in `handlers.OUTPUTS`, plus inputs)."""
+
+    state: Any
+    # inputs
+    video: Any
+    truth: Any
+    every: Any
+    keep: Any
+    webcam: Any
+    api_frame: Any
+    labels: Any
+    template: Any
+    method: Any
+    k: Any
+    alpha: Any
+    lam: Any
+    capacity: Any
+    bank: Any
+    # buttons and timers
+    run: Any
+    stop: Any
+    apply: Any
+    reset: Any
+    drop_truth: Any
+    demo_clip: Any | None
+    api_button: Any
+    webcam_timer: Any
+    # outputs
+    status: Any
+    verdict: Any
+    frame: Any
+    clip_topk: Any
+    tta_topk: Any
+    stats: Any
+    confidence: Any
+    agreement: Any
+    switches: Any
+    cache: Any
+    accuracy: Any
+    result: Any
+
+    @property
+    def settings(self) -> list[Any]:
+        """The controls `read_settings` takes, in its order."""
+        return [self.labels, self.template, self.method, self.k, self.alpha, self.lam, self.capacity, self.bank]
+
+
+class FrameInput(gr.Image):
+    """An image input that hands the handler the uploaded file's path without decoding it: the
+    handler reads the header first and refuses frames above the pixel limit (`frames.decode_image`)."""
+
+    def get_block_name(self) -> str:
+        return "image"
+
+    def preprocess(self, payload):  # noqa: ANN001 - Gradio's ImageData
+        if payload is None:
+            return None
+        if payload.url and payload.url.startswith("data:"):
+            log.info("refused a frame sent inline as a data: URL; upload it as a file")
+            raise gr.Error("send frames as uploaded files, not inline data: URLs", print_exception=False)
+        return payload.path
+
+
+def method_choices() -> list[tuple[str, str]]:
+    return [(get_method(name).title, name) for name in list_methods()]
+
+
+def build_layout(*, title_md: str, random_weights: bool, labels: Sequence[str] | None, video: str | None,
+                 truth: str | None, template: str | None, method: str, base: EngineConfig, every: int | None,
+                 topk: int, hello: str, demo_clip: bool, session_ttl: float, on_state_deleted) -> Components:
+    """Create and place every component (inside an open `gr.Blocks`)."""
+    state = gr.State(UISession, time_to_live=session_ttl, delete_callback=on_state_deleted)
+    gr.Markdown(title_md, elem_id="mstta-title")
+    if random_weights:
+        gr.HTML(plots.RANDOM_WEIGHTS_HTML, elem_id="mstta-random-weights-banner")
+    first = empty_page(status=hello)
+    summary, uses_ms, why = method_info(method)
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=2, min_width=330):
+            with gr.Tabs():
+                with gr.Tab("Video", id="video-tab", elem_id="mstta-video-tab"):
+                    video_in = gr.File(value=video, label="Video file (mp4, avi, mov, mkv, webm, ...)",
+                                       file_types=list(VIDEO_TYPES), height=150, elem_id="mstta-video",
+                                       elem_classes=["mstta-file"])
+                    truth_in = gr.File(value=truth, label="Ground truth CSV (optional: adds accuracy)",
+                                       file_types=[".csv", ".txt"], height=150, elem_id="mstta-truth",
+                                       elem_classes=["mstta-file"])
+                    drop_truth = gr.Button("Drop the ground-truth file", size="sm", visible=False,
+                                           elem_id="mstta-drop-truth")
+                    every_in = gr.Number(value=every or 0, precision=0, minimum=0,
+                                         label="Process every N-th frame (0 = about 5 per second of video)")
+                    with gr.Row():
+                        run_btn = gr.Button("▶ Process video", variant="primary", elem_id="mstta-run")
+                        stop_btn = gr.Button("■ Stop", variant="stop", elem_id="mstta-stop")
+                    clip_btn = (gr.Button("Use the demo clip (with labels and ground truth)", size="sm",
+                                          elem_id="mstta-demo-clip") if demo_clip else None)
+                with gr.Tab("Webcam", id="webcam-tab", elem_id="mstta-webcam-tab"):
+                    cam_in = FrameInput(sources=["webcam"], streaming=True, type="filepath", image_mode=None,
+                                        label="Webcam", height=260, elem_id="mstta-webcam",
+                                        webcam_options=gr.WebcamOptions(mirror=False))   # as the camera sees
+                    gr.HTML('<div id="mstta-camera-message" role="alert" style="display:none;padding:10px 12px;'
+                            'border-radius:8px;background:#fee2e2;color:#991b1b;font-weight:600"></div>',
+                            elem_id="mstta-camera-error")
+                    gr.Markdown("Click the camera, allow access, then press **Record**: frames stream to the "
+                                "model while it records; **Stop** ends the run with its summary. If the browser "
+                                "blocked the camera, allow it from the address bar and reload the page.")
+            keep_in = gr.Checkbox(False, label="Keep adapting across videos",
+                                  info="Off: each new video or source starts a fresh stream (empty cache and bank)",
+                                  elem_id="mstta-keep")
+            labels_in = gr.Textbox(value="\n".join(labels or []), lines=4, max_lines=20,
+                                   label="Labels (one class per line)", elem_id="mstta-labels",
+                                   placeholder="cat\ndog\nbird")
+            template_in = gr.Textbox(value=template or "", label="Prompt template (empty: built-in ensemble)",
+                                     placeholder="a photo of a {}.", elem_id="mstta-template")
+            with gr.Accordion("Adaptation settings", open=True):
+                method_in = gr.Dropdown(method_choices(), value=method, label="Method", info=summary,
+                                        elem_id="mstta-method")
+                with gr.Row():
+                    k_in = gr.Slider(1, 16, value=base.k, step=1, label="k (mean-shift neighbours)",
+                                     interactive=uses_ms, info=why or None, elem_id="mstta-k")
+                    alpha_in = gr.Slider(0.0, 1.0, value=base.alpha, step=0.05, label="α (mean-shift weight)",
+                                         interactive=uses_ms, info=why or None, elem_id="mstta-alpha")
+                with gr.Row():
+                    lam_in = gr.Slider(0.0, 5.0, value=base.lam, step=0.1, label="λ (cache weight)",
+                                       elem_id="mstta-lam")
+                    cap_in = gr.Slider(1, 16, value=base.capacity, step=1, label="Q (cache size per class)",
+                                       elem_id="mstta-capacity")
+                bank_in = gr.Number(value=min(base.bank_size or MAX_BANK_SIZE, MAX_BANK_SIZE), precision=0,
+                                    minimum=1, maximum=MAX_BANK_SIZE, elem_id="mstta-bank",
+                                    label=f"Bank size (features; at most {MAX_BANK_SIZE:,} per session)")
+                with gr.Row():
+                    apply_btn = gr.Button("Apply labels and settings", elem_id="mstta-apply")
+                    reset_btn = gr.Button("↺ Reset adaptation", elem_id="mstta-reset")
+        with gr.Column(scale=3, min_width=420):
+            status_out = gr.Markdown(hello, elem_id="mstta-status", container=True, padding=True)
+            verdict_out = gr.HTML(first["verdict"], elem_id="mstta-verdict")
+            frame_out = gr.Image(label="Current frame, both predictions drawn", type="numpy", format="jpeg",
+                                 interactive=False, height=300, elem_id="mstta-frame")
+            with gr.Row(equal_height=True):
+                clip_bars = gr.HTML(first["clip_topk"], elem_id="mstta-clip-topk", padding=False)
+                tta_bars = gr.HTML(first["tta_topk"], elem_id="mstta-tta-topk", padding=False)
+            stats_out = gr.Markdown("", elem_id="mstta-stats")
+    gr.Markdown("## Over time", elem_id="mstta-over-time")
+    with gr.Row():
+        conf_plot = gr.HTML(first["confidence"], elem_id="mstta-confidence", padding=False)
+        agree_plot = gr.HTML(first["agreement"], elem_id="mstta-agreement", padding=False)
+    with gr.Row():
+        switch_plot = gr.HTML(first["switches"], elem_id="mstta-switches", padding=False)
+        acc_plot = gr.HTML(first["accuracy"], elem_id="mstta-accuracy", padding=False)
+    cache_plot = gr.HTML(first["cache"], elem_id="mstta-cache", padding=False)
+    with gr.Accordion("Raw result of the last frame (JSON)", open=False):
+        result_out = gr.JSON(elem_id="mstta-result")
+    # the per-frame handler for API clients (gradio_client cannot join a browser stream)
+    api_frame = FrameInput(type="filepath", image_mode=None, visible=False)
+    api_button = gr.Button(visible=False)
+    timer = gr.Timer(1.0, active=False)
+    return Components(
+        state=state, video=video_in, truth=truth_in, every=every_in, keep=keep_in, webcam=cam_in,
+        api_frame=api_frame, labels=labels_in, template=template_in, method=method_in, k=k_in, alpha=alpha_in,
+        lam=lam_in, capacity=cap_in, bank=bank_in, run=run_btn, stop=stop_btn, apply=apply_btn, reset=reset_btn,
+        drop_truth=drop_truth, demo_clip=clip_btn, api_button=api_button, webcam_timer=timer, status=status_out,
+        verdict=verdict_out, frame=frame_out, clip_topk=clip_bars, tta_topk=tta_bars, stats=stats_out,
+        confidence=conf_plot, agreement=agree_plot, switches=switch_plot, cache=cache_plot, accuracy=acc_plot,
+        result=result_out)

@@ -1,0 +1,340 @@
+"""What the browser UI shows, as data and markup: the per-stream `History` and pure functions that
+draw it as self-contained SVG/HTML strings (no Gradio here; `app.ui.layout` puts them on the page).
+
+    history = History()
+    history.update(result, truth="cat")        # after every processed frame
+    confidence_chart(history, "MS-TTA")        # <figure> with one <polyline> per series
+    agreement_chart(history), switches_chart(history, ...), accuracy_chart(history, ...)
+    topk_chart(result.tta_topk, ADAPTED_COLOR, "MS-TTA: top-3")
+    cache_chart(labels, result.cache_per_class, capacity=3, title=...)
+    verdict_html(result), stats_markdown(history, stream, fps), run_summary(history, seconds)
+
+The charts are drawn on the server: a page update swaps one finished SVG for another, so a plot is
+never blank while it redraws, and what the server holds (after Reset: nothing) is what the page
+shows. Every series carries its data for tests and screen readers: `data-series`, `data-points`
+(how many), and each bar `data-class` / `data-value`. The x axis of every plot over time is the
+number of processed frames (1, 2, ...), the same unit for video and webcam.
+
+Counting matches the headless summary (`app.summary.RunSummary`): agreement and accuracy in
+0..100, a switch is a change of top-1 between consecutive processed frames.
+"""
+from __future__ import annotations
+
+import html
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+from mstta.methods import get_method
+
+from ..session import FrameResult, Scored
+
+if TYPE_CHECKING:
+    from ..session import StreamSession
+
+CLIP_NAME = "CLIP zero-shot"
+CLIP_COLOR = "#3b82f6"         # blue, as app.annotate draws CLIP
+ADAPTED_COLOR = "#f59e0b"      # orange, as app.annotate draws the adapted method
+AGREEMENT_COLOR = "#8b5cf6"    # violet: agreement belongs to neither method
+HISTORY_POINTS = 600           # plotted frames kept per stream (the counters cover every frame)
+MAX_CACHE_BARS = 40            # classes shown in the cache plot (the fullest ones when there are more)
+X_TITLE = "processed frames"
+
+
+def method_title(method: str | None) -> str:
+    """'ms-tta' -> 'MS-TTA' (the registry's human title)."""
+    return get_method(method).title if method else "adapted"
+
+
+@dataclass(frozen=True)
+class Point:
+    """One processed frame as plotted; `x` is its number among processed frames (1-based)."""
+
+    x: int
+    clip_conf: float
+    tta_conf: float
+    agreement: float               # running %, all frames so far
+    switches_clip: int             # running counts
+    switches_tta: int
+    accuracy_clip: float | None    # running %, labelled frames so far; None before the first
+    accuracy_tta: float | None
+
+
+class History:
+    """Running counters of one stream plus its last `limit` points for the plots."""
+
+    def __init__(self, limit: int = HISTORY_POINTS):
+        self.limit = limit
+        self.clear()
+
+    def clear(self) -> None:
+        """Start over (a new video, new labels, new settings, Reset)."""
+        self.points: deque[Point] = deque(maxlen=self.limit)
+        self.processed = 0
+        self.agree = 0
+        self.switches = [0, 0]
+        self.correct = [0, 0]
+        self.labelled = 0
+        self.last: FrameResult | None = None
+        self._prev: tuple[int, int] | None = None
+
+    def update(self, result: FrameResult, truth: str | None = None) -> None:
+        """Add one processed frame (its result, and its true class name when a truth file has one)."""
+        clip, tta = result.clip_topk[0].index, result.tta_topk[0].index
+        self.processed += 1
+        self.agree += clip == tta
+        if self._prev is not None:
+            self.switches[0] += clip != self._prev[0]
+            self.switches[1] += tta != self._prev[1]
+        self._prev = (clip, tta)
+        if truth is not None:
+            self.labelled += 1
+            self.correct[0] += result.clip_label == truth
+            self.correct[1] += result.tta_label == truth
+        self.points.append(Point(self.processed, float(result.clip_topk[0].prob), float(result.tta_topk[0].prob),
+                                 self.agreement, self.switches[0], self.switches[1],
+                                 self.accuracy(0), self.accuracy(1)))
+        self.last = result
+
+    @property
+    def agreement(self) -> float:
+        """% of processed frames where CLIP and the adapted method agree (0 before any frame)."""
+        return 100.0 * self.agree / self.processed if self.processed else 0.0
+
+    def accuracy(self, which: int) -> float | None:
+        """Running accuracy in % of CLIP (0) or the adapted method (1) on labelled frames."""
+        return 100.0 * self.correct[which] / self.labelled if self.labelled else None
+
+
+# ---------------------------------------------------------------------------- SVG charts
+W, H = 560, 190                   # a chart's drawing size (it scales to its box)
+LEFT, RIGHT, TOP, BOTTOM = 52, 12, 10, 38
+
+
+def nice_ticks(low: float, high: float, count: int = 5, integer: bool = False) -> list[float]:
+    """Round tick values covering [low, high]: steps of 1, 2 or 5 x 10^n (whole numbers if `integer`)."""
+    span = max(high - low, 1e-9)
+    raw = span / max(count - 1, 1)
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
+    if integer:
+        step = max(1, round(step))
+    first = math.ceil(low / step - 1e-9) * step
+    ticks, value = [], first
+    while value <= high + 1e-9:
+        ticks.append(round(value, 10))
+        value += step
+    return ticks
+
+
+def _fmt(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def _axes(x0: float, x1: float, y0: float, y1: float, x_title: str, y_title: str, integer_y: bool) -> tuple:
+    """Grid, ticks and axis titles; returns (svg parts, x->px, y->px)."""
+    pw, ph = W - LEFT - RIGHT, H - TOP - BOTTOM
+    sx = lambda v: LEFT + (v - x0) / (x1 - x0) * pw          # noqa: E731 - tiny local maps
+    sy = lambda v: TOP + ph - (v - y0) / (y1 - y0) * ph      # noqa: E731
+    parts = []
+    for t in nice_ticks(y0, y1, 5, integer_y):
+        y = sy(t)
+        parts.append(f'<line x1="{LEFT}" x2="{W - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" stroke="#e5e7eb"/>'
+                     f'<text class="tick y" x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{_fmt(t)}</text>')
+    for t in nice_ticks(x0, x1, 6, integer=True):
+        x = sx(t)
+        parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{TOP + ph}" y2="{TOP + ph + 4}" stroke="#6b7280"/>'
+                     f'<text class="tick x" x="{x:.1f}" y="{TOP + ph + 16}" text-anchor="middle">{_fmt(t)}</text>')
+    parts.append(f'<line x1="{LEFT}" x2="{W - RIGHT}" y1="{TOP + ph}" y2="{TOP + ph}" stroke="#6b7280"/>'
+                 f'<line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{TOP + ph}" stroke="#6b7280"/>'
+                 f'<text class="axis-title x" x="{LEFT + pw / 2}" y="{H - 4}" text-anchor="middle">'
+                 f'{html.escape(x_title)}</text>'
+                 f'<text class="axis-title y" transform="translate(13 {TOP + ph / 2}) rotate(-90)" '
+                 f'text-anchor="middle">{html.escape(y_title)}</text>')
+    return parts, sx, sy
+
+
+def _figure(chart_id: str, title: str, legend: Sequence[tuple[str, str]], svg_body: str, height: int = H) -> str:
+    keys = "".join(f'<span class="key"><i style="background:{c}"></i>{html.escape(n)}</span>' for n, c in legend)
+    return (f'<figure class="mstta-chart" id="{chart_id}-chart"><figcaption><b>{html.escape(title)}</b>{keys}'
+            f'</figcaption><svg viewBox="0 0 {W} {height}" role="img" aria-label="{html.escape(title)}" '
+            f'font-size="11" font-family="system-ui, sans-serif" fill="#374151">{svg_body}</svg></figure>')
+
+
+def line_chart(chart_id: str, title: str, series: Sequence[tuple[str, str, Sequence[tuple[int, float]]]], *,
+               y_title: str, y_range: tuple[float, float] | None = None, integer_y: bool = False,
+               x_title: str = X_TITLE) -> str:
+    """Lines over processed frames. `series`: (name, colour, [(x, y), ...]); `y_range` None fits the
+    data (from 0, whole-number ticks with `integer_y`). An empty series draws axes only."""
+    xs = [x for _, _, pts in series for x, _ in pts]
+    x0, x1 = (min(xs), max(xs)) if xs else (1, 10)
+    x1 = max(x1, x0 + 1)
+    if y_range is None:
+        top = max([y for _, _, pts in series for _, y in pts] + [1])
+        y_range = (0, nice_ticks(0, top, 5, integer_y)[-1] if top > 0 else 1)
+        if y_range[1] < top:
+            y_range = (0, top)
+    parts, sx, sy = _axes(x0, x1, *y_range, x_title, y_title, integer_y)
+    for name, color, pts in series:
+        coords = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts)
+        attrs = f'data-series="{html.escape(name)}" data-points="{len(pts)}"'
+        if len(pts) == 1:   # one frame: a dot (a polyline of one point draws nothing)
+            x, y = pts[0]
+            parts.append(f'<circle class="series" {attrs} cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{color}"/>')
+        else:
+            parts.append(f'<polyline class="series" {attrs} points="{coords}" fill="none" stroke="{color}" '
+                         'stroke-width="2" stroke-linejoin="round"/>')
+    return _figure(chart_id, title, [(n, c) for n, c, _ in series], "".join(parts))
+
+
+def hbar_chart(chart_id: str, title: str, rows: Sequence[tuple[str, float, str]], *, x_max: float,
+               x_title: str, integer_x: bool = False, percent: bool = False) -> str:
+    """Horizontal bars: rows of (class, value, colour), one per line, on a 0..x_max axis."""
+    row_h, label_w = 22, 150
+    height = max(len(rows), 1) * row_h + 36
+    pw = W - label_w - RIGHT - 44
+    sx = lambda v: label_w + max(0.0, min(v, x_max)) / x_max * pw   # noqa: E731
+    parts = []
+    for t in nice_ticks(0, x_max, 5, integer_x):
+        x = sx(t)
+        shown = f"{t * 100:.0f}%" if percent else _fmt(t)
+        parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="4" y2="{height - 30}" stroke="#e5e7eb"/>'
+                     f'<text class="tick x" x="{x:.1f}" y="{height - 18}" text-anchor="middle">{shown}</text>')
+    for i, (name, value, color) in enumerate(rows):
+        y = 6 + i * row_h
+        label = name if len(name) <= 22 else name[:21] + "…"
+        shown = f"{value * 100:.0f}%" if percent else _fmt(value)
+        parts.append(f'<text x="{label_w - 6}" y="{y + 14}" text-anchor="end">{html.escape(label)}</text>'
+                     f'<rect class="bar" data-class="{html.escape(name)}" data-value="{value:g}" x="{label_w}" '
+                     f'y="{y + 2}" width="{sx(value) - label_w:.1f}" height="{row_h - 6}" fill="{color}" rx="2"/>'
+                     f'<text x="{sx(value) + 4:.1f}" y="{y + 14}">{shown}</text>')
+    parts.append(f'<text class="axis-title x" x="{label_w + pw / 2}" y="{height - 3}" text-anchor="middle">'
+                 f'{html.escape(x_title)}</text>')
+    return _figure(chart_id, title, [], "".join(parts), height)
+
+
+def _pairs(history: History, clip_of, tta_of) -> tuple[list, list]:
+    clip, tta = [], []
+    for p in history.points:
+        a, b = clip_of(p), tta_of(p)
+        if a is not None and b is not None:
+            clip.append((p.x, a))
+            tta.append((p.x, b))
+    return clip, tta
+
+
+def confidence_chart(history: History, title: str) -> str:
+    clip, tta = _pairs(history, lambda p: p.clip_conf, lambda p: p.tta_conf)
+    return line_chart("mstta-confidence", "Confidence of the top class",
+                      [(CLIP_NAME, CLIP_COLOR, clip), (title, ADAPTED_COLOR, tta)],
+                      y_title="top-1 probability", y_range=(0, 1))
+
+
+def agreement_chart(history: History, title: str) -> str:
+    points = [(p.x, p.agreement) for p in history.points]
+    return line_chart("mstta-agreement", f"Running agreement, CLIP vs {title}",
+                      [("agreement", AGREEMENT_COLOR, points)], y_title="agree (%)", y_range=(0, 100))
+
+
+def switches_chart(history: History, title: str) -> str:
+    clip, tta = _pairs(history, lambda p: p.switches_clip, lambda p: p.switches_tta)
+    return line_chart("mstta-switches", "Prediction switches (top-1 changes so far)",
+                      [(CLIP_NAME, CLIP_COLOR, clip), (title, ADAPTED_COLOR, tta)],
+                      y_title="switches", integer_y=True)
+
+
+def accuracy_chart(history: History, title: str) -> str:
+    clip, tta = _pairs(history, lambda p: p.accuracy_clip, lambda p: p.accuracy_tta)
+    heading = ("Running accuracy on labelled frames" if history.labelled
+               else "Running accuracy: load a ground-truth CSV with the video to see it")
+    return line_chart("mstta-accuracy", heading, [(CLIP_NAME, CLIP_COLOR, clip), (title, ADAPTED_COLOR, tta)],
+                      y_title="accuracy (%)", y_range=(0, 100))
+
+
+def topk_chart(chart_id: str, items: Sequence[Scored], color: str, title: str) -> str:
+    """One method's top-k for the current frame, best first."""
+    rows = [(s.label, float(s.prob), color if i == 0 else "#9ca3af") for i, s in enumerate(items)]
+    return hbar_chart(chart_id, title, rows, x_max=1.0, x_title="probability", percent=True)
+
+
+def cache_chart(labels: Sequence[str], per_class: Sequence[int], capacity: int | None, title: str,
+                limit: int = MAX_CACHE_BARS) -> str:
+    """Positive-cache entries per class on a 0..Q axis with whole-number ticks (the `limit` fullest)."""
+    rows = list(zip(labels, (int(v) for v in per_class)))
+    if len(rows) > limit:
+        rows = sorted(rows, key=lambda r: -r[1])[:limit]
+    return hbar_chart("mstta-cache", title, [(name, v, ADAPTED_COLOR) for name, v in rows],
+                      x_max=max(capacity or 1, 1), x_title="cache entries", integer_x=True)
+
+
+def cache_title(stream: StreamSession | None) -> str:
+    """The cache plot's title: the method, its Q, or that it keeps no cache."""
+    if stream is None:
+        return "Cache occupancy per class"
+    title = method_title(stream.method)
+    if not get_method(stream.method).cache:
+        return f"Cache occupancy per class: none, {title} keeps no cache"
+    return f"{title} cache occupancy per class (Q = {stream.config.capacity})"
+
+
+# ---------------------------------------------------------------------------- page text (HTML, Markdown)
+def verdict_html(result: FrameResult | None) -> str:
+    """The agree / DISAGREE banner for the current frame."""
+    if result is None:
+        return '<div id="mstta-verdict-box" class="none">No frame processed yet</div>'
+    clip, tta = html.escape(result.clip_label), html.escape(result.tta_label)
+    title = html.escape(method_title(result.method))
+    if result.disagree:
+        return (f'<div id="mstta-verdict-box" class="disagree">✗ DISAGREE: CLIP says <u>{clip}</u>, '
+                f"{title} says <u>{tta}</u></div>")
+    return f'<div id="mstta-verdict-box" class="agree">✓ Agree: CLIP and {title} both say <u>{clip}</u></div>'
+
+
+RANDOM_WEIGHTS_HTML = ('<div id="mstta-random-weights" role="alert">⚠️ Random weights — predictions are '
+                       "meaningless. This model was loaded with <code>--pretrained none</code>: use it to try the "
+                       "UI, not to judge CLIP or the adaptation.</div>")
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def stats_markdown(h: History, s: StreamSession | None, fps: float | None) -> str:
+    """The one-line summary under the bar charts (Markdown): counts, rates, cache, bank, accuracy."""
+    if h.processed == 0 or s is None or h.last is None:
+        return ""
+    title = method_title(s.method)
+    last = h.last
+    parts = [f"**{plural(h.processed, 'frame')}**", f"agreement **{h.agreement:.1f}%**",
+             f"switches CLIP **{h.switches[0]}**, {title} **{h.switches[1]}**"]
+    if fps:
+        parts.append(f"{fps:.1f} fps")
+    if last.cache_capacity:
+        parts.append(f"cache {last.cache_size}/{last.cache_capacity}")
+    if last.bank_size:
+        parts.append(f"bank {last.bank_size}/{s.config.bank_size or '∞'}")
+    if h.labelled:
+        parts.append(f"accuracy CLIP **{h.accuracy(0):.1f}%**, {title} **{h.accuracy(1):.1f}%** "
+                     f"({h.labelled} labelled)")
+    return " · ".join(parts)
+
+
+def run_summary(h: History, seconds: float, title: str) -> str:
+    """The end-of-run summary, the same for a video and the webcam: frames, agreement, switches,
+    fps and accuracy when frames were labelled."""
+    fps = h.processed / seconds if seconds > 0 else 0.0
+    text = (f"{plural(h.processed, 'frame')} processed in {seconds:.1f} s ({fps:.1f} fps); agreement "
+            f"{h.agreement:.1f}%; switches CLIP {h.switches[0]}, {title} {h.switches[1]}")
+    if h.labelled:
+        text += f"; accuracy CLIP {h.accuracy(0):.1f}%, {title} {h.accuracy(1):.1f}% ({h.labelled} labelled)"
+    return text + "."
+
+
+def progress_bar(done: int, expected: int | None, width: int = 24) -> str:
+    """`  ▰▰▰▱▱▱ 42%` for the status line (nothing when the length is unknown)."""
+    if not expected:
+        return ""
+    fraction = min(1.0, done / expected)
+    filled = int(round(fraction * width))
+    return f"  {'▰' * filled}{'▱' * (width - filled)} {100 * fraction:.0f}%"
