@@ -58,3 +58,70 @@ def test_unknown_yaml_key_names_section_and_allowed(tmp_path):
         load_dataset_config(p)
     with pytest.raises(UserError, match="config file not found"):
         load_dataset_config(tmp_path / "missing.yaml")
+
+
+from mstta.config import (MAX_BANK_SIZE, MAX_CAPACITY, MAX_K, MAX_MS_STEPS, MAX_VIEWS, MAX_WEIGHT,  # noqa: E402
+                          BenchConfig, EngineConfig)
+
+BOUNDS = [("k", MAX_K, 1), ("ms_steps", MAX_MS_STEPS, 1), ("capacity", MAX_CAPACITY, 1),
+          ("neg_capacity", MAX_CAPACITY, 1), ("delta", MAX_CAPACITY, 0), ("bank_size", MAX_BANK_SIZE, 1),
+          ("views", MAX_VIEWS, 1)]
+
+
+@pytest.mark.parametrize("key,high,low", BOUNDS)
+def test_integer_bounds_are_inclusive(key, high, low):
+    cfg = load_dataset_config(None, [f"{key}={high}"])
+    assert getattr(cfg.engine if key != "views" else cfg.bench, key) == high
+    load_dataset_config(None, [f"{key}={low}"])
+    for bad in (high + 1, low - 1, 10**30):
+        with pytest.raises(UserError, match=rf"^--set: bad value for '{key}': {bad}; expected an integer in "
+                                            rf"\[{low}, {high:,}\]"):
+            load_dataset_config(None, [f"{key}={bad}"])
+
+
+@pytest.mark.parametrize("key", ["lam", "cache_alpha", "beta", "logit_scale", "neg_alpha", "neg_beta"])
+@pytest.mark.parametrize("value", [".inf", "-.inf", ".nan", "inf", "nan", "1e400", str(MAX_WEIGHT * 1.01)])
+def test_weights_are_finite_and_bounded(key, value):
+    with pytest.raises(UserError, match=rf"bad value for '{key}'.*a finite number in"):
+        load_dataset_config(None, [f"{key}={value}"])
+
+
+def test_numbers_are_parsed_as_typed():
+    """YAML 1.1 reads `1e-5` as a string; the user meant a number."""
+    cfg = load_dataset_config(None, ["alpha=1e-5", "lam=2E3", "beta=1_000.5", "cache_alpha=3"])
+    assert (cfg.engine.alpha, cfg.engine.lam, cfg.engine.beta, cfg.engine.cache_alpha) == (1e-5, 2000.0, 1000.5, 3.0)
+    assert load_dataset_config(None, [f"lam={MAX_WEIGHT:.0f}"]).engine.lam == MAX_WEIGHT
+    with pytest.raises(UserError, match="bad value for 'k': '1e3'; expected an integer"):
+        load_dataset_config(None, ["k=1e3"])
+
+
+def test_dataclasses_check_themselves():
+    """The bounds live in __post_init__, so direct construction (the library API) is checked too."""
+    with pytest.raises(UserError, match="'lam'"):
+        EngineConfig(lam=float("inf"))
+    with pytest.raises(UserError, match="'capacity'"):
+        EngineConfig(capacity=10**9)
+    with pytest.raises(UserError, match="'k'"):
+        EngineConfig(k=True)
+    with pytest.raises(UserError, match="'views'"):
+        BenchConfig(views=0)
+
+
+def test_duplicate_keys_are_named_with_their_line(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("engine:\n  k: 2\n  alpha: 0.8\n  k: 4\n")
+    with pytest.raises(UserError, match=r"c.yaml: duplicate key 'k' \(line 4\); give each key once$"):
+        load_dataset_config(p)
+    p.write_text("engine:\n  <<: {k: 3, alpha: 0.5}\n  k: 4\n")   # a merged key may be overridden
+    cfg = load_dataset_config(p)
+    assert (cfg.engine.k, cfg.engine.alpha) == (4, 0.5)
+
+
+def test_bad_values_in_a_file_name_the_file_and_section(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("engine:\n  beta: .inf\n")
+    with pytest.raises(UserError, match=r"c.yaml.engine: bad value for 'beta': inf; expected a finite number"):
+        load_dataset_config(p)
+    p.write_text("bench:\n  views: 100000\n")
+    with pytest.raises(UserError, match=r"c.yaml.bench: bad value for 'views': 100000"):
+        load_dataset_config(p)
