@@ -1,11 +1,14 @@
 """Feature extraction: a dataset's test split -> one feature file in the replay format.
 
-Stream order is a seeded shuffle of the test split (`torch.randperm` seeded with `seed`, as the
-peers shuffle with seed 1). The stream is cut into shards of `shard_size` samples; each completed
+Stream order is a seeded shuffle of the sorted test split (`torch.randperm(n)` seeded with `seed`;
+seed 1 is the default). No seed reproduces the peers' order: theirs is a DataLoader's second
+random draw over an unsorted directory listing. The stream is cut into shards of `shard_size` samples; each completed
 shard is written (atomically) into a hidden work folder next to the output, so an interrupted run
 resumes from its last completed shard. Under `torchrun` each rank encodes the shards
 `k % world_size == rank` into the same work folder (one machine, or a shared file system), and rank
 0 merges them in stream order into the final file (temp + rename), then deletes the work folder.
+An interrupted shard write leaves nothing (its temp file is removed on Ctrl-C/SIGTERM), and a dead
+process's leftovers are swept (`mstta.atomic.sweep_stale`) before anything is written.
 Batches never cross a shard, so single-process and multi-rank runs compute identical features.
 """
 from __future__ import annotations
@@ -27,8 +30,8 @@ import numpy as np
 import torch
 from PIL import Image
 
-from .atomic import atomic_open
-from .data import FOLDER_PREFIX, TestSplit, load_split
+from .atomic import atomic_open, sweep_stale
+from .data import FOLDER_PREFIX, TestSplit, check_listing, load_split
 from .devices import resolve_device
 from .errors import UserError
 from .features import save_features
@@ -57,10 +60,13 @@ class ExtractSettings:
     template_hash: str
     limit: int | None
     stream_hash: str           # hash of the ordered (relative path, label) stream
+    listing: str = "full"      # full | peer (`mstta.data.load_split`)
 
     def diff(self, meta: dict) -> list[str]:
-        """'key: old -> new' for every setting that differs from a file's meta."""
-        return [f"{k}: {meta.get(k)!r} -> {v!r}" for k, v in asdict(self).items() if meta.get(k) != v]
+        """'key: old -> new' for every setting that differs from a file's meta (files written before
+        `listing` existed hold the full listing)."""
+        old = {"listing": "full", **meta}
+        return [f"{k}: {old.get(k)!r} -> {v!r}" for k, v in asdict(self).items() if old.get(k) != v]
 
 
 @dataclass
@@ -106,7 +112,8 @@ def default_file_name(s: ExtractSettings) -> str:
                else s.dataset)
     pretrained = Path(s.pretrained).stem if os.sep in s.pretrained else s.pretrained
     limit = f"_n{s.limit}" if s.limit else ""
-    return f"{_safe(dataset)}_{_safe(s.model)}_{_safe(pretrained)}_v{s.views}_s{s.seed}{limit}.npz"
+    listing = f"_{s.listing}" if s.listing != "full" else ""
+    return f"{_safe(dataset)}_{_safe(s.model)}_{_safe(pretrained)}_v{s.views}_s{s.seed}{limit}{listing}.npz"
 
 
 def resolve_out(out: str | Path, s: ExtractSettings) -> Path:
@@ -326,6 +333,20 @@ def _merge(work: Path, out: Path, shards: int, split: TestSplit, order: list[int
     return len(pos), len(skipped)
 
 
+def _check_out(out: Path, split: TestSplit, data_root: str | Path | None) -> None:
+    """--out is a regular-file path that is none of the split's images, and not inside the dataset
+    folder (`mstta.safety.check_outputs`)."""
+    from .safety import check_outputs
+
+    check_outputs({"--out": out})
+    base = (Path(split.key[len(FOLDER_PREFIX):]) if split.key.startswith(FOLDER_PREFIX)
+            else Path(data_root) if data_root else None)
+    if base is not None:
+        b, o = base.expanduser().resolve(), out.expanduser().resolve()
+        if b == o or b in o.parents:
+            raise UserError(f"--out {out}: is inside the dataset folder {base}; write features elsewhere")
+
+
 def default_workers(world: int = 1) -> int:
     """Data-loader workers per process: the CPU cores left over, at most 8."""
     return max(1, min(8, (os.cpu_count() or 2) // max(world, 1) - 1))
@@ -333,21 +354,26 @@ def default_workers(world: int = 1) -> int:
 
 def plan(dataset: str, data_root: str | Path | None, *, model: str, pretrained: str, precision: str | None,
          device: str, views: int, augment: str, seed: int, limit: int | None,
-         templates: Sequence[str] | None) -> tuple[TestSplit, list[str], list[int], ExtractSettings]:
+         templates: Sequence[str] | None, listing: str = "full"
+         ) -> tuple[TestSplit, list[str], list[int], ExtractSettings]:
     """Validate the options and read the split: (split, templates, stream order, settings)."""
     for flag, value in (("--views", views), ("--limit", limit)):
         if value is not None and (not isinstance(value, int) or value < 1):
             raise UserError(f"{flag} {value}: expected an integer >= 1")
     if augment not in AUGMENTS:
         raise UserError(f"--augment {augment}: choose one of {', '.join(AUGMENTS)}")
-    split = load_split(dataset, data_root)
+    check_listing(listing)
+    split = load_split(dataset, data_root, listing)
+    if split.num_classes < 2:
+        raise UserError(f"--dataset {dataset}: has {split.num_classes} class ({', '.join(split.classnames)}); "
+                        "a feature file needs at least 2 classes (replay ranks classes); add class folders")
     tmpl = check_templates(templates) if templates else split.templates
     order = stream_order(len(split), seed)[:limit]
     base = Path(split.key[len(FOLDER_PREFIX):]) if split.key.startswith(FOLDER_PREFIX) else Path(data_root or ".")
     s = ExtractSettings(split.key, model, str(pretrained), pretrained_id(model, pretrained),
                         precision or default_precision(resolve_device(device)), views,
                         augment if views > 1 else "none", int(seed), template_hash(tmpl), limit,
-                        stream_hash(split, order, base.expanduser()))
+                        stream_hash(split, order, base.expanduser()), listing)
     return split, tmpl, order, s
 
 
@@ -356,7 +382,7 @@ def run_extraction(dataset: str, out: str | Path, data_root: str | Path | None =
                    augment: str = "augmix", seed: int = 1, batch_size: int = 256, workers: int | None = None,
                    limit: int | None = None, templates: Sequence[str] | None = None,
                    cache_dir: str | Path | None = None, shard_size: int | None = None,
-                   progress: bool = False, clip: ClipModel | None = None) -> ExtractResult:
+                   progress: bool = False, clip: ClipModel | None = None, listing: str = "full") -> ExtractResult:
     """Extract a feature file (see module docstring); returns where it is and what was done.
 
     `clip`: an already loaded model for (model, pretrained, precision), used instead of loading one.
@@ -366,11 +392,12 @@ def run_extraction(dataset: str, out: str | Path, data_root: str | Path | None =
             raise UserError(f"{flag} {value}: expected an integer >= {low}")
     split, tmpl, order, s = plan(dataset, data_root, model=model, pretrained=pretrained, precision=precision,
                                  device=device, views=views, augment=augment, seed=seed, limit=limit,
-                                 templates=templates)
+                                 templates=templates, listing=listing)
     if clip is not None and (clip.name, clip.pretrained, clip.precision) != (model, str(pretrained), s.precision):
         raise UserError(f"the loaded model is {clip.name} {clip.pretrained} {clip.precision}, but the extraction asks "
                         f"for {model} {pretrained} {s.precision}; pass the matching model")
     out_path = resolve_out(out, s)
+    _check_out(out_path, split, data_root)
     if check_existing(out_path, s):
         log.info("reusing %s: it already holds these settings", out_path)
         return ExtractResult(out_path, True, len(order), 0, 0.0, 0.0)
@@ -383,7 +410,9 @@ def run_extraction(dataset: str, out: str | Path, data_root: str | Path | None =
         n_shards = math.ceil(len(order) / shard_size)
         work = out_path.parent / f".{out_path.name}.work"
         if dist.rank == 0:
+            sweep_stale(out_path.parent)
             _prepare_work(work, s)
+            sweep_stale(work)
         dist.barrier()
         mine = [k for k in range(n_shards) if k % dist.world == dist.rank and not _shard_path(work, k).is_file()]
         encoded = sum(min(len(order), (k + 1) * shard_size) - k * shard_size for k in mine) * dist.world

@@ -96,7 +96,7 @@ def test_report_other_backbone_has_dashes_and_seeds_table():
     md = render_report({"runs": runs, "missing": [], "efficiency": []})
     assert "## ViT-B-32 (laion2b_s34b_b79k)" in md and "The paper reports no numbers for ViT-B-32" in md
     seeds = _rows(md, "Robustness over seeds")
-    assert seeds[2] == ("| ImageNet-A | RN50 | 2 | 34.10 ± 0.14 | 35.10 ± 0.14 | +1.00 | 35.12 | 35.63 ± 0.09 | +0.51 |")
+    assert seeds[2] == ("| ImageNet-A | RN50 | MS-TTA | 2 | 34.10 ± 0.14 | 35.10 ± 0.14 | +1.00 | 35.12 | 35.63 ± 0.09 | +0.51 |")
 
 
 def test_stats():

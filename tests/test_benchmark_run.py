@@ -18,6 +18,10 @@ from mstta.methods import list_methods
 from mstta.replay import replay
 
 DATASETS = ("imagenet_a", "dtd")
+# every method on both datasets, plus the +boost reading predicting from the original image on the
+# OOD dataset (on dtd it would repeat ms-tta+boost, whose view mode there is already `original`)
+CELLS = {(d, m) for d in DATASETS for m in list_methods()} | {("imagenet_a", "ms-tta+boost@original")}
+N = len(CELLS)
 
 
 def _run(capsys, *argv):
@@ -46,8 +50,8 @@ def bench(tmp_path_factory):
 
 def test_every_cell_recorded_with_its_settings(bench):
     runs = bench["data"]["runs"]
-    assert len(runs) == len(DATASETS) * len(list_methods())
-    assert {(r["dataset"], r["method"]) for r in runs} == {(d, m) for d in DATASETS for m in list_methods()}
+    assert len(runs) == N == 19
+    assert {(r["dataset"], r["method"]) for r in runs} == CELLS
     for r in runs:
         assert {"dataset", "backbone", "pretrained", "method", "seed", "accuracy", "zero_shot_accuracy", "fps",
                 "peak_memory_mb", "hyperparameters", "versions"} <= set(r)
@@ -62,6 +66,9 @@ def test_every_cell_recorded_with_its_settings(bench):
     assert by["imagenet_a", "ms-tta"]["view_mode"] == "confident" and by["imagenet_a", "ms-tta"]["augment"] == "augmix"
     assert by["dtd", "ms-tta"]["hyperparameters"]["beta"] == 3.0
     assert by["dtd", "boostadapter"]["view_mode"] == "original" and by["dtd", "boostadapter"]["augment"] == "crop"
+    assert by["imagenet_a", "boostadapter"]["augment"] == "crop"       # BoostAdapter's crops on OOD too
+    assert by["imagenet_a", "ms-tta+boost@original"]["view_mode"] == "original"
+    assert by["imagenet_a", "ms-tta+boost"]["view_mode"] == "confident"
     assert by["imagenet_a", "zero-shot"]["view_mode"] == "original"   # CLIP scores the original image
     assert by["imagenet_a", "zero-shot"]["accuracy"] == by["imagenet_a", "tda"]["zero_shot_accuracy"]
 
@@ -69,7 +76,8 @@ def test_every_cell_recorded_with_its_settings(bench):
 def test_one_feature_file_per_dataset_and_accuracy_matches_replay(bench):
     files = sorted(p.relative_to(bench["store"]).as_posix() for p in bench["store"].rglob("*.npz"))
     assert files == ["mstta-tiny-none-fp32/dtd/views4-crop-seed1.npz",
-                     "mstta-tiny-none-fp32/imagenet_a/views4-augmix-seed1.npz"]
+                     "mstta-tiny-none-fp32/imagenet_a/views4-augmix-seed1.npz",
+                     "mstta-tiny-none-fp32/imagenet_a/views4-crop-seed1.npz"]
     run = next(r for r in bench["data"]["runs"] if r["dataset"] == "imagenet_a" and r["method"] == "ms-tta")
     fs = load_features(run["features"])
     assert fs.num_views == 4 and fs.num_samples == 9 and fs.classnames[0] == "class_0 name"
@@ -87,7 +95,9 @@ def test_one_feature_file_per_dataset_and_accuracy_matches_replay(bench):
 def test_report_files(bench):
     out = bench["out"]
     rows = list(csv.DictReader((out / "results.csv").open()))
-    assert len(rows) == 14 and {"accuracy", "zero_shot_accuracy", "fps", "peak_memory_mb", "hp_k", "version_torch"} <= set(rows[0])
+    assert len(rows) == N and {"accuracy", "zero_shot_accuracy", "clip_view_accuracy", "gain_over_clip",
+                               "gain_over_clip_views", "listing", "fps", "peak_memory_mb", "hp_k",
+                               "version_torch"} <= set(rows[0])
     md = (out / "report.md").read_text()
     assert "| Method |  | A | R | S | V2 | Avg |" in md
     assert ("| Method |  | Aircraft | Caltech101 | EuroSAT | Flowers102 | Pets | SUN397 | UCF101 | Cars | DTD "
@@ -99,7 +109,7 @@ def test_report_files(bench):
     pngs = sorted(p.name for p in (out / "plots").rglob("*.png"))
     assert pngs == ["dtd-seed1.png", "imagenet_a-seed1.png"]
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in (out / "plots").rglob("*.png"))
-    assert len(bench["data"]["efficiency"]) == 7
+    assert len(bench["data"]["efficiency"]) == len(list_methods()) + 1       # timed on imagenet_a
     eff = {e["method"]: e for e in bench["data"]["efficiency"]}
     assert eff["zero-shot"]["views"] == 1 and eff["tda"]["views"] == 4 and eff["ms-tta"]["fps"] > 0
 
@@ -108,7 +118,7 @@ def test_rerun_skips_finished_cells(bench, capsys):
     before = (bench["out"] / "results.json").read_text()
     code, out, err = _run(capsys, *_argv(bench["root"], bench["out"], bench["store"]))
     assert code == 0, err
-    assert "ran 0 cell(s), skipped 14 finished" in out
+    assert f"ran 0 cell(s), skipped {N} finished" in out
     assert json.loads((bench["out"] / "results.json").read_text())["runs"] == json.loads(before)["runs"]
 
 
@@ -130,8 +140,8 @@ def test_interrupted_run_resumes(bench, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(runner, "replay", replay)
     code, text, err = _run(capsys, *_argv(bench["root"], out, bench["store"], "--fps-samples", "0"))
     assert code == 0, err
-    assert "ran 12 cell(s), skipped 2 finished" in text
-    assert len(json.loads((out / "results.json").read_text())["runs"]) == 14
+    assert f"ran {N - 2} cell(s), skipped 2 finished" in text
+    assert len(json.loads((out / "results.json").read_text())["runs"]) == N
 
 
 def test_interrupt_while_writing_keeps_old_results(bench, tmp_path, monkeypatch):
@@ -160,7 +170,7 @@ def test_changed_hyperparameters_rerun_cells(bench, tmp_path, capsys):
     assert code == 0, err
     assert "ran 2 cell(s)" in text
     runs = json.loads((out / "results.json").read_text())["runs"]
-    assert len(runs) == 14 and {r["hyperparameters"]["k"] for r in runs if r["method"] == "ms-tta"} == {4}
+    assert len(runs) == N and {r["hyperparameters"]["k"] for r in runs if r["method"] == "ms-tta"} == {4}
 
 
 def test_missing_dataset_is_reported_and_others_run(bench, tmp_path, capsys):
@@ -180,9 +190,11 @@ def test_dry_run_lists_and_writes_nothing(bench, tmp_path, capsys):
     code, text, err = _run(capsys, *_argv(bench["root"], out, store, "--datasets", "imagenet_a,eurosat", "--dry-run"))
     assert code == 0, err
     assert "weights random" in text
-    assert "imagenet_a: views 4 augmix, view_mode confident; data ok (9 images, 3 classes)" in text
+    assert "imagenet_a: views 4, view_mode confident; data ok (9 images, 3 classes)" in text
     assert "eurosat:" in text and "data MISSING" in text
-    assert "features to extract" in text and "14 cell(s) to run" in text
+    assert "views4-augmix-seed1.npz); zero-shot to run, tda to run, ms-tta to run" in text
+    assert "views4-crop-seed1.npz); boostadapter to run, ms-tta+boost to run" in text
+    assert "features to extract" in text and f"{len(list_methods()) * 2 + 1} cell(s) to run" in text
     assert not out.exists() and not store.exists()
     code, text, _ = _run(capsys, *_argv(bench["root"], bench["out"], bench["store"], "--dry-run"))
     assert "features cached" in text and "ms-tta done" in text and "0 cell(s) to run" in text
@@ -227,7 +239,7 @@ def test_several_seeds_extract_per_seed_and_report_mean_std(bench, tmp_path, cap
                                        "--methods", "boostadapter,ms-tta", "--seeds", "1,2,3", "--fps-samples", "0"))
     assert code == 0, err
     assert sorted(p.name for p in (bench["store"] / "mstta-tiny-none-fp32" / "imagenet_a").glob("*.npz")) == [
-        "views4-augmix-seed1.npz", "views4-augmix-seed2.npz", "views4-augmix-seed3.npz"]
+        f"views4-{kind}-seed{s}.npz" for kind in ("augmix", "crop") for s in (1, 2, 3)]
     runs = json.loads((out / "results.json").read_text())["runs"]
     assert sorted((r["method"], r["seed"]) for r in runs) == [(m, s) for m in ("boostadapter", "ms-tta") for s in (1, 2, 3)]
     md = (out / "report.md").read_text()

@@ -96,19 +96,56 @@ def test_ms_steps_zero_is_the_baseline(store, tmp_path, capsys):
     code, _, err = _sweep(capsys, store, out, "--param", "ms_steps=0,1,2", "--datasets", "oxford_flowers")
     assert code == 0, err
     runs = json.loads((out / "sweep_ms_steps.json").read_text())["runs"]
-    assert {r["value"]: r["method"] for r in runs} == {0: "baseline", 1: "ms-tta", 2: "ms-tta"}
+    # the default sweep runs the +boost reading; its ms_steps=0 is the baseline on the same pipeline
+    assert {r["value"]: r["method"] for r in runs} == {0: "baseline+boost", 1: "ms-tta+boost", 2: "ms-tta+boost"}
     md = (out / "sweep_ms_steps.md").read_text()
     assert "|  | paper | 72.23 | 65.81 | 12.33 |" in md      # the paper's baseline row: Flowers, average, FPS
+    out2 = tmp_path / "tda-reading"
+    code, _, err = _sweep(capsys, store, out2, "--param", "ms_steps=0,1", "--datasets", "oxford_flowers",
+                          "--method", "ms-tta")
+    assert code == 0, err
+    runs = json.loads((out2 / "sweep_ms_steps.json").read_text())["runs"]
+    assert {r["value"]: r["method"] for r in runs} == {0: "baseline", 1: "ms-tta"}
+
+
+def test_values_parsed_as_typed(store, tmp_path, capsys):
+    """`alpha=0.00001` was refused once ("bad value for 'alpha': '1e-05'"): the value the user typed is used."""
+    assert parse_param("alpha=0.00001,0.5,1e-3") == ("alpha", [0.00001, 0.5, 0.001])
+    out = tmp_path / "results"
+    code, _, err = _sweep(capsys, store, out, "--param", "alpha=0.00001,0.5", "--datasets", "imagenet_a")
+    assert code == 0, err
+    runs = json.loads((out / "sweep_alpha.json").read_text())["runs"]
+    assert sorted(r["hyperparameters"]["alpha"] for r in runs) == [0.00001, 0.5]
+
+
+@pytest.mark.parametrize("spec", ["alpha=0,0.000000001,...,1", "k=" + ",".join(map(str, range(1, 10_002)))])
+def test_huge_grid_refused_before_any_work(spec):
+    import time
+
+    t0 = time.perf_counter()
+    with pytest.raises(UserError, match="at most 10,000"):
+        parse_param(spec)
+    assert time.perf_counter() - t0 < 1.0
+
+
+def test_grid_over_the_limit_counts_datasets_and_seeds(store, tmp_path, capsys):
+    out = tmp_path / "results"
+    code, _, err = _sweep(capsys, store, out, "--param", "k=" + ",".join(map(str, range(1, 5001))),
+                          "--seeds", "1,2,3")
+    assert code == 2 and err.count("\n") == 1 and "30,000 cells" in err and "at most 10,000" in err, err
+    assert not out.exists()
 
 
 def test_sweep_dry_run_and_errors(store, tmp_path, capsys):
     out = tmp_path / "results"
     code, text, err = _sweep(capsys, store, out, "--param", "alpha=0,0.5,1", "--datasets", "imagenet_a", "--dry-run")
     assert code == 0, err
-    assert "features cached" in text and "sweep alpha = 0, 0.5, 1 with ms-tta: 3 cell(s) to run" in text
+    assert "features cached" in text and "sweep alpha = 0, 0.5, 1 with ms-tta+boost: 3 cell(s) to run" in text
     assert not out.exists()
     for extra, message in ((["--param", "k=0,2"], "bad value for 'k'"),
-                           (["--param", "k=2", "--method", "nope"], "unknown method 'nope'"),
+                           (["--param", "k=2", "--method", "nope"], "unknown method 'nope'; choose from: zero-shot,"),
+                           (["--param", "k=2", "--listing", "all"], "--listing: invalid choice: 'all'"),
+                           (["--param", "alpha=0.5,inf"], "values must be finite"),
                            (["--param", "k=2", "--datasets", "eurosat"], "no dataset could run"),
                            (["--param", "beta=1,2"], "the paper has no ablation for it; pass --datasets")):
         code, _, err = _sweep(capsys, store, out, *extra)

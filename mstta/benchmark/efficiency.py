@@ -3,14 +3,20 @@ make the views the method uses, encode them in one forward, then `Engine.step`.
 
 Images are decoded before timing (disk speed is not the method's); view making, the encoder and
 the adaptation step are timed. Views per method: zero-shot and the cache methods in `original`
-view mode encode the original image only; the others encode every configured view.
+view mode encode the original image only; the others encode every configured view, of their own
+kind (crops for the boosting methods, `context.view_kind`).
+
+Same conditions for every method: one untimed warm-up pass runs every method first (kernels,
+allocator, caches), then ROUNDS rounds time every method in turn (the order rotating), and each
+method's best round counts. So no method is charged for warm-up or for a noisy moment, and
+zero-shot, a subset of every other method's work, comes out fastest.
 """
 from __future__ import annotations
 
 import dataclasses
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import torch
 
@@ -19,16 +25,15 @@ from ..engine import Engine
 from ..errors import UserError
 from ..features import load_features
 from ..methods import get_method
+from .context import Row, RunContext, engine_config, feature_key, redundant, view_kind
 from .memory import MemoryMeter
 from .results import fingerprint
-
-if TYPE_CHECKING:
-    from .runner import _Run
-    from .store import Backbone
+from .store import Backbone
 
 log = logging.getLogger(__name__)
 
-WARMUP = 2   # untimed samples per method (CUDA kernels, allocator)
+WARMUP = 2   # untimed samples per method in the warm-up pass
+ROUNDS = 3   # timed rounds per method; the best counts
 
 
 def views_used(method: str, ecfg: EngineConfig, views: int) -> int:
@@ -39,32 +44,54 @@ def views_used(method: str, ecfg: EngineConfig, views: int) -> int:
     return views
 
 
-def measure_method(clip, images: Sequence, text: torch.Tensor, method: str, ecfg: EngineConfig,
-                   views: int, augment: str, seed: int = 1) -> dict[str, Any]:
-    """Time `len(images)` samples of one method end to end (after WARMUP untimed ones).
-    -> {"fps", "peak_memory_mb", "memory_kind", "samples", "views"}."""
-    from ..views import ViewMaker, split_preprocess, to_pixels
+@dataclasses.dataclass
+class Timed:
+    """One method set up for timing: its views, its engine, and its best round so far."""
+
+    name: str
+    make: Any
+    engine: Engine
+    views: int
+    best: float = float("inf")
+    peak_mb: float | None = None
+
+    def one(self, clip, i: int, img, mean, std) -> int:
+        from ..views import to_pixels
+
+        x = to_pixels(self.make(img, i), mean, std, clip.device, clip.dtype)
+        return self.engine.step(clip.encode_images(x)).prediction   # .prediction syncs the device
+
+
+def measure_methods(clip, images: Sequence, text: torch.Tensor, setups: Sequence[tuple[str, str, EngineConfig]],
+                    views: int, seed: int = 1, rounds: int = ROUNDS) -> dict[str, dict[str, Any]]:
+    """Time every (name, method, engine config, augment) setup over the same images under the same
+    conditions (module docstring) -> {name: {"fps", "peak_memory_mb", "memory_kind", "samples", "views"}}."""
+    from ..views import ViewMaker, split_preprocess
 
     geometry, size, mean, std = split_preprocess(clip.preprocess)
-    v = views_used(method, ecfg, views)
-    make = ViewMaker(geometry, size, v, augment, seed)
-    engine = Engine(text.to(clip.device), method, ecfg)
-
-    def one(i: int, img) -> int:
-        x = to_pixels(make(img, i), mean, std, clip.device, clip.dtype)
-        return engine.step(clip.encode_images(x)).prediction   # .prediction syncs the device
-
-    for i, img in enumerate(images[:WARMUP]):
-        one(i, img)
-    engine.reset()
-    meter = MemoryMeter(clip.device)
-    with meter:
-        t0 = time.perf_counter()
-        for i, img in enumerate(images):
-            one(i, img)
-        seconds = time.perf_counter() - t0
-    return {"fps": round(len(images) / seconds, 3) if seconds > 0 else None, "peak_memory_mb": meter.peak_mb,
-            "memory_kind": meter.kind, "samples": len(images), "views": v}
+    timed = []
+    for name, method, ecfg, augment in setups:
+        v = views_used(method, ecfg, views)
+        timed.append(Timed(name, ViewMaker(geometry, size, v, augment, seed), Engine(text.to(clip.device), method, ecfg),
+                           v))
+    for t in timed:                                   # one warm-up pass over every method
+        for i, img in enumerate(images[:WARMUP]):
+            t.one(clip, i, img, mean, std)
+    kind = MemoryMeter(clip.device).kind
+    for r in range(rounds):
+        for t in timed[r % len(timed):] + timed[:r % len(timed)]:
+            t.engine.reset()
+            meter = MemoryMeter(clip.device)
+            with meter:
+                t0 = time.perf_counter()
+                for i, img in enumerate(images):
+                    t.one(clip, i, img, mean, std)
+                seconds = time.perf_counter() - t0
+            t.best = min(t.best, seconds)
+            if meter.peak_mb is not None:
+                t.peak_mb = max(t.peak_mb or 0.0, meter.peak_mb)
+    return {t.name: {"fps": round(len(images) / t.best, 3) if t.best > 0 else None, "peak_memory_mb": t.peak_mb,
+                     "memory_kind": kind, "samples": len(images), "views": t.views} for t in timed}
 
 
 def load_images(split, n: int, seed: int = 1) -> list:
@@ -86,35 +113,43 @@ def load_images(split, n: int, seed: int = 1) -> list:
     return out
 
 
-def measure_backbone(run: "_Run", backbone: "Backbone", dataset: str) -> None:
-    """Measure every method of the run on `dataset` for one backbone; record it in results.json
-    (a method already measured with the same settings is skipped)."""
+def measure_backbone(run: RunContext, backbone: Backbone, dataset: str) -> None:
+    """Measure every method of the run on `dataset` for one backbone, all in the same rounds, and
+    record them in results.json (nothing is timed when every method is already measured with the
+    same settings; otherwise all are timed again together, so they share their conditions)."""
     from ..data import load_split
-    from .runner import engine_config_for, feature_key
 
     cfg = run.cfg
     if dataset not in run.configs:
         raise UserError(f"--fps-dataset {dataset}: not one of the run's datasets ({', '.join(run.configs)})")
     dcfg = run.configs[dataset]
-    fkey = feature_key(dataset, backbone, run.precision, dcfg, cfg.seeds[0], cfg.limit)
     n = cfg.fps_samples
-    todo = []
-    for method in cfg.methods:
-        ecfg = engine_config_for(method, dcfg)
-        fp = fingerprint({"dataset": dataset, "samples": n, "views": views_used(method, ecfg, dcfg.bench.views),
-                          "augment": dcfg.bench.augment, "device": str(run.device), "precision": run.precision,
-                          "hyperparameters": dataclasses.asdict(ecfg)})
-        old = run.results.efficiency(backbone.name, backbone.pretrained, method)
-        if old is None or old.get("fingerprint") != fp:
-            todo.append((method, ecfg, fp))
-    if not todo:
+    setups, fps = [], {}
+    for row in map(Row.parse, cfg.methods):
+        if redundant(row, dcfg):
+            continue
+        ecfg = engine_config(row, dcfg)
+        augment = view_kind(row.method, dcfg, cfg.augment)
+        setups.append((row.name, row.method, ecfg, augment))
+        fps[row.name] = fingerprint({"dataset": dataset, "samples": n, "listing": cfg.listing,
+                                     "views": views_used(row.method, ecfg, dcfg.bench.views), "augment": augment,
+                                     "device": str(run.device), "precision": run.precision,
+                                     "hyperparameters": dataclasses.asdict(ecfg)})
+    fps = {name: fingerprint({"own": fp, "all": sorted(fps.values())}) for name, fp in fps.items()}
+    if all((run.results.efficiency(backbone.name, backbone.pretrained, name) or {}).get("fingerprint") == fp
+           for name, fp in fps.items()):
         return
+    seed = cfg.seeds[0]
+    files = [feature_key(dataset, backbone, run.precision, dcfg, seed, cfg.limit, cfg.listing, augment).path(cfg.store)
+             for _, _, _, augment in setups]
+    found = next((f for f in files if f.is_file()), None)
+    if found is None:
+        raise UserError(f"no feature file of {dataset} in {cfg.store} to take the text classifier from; run it first")
+    text = load_features(found).text
     clip = run.models.get(backbone)
-    split = load_split(dataset, cfg.data_root)
-    timed = load_images(split, n, fkey.seed)
-    text = load_features(fkey.path(cfg.store)).text
-    for method, ecfg, fp in run.bar(todo, desc=f"efficiency {backbone.label}", leave=False, unit="method"):
-        row = measure_method(clip, timed, text, method, ecfg, dcfg.bench.views, dcfg.bench.augment, fkey.seed)
+    timed = load_images(load_split(dataset, cfg.data_root, cfg.listing), n, seed)
+    rows = measure_methods(clip, timed, text, setups, dcfg.bench.views, seed)
+    for name, row in rows.items():
         run.results.record_efficiency({"backbone": backbone.name, "pretrained": backbone.pretrained,
-                                       "method": method, "dataset": dataset, **row, "device": str(run.device),
-                                       "precision": run.precision, "fingerprint": fp})
+                                       "method": name, "dataset": dataset, **row, "device": str(run.device),
+                                       "precision": run.precision, "fingerprint": fps[name]})

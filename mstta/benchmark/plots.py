@@ -18,16 +18,16 @@ import torch
 from ..atomic import atomic_open
 from ..config import EngineConfig
 from ..errors import UserError
-from ..methods import list_methods
 from ..replay import mean_shifted
 from . import paper
+from .context import row_order, row_title
 from .results import load_predictions, predictions_path
 from .store import slug
 
 log = logging.getLogger(__name__)
 
 
-def _save(fig, path: Path) -> Path:
+def save_png(fig, path: Path) -> Path:
     """Render a figure to PNG and write it atomically."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
@@ -52,18 +52,18 @@ def accuracy_curves(out: Path, runs: Sequence[dict[str, Any]]) -> list[Path]:
     for r in runs:
         groups[(r["backbone"], r["pretrained"], r["dataset"], r["seed"])].append(r)
     written = []
-    order = list_methods()
     for (bb, pre, ds, seed), cell_runs in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
         fig = Figure(figsize=(7, 4))
         ax = fig.add_subplot()
         drawn = 0
-        for r in sorted(cell_runs, key=lambda r: order.index(r["method"]) if r["method"] in order else 99):
+        order = row_order(r["method"] for r in cell_runs)
+        for r in sorted(cell_runs, key=lambda r: order.index(r["method"])):
             pred = load_predictions(predictions_path(out, r))
             if pred is None:
                 continue
             curve = running_accuracy(pred["predictions"], pred["labels"])
             ax.plot(np.arange(1, curve.size + 1), curve, lw=1.2,
-                    label=f"{paper.METHOD_LABEL.get(r['method'], r['method'])} ({r['accuracy']:.2f})")
+                    label=f"{row_title(r['method'])} ({r['accuracy']:.2f})")
             drawn += 1
         if not drawn:
             continue
@@ -72,7 +72,7 @@ def accuracy_curves(out: Path, runs: Sequence[dict[str, Any]]) -> list[Path]:
         ax.set_title(f"{paper.dataset_label(ds)} · {bb} ({pre}) · seed {seed}")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="lower right")
-        written.append(_save(fig, out / "plots" / slug(f"{bb}-{pre}") / f"{slug(ds)}-seed{seed}.png"))
+        written.append(save_png(fig, out / "plots" / slug(f"{bb}-{pre}") / f"{slug(ds)}-seed{seed}.png"))
     return written
 
 
@@ -147,5 +147,5 @@ def tsne_figure(features: torch.Tensor, text: torch.Tensor, labels: np.ndarray, 
                    bbox_to_anchor=(0.5, -0.1))
     if title:
         fig.suptitle(title)
-    path = _save(fig, Path(out))
+    path = save_png(fig, Path(out))
     return {"out": str(path), "classes": chosen, "samples": int(mask.sum())}

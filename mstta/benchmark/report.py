@@ -4,8 +4,10 @@ Every table cell block has three rows per method: `ours` (mean ± sample std ove
 several ran), `paper` (as printed; — where the paper has no number, e.g. other backbones) and
 `Δ` (ours − paper). Averages are ours only when every dataset of the table ran for that method
 (the paper's average covers all of them). Tables: OOD (A, R, S, V2, Avg), cross-dataset
-(10 datasets + Average), the mean-shift gains (baseline → MS-TTA, TDA → TDA+MS,
-BoostAdapter → BoostAdapter+MS), seeds, efficiency, other datasets, missing datasets.
+(10 datasets + Average), each with two CLIP rows (the original image; the protocol's views with
+no cache) and each method's gain over both, the mean-shift gains (baseline → MS-TTA for both
+readings, TDA → TDA+MS, BoostAdapter → BoostAdapter+MS), the test samples read against the paper's
+dataset statistics, seeds, efficiency, other datasets, missing datasets.
 """
 from __future__ import annotations
 
@@ -16,12 +18,14 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from ..atomic import atomic_open
-from ..methods import list_methods
 from . import paper
+from .context import HELD_AGAINST_PAPER, row_order, row_title
 from .results import ResultsStore, write_csv
 
 DASH = "—"
-GAIN_PAIRS = (("baseline", "ms-tta"), ("tda", "tda+ms"), ("boostadapter", "boostadapter+ms"))
+GAIN_PAIRS = (("baseline+boost", "ms-tta+boost"), ("baseline", "ms-tta"), ("tda", "tda+ms"),
+              ("boostadapter", "boostadapter+ms"))
+HELD = set(HELD_AGAINST_PAPER.values())
 
 
 # ---------------------------------------------------------------------- numbers
@@ -65,9 +69,22 @@ def grouped(runs: Iterable[dict[str, Any]]) -> dict[tuple[str, str], dict[str, d
     return out
 
 
-def ordered_methods(present: Iterable[str]) -> list[str]:
-    present = set(present)
-    return [m for m in list_methods() if m in present]
+def clip_views(runs: Iterable[dict[str, Any]]) -> dict[tuple[str, str], dict[str, dict[str, list[float]]]]:
+    """(backbone, pretrained) -> dataset -> protocol -> CLIP-on-views accuracies over seeds (one per
+    seed: every method with the same protocol reads the same CLIP logits), protocols other than the
+    original image only."""
+    out: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(dict)))
+    for r in runs:
+        proto = r.get("protocol")
+        if proto and proto != "original image" and "param" not in r:
+            out[(r["backbone"], r["pretrained"])][r["dataset"]][proto].setdefault(r["seed"], r["clip_view_accuracy"])
+    return {k: {d: {p: [v[s] for s in sorted(v)] for p, v in by_p.items()} for d, by_p in by_d.items()}
+            for k, by_d in out.items()}
+
+
+def method_label(m: str) -> str:
+    """A row's title, marked when it is the one held against the paper's row."""
+    return f"{row_title(m)} ‡" if m in HELD else row_title(m)
 
 
 def backbone_label(name: str, pretrained: str) -> str:
@@ -77,22 +94,68 @@ def backbone_label(name: str, pretrained: str) -> str:
 
 
 # ---------------------------------------------------------------------- tables
-def benchmark_table(by_ds: dict[str, dict[str, list[float]]], methods: list[str], bench: str,
-                    pkey: str | None) -> list[str]:
-    """The paper's OOD or cross-dataset table with ours / paper / Δ rows per method."""
+def _columns(bench: str) -> tuple[list[str], list[str]]:
     cols = list(paper.OOD if bench == "ood" else paper.CROSS)
     labels = [paper.SHORT_NAME.get(d, paper.dataset_label(d)) for d in cols]
-    header = ["Method", ""] + labels + ["Avg" if bench == "ood" else "Average"]
+    return cols, labels + ["Avg" if bench == "ood" else "Average"]
+
+
+def benchmark_table(by_ds: dict[str, dict[str, list[float]]], methods: list[str], bench: str,
+                    pkey: str | None, views: dict[str, dict[str, list[float]]] | None = None) -> list[str]:
+    """The paper's OOD or cross-dataset table with ours / paper / Δ rows per method; after the CLIP
+    row, one `CLIP on <protocol>` row per view protocol that ran (ours only: the paper has none)."""
+    cols, labels = _columns(bench)
     rows = []
     for m in methods:
-        ours = [stats(by_ds.get(d, {}).get(m, [])) for d in cols]
-        avg = statistics.fmean(s[0] for s in ours) if all(ours) else None
-        ref = [paper.main_value(pkey, m, d) for d in cols] + [paper.main_value(pkey, m, "average", bench)]
-        means = [s[0] if s else None for s in ours] + [avg]
-        rows.append([paper.METHOD_LABEL.get(m, m), "ours"] + [fmt_stats(s) for s in ours] + [fmt(avg)])
-        rows.append(["", "paper"] + [fmt(v) for v in ref])
-        rows.append(["", "Δ"] + [fmt(diff(a, b), signed=True) for a, b in zip(means, ref)])
-    return table(header, rows)
+        if bench == "ood" or "@" not in m:           # forced view modes belong to the OOD table
+            ours = [stats(by_ds.get(d, {}).get(m, [])) for d in cols]
+            if any(ours):
+                avg = statistics.fmean(s[0] for s in ours) if all(ours) else None
+                ref = [paper.main_value(pkey, m, d) for d in cols] + [paper.main_value(pkey, m, "average", bench)]
+                means = [s[0] if s else None for s in ours] + [avg]
+                rows.append([method_label(m), "ours"] + [fmt_stats(s) for s in ours] + [fmt(avg)])
+                rows.append(["", "paper"] + [fmt(v) for v in ref])
+                rows.append(["", "Δ"] + [fmt(diff(a, b), signed=True) for a, b in zip(means, ref)])
+        if m == "zero-shot" or (m == methods[0] and "zero-shot" not in methods):
+            protos = sorted({p for d in cols for p in (views or {}).get(d, {})})
+            for p in protos:
+                ours = [stats((views or {}).get(d, {}).get(p, [])) for d in cols]
+                avg = statistics.fmean(s[0] for s in ours) if all(ours) else None
+                rows.append([f"CLIP on {p} (no cache)", "ours"] + [fmt_stats(s) for s in ours] + [fmt(avg)])
+    return table(["Method", ""] + labels, rows)
+
+
+def clip_gains_table(runs: list[dict[str, Any]], methods: list[str], bench: str) -> list[str]:
+    """Each method's gain over the two CLIP rows per dataset, `+a / +b`: a = over CLIP on the
+    original image (the paper's CLIP row), b = over CLIP on the method's own views and prediction
+    path with no cache (its protocol's λ = 0). Means over seeds."""
+    cols, labels = _columns(bench)
+    cell: dict = defaultdict(lambda: defaultdict(lambda: ([], [])))
+    for r in runs:
+        if "gain_over_clip" in r and r["dataset"] in cols:
+            a, b = cell[r["method"]][r["dataset"]]
+            a.append(float(r["gain_over_clip"]))
+            b.append(float(r["gain_over_clip_views"]))
+    rows = []
+    for m in methods:
+        if m == "zero-shot" or m not in cell or (bench != "ood" and "@" in m):
+            continue
+        means = [(statistics.fmean(cell[m][d][0]), statistics.fmean(cell[m][d][1])) if cell[m][d][0] else None
+                 for d in cols]
+        done = [x for x in means if x is not None]
+        avg = (statistics.fmean(x[0] for x in done), statistics.fmean(x[1] for x in done)) \
+            if len(done) == len(cols) else None
+        rows.append([method_label(m)] + [f"{fmt(x[0], True)} / {fmt(x[1], True)}" if x else DASH
+                                         for x in means + [avg]])
+    return table(["Gain over CLIP (original / own views)"] + labels, rows) if rows else []
+
+
+CLIP_NOTE = ("CLIP rows: `CLIP (zero-shot)` scores the original image (view 0), the paper's CLIP row; "
+             "`CLIP on <views> (no cache)` is zero-shot CLIP on the protocol's views with no cache — the mean "
+             "logits of the most confident views, i.e. that protocol's λ = 0. Protocols that predict from the "
+             "original image have λ = 0 equal to the CLIP row. ‡ marks the row held against the paper's row "
+             "(the `+boost` reading of MS-TTA and its baseline; the TDA-protocol reading is shown beside it "
+             "against the same paper numbers).")
 
 
 def gains_table(by_ds: dict[str, dict[str, list[float]]], bench: str, pkey: str | None) -> list[str]:
@@ -109,7 +172,7 @@ def gains_table(by_ds: dict[str, dict[str, list[float]]], bench: str, pkey: str 
             continue
         avg = statistics.fmean(ours) if all(v is not None for v in ours) else None
         ref = [paper_gain(pkey, base, ms, c, bench) for c in cols + ["average"]]
-        name = f"{paper.METHOD_LABEL[ms]} − {paper.METHOD_LABEL[base]}"
+        name = f"{method_label(ms)} − {row_title(base)}"
         rows.append([name, "ours"] + [fmt(v, True) for v in ours + [avg]])
         rows.append(["", "paper"] + [fmt(v, True) for v in ref])
     if not rows:
@@ -122,7 +185,7 @@ def paper_gain(pkey: str | None, base: str, ms: str, column: str, bench: str) ->
     p = paper.paper()
     if pkey is None:
         return None
-    if (base, ms) == ("baseline", "ms-tta"):
+    if (base, ms) in (("baseline", "ms-tta"), ("baseline+boost", "ms-tta+boost")):
         t = p["ablation_baseline_vs_ms_tta"]["cross_dataset" if bench == "cross" else "ood"]
         return t["improvement"].get(column) if t["backbone"] == pkey else None
     if bench == "cross" and p["plug_in"]["backbone"] == pkey:
@@ -136,27 +199,29 @@ def seeds_table(groups: dict, ) -> list[str]:
     for (bb, pre), by_ds in groups.items():
         pkey = paper.backbone_key(bb, pre)
         for d, by_m in by_ds.items():
-            ms, ba = stats(by_m.get("ms-tta", [])), stats(by_m.get("boostadapter", []))
-            if not ms or ms[2] < 2:
-                continue
-            ref = paper.seed_row(d)
-            ref = ref if ref and ref["backbone"] == pkey else None
-            rows.append([paper.dataset_label(d), backbone_label(bb, pre), str(ms[2]), fmt_stats(ba), fmt_stats(ms),
-                         fmt(diff(ms[0], ba[0] if ba else None), True),
-                         fmt(ref["boostadapter"]) if ref else DASH,
-                         f"{ref['ms_tta_mean']:.2f} ± {ref['ms_tta_std']:.2f}" if ref else DASH,
-                         fmt(ref["improvement"], True) if ref else DASH])
+            for reading in ("ms-tta+boost", "ms-tta"):
+                ms, ba = stats(by_m.get(reading, [])), stats(by_m.get("boostadapter", []))
+                if not ms or ms[2] < 2:
+                    continue
+                ref = paper.seed_row(d)
+                ref = ref if ref and ref["backbone"] == pkey else None
+                rows.append([paper.dataset_label(d), backbone_label(bb, pre), method_label(reading), str(ms[2]),
+                             fmt_stats(ba), fmt_stats(ms), fmt(diff(ms[0], ba[0] if ba else None), True),
+                             fmt(ref["boostadapter"]) if ref else DASH,
+                             f"{ref['ms_tta_mean']:.2f} ± {ref['ms_tta_std']:.2f}" if ref else DASH,
+                             fmt(ref["improvement"], True) if ref else DASH])
     if not rows:
         return []
-    return table(["Dataset", "Backbone", "Seeds", "BoostAdapter", "MS-TTA (mean ± std)", "Improv.",
+    return table(["Dataset", "Backbone", "Reading", "Seeds", "BoostAdapter", "MS-TTA (mean ± std)", "Improv.",
                   "paper BoostAdapter", "paper MS-TTA", "paper Improv."], rows)
 
 
 def efficiency_table(data: dict[str, Any], groups: dict) -> list[str]:
     """Speed and memory per method (ours) beside the paper's efficiency table (ViT-B/16, RTX 3090)."""
     rows = []
+    order = row_order(e["method"] for e in data.get("efficiency", []))
     for e in sorted(data.get("efficiency", []), key=lambda e: (e["backbone"], e["pretrained"],
-                                                              list_methods().index(e["method"]))):
+                                                              order.index(e["method"]))):
         bb, pre, m = e["backbone"], e["pretrained"], e["method"]
         by_ds = groups.get((bb, pre), {})
         avgs = []
@@ -165,7 +230,7 @@ def efficiency_table(data: dict[str, Any], groups: dict) -> list[str]:
             avgs.append(statistics.fmean(x[0] for x in s) if all(s) else None)
         ref = paper.efficiency_row(m) if paper.backbone_key(bb, pre) == "vit_b16" else None
         mem = e.get("peak_memory_mb")
-        rows.append([paper.METHOD_LABEL.get(m, m), backbone_label(bb, pre), f"{e['dataset']} ({e['views']} view"
+        rows.append([method_label(m), backbone_label(bb, pre), f"{e['dataset']} ({e['views']} view"
                      f"{'s' if e['views'] != 1 else ''}, {e['samples']} samples)",
                      fmt(e.get("fps")), fmt(mem / 1024 if mem is not None else None),
                      fmt(avgs[0]), fmt(avgs[1]),
@@ -176,16 +241,41 @@ def efficiency_table(data: dict[str, Any], groups: dict) -> list[str]:
     kinds = sorted({f"{e['device']}: {e['memory_kind']}" for e in data.get("efficiency", [])})
     return table(["Method", "Backbone", "Timed on", "FPS", "Memory (GB)", "OOD Avg", "Cross Avg",
                   "paper FPS", "paper Memory (GB)", "paper OOD", "paper Cross"], rows) + [
-        "", f"FPS: end to end, batch 1 (views + encoder + adaptation step). Memory: {'; '.join(kinds)}. "
-            "The paper's numbers are from an RTX 3090 with ViT-B/16."]
+        "", f"FPS: end to end, batch 1 (views + encoder + adaptation step); one warm-up pass over every "
+            "method first, then every method timed in the same interleaved rounds, the best round counted. "
+            f"Memory: {'; '.join(kinds)}. The paper's numbers are from an RTX 3090 with ViT-B/16."]
 
 
 def other_table(by_ds: dict[str, dict[str, list[float]]], methods: list[str]) -> list[str]:
     cols = [d for d in by_ds if paper.benchmark_of(d) is None]
     if not cols:
         return []
-    rows = [[paper.METHOD_LABEL.get(m, m)] + [fmt_stats(stats(by_ds[d].get(m, []))) for d in cols] for m in methods]
+    rows = [[method_label(m)] + [fmt_stats(stats(by_ds[d].get(m, []))) for d in cols] for m in methods]
     return table(["Method"] + [paper.dataset_label(d) for d in cols], rows)
+
+
+def samples_table(runs: list[dict[str, Any]]) -> list[str]:
+    """Test samples read per dataset (and listing) beside the paper's dataset statistics; a
+    difference is flagged (`--listing peer` reads the peers' lists, `--limit` cuts a stream)."""
+    seen: dict = {}
+    for r in runs:
+        if "n" in r and "classes" in r:
+            seen.setdefault((r["dataset"], r.get("listing", "full"), r.get("limit")), (r["n"], r["classes"]))
+    if not seen:
+        return []
+    rows = []
+    for (d, listing, limit), (n, classes) in sorted(seen.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        ref = paper.dataset_stats(d)
+        pn, pc = (ref["test_samples"], ref["classes"]) if ref else (None, None)
+        if ref is None:
+            flag = DASH
+        elif limit:
+            flag = f"--limit {limit}"
+        else:
+            flag = "same" if (n, classes) == (pn, pc) else f"DIFFERS ({n - pn:+,} samples, {classes - pc:+} classes)"
+        rows.append([paper.dataset_label(d), listing, f"{n:,}", str(classes), DASH if pn is None else f"{pn:,}",
+                     DASH if pc is None else str(pc), flag])
+    return table(["Dataset", "Listing", "Samples read", "Classes", "paper samples", "paper classes", "Check"], rows)
 
 
 # ---------------------------------------------------------------------- the report
@@ -202,22 +292,33 @@ def render_report(data: dict[str, Any], plots: Sequence[Path] = (), out: Path | 
              "`Δ` = ours − paper. An average is ours only when every dataset of the table ran.", ""]
     titles = {"ood": "OOD benchmark (paper Table: ImageNet variants)",
               "cross": "Cross-dataset benchmark (paper Table: 10 datasets)"}
+    views = clip_views(runs)
     for (bb, pre), by_ds in groups.items():
         pkey = paper.backbone_key(bb, pre)
-        methods = ordered_methods(m for d in by_ds.values() for m in d)
+        methods = row_order(m for d in by_ds.values() for m in d)
+        bb_runs = [r for r in runs if (r["backbone"], r["pretrained"]) == (bb, pre)]
         lines += [f"## {backbone_label(bb, pre)}", ""]
         if pkey is None:
             lines += [f"The paper reports no numbers for {bb} with weights '{pre}': paper columns show {DASH}.", ""]
         for bench in ("ood", "cross"):
             if not any(paper.benchmark_of(d) == bench for d in by_ds):
                 continue
-            lines += [f"### {titles[bench]}", ""] + benchmark_table(by_ds, methods, bench, pkey) + [""]
+            lines += [f"### {titles[bench]}", ""]
+            lines += benchmark_table(by_ds, methods, bench, pkey, views.get((bb, pre))) + ["", CLIP_NOTE, ""]
+            over = clip_gains_table(bb_runs, methods, bench)
+            if over:
+                lines += [f"#### Gains over the two CLIP rows ({bench})", ""] + over + [
+                    "", "`+a / +b`: the method minus CLIP on the original image / minus CLIP on its own views "
+                        "and prediction path with no cache (its λ = 0).", ""]
             gains = gains_table(by_ds, bench, pkey)
             if gains:
                 lines += [f"#### Mean-shift gains ({bench})", ""] + gains + [""]
         other = other_table(by_ds, methods)
         if other:
             lines += ["### Other datasets (not in the paper's tables)", ""] + other + [""]
+    samples = samples_table(runs)
+    if samples:
+        lines += ["## Test samples read (paper: dataset statistics table)", ""] + samples + [""]
     seeds = seeds_table(groups)
     if seeds:
         lines += ["## Robustness over seeds (stream order)", ""] + seeds + [""]

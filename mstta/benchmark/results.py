@@ -26,8 +26,9 @@ FORMAT = 1
 RUN_KEY = ("dataset", "backbone", "pretrained", "method", "seed")
 SWEEP_KEY = RUN_KEY + ("param", "value")
 CSV_COLUMNS = ("dataset", "backbone", "pretrained", "method", "seed", "accuracy", "zero_shot_accuracy",
-               "clip_view_accuracy", "n", "classes", "views", "augment", "view_mode", "fps", "adapt_fps",
-               "seconds", "peak_memory_mb", "memory_kind", "device")
+               "clip_view_accuracy", "gain_over_clip", "gain_over_clip_views", "protocol", "n", "classes", "listing",
+               "views", "augment", "view_mode", "fps", "adapt_fps", "seconds", "peak_memory_mb", "memory_kind",
+               "device")
 
 
 def fingerprint(payload: dict[str, Any]) -> str:
@@ -125,7 +126,7 @@ class ResultsStore:
 
 def write_json(path: Path, data: Any) -> None:
     with atomic_open(path, "w") as fh:
-        json.dump(data, fh, indent=1, sort_keys=False, default=_json_default)
+        json.dump(data, fh, indent=1, sort_keys=False, default=_json_default, allow_nan=False)
         fh.write("\n")
 
 

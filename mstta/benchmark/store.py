@@ -1,7 +1,7 @@
 """The feature store: one feature file per (dataset, backbone, pretrained, precision, views,
 augment, seed), extracted once and replayed by every method, sweep value and plot.
 
-    <store>/<backbone>-<pretrained>-<precision>/<dataset>/views<V>-<augment>-seed<S>.npz
+    <store>/<backbone>-<pretrained>-<precision>/<dataset>/views<V>-<augment>-seed<S>[-n<N>][-peer].npz
 
 `ensure_features` is the one place the benchmark calls the extraction library; `Models` loads
 each backbone at most once per command, and only when some file has to be extracted.
@@ -104,12 +104,15 @@ class FeatureKey:
     augment: str
     seed: int
     limit: int | None = None     # only the first `limit` samples of the stream (quick runs)
+    listing: str = "full"        # full | peer (the peers' file lists, `mstta.data.load_split`)
 
     def path(self, store: Path) -> Path:
         model = slug(f"{self.backbone.name}-{self.backbone.pretrained}-{self.precision}")
         tail = f"views{self.views}-{self.augment}-seed{self.seed}" if self.views > 1 else f"views1-seed{self.seed}"
         if self.limit:
             tail += f"-n{self.limit}"
+        if self.listing != "full":
+            tail += f"-{self.listing}"
         return Path(store) / model / slug(self.dataset) / f"{tail}.npz"
 
 
@@ -161,7 +164,7 @@ def ensure_features(key: FeatureKey, store: str | Path, models: Models, data_roo
         return path
     kwargs: dict[str, Any] = dict(model=key.backbone.name, pretrained=key.backbone.pretrained,
                                   precision=key.precision, device=str(models.device), views=key.views,
-                                  augment=key.augment, seed=key.seed, limit=key.limit,
+                                  augment=key.augment, seed=key.seed, limit=key.limit, listing=key.listing,
                                   cache_dir=Path(store) / "text", progress=progress,
                                   clip=models.get(key.backbone))
     if batch_size is not None:

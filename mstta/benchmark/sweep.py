@@ -5,10 +5,13 @@ paper's ablation tables (k, alpha, lam, ms_steps; any EngineConfig field can be 
 
 Cells are (dataset, backbone, method, seed, value), resumable like `run`; all values replay the
 same feature file. `ms_steps=0` means the cache baseline without mean shift (the paper's row 0).
+Sweeps run the `+boost` reading of MS-TTA by default (the one held against the paper's rows).
+A grid of more than MAX_CELLS cells is refused before any work.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from collections import defaultdict
 from pathlib import Path
@@ -17,22 +20,36 @@ from typing import Any, Sequence
 import yaml
 
 from ..atomic import atomic_open
-from ..config import EngineConfig
+from ..config import EngineConfig, from_dict
 from ..errors import UserError
 from . import paper
+from .context import BenchmarkConfig, Row, RunContext, cell_fingerprint, dataset_config, feature_key, row_title
+from .plots import save_png
 from .report import DASH, diff, fmt, fmt_stats, stats, table
 from .results import SWEEP_KEY, ResultsStore, write_csv
-from .runner import BenchmarkConfig, _Run, cell_fingerprint, dataset_config, feature_key, replay_cell
+from .runner import replay_cell, zero_shot_accuracy
 
 PARAM_LABEL = {"k": "k", "alpha": "α", "lam": "λ", "ms_steps": "MS steps"}
+DEFAULT_METHOD = "ms-tta+boost"    # the reading held against the paper (docs/benchmark.md)
+MAX_CELLS = 10_000                 # datasets x backbones x seeds x values; more is refused before any work
 
 
 def _scalar(raw: str, param: str) -> Any:
+    """A value as the user typed it: an integer, else a finite number (`1e-5` included), else a word."""
+    text = raw.strip()
+    for kind in (int, float):
+        try:
+            v = kind(text)
+        except ValueError:
+            continue
+        if isinstance(v, float) and not math.isfinite(v):
+            raise UserError(f"--param {param}: bad value {raw!r}; values must be finite numbers")
+        return v
     try:
-        v = yaml.safe_load(raw)
+        v = yaml.safe_load(text)
     except yaml.YAMLError:
-        v = raw
-    if isinstance(v, bool) or v is None:
+        v = text
+    if isinstance(v, bool) or v is None or not isinstance(v, (int, float, str)):
         raise UserError(f"--param {param}: bad value {raw!r}; expected numbers, e.g. --param {param}=1,2,4")
     return v
 
@@ -52,6 +69,10 @@ def expand(tokens: list[str], param: str) -> list[Any]:
     step = vals[-1] - vals[-2]
     if step <= 0 or end < vals[-1]:
         raise UserError(f"--param {param}: '...' needs increasing values up to the last one")
+    count = math.floor((end - vals[-1]) / step + 1e-9) + len(vals)
+    if count > MAX_CELLS:
+        raise UserError(f"--param {param}: '...' makes {count:,} values; at most {MAX_CELLS:,} cells per sweep, "
+                        "use a larger step")
     cur = vals[-1]
     while cur + step <= end + 1e-9 * max(1.0, abs(end)):
         cur = round(cur + step, 10)
@@ -72,6 +93,9 @@ def parse_param(spec: str) -> tuple[str, list[Any]]:
         if found is None:
             raise UserError(f"--param {name}: give the values, e.g. --param {name}=1,2,4 (the paper has no grid for it)")
         return name, [row[paper.ABLATION[name][1]] for row in found[1]]
+    if raw.count(",") >= MAX_CELLS:
+        raise UserError(f"--param {name}: {raw.count(',') + 1:,} values; at most {MAX_CELLS:,} cells per sweep, "
+                        "pass fewer values")
     tokens = [t.strip() for t in raw.split(",")]
     if not raw.strip() or any(not t for t in tokens):
         raise UserError(f"--param {spec}: expected NAME=V1,V2,..., e.g. --param {name}=1,2,4")
@@ -79,17 +103,39 @@ def parse_param(spec: str) -> tuple[str, list[Any]]:
     return name, values
 
 
+NO_SHIFT = {"ms-tta": "baseline", "ms-tta+boost": "baseline+boost"}
+
+
 def sweep_method(param: str, value: Any, method: str) -> str:
-    """The method a sweep value runs: `ms_steps=0` is the cache baseline (no mean shift)."""
+    """The row a sweep value runs: `ms_steps=0` is the cache baseline (no mean shift) of the same
+    pipeline (`ms-tta+boost` -> `baseline+boost`, `X+ms` -> `X`)."""
     if param == "ms_steps" and value == 0:
-        return "baseline" if method == "ms-tta" else method.replace("+ms", "")
+        row = Row.parse(method)
+        base = NO_SHIFT.get(row.method, row.method.replace("+ms", ""))
+        return Row(base, row.view_mode).name
     return method
 
 
-def engine_for(dataset: str, overrides: list[str], param: str, value: Any) -> EngineConfig:
-    """The dataset's engine config with `param=value` on top (`ms_steps=0` keeps the default steps)."""
-    extra = [] if (param == "ms_steps" and value == 0) else [f"{param}={value}"]
-    return dataset_config(dataset, overrides + extra).engine
+def engine_for(dataset: str, overrides: list[str], param: str, value: Any, method: str = DEFAULT_METHOD
+               ) -> EngineConfig:
+    """The engine config of one sweep cell: the row's (dataset config + --set, its view mode) with
+    `param` set to the parsed value itself (`ms_steps=0` keeps the default steps: it runs the baseline)."""
+    from .context import engine_config
+
+    ecfg = engine_config(Row.parse(method), dataset_config(dataset, overrides))
+    if param == "ms_steps" and value == 0:
+        return ecfg
+    return from_dict(EngineConfig, {param: value}, f"--param {param}", base=ecfg)
+
+
+def check_grid(cfg: BenchmarkConfig, values: Sequence[Any]) -> int:
+    """The number of cells of a sweep; more than MAX_CELLS is refused at once."""
+    cells = len(cfg.datasets) * len(cfg.backbones) * len(cfg.seeds) * len(values)
+    if cells > MAX_CELLS:
+        raise UserError(f"--param: the sweep has {cells:,} cells ({len(cfg.datasets)} dataset(s) x "
+                        f"{len(cfg.backbones)} backbone(s) x {len(cfg.seeds)} seed(s) x {len(values):,} values); "
+                        f"at most {MAX_CELLS:,}: pass fewer values")
+    return cells
 
 
 def default_datasets(param: str) -> str:
@@ -99,78 +145,69 @@ def default_datasets(param: str) -> str:
     return ",".join(found[0])
 
 
-def run_sweep(cfg: BenchmarkConfig, param: str, values: Sequence[Any], method: str = "ms-tta") -> dict[str, Any]:
+def run_sweep(cfg: BenchmarkConfig, param: str, values: Sequence[Any], method: str = DEFAULT_METHOD
+              ) -> dict[str, Any]:
     """Run every unfinished (dataset, backbone, seed, value) cell; write sweep_<param>.{json,csv,md,png}.
     Datasets that cannot run are reported and skipped; UserError when none could."""
+    check_grid(cfg, values)
     for d in cfg.datasets:                       # every value must be valid before anything runs
         for v in values:
-            engine_for(d, cfg.overrides, param, v)
+            engine_for(d, cfg.overrides, param, v, method)
     cfg = dataclasses.replace(cfg, methods=[method])
-    run = _Run(cfg, f"sweep_{param}.json", SWEEP_KEY)
+    run = RunContext(cfg, f"sweep_{param}.json", SWEEP_KEY)
     for backbone in cfg.backbones:
         run.each_dataset(backbone, lambda d, b=backbone: _sweep_dataset(run, b, d, param, values, method),
                          f"sweep {param} {backbone.label}")
-    if not any(run.ok.values()):
-        raise UserError(f"no dataset could run: {run.missing[0]['reason'] if run.missing else 'nothing ran'}")
-    for m in run.missing:
-        run.results.set_missing(m["dataset"], m["backbone"], m["pretrained"], m["reason"])
+    run.finish()
     report = write_sweep_reports(Path(cfg.out), param, plots=cfg.plots)
     return {"ran": run.ran, "skipped": run.skipped, "missing": run.missing, "out": str(cfg.out), "report": str(report)}
 
 
-def _sweep_dataset(run: _Run, backbone, dataset: str, param: str, values: Sequence[Any], method: str) -> None:
-    cfg = run.cfg
-    dcfg = run.configs[dataset]
-    for seed in cfg.seeds:
-        fkey = feature_key(dataset, backbone, run.precision, dcfg, seed, cfg.limit)
-        todo = []
-        for v in values:
-            m = sweep_method(param, v, method)
-            ecfg = engine_for(dataset, cfg.overrides, param, v)
-            key = {**run.cell_key(dataset, backbone, m, seed), "param": param, "value": v}
-            if run.results.is_done(key, cell_fingerprint(ecfg, fkey)):
-                run.skipped += 1
-            else:
-                todo.append((v, m, ecfg, key))
-        if not todo:
-            continue
-        path, fs, zs = run.stream(fkey)
-        for v, m, ecfg, key in run.bar(todo, desc=f"{dataset} seed {seed}", leave=False, unit="value"):
-            rec = replay_cell(fs, ecfg, m, key, fkey, path, zs, run.device, run.versions, Path(cfg.out))
-            rec["sweep_method"] = method
-            run.results.record(rec)
-            run.ran += 1
+def _sweep_dataset(run: RunContext, backbone, dataset: str, param: str, values: Sequence[Any], method: str) -> None:
+    for seed in run.cfg.seeds:
+        cells = [run.cell(dataset, backbone, Row.parse(sweep_method(param, v, method)), seed,
+                          engine_for(dataset, run.cfg.overrides, param, v, method), param=param, value=v)
+                 for v in values]
+        for todo, path, fs in run.streams(run.pending(cells)):
+            zs = zero_shot_accuracy(fs)
+            for cell in run.bar(todo, desc=f"{dataset} seed {seed}", leave=False, unit="value"):
+                rec = replay_cell(fs, cell, path, zs, run.device, run.versions, Path(run.cfg.out))
+                rec["sweep_method"] = method
+                run.results.record(rec)
+                run.ran += 1
 
 
-def plan_sweep(cfg: BenchmarkConfig, param: str, values: Sequence[Any], method: str = "ms-tta") -> list[str]:
+def plan_sweep(cfg: BenchmarkConfig, param: str, values: Sequence[Any], method: str = DEFAULT_METHOD) -> list[str]:
     """What run_sweep would do, as lines (data, feature files, cells done/to run). Writes nothing."""
+    from ..devices import resolve_device
+    from .context import cell_key, view_kind
     from .runner import plan_benchmark
+    from .store import resolved_precision
 
+    check_grid(cfg, values)
     lines = plan_benchmark(dataclasses.replace(cfg, methods=[]))[:-1]
     path = Path(cfg.out) / f"sweep_{param}.json"
     results = ResultsStore(path, SWEEP_KEY) if path.exists() else None
+    precision = resolved_precision(resolve_device(cfg.device), cfg.precision)
     todo = 0
     for backbone in cfg.backbones:
         for dataset in cfg.datasets:
+            dcfg = dataset_config(dataset, cfg.overrides)
             for seed in cfg.seeds:
-                fkey = feature_key(dataset, backbone, _precision(cfg), dataset_config(dataset, cfg.overrides), seed,
-                                   cfg.limit)
+                files = set()
                 for v in values:
-                    m = sweep_method(param, v, method)
-                    key = {"dataset": dataset, "backbone": backbone.name, "pretrained": backbone.pretrained,
-                           "method": m, "seed": seed, "param": param, "value": v}
-                    fp = cell_fingerprint(engine_for(dataset, cfg.overrides, param, v), fkey)
+                    row = Row.parse(sweep_method(param, v, method))
+                    fkey = feature_key(dataset, backbone, precision, dcfg, seed, cfg.limit, cfg.listing,
+                                       view_kind(row.method, dcfg, cfg.augment))
+                    files.add(fkey.path(cfg.store))
+                    key = cell_key(dataset, backbone, row.name, seed, param=param, value=v)
+                    fp = cell_fingerprint(engine_for(dataset, cfg.overrides, param, v, method), fkey)
                     todo += not (results is not None and results.is_done(key, fp))
+                lines += [f"  {dataset} seed {seed} ({backbone.label}): features "
+                          f"{'cached' if f.is_file() else 'to extract'} ({f})" for f in sorted(files)]
     lines.append(f"sweep {param} = {', '.join(map(str, values))} with {method}: {todo} cell(s) to run "
                  f"(-> {cfg.out}/sweep_{param}.md)")
     return lines
-
-
-def _precision(cfg: BenchmarkConfig) -> str:
-    from ..devices import resolve_device
-    from .store import resolved_precision
-
-    return resolved_precision(resolve_device(cfg.device), cfg.precision)
 
 
 # ---------------------------------------------------------------------- reports
@@ -184,7 +221,7 @@ def sweep_table(runs: list[dict[str, Any]], param: str, pkey: str | None, method
     for r in sorted(runs, key=lambda r: r["seed"]):
         acc[r["value"]][r["dataset"]].append(float(r["accuracy"]))
         speed[r["value"]].append(float(r["adapt_fps"]))
-    with_paper = pkey == "vit_b16" and method == "ms-tta" and paper.ablation(param) is not None
+    with_paper = pkey == "vit_b16" and method in ("ms-tta", "ms-tta+boost") and paper.ablation(param) is not None
     rows = []
     for v in sorted(acc, key=lambda x: (isinstance(x, str), x)):
         ours = [stats(acc[v].get(d, [])) for d in cols]
@@ -210,14 +247,15 @@ def write_sweep_reports(out: Path, param: str, plots: bool = True) -> Path:
         groups[(r["backbone"], r["pretrained"], r.get("sweep_method", r["method"]))].append(r)
     lines = [f"# Ablation: {param}", "",
              "Top-1 accuracy (%) per value. `ours`: this sweep (mean ± sample std over seeds); `paper`: the paper's "
-             "ablation table (ViT-B/16, MS-TTA), — where it has no number; `Δ` = ours − paper. `samples/s`: "
+             "ablation table (ViT-B/16, MS-TTA; held against both readings of MS-TTA), — where it has no number; `Δ` = ours − paper. `samples/s`: "
              "adaptation throughput of the replay (encoder excluded); the paper's row is its end-to-end FPS "
              "(RTX 3090), so the two are not comparable.", ""]
     if param == "ms_steps":
-        lines += ["MS steps 0 is the cache baseline without mean shift.", ""]
+        lines += ["MS steps 0 is the cache baseline without mean shift, on the same pipeline "
+                  "(`ms-tta+boost` -> `baseline+boost`, `ms-tta` -> `baseline`).", ""]
     for (bb, pre, method), runs in groups.items():
         pkey = paper.backbone_key(bb, pre)
-        lines += [f"## {paper.METHOD_LABEL.get(method, method)} · {backbone_label(bb, pre)}", ""]
+        lines += [f"## {row_title(method)} · {backbone_label(bb, pre)}", ""]
         lines += sweep_table(runs, param, pkey, method) + [""]
     missing = store.data.get("missing", [])
     if missing:
@@ -237,8 +275,6 @@ def sweep_plot(path: Path, param: str, runs: list[dict[str, Any]]) -> Path:
     """Accuracy (mean over seeds) vs value, one line per (dataset, backbone, method)."""
     from matplotlib.figure import Figure
 
-    from .plots import _save
-
     series: dict = defaultdict(lambda: defaultdict(list))
     for r in runs:
         series[(r["dataset"], r["backbone"], r.get("sweep_method", r["method"]))][r["value"]].append(r["accuracy"])
@@ -247,9 +283,9 @@ def sweep_plot(path: Path, param: str, runs: list[dict[str, Any]]) -> Path:
     for (ds, bb, m), by_v in series.items():
         xs = sorted(v for v in by_v if isinstance(v, (int, float)))
         ax.plot(xs, [statistics.fmean(by_v[x]) for x in xs], marker="o",
-                label=f"{paper.dataset_label(ds)} · {bb}" + (f" · {m}" if m != "ms-tta" else ""))
+                label=f"{paper.dataset_label(ds)} · {bb} · {row_title(m)}")
     ax.set_xlabel(PARAM_LABEL.get(param, param))
     ax.set_ylabel("top-1 accuracy (%)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_png(fig, path)

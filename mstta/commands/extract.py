@@ -8,7 +8,7 @@ import json
 import os
 
 from ..config import BenchConfig, dataset_config_path, load_dataset_config
-from ..data import FOLDER_PREFIX, list_datasets, resolve_key
+from ..data import FOLDER_PREFIX, LISTINGS, list_datasets, resolve_key
 from ..extract import run_extraction
 from ..models import PRECISIONS
 from ..views import AUGMENTS
@@ -25,7 +25,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
     p.add_argument("--views", type=int, help="images per sample, the original included (default: the dataset config's bench.views, else 1)")
     p.add_argument("--augment", choices=AUGMENTS, help="augmented views: augmix (TDA) or crop (BoostAdapter); default from the dataset config")
-    p.add_argument("--seed", type=int, default=1, help="stream shuffle and view augmentation seed (default 1, as the peers)")
+    p.add_argument("--seed", type=int, default=1,
+                   help="stream shuffle and view augmentation seed (default 1): torch.randperm(n) seeded with it over "
+                        "the sorted file list; no seed reproduces the peers' order (a second random draw over an "
+                        "unsorted directory listing)")
+    p.add_argument("--listing", default="full", choices=LISTINGS,
+                   help="full: every image (default); peer: the peers' file lists, which drop every ImageNet-A/R/"
+                        "Sketch/V2 file whose name contains 'sh' (ImageNet-A: 6,862 of 7,500)")
     p.add_argument("--batch-size", type=int, default=256, help="images per encoder forward (default 256)")
     p.add_argument("--workers", type=int, help="data-loader worker processes (default: free CPU cores, at most 8)")
     p.add_argument("--out", default="features", metavar="DIR|FILE.npz", help="output file, or a folder for an automatic name (default features/)")
@@ -52,13 +58,13 @@ def run(args: argparse.Namespace) -> int:
         precision=args.precision, device=args.device, views=bench.views if args.views is None else args.views,
         augment=args.augment or bench.augment, seed=args.seed, batch_size=args.batch_size, workers=args.workers,
         limit=args.limit, templates=args.template, cache_dir=args.cache_dir, shard_size=args.shard_size,
-        progress=True)
+        progress=True, listing=args.listing)
     if int(os.environ.get("RANK", "0")) != 0:
         return 0
     report = {"out": str(result.path), "reused": result.reused, "n": result.n, "skipped": result.skipped,
               "seconds": round(result.seconds, 3), "images_per_s": round(result.images_per_s, 1)}
     if args.json:
-        print(json.dumps(report))
+        print(json.dumps(report, allow_nan=False))
     elif result.reused:
         print(f"{result.path}: already extracted with these settings; reused (delete it to re-extract)")
     else:

@@ -1,13 +1,20 @@
 """The paper's benchmark: extract features once per (dataset, backbone, views, seed), replay every
 method over them, and report beside the paper (results/results.json, results.csv, report.md,
-plots). Rerunning skips finished cells; see README, "Reproducing the paper", for the paper's tables."""
+plots). Rerunning skips finished cells; see docs/benchmark.md, "Reproduce the paper", for the paper's tables."""
 from __future__ import annotations
 
 import argparse
 import sys
 
+from ..config import VIEW_MODES
+from ..data import LISTINGS
 from ..errors import UserError
-from ..methods import list_methods
+from ..models import PRECISIONS
+from ..views import AUGMENTS
+
+SEEDS_HELP = ("stream-order seeds, e.g. 1,2,3,4,5 (default 1). Seed S orders the stream by torch.randperm(n) "
+              "seeded with S over the sorted file list; no seed reproduces the peers' order, a second random "
+              "draw over an unsorted directory listing")
 
 
 def add_common(p: argparse.ArgumentParser, datasets_default: str = "all") -> None:
@@ -25,17 +32,22 @@ def add_common(p: argparse.ArgumentParser, datasets_default: str = "all") -> Non
     p.add_argument("--pretrained", metavar="TAG|PATH|none",
                    help="weights for every --backbone: an open_clip tag, a checkpoint file, or none "
                         "(default: openai for ViT-B-16/RN50, none for mstta-tiny)")
-    p.add_argument("--seeds", default="1", metavar="LIST", help="stream-order seeds, e.g. 1,2,3,4,5 (1 = the peers' order; default 1)")
+    p.add_argument("--seeds", default="1", metavar="LIST", help=SEEDS_HELP)
+    p.add_argument("--listing", default="full", choices=LISTINGS,
+                   help="full: every image (default); peer: the peers' file lists, which drop every ImageNet-A/R/"
+                        "Sketch/V2 file whose name contains 'sh' (ImageNet-A: 6,862 of 7,500)")
     p.add_argument("--out", default="results", metavar="DIR", help="results folder (default results/)")
     p.add_argument("--store", default="features", metavar="DIR", help="feature store shared by runs and sweeps (default features/)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a configs/<dataset>.yaml value for every dataset, e.g. --set k=4 (repeatable)")
     p.add_argument("--views", type=int, metavar="N", help="images per sample incl. the original (same as --set views=N)")
-    p.add_argument("--view-mode", choices=("confident", "original"), help="same as --set view_mode=...")
-    p.add_argument("--augment", choices=("augmix", "crop"), help="view augmentation (same as --set augment=...)")
+    p.add_argument("--view-mode", choices=VIEW_MODES, help="same as --set view_mode=...")
+    p.add_argument("--augment", choices=AUGMENTS,
+                   help="make every method read this view kind (default: each method its own: crop for the "
+                        "boosting methods, the dataset's bench.augment for the others)")
     p.add_argument("--limit", type=int, metavar="N", help="use only the first N samples of each stream (quick checks)")
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
-    p.add_argument("--precision", choices=("fp32", "fp16", "bf16"), help="model precision (default fp16 on GPU, fp32 on CPU)")
+    p.add_argument("--precision", choices=PRECISIONS, help="model precision (default fp16 on GPU, fp32 on CPU)")
     p.add_argument("--batch-size", type=int, metavar="N", help="extraction: images per encoder forward")
     p.add_argument("--workers", type=int, metavar="N", help="extraction: data-loader worker processes")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -44,9 +56,12 @@ def add_common(p: argparse.ArgumentParser, datasets_default: str = "all") -> Non
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ..benchmark.context import default_methods
+
     add_common(p)
-    p.add_argument("--methods", default=",".join(list_methods()), metavar="LIST",
-                   help=f"comma list of methods (default all: {', '.join(list_methods())})")
+    p.add_argument("--methods", default=",".join(default_methods()), metavar="LIST",
+                   help="comma list of methods, each optionally NAME@original or NAME@confident to force its view "
+                        f"mode (default: {', '.join(default_methods())})")
     p.add_argument("--fps-samples", type=int, default=32, metavar="N",
                    help="images per method for the efficiency table (end to end, batch 1); 0 skips it (default 32)")
     p.add_argument("--fps-dataset", metavar="NAME", help="dataset to time on (default: the first that ran)")
@@ -60,15 +75,13 @@ def _positive(value: int | None, flag: str, low: int = 1) -> None:
 
 
 def overrides(args: argparse.Namespace) -> list[str]:
-    """--set pairs plus the --views/--view-mode/--augment shortcuts (shortcuts win)."""
+    """--set pairs plus the --views/--view-mode shortcuts (shortcuts win)."""
     out = list(args.set)
     if args.views is not None:
         _positive(args.views, "--views")
         out.append(f"views={args.views}")
     if args.view_mode:
         out.append(f"view_mode={args.view_mode}")
-    if args.augment:
-        out.append(f"augment={args.augment}")
     return out
 
 
@@ -78,6 +91,7 @@ def build_config(args: argparse.Namespace, methods: list[str]):
 
     from ..benchmark.runner import BenchmarkConfig, parse_backbones, parse_datasets, parse_seeds
 
+    check_places(args)
     for flag, value, low in (("--limit", args.limit, 1), ("--batch-size", args.batch_size, 1),
                              ("--workers", args.workers, 0), ("--fps-samples", getattr(args, "fps_samples", 0), 0)):
         _positive(value, flag, low)
@@ -85,10 +99,32 @@ def build_config(args: argparse.Namespace, methods: list[str]):
         datasets=parse_datasets(args.datasets), backbones=parse_backbones(args.backbone, args.pretrained),
         methods=methods, seeds=parse_seeds(args.seeds),
         data_root=Path(args.data_root).expanduser() if args.data_root else None,
-        out=Path(args.out), store=Path(args.store), overrides=overrides(args), device=args.device,
+        out=Path(args.out), store=Path(args.store), overrides=overrides(args), listing=args.listing,
+        augment=args.augment, device=args.device,
         precision=args.precision, batch_size=args.batch_size, workers=args.workers, limit=args.limit,
         fps_samples=getattr(args, "fps_samples", 0), fps_dataset=getattr(args, "fps_dataset", None),
         plots=not getattr(args, "no_plots", False), progress=not args.no_progress, notify=warn)
+
+
+def check_places(args: argparse.Namespace) -> None:
+    """--out and --store are folders that never are, or sit inside, an input: --data-root or the
+    other folder (a results file written into the feature store or the dataset would mix them)."""
+    from ..safety import check_output_dir
+
+    root = getattr(args, "data_root", None)
+    check_output_dir("--out", args.out, {"--data-root": root, "--store": args.store})
+    check_output_dir("--store", args.store, {"--data-root": root})
+    for flag, folder in (("--out", args.out), ("--store", args.store)):
+        if root and _inside(folder, root):
+            raise UserError(f"{flag} {folder}: is inside --data-root {root}; keep results and features "
+                            "out of the dataset folder")
+
+
+def _inside(path, folder) -> bool:
+    from pathlib import Path
+
+    p, f = Path(path).expanduser().resolve(), Path(folder).expanduser().resolve()
+    return p == f or f in p.parents
 
 
 def warn(message: str) -> None:
@@ -101,10 +137,12 @@ def warn(message: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from ..atomic import sweep_stale
     from ..benchmark.report import write_reports
     from ..benchmark.runner import parse_datasets, parse_methods, plan_benchmark, run_benchmark
 
     if args.report_only:
+        check_places(args)
         if not (Path(args.out) / "results.json").is_file():
             raise UserError(f"--report-only: no results.json in {args.out}; run the benchmark first")
         print(f"report: {write_reports(Path(args.out), plots=not args.no_plots)}")
@@ -118,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print("\n".join(plan_benchmark(cfg)))
         return 0
+    sweep_stale(cfg.out)
     summary = run_benchmark(cfg)
     missing = f", {len(summary['missing'])} dataset(s) missing" if summary["missing"] else ""
     print(f"ran {summary['ran']} cell(s), skipped {summary['skipped']} finished{missing}; report: {summary['report']}")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import UserError
 from ..methods import list_methods
 from .run import add_common, build_config
 
@@ -14,25 +13,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--param", required=True, metavar="NAME[=V1,V2,...]",
                    help="hyperparameter and values, e.g. k=2,4,6,8,16, alpha=0,0.2,...,1.0 ('...' continues the "
                         "step), lam=0,0.5,1,2,10, ms_steps=0,1,2,4 (0 = the baseline); a bare name takes the paper's grid")
-    p.add_argument("--method", default="ms-tta", metavar="NAME",
-                   help=f"method to sweep (default ms-tta; one of: {', '.join(list_methods())})")
+    p.add_argument("--method", default="ms-tta+boost", metavar="NAME",
+                   help="method to sweep (default ms-tta+boost, the reading held against the paper; one of: "
+                        f"{', '.join(list_methods())}, optionally NAME@original or NAME@confident)")
     add_common(p, datasets_default="paper")
     p.add_argument("--no-plots", action="store_true", help="skip the accuracy-vs-value PNG")
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..benchmark.sweep import default_datasets, parse_param, plan_sweep, run_sweep
+    from ..atomic import sweep_stale
+    from ..benchmark.context import Row
+    from ..benchmark.sweep import check_grid, default_datasets, parse_param, plan_sweep, run_sweep
 
-    if args.method not in list_methods():
-        raise UserError(f"--method: unknown method '{args.method}'; choose one of: {', '.join(list_methods())}")
+    method = Row.parse(args.method, "--method").name
     param, values = parse_param(args.param)
     if args.datasets is None:
         args.datasets = default_datasets(param)
-    cfg = build_config(args, [args.method])
+    cfg = build_config(args, [method])
+    check_grid(cfg, values)
     if args.dry_run:
-        print("\n".join(plan_sweep(cfg, param, values, args.method)))
+        print("\n".join(plan_sweep(cfg, param, values, method)))
         return 0
-    summary = run_sweep(cfg, param, values, args.method)
+    sweep_stale(cfg.out)
+    summary = run_sweep(cfg, param, values, method)
     missing = f", {len(summary['missing'])} dataset(s) missing" if summary["missing"] else ""
     print(f"ran {summary['ran']} cell(s), skipped {summary['skipped']} finished{missing}; report: {summary['report']}")
     return 0

@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..data import LISTINGS
 from ..errors import UserError
+from ..models import PRECISIONS
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -24,11 +26,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--backbone", default="ViT-B-16", metavar="NAME", help="ViT-B-16, RN50, mstta-tiny or any open_clip model")
     g.add_argument("--pretrained", metavar="TAG|PATH|none", help="weights (default openai; none for mstta-tiny)")
     g.add_argument("--store", default="features", metavar="DIR", help="feature store (default features/)")
-    g.add_argument("--seed", type=int, default=1, metavar="S", help="stream-order seed (default 1)")
+    g.add_argument("--seed", type=int, default=1, metavar="S", help="stream-order seed (default 1; as `run --seeds`)")
+    g.add_argument("--listing", default="full", choices=LISTINGS,
+                   help="full: every image (default); peer: the peers' file lists (no names containing 'sh')")
     g.add_argument("--views", type=int, metavar="N", help="images per sample (same as --set views=N)")
     g.add_argument("--limit", type=int, metavar="N", help="only the first N samples of the stream")
     g.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
-    g.add_argument("--precision", choices=("fp32", "fp16", "bf16"), help="model precision for extraction")
+    g.add_argument("--precision", choices=PRECISIONS, help="model precision for extraction")
     g.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
@@ -45,11 +49,16 @@ def _class_ids(spec: str | None) -> list[int] | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..atomic import sweep_stale
     from ..benchmark.plots import tsne_figure
+    from ..safety import check_output_dir, check_outputs
 
     out = Path(args.out)
     if out.suffix.lower() != ".png":
         raise UserError(f"--out {out}: the figure is a PNG; pass a path ending in .png")
+    check_outputs({"--out": out}, {"--features": args.features, "--config": args.config})
+    if args.dataset:
+        check_output_dir("--store", args.store, {"--data-root": args.data_root})
     if args.classes < 0:
         raise UserError(f"--classes {args.classes}: expected an integer >= 0 (0 = all classes)")
     ids = _class_ids(args.class_ids)
@@ -57,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         fs, ecfg, name = _from_file(args)
     else:
         fs, ecfg, name = _from_store(args)
+    sweep_stale(out.parent)
     drawn = tsne_figure(fs.features, fs.text, fs.labels, out, ecfg, args.classes, ids, fs.classnames,
                         args.class_seed, title=f"{name}: CLIP vs mean-shifted (k={ecfg.k}, α={ecfg.alpha})")
     print(f"t-SNE of {drawn['samples']} samples from {len(drawn['classes'])} classes -> {drawn['out']}")
@@ -73,7 +83,8 @@ def _from_file(args):
     path = args.config
     if path is None and dataset and dataset_config_path(dataset).is_file():
         path = dataset_config_path(dataset)
-    for flag, v in (("--views", args.views), ("--limit", args.limit), ("--data-root", args.data_root)):
+    for flag, v in (("--views", args.views), ("--limit", args.limit), ("--data-root", args.data_root),
+                    ("--listing", None if args.listing == "full" else args.listing)):
         if v is not None:
             raise UserError(f"{flag} works with --dataset; a feature file is used as it is")
     cfg = load_dataset_config(path, args.set)
@@ -100,6 +111,7 @@ def _from_store(args):
     cfg = BenchmarkConfig(datasets=datasets, backbones=[backbone], seeds=[args.seed],
                           data_root=Path(args.data_root).expanduser() if args.data_root else None,
                           store=Path(args.store), overrides=list(args.set) + ([f"views={args.views}"] if args.views else []),
+                          listing=args.listing,
                           device=args.device, precision=args.precision, limit=args.limit,
                           progress=not args.no_progress)
     _, fs, dcfg = stream_features(cfg, datasets[0], backbone, args.seed)

@@ -1,0 +1,289 @@
+"""The run context every benchmark command shares: what a run asks for (`BenchmarkConfig`), what
+each report row is (`Row`), which engine config and which feature file a cell uses, the one cell
+key, and `RunContext`, the state of one run (device, models, results file, per-dataset loop).
+
+`runner` (run), `sweep` and `efficiency` all build on this module and never on each other.
+
+Protocol per method (issue 9): every method reads the views its own code reads. BoostAdapter
+builds crop views everywhere (`AugMixAugmenter(..., augmix=False)` in both `get_ood_preprocess`
+and `get_cross_dataset_preprocess`, taolinzhang/BoostAdapter utils.py:112-133), so every method
+with boosting (`Method.boost`) reads `crop` views; TDA builds AugMix views for ImageNet-A/V2/R/S
+(kdiAAA/TDA utils.py:94-105 via `build_test_data_loader`) and the original image elsewhere, so the
+other methods read the dataset's `bench.augment` (augmix on OOD). `--augment` makes every method read one kind.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from ..config import VIEW_MODES, DatasetConfig, EngineConfig, dataset_config_path, load_dataset_config
+from ..data import LISTINGS
+from ..devices import resolve_device
+from ..errors import UserError, one_line
+from ..features import FeatureSet, load_features
+from ..methods import get_method, list_methods
+from .results import RUN_KEY, ResultsStore, fingerprint, versions
+from .store import Backbone, FeatureKey, Models, ensure_features, resolved_precision
+
+log = logging.getLogger(__name__)
+
+RESULTS_FILE = "results.json"
+ROW_SEP = "@"                  # `ms-tta+boost@original`: a method with its view mode forced
+# The two readings of MS-TTA (docs/benchmark.md): `ms-tta+boost` is held against the paper's MS-TTA
+# row, `ms-tta` (TDA's protocol) is shown beside it; the OOD table adds the +boost reading
+# predicting from the original image (the paper's λ = 0 row on ImageNet-A equals CLIP on it).
+HELD_AGAINST_PAPER = {"ms_tta": "ms-tta+boost", "baseline": "baseline+boost"}
+EXTRA_ROWS = ("ms-tta+boost@original",)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of the reports: a registered method, optionally with its view mode forced."""
+
+    method: str
+    view_mode: str | None = None     # None: the dataset's (configs/<dataset>.yaml)
+
+    @property
+    def name(self) -> str:
+        return self.method if self.view_mode is None else f"{self.method}{ROW_SEP}{self.view_mode}"
+
+    @property
+    def title(self) -> str:
+        title = get_method(self.method).title
+        return title if self.view_mode is None else f"{title} ({self.view_mode} image)" \
+            if self.view_mode == "original" else f"{title} ({self.view_mode} views)"
+
+    @classmethod
+    def parse(cls, spec: str, flag: str = "--methods") -> "Row":
+        """`NAME` or `NAME@original` / `NAME@confident`; a bad name lists the valid choices."""
+        name, sep, mode = str(spec).partition(ROW_SEP)
+        if name not in list_methods():
+            raise UserError(f"{flag}: unknown method '{name}'; choose from: {', '.join(list_methods())} "
+                            f"(optionally with {ROW_SEP}original or {ROW_SEP}confident to force the view mode)")
+        if sep and mode not in VIEW_MODES:
+            raise UserError(f"{flag}: unknown view mode '{mode}' in '{spec}'; choose one of: {', '.join(VIEW_MODES)}")
+        return cls(name, mode if sep else None)
+
+
+def default_methods() -> list[str]:
+    """`run`'s default rows: every method, plus the +boost reading on the original image."""
+    return list_methods() + list(EXTRA_ROWS)
+
+
+def row_title(name: str) -> str:
+    """The display title of a row name as stored in results (`method` field)."""
+    try:
+        return Row.parse(name).title
+    except UserError:
+        return name
+
+
+def row_order(names: Iterable[str]) -> list[str]:
+    """Row names in the reports' order (the registry's, the extra rows after their method)."""
+    order = default_methods()
+    return sorted(set(names), key=lambda n: (order.index(n) if n in order else len(order), n))
+
+
+@dataclass
+class BenchmarkConfig:
+    """Everything one `mstta-bench run` / `sweep` does (the CLI only fills this in)."""
+
+    datasets: list[str]                                  # dataset keys (see runner.parse_datasets)
+    backbones: list[Backbone]
+    methods: list[str] = field(default_factory=default_methods)   # row names (Row.parse)
+    seeds: list[int] = field(default_factory=lambda: [1])
+    data_root: Path | None = None
+    out: Path = Path("results")
+    store: Path = Path("features")
+    overrides: list[str] = field(default_factory=list)   # --set KEY=VALUE (engine or bench keys)
+    listing: str = "full"                                # full | peer (the peers' file lists)
+    augment: str | None = None                           # --augment: every method reads this view kind
+    device: str = "auto"
+    precision: str | None = None
+    batch_size: int | None = None                        # extraction: images per forward (None: extractor's)
+    workers: int | None = None                           # extraction data-loader workers (None: extractor's)
+    limit: int | None = None                             # only the first N samples of each stream (quick runs)
+    fps_samples: int = 0                                 # end-to-end speed samples per method; 0 = skip
+    fps_dataset: str | None = None                       # dataset to time on (default: the first that ran)
+    plots: bool = True
+    progress: bool = False                               # tqdm bars (the CLI turns them on)
+    notify: Callable[[str], None] = log.warning          # one line per skipped dataset, as it happens
+
+    def __post_init__(self) -> None:
+        if self.listing not in LISTINGS:
+            raise UserError(f"--listing {self.listing}: unknown listing; choose one of: {', '.join(LISTINGS)}")
+
+
+# ---------------------------------------------------------------------- per-cell settings
+def dataset_config(dataset: str, overrides: list[str]) -> DatasetConfig:
+    """`configs/<dataset>.yaml` (built-in defaults for datasets without one) + `--set` overrides."""
+    path = dataset_config_path(dataset) if not dataset.startswith("imagefolder:") else None
+    return load_dataset_config(path if path is not None and path.is_file() else None, overrides)
+
+
+def engine_config(row: Row, dcfg: DatasetConfig) -> EngineConfig:
+    """The engine config a row runs with: the dataset's, except that zero-shot CLIP always scores
+    the original image (view 0), as the paper's CLIP rows do, and a forced view mode."""
+    if row.method == "zero-shot":
+        return dataclasses.replace(dcfg.engine, view_mode="original")
+    if row.view_mode is not None:
+        return dataclasses.replace(dcfg.engine, view_mode=row.view_mode)
+    return dcfg.engine
+
+
+def redundant(row: Row, dcfg: DatasetConfig) -> bool:
+    """A forced view mode equal to the dataset's own: the row would repeat its method's cell."""
+    return row.view_mode is not None and row.view_mode == engine_config(Row(row.method), dcfg).view_mode
+
+
+def reads_views(method: str, ecfg: EngineConfig) -> bool:
+    """Whether a method reads augmented views at all (else only view 0, the original image)."""
+    return method != "zero-shot" and (get_method(method).boost or ecfg.view_mode == "confident")
+
+
+def view_kind(method: str, dcfg: DatasetConfig, forced: str | None = None) -> str:
+    """The augmentation of the views a method reads: `forced` (--augment), else `crop` for every
+    method with BoostAdapter's boosting (its code makes crops everywhere), else the dataset's."""
+    if forced is not None:
+        return forced
+    return "crop" if get_method(method).boost else dcfg.bench.augment
+
+
+def protocol(method: str, ecfg: EngineConfig, augment: str | None) -> str:
+    """What a cell's CLIP logits are computed on (its λ = 0): `original image`, or `<augment> views,
+    confident` (the mean of the most confident views' logits); `augment` None: a one-view stream."""
+    confident = ecfg.view_mode == "confident" and method != "zero-shot" and augment is not None
+    return f"{augment} views, confident" if confident else "original image"
+
+
+def feature_key(dataset: str, backbone: Backbone, precision: str, dcfg: DatasetConfig, seed: int,
+                limit: int | None = None, listing: str = "full", augment: str | None = None) -> FeatureKey:
+    """The feature file a cell reads (`augment`: the view kind; None = the dataset's)."""
+    return FeatureKey(dataset, backbone, precision, dcfg.bench.views, augment or dcfg.bench.augment, seed, limit,
+                      listing)
+
+
+def cell_key(dataset: str, backbone: Backbone, row: str, seed: int, **extra: Any) -> dict[str, Any]:
+    """The one key of a results cell (RUN_KEY fields; a sweep adds param and value)."""
+    key = dict(zip(RUN_KEY, (dataset, backbone.name, backbone.pretrained, row, seed)))
+    return {**key, **extra}
+
+
+def cell_fingerprint(ecfg: EngineConfig, fkey: FeatureKey, extra: dict[str, Any] | None = None) -> str:
+    """What decides a cell's result besides its key: rerun when it changes."""
+    return fingerprint({"hyperparameters": dataclasses.asdict(ecfg), "views": fkey.views,
+                        "augment": fkey.augment if fkey.views > 1 else None, "precision": fkey.precision,
+                        "limit": fkey.limit, "listing": fkey.listing, **(extra or {})})
+
+
+def load_stream(path: Path, fkey: FeatureKey) -> FeatureSet:
+    """A feature file of the store, checked against what the benchmark expects of it."""
+    fs = load_features(path)
+    if fs.labels is None or not (fs.labels >= 0).any():
+        raise UserError(f"{path}: no labels, so no accuracy; re-extract it (delete the file) from a labelled dataset")
+    if fs.num_views != fkey.views:
+        raise UserError(f"{path}: holds {fs.num_views} views per sample but the config asks for {fkey.views}; "
+                        "delete the file to re-extract it")
+    return fs
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One planned cell: its row, key, engine config and feature file."""
+
+    row: Row
+    key: dict[str, Any]
+    ecfg: EngineConfig
+    fkey: FeatureKey
+
+    @property
+    def fingerprint(self) -> str:
+        return cell_fingerprint(self.ecfg, self.fkey)
+
+
+# ---------------------------------------------------------------------- one run's state
+class RunContext:
+    """The state of one run or sweep: resolved configs, device, models, results file, counters."""
+
+    def __init__(self, cfg: BenchmarkConfig, results_file: str = RESULTS_FILE, key: tuple[str, ...] = RUN_KEY):
+        self.cfg = cfg
+        self.configs = {d: dataset_config(d, cfg.overrides) for d in cfg.datasets}   # bad --set fails here
+        self.device = resolve_device(cfg.device)
+        self.precision = resolved_precision(self.device, cfg.precision)
+        self.models = Models(self.device, cfg.precision)
+        self.results = ResultsStore(Path(cfg.out) / results_file, key)
+        self.versions = versions()
+        self.ran = self.skipped = 0
+        self.missing: list[dict[str, str]] = []
+        self.ok: dict[Backbone, list[str]] = {}
+
+    def bar(self, items, **kw):
+        from tqdm.auto import tqdm
+
+        return tqdm(items, disable=not self.cfg.progress, dynamic_ncols=True, **kw)
+
+    def cell(self, dataset: str, backbone: Backbone, row: Row, seed: int, ecfg: EngineConfig | None = None,
+             **extra: Any) -> Cell:
+        """The cell of (dataset, backbone, row, seed); `ecfg` replaces the row's engine config (sweeps)."""
+        dcfg = self.configs[dataset]
+        ecfg = ecfg if ecfg is not None else engine_config(row, dcfg)
+        fkey = feature_key(dataset, backbone, self.precision, dcfg, seed, self.cfg.limit, self.cfg.listing,
+                           view_kind(row.method, dcfg, self.cfg.augment))
+        return Cell(row, cell_key(dataset, backbone, row.name, seed, **extra), ecfg, fkey)
+
+    def each_dataset(self, backbone: Backbone, work: Callable[[str], None], desc: str) -> list[str]:
+        """`work(dataset)` for every dataset; a UserError skips that dataset (one warning line, listed
+        as missing) and the others still run. Returns the datasets that ran."""
+        done: list[str] = []
+        for dataset in self.bar(self.cfg.datasets, desc=desc, unit="dataset"):
+            try:
+                work(dataset)
+            except UserError as exc:
+                self.skip(backbone, dataset, exc)
+                continue
+            done.append(dataset)
+            self.results.set_missing(dataset, backbone.name, backbone.pretrained, None)
+        self.ok[backbone] = done
+        return done
+
+    def pending(self, cells: Iterable[Cell]) -> list[Cell]:
+        """The cells not yet finished with the same settings (the others count as skipped)."""
+        todo = []
+        for c in cells:
+            if self.results.is_done(c.key, c.fingerprint):
+                self.skipped += 1
+            else:
+                todo.append(c)
+        return todo
+
+    def streams(self, cells: list[Cell]) -> Iterable[tuple[list[Cell], Path, FeatureSet]]:
+        """Cells grouped by feature file, each file extracted if needed and loaded once:
+        (cells, path, features) per file, one file in memory at a time."""
+        groups: dict[FeatureKey, list[Cell]] = {}
+        for c in cells:
+            groups.setdefault(c.fkey, []).append(c)
+        for fkey, group in groups.items():
+            path = ensure_features(fkey, self.cfg.store, self.models, self.cfg.data_root,
+                                   batch_size=self.cfg.batch_size, workers=self.cfg.workers,
+                                   progress=self.cfg.progress)
+            yield group, path, load_stream(path, fkey)
+
+    def skip(self, backbone: Backbone, dataset: str, exc: Exception) -> None:
+        """Report a dataset that cannot run (as it happens, unless it is the run's only one: then
+        the final error says it) and go on with the others."""
+        reason = one_line(exc)
+        self.missing.append({"dataset": dataset, "backbone": backbone.name, "pretrained": backbone.pretrained,
+                             "reason": reason})
+        if len(self.cfg.datasets) * len(self.cfg.backbones) > 1:
+            self.cfg.notify(f"dataset {dataset} skipped for {backbone.label}: {reason}")
+
+    def finish(self) -> None:
+        """Raise when no dataset ran at all; else record the missing ones in the results file."""
+        if not any(self.ok.values()):
+            first = self.missing[0]["reason"] if self.missing else "nothing ran"
+            raise UserError(f"no dataset could run: {first}")
+        for m in self.missing:
+            self.results.set_missing(m["dataset"], m["backbone"], m["pretrained"], m["reason"])
