@@ -40,7 +40,7 @@ class Progress:
             from tqdm import tqdm
 
             self._bar = tqdm(total=total, unit="frame", file=self.stream, desc=prog, dynamic_ncols=True,
-                             leave=False, smoothing=0.1)
+                             leave=True, smoothing=0.1)
 
     def update(self, processed: int, fps: float | None = None) -> None:
         """`processed` frames are done so far; `fps` is the recent processing rate."""

@@ -213,3 +213,142 @@ def test_demo_assets_match_their_labels_and_truth(monkeypatch):
     assert labels == list(make_assets.PHOTOS)
     assert truth.ranges[0][0] == 0 and truth.ranges[-1][1] == frames - 1
     assert {labels[c] for _, _, c in truth.ranges} == set(labels)
+
+
+# ---------------------------------------------------------------------------- the one frame loop
+def test_iter_steps_yields_each_processed_frame_inside_the_model_slot(clip, media):
+    from contextlib import contextmanager
+
+    from app.pipeline import iter_steps
+    from app.session import StreamSession
+    from app.truth import read_truth
+
+    labels = LABELS
+    session = StreamSession(clip, labels)
+    truth = read_truth(media["truth"], labels)
+    events = []
+
+    @contextmanager
+    def slot():
+        events.append("acquire")
+        yield
+        events.append("release")
+
+    def frames():
+        for frame in IterableSource([scene(i) for i in range(40)]):
+            events.append(f"frame {frame.index}")
+            yield frame
+
+    steps = []
+    for step in iter_steps(frames(), session, truth=truth, max_frames=25, model_slot=slot):
+        events.append("step")          # the slot is released before the step reaches the consumer
+        steps.append(step)
+    assert [s.processed for s in steps] == list(range(1, 26))
+    assert events[:8] == ["frame 0", "acquire", "release", "step", "frame 1", "acquire", "release", "step"]
+    assert events.count("acquire") == events.count("release") == 25 and "frame 25" not in events
+    assert [s.truth_label for s in steps[8:12]] == ["red circle", "red circle", "green square", "green square"]
+    assert steps[0].fps is None and all(s.fps and s.fps > 0 for s in steps[1:])
+    assert all(s.result.clip_topk and s.result.tta_topk for s in steps)
+
+
+def test_iter_steps_matches_the_headless_run(clip, media):
+    """The UI's loop and run_pipeline are the same loop: same predictions frame by frame."""
+    from app.pipeline import iter_steps
+    from app.sampling import Sampler
+    from app.session import StreamSession
+    from app.sources import open_source
+
+    cfg = _cfg(media, every=3, out=None)
+    run_pipeline(cfg, clip=clip)
+    logged = [(r["frame"], r["clip"][0]["label"], r["tta"][0]["label"]) for r in _rows(cfg.log)]
+    session = StreamSession(clip, LABELS, config=engine_config(cfg.bank_size, []))
+    with open_source(media["video"]) as src:
+        ours = [(s.frame.index, s.result.clip_label, s.result.tta_label) for s in iter_steps(Sampler(3)(src), session)]
+    assert ours == logged and len(ours) == 30
+
+
+# ---------------------------------------------------------------------------- progress
+def _run_cli_in_process(media, capsys, monkeypatch, *extra):
+    import app.progress as progress_mod
+    import app.pipeline as pipeline_mod
+    from app.cli import main
+
+    monkeypatch.setattr(progress_mod, "PLAIN_INTERVAL_S", 0.2)
+    real = pipeline_mod.open_source
+    monkeypatch.setattr(pipeline_mod, "open_source", lambda *a, **k: _Paced(real(*a, **k)))
+    code = main(["--headless", "--video", media["video"], "--labels", media["labels"], "--model", "mstta-tiny",
+                 "--pretrained", "none", "--every", "1", "--max-frames", "40", *extra])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+class _Paced:
+    """Wraps a source so each frame takes 50 ms to arrive (a run of about two seconds)."""
+
+    def __init__(self, src):
+        self._src = src
+
+    def __getattr__(self, name):
+        return getattr(self._src, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._src.close()
+
+    def __iter__(self):
+        for frame in self._src:
+            time.sleep(0.05)
+            yield frame
+
+
+def test_progress_lines_on_a_non_tty_stderr_and_quiet_silences_them(clip, media, capsys, monkeypatch):
+    import re
+
+    code, out, err = _run_cli_in_process(media, capsys, monkeypatch)
+    assert code == 0 and "40 frames processed" in out
+    lines = [line for line in err.splitlines() if re.fullmatch(r"mstta-demo: \d+/40 frames, [\d.]+ fps, ETA \d+:\d\d", line)]
+    assert len(lines) >= 3, err                       # about one every 0.2 s over ~2 s
+    counts = [int(re.search(r"(\d+)/40", line).group(1)) for line in lines]
+    assert counts == sorted(counts) and counts[-1] <= 40
+    assert "\r" not in err                            # no bar redraws on a non-terminal
+
+    code, out, err = _run_cli_in_process(media, capsys, monkeypatch, "--quiet")
+    assert code == 0 and "40 frames processed" in out
+    assert "frames," not in err and err.strip() == ""
+
+
+def test_progress_bar_on_a_terminal(monkeypatch):
+    import io
+
+    from app.progress import Progress
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    stream = Tty()
+    p = Progress(total=10, stream=stream)
+    for i in range(1, 11):
+        p.update(i, 5.0)
+    p.close()
+    text = stream.getvalue()
+    assert "10/10" in text and "frame" in text and "\r" in text     # tqdm's bar, redrawn in place
+    silent = Tty()
+    q = Progress(total=10, stream=silent, enabled=False)
+    q.update(5, 1.0)
+    q.close()
+    assert silent.getvalue() == ""
+
+
+def test_summary_plurals():
+    from app.sources import SourceStats
+    from app.summary import RunSummary, format_summary
+
+    out = RunSummary().finish(SourceStats(read=1))
+    out.update(frames_processed=1, labelled_frames=1, accuracy_clip=100.0, accuracy_tta=0.0)
+    text = format_summary(out)
+    assert text.startswith("1 frame processed of 1 read") and "on 1 labelled frame" in text
+    out.update(frames_processed=2, labelled_frames=2)
+    assert format_summary(out).startswith("2 frames processed") and "on 2 labelled frames" in format_summary(out)
