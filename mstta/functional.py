@@ -140,12 +140,3 @@ def final_logits(clip: torch.Tensor, positive: torch.Tensor, negative: torch.Ten
 def negative_mask(probs: torch.Tensor, lower: float, upper: float) -> torch.Tensor:
     """TDA's negative-cache value: 1 where lower < p < upper, else 0. [..., C] -> [..., C] float."""
     return ((probs > lower) & (probs < upper)).to(probs.dtype)
-
-
-def cache_affinity(q: torch.Tensor, keys: torch.Tensor, kernel: str, beta: float) -> torch.Tensor:
-    """Unfused query-key affinity: exp(-beta (1 - q K^T)) (TDA, 'exp') or q K^T ('linear', §3.1).
-    [..., d], [E, d] -> [..., E]. (The engine and replay use the fused `cache_weights`.)"""
-    sims = q @ keys.T
-    if kernel == "exp":
-        return torch.exp(-beta * (1.0 - sims))
-    return sims

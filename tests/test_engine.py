@@ -190,3 +190,77 @@ def test_cuda_matches_cpu(stream):
     agree = [cpu.step(f).prediction == gpu.step(f.cuda()).prediction for f in feats]
     assert np.mean(agree) > 0.99
     assert gpu.step(feats[0].cuda()).logits.is_cuda
+
+
+def _unchecked(**values):
+    """A config with values past the config's own bounds (a library caller can build one)."""
+    cfg = EngineConfig()
+    for k, v in values.items():
+        setattr(cfg, k, v)
+    return cfg
+
+
+def test_memory_is_checked_before_allocating():
+    text = Fn.normalize(torch.randn(1000, 512))
+    with pytest.raises(UserError, match=r"capacity 1000000000 x 1000 classes x 512 dims\).* needs [0-9.]+ PB; this machine has"):
+        Engine(text, "baseline", _unchecked(capacity=10**9))
+    with pytest.raises(UserError, match=r"bank 1000000000 x 512 dims \(bank_size\)"):
+        Engine(text, "ms-tta", _unchecked(bank_size=10**9))
+    with pytest.raises(UserError, match=r"neg_capacity 100000000 x 1000 classes"):
+        Engine(text, "tda", _unchecked(neg_capacity=10**8))
+    Engine(text, "baseline", _unchecked(bank_size=10**9))  # no mean shift: no bank to allocate
+
+
+def test_default_bank_is_a_fixed_ring_buffer():
+    from mstta.config import DEFAULT_BANK_SIZE
+    eng = Engine(TEXT, "ms-tta")
+    assert eng.config.bank_size == DEFAULT_BANK_SIZE and eng._bank.shape[0] == DEFAULT_BANK_SIZE
+    small = Engine(TEXT, "ms-tta", EngineConfig(bank_size=5))
+    ptrs = {small._bank.data_ptr()}
+    for f in Fn.normalize(torch.randn(23, 4)):
+        small.step(f)
+        ptrs.add(small._bank.data_ptr())
+    assert ptrs == {small._bank.data_ptr()} and small._bank.shape[0] == 5    # never reallocated
+    assert sorted(small._bank_time.tolist()) == [18, 19, 20, 21, 22]          # the 5 most recent
+    grow = Engine(TEXT, "ms-tta", EngineConfig(bank_size=None))
+    for f in Fn.normalize(torch.randn(1030, 4)):
+        grow.step(f)
+    assert grow.bank_len == 1030 and grow._bank.shape[0] == 2048              # null: unbounded
+
+
+def test_cpu_step_runs_single_threaded_and_restores_the_threads(monkeypatch):
+    seen = []
+    real = Fn.mean_shift_step
+    monkeypatch.setattr(Fn, "mean_shift_step", lambda *a, **k: seen.append(torch.get_num_threads()) or real(*a, **k))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        eng = Engine(TEXT, "ms-tta")
+        eng.step(E[0])
+        eng.step(E[1])
+        assert seen == [1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_cuda_graph_needs_cuda_and_a_bounded_bank():
+    with pytest.raises(UserError, match="cuda_graph=True needs a CUDA device"):
+        Engine(TEXT, "ms-tta", cuda_graph=True)
+    assert Engine(TEXT, "ms-tta").cuda_graph is False  # automatic: eager on the CPU
+
+
+@pytest.mark.parametrize("method", ["ms-tta", "tda", "boostadapter+ms"])
+def test_lambda_zero_is_the_clip_logits_of_the_prediction_path(method):
+    """lam = 0 gives the CLIP logits of the method's own prediction path: with confident views
+    that is the confident views' mean, not CLIP on the original image."""
+    g = torch.Generator().manual_seed(0)
+    views = Fn.normalize(torch.randn(10, 20, 4, generator=g))
+    eng = Engine(TEXT, method, EngineConfig(lam=0.0, view_mode="confident", view_ratio=0.3))
+    differs = 0
+    for x in views:
+        r = eng.step(x)
+        assert torch.equal(r.logits, r.clip_logits)
+        assert torch.allclose(r.clip_logits, 100.0 * Fn.normalize(x).index_select(0, torch.argsort(
+            Fn.entropy(100.0 * Fn.normalize(x) @ TEXT.T), stable=True)[:6]).mean(0) @ TEXT.T, atol=1e-4)  # floor(0.3 * 20) views
+        differs += not torch.allclose(r.clip_logits, 100.0 * Fn.normalize(x[0]) @ TEXT.T, atol=1e-3)
+    assert differs == len(views)

@@ -3,12 +3,15 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
+from mstta import cache_rules as rules
 from mstta import functional as Fn
 
 E = torch.eye(4)
+TEXT = E[:3]
 
 
 def test_clip_logits_eq1():
@@ -70,13 +73,6 @@ def test_knn_masked_columns_never_beat_valid_ones():
     assert sorted(Fn.knn_indices(sims, 2)[0].tolist()) == [0, 2]
 
 
-def test_cache_affinity_kernels():
-    q = torch.tensor([1.0, 0.0, 0.0, 0.0])
-    keys = torch.stack([E[0], E[1]])
-    assert torch.allclose(Fn.cache_affinity(q, keys, "exp", 5.0), torch.tensor([1.0, math.exp(-5.0)]))
-    assert torch.allclose(Fn.cache_affinity(q, keys, "linear", 5.0), torch.tensor([1.0, 0.0]))
-
-
 def test_negative_mask_is_strict():
     probs = torch.tensor([0.03, 0.031, 0.5, 1.0])
     assert Fn.negative_mask(probs, 0.03, 1.0).tolist() == [0.0, 1.0, 1.0, 0.0]
@@ -86,7 +82,85 @@ def test_aggregate_views_keeps_most_confident():
     feats = Fn.normalize(torch.tensor([[1.0, 0, 0, 0], [0, 1.0, 0, 0], [1.0, 1.0, 0, 0]] + [[0, 0, 1.0, 0]] * 7))
     logits = torch.zeros(10, 3)
     logits[1] = torch.tensor([0.0, 9.0, 0.0])  # the only confident view
-    f, lg, h, probs = Fn.aggregate_views(feats, logits, 0.1)  # floor(0.1*10) = 1 view
-    assert torch.equal(f, feats[1]) and torch.equal(lg, logits[1])
+    f, lg, h, probs = Fn.aggregate_views(feats[None], logits[None], 0.1)  # floor(0.1*10) = 1 view
+    assert torch.equal(f[0], feats[1]) and torch.equal(lg[0], logits[1])
     assert h.item() == pytest.approx(Fn.entropy(logits[1]).item(), rel=1e-5)
-    assert torch.allclose(probs, torch.softmax(logits[1], -1))
+    assert torch.allclose(probs[0], torch.softmax(logits[1], -1))
+
+
+def test_ordered_bits_keep_float_order():
+    x = torch.cat([torch.tensor([float("-inf"), -0.0, 0.0, float("inf"), 1e-38, -1e-38]), torch.randn(500) * 10])
+    key = Fn.ordered_bits(x)
+    order = torch.argsort(x, stable=True)
+    assert (key[order][1:] >= key[order][:-1]).all()
+    assert key[1] == key[2]  # -0.0 == +0.0, as float comparison says
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_knn_ties_by_age_match_a_sort(seed):
+    """Many exact ties (coarse similarities), any age order: the (similarity, older) order."""
+    g = torch.Generator().manual_seed(seed)
+    sims = torch.randint(-3, 4, (6, 40), generator=g).float() / 4
+    sims[:, ::7] = float("-inf")
+    age = torch.randperm(40, generator=g)
+    for k in (1, 3, 8):
+        got = Fn.knn_indices(sims, k, age)
+        for r in range(6):
+            want = sorted(range(40), key=lambda j: (-sims[r, j].item(), age[j].item()))[:k]
+            assert got[r].tolist() == want
+
+
+def test_mean_shift_step_masks_and_leaves_a_lonely_row():
+    bank = torch.stack([E[1], 2 * E[2], E[3]])          # raw features, not unit (confident mode)
+    q = Fn.normalize(torch.tensor([[0.0, 0.1, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0]]))
+    usable = torch.tensor([[True, True, False], [False, False, False]])
+    out = Fn.mean_shift_step(q, bank, bank.norm(dim=-1), None, 1, 0.5, usable)
+    assert torch.allclose(out[0], Fn.normalize(0.5 * q[0] + 0.5 * 2 * E[2]))  # nearest by cosine
+    assert torch.equal(out[1], q[1])                                            # no usable neighbour
+
+
+@pytest.mark.parametrize("kernel", ["exp", "linear"])
+def test_fused_cache_weights_equal_the_formula(kernel):
+    g = torch.Generator().manual_seed(0)
+    q = Fn.normalize(torch.randn(3, 8, generator=g))
+    keys = Fn.normalize(torch.randn(5, 8, generator=g))
+    live = torch.tensor([True, False, True, True, False])
+    a, beta = 2.5, 4.0
+    bias = torch.where(live, Fn.log_weight(a, beta), float("-inf"))
+    s = q @ keys.T
+    formula = a * (torch.exp(-beta * (1 - s)) if kernel == "exp" else s) * live
+    assert torch.allclose(Fn.cache_weights(q, keys, bias, beta, kernel, a), formula, atol=1e-6)
+
+
+def test_final_logits_eq13_and_lambda_zero():
+    clip, pos, neg = torch.tensor([1.0, 2.0]), torch.tensor([0.5, 0.0]), torch.tensor([0.0, 0.25])
+    assert torch.equal(Fn.final_logits(clip, pos, neg, 2.0), torch.tensor([2.0, 1.5]))
+    assert torch.equal(Fn.final_logits(clip, pos, None, 0.0), clip)
+
+
+def test_form_queries_by_view_mode():
+    x = Fn.normalize(torch.randn(2, 10, 4))
+    f, clip, h, probs = Fn.form_queries(x, TEXT, 10.0, "original", 0.2)
+    assert torch.allclose(f, x[:, 0]) and torch.allclose(clip, 10.0 * x[:, 0] @ TEXT.T)
+    assert torch.allclose(h, Fn.entropy(clip)) and torch.allclose(probs, torch.softmax(clip, -1))
+    f2, clip2, _, _ = Fn.form_queries(x, TEXT, 10.0, "confident", 0.2)       # 2 of 10 views
+    keep = torch.argsort(Fn.entropy(10.0 * x[0] @ TEXT.T), stable=True)[:2]
+    assert torch.allclose(f2[0], x[0, keep].mean(0)) and torch.allclose(clip2[0], (10.0 * x[0, keep] @ TEXT.T).mean(0))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_cache_rules_host_and_device_agree(seed):
+    """The replay scan's host rules and the engine's tensor rules pick the same slot."""
+    rng = np.random.default_rng(seed)
+    ent = rng.choice([0.1, 0.5, 0.5, 0.9, np.inf], size=(4, 3)).astype(np.float32)
+    time = rng.permutation(12).reshape(4, 3).astype(np.int64)
+    time[np.isinf(ent)] = rules.EMPTY_TIME
+    h = rng.choice([0.05, 0.5, 0.9, 1.0], size=4).astype(np.float32)
+    j, ok = rules.entropy_slot_t(torch.from_numpy(ent), torch.from_numpy(time), torch.from_numpy(h))
+    jf, _ = rules.fifo_slot_t(torch.from_numpy(time))
+    gate = rules.entropy_gate_t(torch.from_numpy(h), 5, 0.2, 0.5)
+    for r in range(4):
+        host = rules.entropy_slot(ent[r].astype(np.float64), time[r], float(h[r]))
+        assert (int(j[r]) if ok[r] else -1) == host
+        assert int(jf[r]) == rules.fifo_slot(time[r])
+        assert bool(gate[r]) == rules.entropy_gate(float(h[r]), 5, 0.2, 0.5)

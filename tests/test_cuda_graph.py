@@ -1,0 +1,53 @@
+"""The step captured as a CUDA graph predicts exactly what the eager step does (needs a GPU)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from mstta import Engine, EngineConfig
+from synthetic import as_tensors, make_stream
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: a CUDA graph is captured on a GPU")]
+
+
+@pytest.mark.parametrize("method", ["zero-shot", "baseline", "ms-tta", "tda", "tda+ms"])
+@pytest.mark.parametrize("views,mode", [(1, "confident"), (8, "confident"), (8, "original")])
+def test_graph_equals_eager(method, views, mode):
+    f, t, _ = as_tensors(make_stream(n=200, classes=7, dim=32, views=views, seed=4, noise=1.5))
+    cfg = EngineConfig(bank_size=64, k=3, view_mode=mode, view_ratio=0.25, cache_alpha=6.0, beta=3.0,
+                       neg_entropy_lower=0.05, neg_entropy_upper=0.9)
+    graph = Engine(t.cuda(), method, cfg)                      # automatic on CUDA
+    eager = Engine(t.cuda(), method, cfg, cuda_graph=False)
+    assert graph.cuda_graph and not eager.cuda_graph
+    a = torch.stack([graph.step(x.cuda()).logits for x in f])
+    b = torch.stack([eager.step(x.cuda()).logits for x in f])
+    assert torch.equal(a.argmax(1), b.argmax(1))
+    torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    assert graph._graphs  # the graph was really captured and replayed
+    torch.testing.assert_close(graph.state_dict()["_pos_ent"], eager.state_dict()["_pos_ent"])
+
+
+def test_graph_survives_reset_and_state_load():
+    f, t, _ = as_tensors(make_stream(n=120, classes=5, dim=16, seed=1))
+    a, b = Engine(t.cuda(), "ms-tta", EngineConfig(bank_size=32)), Engine(t.cuda(), "ms-tta", EngineConfig(bank_size=32), cuda_graph=False)
+    for x in f[:50]:
+        a.step(x.cuda())
+        b.step(x.cuda())
+    a.reset()
+    b.reset()
+    state = None
+    for i, x in enumerate(f[50:]):
+        if i == 30:
+            state = b.state_dict()
+            a.load_state_dict(state)
+        assert a.step(x.cuda()).prediction == b.step(x.cuda()).prediction
+
+
+def test_boost_and_unbounded_run_eagerly():
+    _, t, _ = as_tensors(make_stream(n=2, classes=5, dim=16, seed=1))
+    assert not Engine(t.cuda(), "boostadapter").cuda_graph
+    assert not Engine(t.cuda(), "ms-tta", EngineConfig(bank_size=None)).cuda_graph
+    with pytest.raises(Exception, match="bounded bank"):
+        Engine(t.cuda(), "ms-tta", EngineConfig(bank_size=None), cuda_graph=True)
