@@ -41,6 +41,23 @@ def _fit_text(draw: ImageDraw.ImageDraw, text: str, font, width: int) -> str:
     return text + "…"
 
 
+def status_line(result: FrameResult, fps: float | None = None, bank_limit: int | None = None) -> str:
+    """'12.5 fps  ·  cache 4/9  ·  bank 12/4096  ·  CLIP entropy 0.80 nats' (parts without data left out)."""
+    parts = [f"{fps:.1f} fps" if fps is not None else None,
+             f"cache {result.cache_size}/{result.cache_capacity}" if result.cache_capacity else None,
+             f"bank {result.bank_size}" + (f"/{bank_limit}" if bank_limit else "") if result.bank_size else None,
+             f"CLIP entropy {result.entropy:.2f} nats"]
+    return "  ·  ".join(p for p in parts if p)
+
+
+def truth_line(result: FrameResult, truth: str) -> str:
+    """'true label: cat  ·  CLIP right, MS-TTA wrong'."""
+    def mark(label: str) -> str:
+        return "right" if label == truth else "wrong"
+
+    return f"true label: {truth}  ·  CLIP {mark(result.clip_label)}, {method_title(result.method)} {mark(result.tta_label)}"
+
+
 def _column(draw: ImageDraw.ImageDraw, x: int, y: int, width: int, line: int, font, title: str,
             items: list[Scored], color: tuple[int, int, int]) -> None:
     draw.text((x, y), title, fill=color, font=font)
@@ -98,20 +115,12 @@ def annotate(image: np.ndarray, result: FrameResult, *, fps: float | None = None
     _column(draw, 2 * pad + col_w, y, col_w, line, font, method_title(result.method), result.tta_topk, TTA_COLOR)
 
     y_status = ph + pad + line * (k + 1)
-    parts = [f"{fps:.1f} fps" if fps is not None else None,
-             f"cache {result.cache_size}/{result.cache_capacity}" if result.cache_capacity else None,
-             f"bank {result.bank_size}" + (f"/{bank_limit}" if bank_limit else "") if result.bank_size else None,
-             f"CLIP entropy {result.entropy:.2f} nats"]
     badge, color = ("DISAGREE", DISAGREE_COLOR) if result.disagree else ("agree", AGREE_COLOR)
     badge_w = int(draw.textlength(badge, font=font))
-    status = _fit_text(draw, "  ·  ".join(p for p in parts if p), font, out_w - 3 * pad - badge_w)
+    status = _fit_text(draw, status_line(result, fps, bank_limit), font, out_w - 3 * pad - badge_w)
     draw.text((pad, y_status), status, fill=DIM, font=font)
     draw.text((out_w - pad - badge_w, y_status), badge, fill=color, font=font)
     if truth is not None:
-        def mark(label: str) -> str:
-            return "right" if label == truth else "wrong"
-
-        text = (f"true label: {truth}  ·  CLIP {mark(result.clip_label)}, "
-                f"{method_title(result.method)} {mark(result.tta_label)}")
-        draw.text((pad, y_status + line), _fit_text(draw, text, font, out_w - 2 * pad), fill=FG, font=font)
+        draw.text((pad, y_status + line), _fit_text(draw, truth_line(result, truth), font, out_w - 2 * pad),
+                  fill=FG, font=font)
     return np.asarray(canvas, dtype=np.uint8).copy()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import warnings
 from pathlib import Path
 
@@ -64,8 +65,10 @@ def decode_image(data: str | os.PathLike | bytes, limit: int = MAX_PIXELS, what:
                 rgb = img.convert("RGB")
     except UserError:
         raise
-    except Image.DecompressionBombError as exc:
-        raise UserError(f"{what}: {exc}; scale it down or raise --max-pixels") from None
+    except Image.DecompressionBombError as exc:   # PIL's own guard (2 x MAX_IMAGE_PIXELS) fired first
+        found = re.search(r"\((\d+) pixels\)", str(exc))
+        size = f"{int(found.group(1)):,} pixels" if found else "its size"
+        raise UserError(f"{what}: {size}, above the limit of {limit:,}; scale it down or raise --max-pixels") from None
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
         raise UserError(f"{what}: not a readable image ({exc.__class__.__name__})") from None
     return np.asarray(rgb, dtype=np.uint8)

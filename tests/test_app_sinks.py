@@ -172,3 +172,17 @@ def test_shield_delivers_sigterm_to_the_previous_handler():
         assert seen == [signal.SIGTERM]
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_annotate_spells_out_entropy_and_shows_the_truth():
+    from app.annotate import FG, status_line, truth_line
+
+    r = _result(tta=("dog", "cat", "bird"))
+    assert status_line(r, 12.5, 4096) == "12.5 fps  ·  cache 4/9  ·  bank 12/4096  ·  CLIP entropy 0.80 nats"
+    assert truth_line(r, "cat") == "true label: cat  ·  CLIP right, MS-TTA wrong"
+    plain = annotate(scene(0, 480, 320), r)
+    with_truth = annotate(scene(0, 480, 320), r, truth="cat")
+    assert with_truth.shape[0] > plain.shape[0]                  # one more line in the panel
+    assert np.array_equal(with_truth[:plain.shape[0] - 40], plain[:plain.shape[0] - 40])
+    extra = with_truth[plain.shape[0] - 4:]
+    assert (extra == np.array(FG, np.uint8)).all(axis=-1).any()  # text drawn on the new line

@@ -241,3 +241,73 @@ def test_http_stream_that_drops_ends_cleanly(tmp_path):
     # every frame the server sent is accounted for: read + dropped + unreadable = received (60)
     assert src.stats.read == len(frames)
     assert src.stats.read + src.stats.dropped + src.stats.unreadable == src.stats.received == 60
+
+
+# ---------------------------------------------------------------------------- frame size guards
+def _bomb_png(path, side=20_000):
+    """A 1-bit PNG declaring side x side pixels in a few tens of KB (1.2 GB once decoded to RGB)."""
+    from PIL import Image
+
+    Image.new("1", (side, side)).save(path, optimize=True)
+    return path
+
+
+def test_frame_size_guard_and_limit_parsing():
+    from app.frames import MAX_PIXELS, check_frame_size, parse_max_pixels
+
+    assert MAX_PIXELS == 4096 * 4096 and parse_max_pixels("4096x4096") == MAX_PIXELS
+    assert parse_max_pixels("1000") == 1000 and parse_max_pixels("640X480") == 640 * 480
+    for bad in ("0", "x", "-5", "10x", "big"):
+        with pytest.raises(UserError, match="--max-pixels"):
+            parse_max_pixels(bad)
+    check_frame_size(4096, 4096)
+    with pytest.raises(UserError, match="4097x4096 is 16,781,312 pixels, above the limit of 16,777,216"):
+        check_frame_size(4097, 4096)
+
+
+def test_image_bomb_is_refused_from_its_header(tmp_path):
+    import resource
+
+    from app.frames import decode_image
+
+    bomb = _bomb_png(tmp_path / "bomb.png")
+    assert bomb.stat().st_size < 200_000
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(UserError, match="bomb.png: 400,000,000 pixels, above the limit of 16,777,216"):
+        decode_image(bomb)                     # PIL's own guard fires first at this size
+    mid = _bomb_png(tmp_path / "mid.png", side=8000)   # below PIL's guard: ours reads the header
+    with pytest.raises(UserError, match="mid.png: 8000x8000 is 64,000,000 pixels, above the limit of 1,000,000"):
+        decode_image(mid, limit=1_000_000)
+    with pytest.raises(UserError, match="above the limit"):
+        decode_image(bomb.read_bytes(), what="upload")
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert grown_mb < 100                      # never decoded (1.2 GB as RGB)
+    ok = decode_image(_bomb_png(tmp_path / "small.png", side=64), limit=64 * 64)
+    assert ok.shape == (64, 64, 3) and ok.dtype == np.uint8
+    (tmp_path / "junk.png").write_bytes(b"not an image")
+    with pytest.raises(UserError, match="not a readable image"):
+        decode_image(tmp_path / "junk.png")
+
+
+def test_folder_refuses_a_bomb_and_shrinks_large_images(tmp_path):
+    from PIL import Image
+
+    from app.frames import MAX_SIDE
+
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    Image.fromarray(scene(0, 2000, 1000)).save(folder / "a.png")
+    with open_source(str(folder)) as src:
+        (frame,) = list(src)
+    assert frame.image.shape == (MAX_SIDE // 2, MAX_SIDE, 3)     # scaled down at once, aspect kept
+    _bomb_png(folder / "b.png")
+    with open_source(str(folder)) as src, pytest.raises(UserError, match="b.png: 400,000,000 pixels, above the limit"):
+        list(src)
+
+
+def test_video_declared_size_is_checked_before_decoding(tmp_path):
+    video = write_video(tmp_path / "v.avi", n=3, size=(96, 64))
+    with pytest.raises(UserError, match=r"--video .*v.avi: 96x64 is 6,144 pixels, above the limit of 6,000"):
+        open_source(str(video), max_pixels=6000)
+    with open_source(str(video), max_pixels=96 * 64) as src:
+        assert len(list(src)) == 3 and src.length == 3
