@@ -26,12 +26,16 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _load(name: str):
+    """The command's module; None if it does not exist; the ImportError if a package it needs is
+    missing (so one command's missing dependency never breaks the others)."""
     try:
         return importlib.import_module(f"mstta.commands.{name.replace('-', '_')}")
     except ModuleNotFoundError as exc:
         if exc.name == f"mstta.commands.{name}":
             return None
-        raise
+        return exc
+    except ImportError as exc:
+        return exc
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,6 +44,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, help_text in SUBCOMMANDS.items():
         module = _load(name)
+        if isinstance(module, ImportError):
+            p = sub.add_parser(name, help=f"{help_text} (unavailable: {module})", description=help_text)
+            p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+            p.set_defaults(_module=module, _name=name)
+            continue
         p = sub.add_parser(name, help=help_text if module else f"{help_text} (not yet available)",
                            description=(module.__doc__ or help_text) if module else help_text)
         if module is not None:
@@ -55,6 +64,8 @@ def _main(argv: Sequence[str] | None) -> int:
         raise UserError(f"no command given; choose one of: {', '.join(SUBCOMMANDS)} (see {PROG} --help)")
     if args._module is None:
         raise UserError(f"'{args._name}' is not yet available in this version")
+    if isinstance(args._module, ImportError):
+        raise UserError(f"'{args._name}' cannot run: {args._module}; install the missing package (make install)")
     return args._module.run(args)
 
 

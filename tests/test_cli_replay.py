@@ -99,3 +99,21 @@ def test_console_script_no_traceback(tmp_path):
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip() == f"mstta-bench: error: {bad}: array 'features' has a non-finite value at index 0; " \
                                   "re-extract the features or drop that sample"
+
+
+def test_a_command_with_a_missing_package_breaks_only_itself(tmp_path, feats, capsys, monkeypatch):
+    import importlib
+
+    import mstta.bench as bench
+    real = importlib.import_module
+
+    def fake(name, *a):
+        if name == "mstta.commands.tsne":
+            raise ModuleNotFoundError("No module named 'sklearn'", name="sklearn")
+        return real(name, *a)
+    monkeypatch.setattr(bench.importlib, "import_module", fake)
+    code, _, err = _run(capsys, "replay", "--features", str(feats))
+    assert code == 0, err
+    code, _, err = _run(capsys, "tsne", "--dataset", "dtd")
+    assert code == 2 and err == ("mstta-bench: error: 'tsne' cannot run: No module named 'sklearn'; "
+                                 "install the missing package (make install)\n")
