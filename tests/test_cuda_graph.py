@@ -8,12 +8,28 @@ import torch
 from mstta import Engine, EngineConfig
 from synthetic import as_tensors, make_stream
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: a CUDA graph is captured on a GPU")]
+@pytest.mark.parametrize("method", ["ms-tta", "tda+ms", "baseline"])
+@pytest.mark.parametrize("views,mode", [(1, "confident"), (8, "confident")])
+def test_static_shape_step_equals_eager_on_cpu(method, views, mode):
+    """What the graph captures (the whole ring buffer, empty rows masked) runs on the CPU too:
+    the same predictions and state as the eager step over the filled prefix."""
+    f, t, _ = as_tensors(make_stream(n=150, classes=7, dim=32, views=views, seed=4, noise=1.5))
+    cfg = EngineConfig(bank_size=40, k=3, view_mode=mode, view_ratio=0.25, cache_alpha=6.0, beta=3.0)
+    static, eager = Engine(t, method, cfg), Engine(t, method, cfg)
+    for x in f:
+        with torch.inference_mode():
+            a = static._step(x.reshape(-1, x.shape[-1]), static._bank.shape[0])[0]
+        static.n_seen += 1
+        b = eager.step(x).logits
+        assert torch.equal(a.argmax(), b.argmax())
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(static._pos_ent, eager._pos_ent)
 
 
 @pytest.mark.parametrize("method", ["zero-shot", "baseline", "ms-tta", "tda", "tda+ms"])
 @pytest.mark.parametrize("views,mode", [(1, "confident"), (8, "confident"), (8, "original")])
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: a CUDA graph is captured on a GPU")
 def test_graph_equals_eager(method, views, mode):
     f, t, _ = as_tensors(make_stream(n=200, classes=7, dim=32, views=views, seed=4, noise=1.5))
     cfg = EngineConfig(bank_size=64, k=3, view_mode=mode, view_ratio=0.25, cache_alpha=6.0, beta=3.0,
@@ -29,6 +45,8 @@ def test_graph_equals_eager(method, views, mode):
     torch.testing.assert_close(graph.state_dict()["_pos_ent"], eager.state_dict()["_pos_ent"])
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: a CUDA graph is captured on a GPU")
 def test_graph_survives_reset_and_state_load():
     f, t, _ = as_tensors(make_stream(n=120, classes=5, dim=16, seed=1))
     a, b = Engine(t.cuda(), "ms-tta", EngineConfig(bank_size=32)), Engine(t.cuda(), "ms-tta", EngineConfig(bank_size=32), cuda_graph=False)
@@ -45,6 +63,8 @@ def test_graph_survives_reset_and_state_load():
         assert a.step(x.cuda()).prediction == b.step(x.cuda()).prediction
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: a CUDA graph is captured on a GPU")
 def test_boost_and_unbounded_run_eagerly():
     _, t, _ = as_tensors(make_stream(n=2, classes=5, dim=16, seed=1))
     assert not Engine(t.cuda(), "boostadapter").cuda_graph
