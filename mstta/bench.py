@@ -46,7 +46,6 @@ def build_parser() -> argparse.ArgumentParser:
         module = _load(name)
         if isinstance(module, ImportError):
             p = sub.add_parser(name, help=f"{help_text} (unavailable: {module})", description=help_text)
-            p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
             p.set_defaults(_module=module, _name=name)
             continue
         p = sub.add_parser(name, help=help_text if module else f"{help_text} (not yet available)",
@@ -58,14 +57,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)  # = parse_args, except for a command that cannot run
+    if isinstance(getattr(args, "_module", None), ImportError):
+        raise UserError(f"'{args._name}' cannot run: {args._module}; install the missing package (make install)")
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
     if args.command is None:
         raise UserError(f"no command given; choose one of: {', '.join(SUBCOMMANDS)} (see {PROG} --help)")
     if args._module is None:
         raise UserError(f"'{args._name}' is not yet available in this version")
-    if isinstance(args._module, ImportError):
-        raise UserError(f"'{args._name}' cannot run: {args._module}; install the missing package (make install)")
     return args._module.run(args)
 
 
