@@ -48,7 +48,7 @@ class EngineConfig:
     ms_steps: int = 1               # mean-shift steps (the paper uses 1; its ablation 2 and 4)
     bank_size: int | None = DEFAULT_BANK_SIZE  # FIFO bound of the feature bank M; None = unbounded (the paper's literal setting)
     capacity: int = 3               # Q: entries per class in the positive cache (TDA's shot capacity)
-    lam: float = 1.0                # lambda: weight of the cache logits; 0 gives zero-shot CLIP exactly
+    lam: float = 1.0                # lambda: weight of the cache logits; 0 = the CLIP logits of the method's prediction path
     kernel: str = "exp"             # cache affinity: "exp" = exp(-beta(1 - qK^T)) (TDA), "linear" = qK^T (§3.1)
     cache_alpha: float = 2.0        # a: TDA's positive-cache alpha (per dataset in configs/<dataset>.yaml)
     beta: float = 5.0               # TDA's positive-cache beta (sharpness of the exp kernel)
