@@ -7,14 +7,15 @@ from __future__ import annotations
 import argparse
 import socket
 import threading
+import time
 import urllib.error
 import urllib.request
 from types import SimpleNamespace
 
 import pytest
 
-from helpers_ui import (EMPTY_UI_SCRIPT, LABELS, SETTINGS, UIProcess, client, fake_frame, launched, named, plot_rows,
-                        settings_args, video_args, write_truth)
+from helpers_ui import (EMPTY_UI_SCRIPT, LABELS, SETTINGS, UIProcess, bar_values, client, fake_frame, frame_args,
+                        launched, named, series_points, settings_args, video_args, write_truth)
 from helpers_video import tiny_clip, write_labels, write_video
 from mstta.errors import UserError
 
@@ -48,8 +49,8 @@ def run_video(c, *args):
     return [named(o) for o in job.outputs()]
 
 
-def last_result(c, video) -> dict:
-    return run_video(c, *video_args(video, every=2))[-1]
+def last_result(c, video, keep: bool = False) -> dict:
+    return run_video(c, *video_args(video, every=2, keep=keep))[-1]
 
 
 def test_video_streams_per_frame_results(app_url, video, tmp_path):
@@ -68,14 +69,15 @@ def test_video_streams_per_frame_results(app_url, video, tmp_path):
         assert o["frame"] is not None, "the annotated frame"
     final = outs[-1]
     assert final["status"].startswith("Done: **clip.avi**, 12 frames processed"), final["status"]
-    conf = plot_rows(final["confidence"])
-    assert len(conf) == 2 * 12 and {row[2] for row in conf} == {"CLIP zero-shot", "adapted"}
-    assert len(plot_rows(final["agreement"])) == 12
-    assert len(plot_rows(final["switches"])) == 2 * 12
-    assert [row[0] for row in plot_rows(final["cache"])] == LABELS
-    assert len(plot_rows(final["accuracy"])) == 2 * 12 and "CLIP vs MS-TTA" in final["accuracy"]["label"]
-    assert [row[0] for row in plot_rows(final["clip_topk"])][0] == outs[-2]["result"]["clip_topk"][0]["label"]
-    assert "**12** frames" in final["stats"] and "accuracy CLIP" in final["stats"]
+    assert "agreement" in final["status"] and "switches CLIP" in final["status"], "the end-of-run summary"
+    assert series_points(final["confidence"]) == {"CLIP zero-shot": 12, "MS-TTA": 12}
+    assert series_points(final["agreement"]) == {"agreement": 12}
+    assert series_points(final["switches"]) == {"CLIP zero-shot": 12, "MS-TTA": 12}
+    assert list(bar_values(final["cache"])) == LABELS
+    assert sum(bar_values(final["cache"]).values()) == final["result"]["cache_size"]
+    assert series_points(final["accuracy"]) == {"CLIP zero-shot": 12, "MS-TTA": 12}
+    assert list(bar_values(final["clip_topk"]))[0] == outs[-2]["result"]["clip_topk"][0]["label"]
+    assert "**12 frames**" in final["stats"] and "accuracy CLIP" in final["stats"]
     assert final["result"]["bank_size"] == 12
 
 
@@ -97,14 +99,14 @@ def test_two_clients_at_once_keep_separate_adaptation(app, video):
         outs = results[name]
         seen = {s["label"] for o in outs[:-1] for s in o["result"]["clip_topk"] + o["result"]["tta_topk"]}
         assert seen <= set(labels), f"client {name} saw another session's classes: {seen - set(labels)}"
-        assert [row[0] for row in plot_rows(outs[-1]["cache"])] == labels
+        assert list(bar_values(outs[-1]["cache"])) == labels
         assert outs[-1]["result"]["bank_size"] == 12, "each engine saw its own 12 frames only"
-    # a's adaptation continues on its next run; b's is untouched by it
-    assert last_result(a, video)["result"]["bank_size"] == 24
+    # with "keep adapting", a's adaptation continues on its next video; b's is untouched by it
+    assert last_result(a, video, keep=True)["result"]["bank_size"] == 24
     assert named(b.predict(api_name="/reset"))["status"].startswith("Adaptation state cleared")
-    assert last_result(a, video)["result"]["bank_size"] == 36
-    assert last_result(b, video)["result"]["bank_size"] == 12
-    live = app.demo.mstta_sessions   # one engine per browser session, none shared
+    assert last_result(a, video, keep=True)["result"]["bank_size"] == 36
+    assert last_result(b, video, keep=True)["result"]["bank_size"] == 12
+    live = app.demo.mstta_context.sessions._live   # one engine per browser session, none shared
     assert len({id(s) for s in live.values()}) == len(live) >= 2
 
 
@@ -120,16 +122,16 @@ def test_bad_labels_show_a_message_and_leave_the_session_alone(app_url, video, l
     assert last_result(c, video)["result"]["bank_size"] == 12
     out = named(c.predict(*settings_args(labels_text), api_name="/apply_settings"))
     assert out["status"].startswith("⚠️") and message in out["status"], out["status"]
-    outs = run_video(c, *video_args(video, [], every=2)[:3], labels_text, "", *SETTINGS)
+    outs = run_video(c, *video_args(video, [], every=2)[:4], labels_text, "", *SETTINGS)
     assert len(outs) == 1 and message in outs[0]["status"], "no frame processed with bad labels"
-    again = last_result(c, video)   # the good labels again: same classifier, the engine went on adapting
+    again = last_result(c, video, keep=True)   # the good labels again: same classifier, the engine went on
     assert again["result"]["bank_size"] == 24
-    assert [row[0] for row in plot_rows(again["cache"])] == LABELS
+    assert list(bar_values(again["cache"])) == LABELS
 
 
 @pytest.mark.parametrize("settings, message", [
     (["ms-tta", 2.5, 0.8, 1.0, 3, 4096], "⚠️ k: 2.5 is not a whole number"),
-    (["tda", 16, 0.0, 0.0, 16, 65536], None),   # extreme but valid
+    (["tda", 16, 0.0, 0.0, 16, 16384], None),   # extreme but valid
 ])
 def test_settings_are_checked_by_the_handler(app_url, settings, message):
     out = named(client(app_url).predict(*settings_args(settings=settings), api_name="/apply_settings"))
@@ -143,6 +145,7 @@ def test_settings_are_checked_by_the_handler(app_url, settings, message):
     (["ms-tta", 2, 1.5, 1.0, 3, 4096], "greater than maximum"),
     (["ms-tta", 2, 0.8, 1.0, 3, 0], "less than minimum"),
     (["ms-tta", 2, 0.8, 1.0, 3, 10**9], "greater than maximum"),   # a bank that would not fit in memory
+    (["ms-tta", 2, 0.8, 1.0, 3, 16385], "greater than maximum"),   # the UI's per-session bound
     (["no-such-method", 2, 0.8, 1.0, 3, 4096], "no-such-method"),
 ])
 def test_out_of_range_controls_are_refused_by_gradio(app_url, settings, message):
@@ -163,7 +166,7 @@ def test_bad_template_and_settings_changes(app_url, video):
     tda = ["tda", 3, 0.5, 2.0, 4, 64]
     changed = named(c.predict(*settings_args(settings=tda), api_name="/apply_settings"))
     assert changed["status"] == "New TDA settings: the adaptation started afresh."
-    assert "TDA" in changed["tta_topk"]["label"]
+    assert "TDA: top-3" in changed["tta_topk"]
     r = run_video(c, *video_args(video, every=2, settings=tda))[-1]["result"]   # the controls of a run win
     assert r["method"] == "tda" and r["cache_capacity"] == 3 * 4 and r["bank_size"] == 0   # tda: no bank
 
@@ -177,31 +180,127 @@ def test_unreadable_video_and_bad_truth_give_messages(app_url, video, tmp_path):
     status = outs[0]["status"]
     assert "'broken.mp4': not a video OpenCV can read" in status and "Traceback" not in status, status
     truth = tmp_path / "truth.csv"
-    truth.write_text("0,10,zebra\n", encoding="utf-8")
+    truth.write_text("0,10,zebra\n", encoding="utf-8")   # a class the labels lack: the run goes on, no accuracy
     outs = run_video(c, *video_args(video, truth=truth))
-    assert "Ground truth: 'truth.csv' line 1: label 'zebra' is not in the labels file" in outs[0]["status"]
+    assert "Accuracy off" in outs[0]["status"] and "'zebra'" in outs[0]["status"], outs[0]["status"]
+    assert outs[-1]["status"].startswith("⚠️ Accuracy off") and "Done: **clip.avi**" in outs[-1]["status"]
+    assert series_points(outs[-1]["accuracy"]) == {"CLIP zero-shot": 0, "MS-TTA": 0}
+    truth.write_text("0,10,red circle\n5,12,blue triangle\n", encoding="utf-8")   # overlapping ranges
+    outs = run_video(c, *video_args(video, truth=truth))
+    assert "Ground truth: 'truth.csv': ranges on lines 1 and 2 overlap" in outs[0]["status"], outs[0]["status"]
     outs = run_video(c, *video_args(None))
     assert "No video yet" in outs[0]["status"]
 
 
 def test_single_frames_go_through_the_webcam_handler(app_url, tmp_path):
     import cv2
-    from gradio_client import handle_file
 
     c = client(app_url)
     results = []
     for i in range(3):
         path = str(tmp_path / f"frame{i}.png")
         cv2.imwrite(path, cv2.cvtColor(fake_frame(i), cv2.COLOR_RGB2BGR))
-        results.append(named(c.predict(handle_file(path), *settings_args(), api_name="/process_frame")))
+        results.append(named(c.predict(*frame_args(path), api_name="/process_frame")))
     assert [r["result"]["frame"] for r in results] == [0, 1, 2]
+    assert results[0]["status"] == "Webcam: frame 1 processed."   # a new session: nothing to empty
     assert results[-1]["status"] == "Webcam: frame 3 processed."
     assert results[-1]["result"]["bank_size"] == 3
-    assert len(plot_rows(results[-1]["confidence"])) == 6
+    assert series_points(results[-1]["confidence"]) == {"CLIP zero-shot": 3, "MS-TTA": 3}
+
+
+def test_a_new_source_starts_a_fresh_stream_unless_kept(app_url, video, tmp_path):
+    import cv2
+
+    c = client(app_url)
+    assert last_result(c, video)["result"]["bank_size"] == 12
+    again = last_result(c, video)
+    assert again["status"].startswith("Fresh stream: empty cache and bank.") and again["result"]["bank_size"] == 12
+    kept = last_result(c, video, keep=True)
+    assert kept["status"].startswith("Kept adapting across sources") and kept["result"]["bank_size"] == 24
+    path = str(tmp_path / "frame.png")
+    cv2.imwrite(path, cv2.cvtColor(fake_frame(0), cv2.COLOR_RGB2BGR))
+    cam = named(c.predict(*frame_args(path), api_name="/process_frame"))   # switching source: fresh again
+    assert cam["status"].startswith("Fresh stream") and cam["result"]["bank_size"] == 1
+    cam = named(c.predict(*frame_args(path, keep=True), api_name="/process_frame"))
+    assert cam["status"] == "Webcam: frame 2 processed." and cam["result"]["bank_size"] == 2
+
+
+def test_reset_and_apply_after_a_run_empty_every_plot(app_url, video):
+    c = client(app_url)
+    done = last_result(c, video)
+    assert sum(bar_values(done["cache"]).values()) > 0 and series_points(done["confidence"])["MS-TTA"] == 12
+    for page in (named(c.predict(api_name="/reset")),
+                 named(c.predict(*settings_args(settings=["ms-tta", 3, 0.8, 1.0, 3, 4096]),
+                                 api_name="/apply_settings"))):
+        assert set(bar_values(page["cache"]).values()) == {0.0}, page["cache"]
+        for name in ("confidence", "agreement", "switches", "accuracy"):
+            assert set(series_points(page[name]).values()) == {0}, (name, page[name])
+        assert list(bar_values(page["clip_topk"])) == [] and page["stats"] == ""
+        assert "No frame processed yet" in page["verdict"]
+
+
+def test_truth_naming_other_classes_is_caught_at_apply(app_url, tmp_path):
+    c = client(app_url)
+    truth = write_truth(tmp_path / "truth.csv", n=30)
+    out = named(c.predict(*settings_args(OTHER_LABELS, truth=truth), api_name="/apply_settings"))
+    assert "missing from the labels: 'red circle', 'green square', 'blue triangle'" in out["status"], out["status"]
+    assert "Drop the ground-truth file" in out["status"]
+    ok = named(c.predict(*settings_args(LABELS, truth=truth), api_name="/apply_settings"))
+    assert "missing" not in ok["status"], ok["status"]
+
+
+def test_light_actions_answer_while_another_session_streams(tmp_path):
+    """One model slot: session A streams a long video; B's Apply and Reset still come back before A ends
+    (they wait at most for one of A's frames, never for A's whole run)."""
+    from app.ui import build_app
+
+    long_video = write_video(tmp_path / "long.avi", n=1500, size=(32, 24))
+    demo = build_app(tiny_clip(), labels=LABELS, concurrency=1, offer_demo_clip=False)
+    with launched(demo, concurrency=1) as url:
+        a, b = client(url), client(url)
+        named(b.predict(*settings_args(), api_name="/apply_settings"))
+        job = a.submit(*video_args(long_video, every=1), api_name="/process_video")
+        while not job.outputs() and not job.done():
+            time.sleep(0.05)
+        assert not job.done(), "A's run must still be going"
+        events = []
+        for args, api in ((settings_args(settings=["ms-tta", 3, 0.8, 1.0, 3, 4096]), "/apply_settings"),
+                          ((), "/reset"), (settings_args(OTHER_LABELS), "/apply_settings")):
+            status = named(b.predict(*args, api_name=api))["status"]
+            events.append((api, status, job.done()))
+        job.result(timeout=300)
+        final = named(job.outputs()[-1])
+        assert final["status"].startswith("Done: **long.avi**, 1500 frames processed"), final["status"]
+        assert [done for _, _, done in events] == [False, False, False], events
+        assert events[0][1].startswith("New MS-TTA settings") and events[1][1].startswith("Adaptation state cleared")
+        assert events[2][1].startswith("New 4 classes"), events
+
+
+def test_the_oldest_idle_session_is_dropped_beyond_the_cap(tmp_path):
+    import cv2
+
+    from app.ui import build_app
+
+    demo = build_app(tiny_clip(), labels=LABELS, max_sessions=2, offer_demo_clip=False)
+    path = str(tmp_path / "frame.png")
+    cv2.imwrite(path, cv2.cvtColor(fake_frame(0), cv2.COLOR_RGB2BGR))
+    with launched(demo) as url:
+        a, b, c = client(url), client(url), client(url)
+        for one in (a, b, c):
+            assert named(one.predict(*settings_args(), api_name="/apply_settings"))["status"].startswith("Ready")
+        sessions = demo.mstta_context.sessions
+        assert len(sessions) == 2
+        expired = named(a.predict(*frame_args(path), api_name="/process_frame"))
+        assert "Session expired" in expired["status"] and "Press **Reset**" in expired["status"]
+        assert named(b.predict(*frame_args(path), api_name="/process_frame"))["result"]["bank_size"] == 1
+        assert named(a.predict(api_name="/reset"))["status"].startswith("Adaptation state cleared")
+        back = named(a.predict(*frame_args(path), api_name="/process_frame"))
+        assert back["result"]["bank_size"] == 1 and len(sessions) == 2
 
 
 def test_upload_limit_and_only_the_demos_files_are_served(tmp_path):
-    from app.ui import ASSETS_DIR, build_app
+    from app.ui import build_app
+    from app.ui.serving import ASSETS_DIR
 
     demo = build_app(tiny_clip(), labels=LABELS, offer_demo_clip=False)
     with launched(demo, max_upload_mb=0.01) as url:
@@ -240,7 +339,10 @@ def test_ui_flags_defaults(tmp_path):
 @pytest.mark.parametrize("extra, message", [
     ({"camera": 0}, "--camera is for --headless runs"),
     ({"out": "x.mp4"}, "--out is for --headless runs"),
-    ({"concurrency": 0}, "--concurrency 0: expected a whole number > 0"),
+    ({"concurrency": 0}, "--concurrency 0: expected a whole number from 1 to 64"),
+    ({"max_sessions": 0}, "--max-sessions 0: expected a whole number from 1 to 1000"),
+    ({"session_ttl": 1}, "--session-ttl 1.0: expected a number from 10 to 86400"),
+    ({"bank_size": 20000}, "--bank-size 20000: the browser UI keeps at most 16,384 features per session"),
     ({"video": "/no/such/clip.mp4"}, "no such file or folder"),
     ({"truth": "/no/such/truth.csv"}, "no such file"),
 ])

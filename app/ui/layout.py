@@ -21,25 +21,33 @@ from .state import MAX_BANK_SIZE, UISession
 log = logging.getLogger(__name__)
 
 CSS = """
-.gradio-container {max-width: 1600px !important}
-#mstta-title h1 {font-size: 1.35rem; margin: 0}
-#mstta-title p {margin: 2px 0 0 0; font-size: .9rem}
-#mstta-random-weights {padding: 8px 12px; border-radius: 8px; background: #fef3c7; color: #92400e;
+.gradio-container {max-width: 1600px !important; padding-top: 6px !important}
+#mstta-title h1 {font-size: 1.2rem; margin: 0; display: inline}
+#mstta-title p {margin: 0; font-size: .85rem}
+#mstta-random-weights {padding: 5px 12px; border-radius: 8px; background: #fef3c7; color: #92400e;
   font-weight: 600; border: 1px solid #f59e0b}
-#mstta-verdict-box {padding: 8px 12px; border-radius: 8px; font-size: 1.05rem; font-weight: 600; color: white;
+#mstta-random-weights span {font-weight: 400}
+#mstta-verdict-box {padding: 6px 12px; border-radius: 8px; font-size: 1.05rem; font-weight: 600; color: white;
   background: #6b7280}
 #mstta-verdict-box.agree {background: #16a34a}
 #mstta-verdict-box.disagree {background: #dc2626}
-#mstta-status {min-height: 0}
+#mstta-status {min-height: 0; padding: 6px 12px !important}
+#mstta-status p {margin: 0}
 .mstta-chart {margin: 0}
-.mstta-chart figcaption {font-size: .85rem; display: flex; gap: 4px 12px; flex-wrap: wrap; align-items: center;
+.mstta-chart figcaption {font-size: .85rem; display: flex; gap: 2px 12px; flex-wrap: wrap; align-items: center;
   margin-bottom: 2px}
 .mstta-chart .key i {display: inline-block; width: 18px; height: 4px; border-radius: 2px; margin-right: 4px;
   vertical-align: middle}
 .mstta-chart svg {width: 100%; height: auto; display: block}
 .mstta-chart .axis-title {font-weight: 600}
-#mstta-clip-topk .mstta-chart svg, #mstta-tta-topk .mstta-chart svg {max-height: 118px}
-.mstta-file {min-height: 0}
+.mstta-bars .row {display: flex; align-items: center; gap: 6px; font-size: .8rem; line-height: 1.15rem}
+.mstta-bars .name {flex: 0 0 32%; text-align: right; overflow: hidden; text-overflow: ellipsis; white-space: nowrap}
+.mstta-bars .track {flex: 1 1 auto; position: relative; height: .8rem; background: #f3f4f6; border-radius: 2px}
+.mstta-bars .bar {position: absolute; left: 0; top: 0; bottom: 0; border-radius: 2px}
+.mstta-bars .val {flex: 0 0 2.6rem; font-variant-numeric: tabular-nums}
+.mstta-bars .axis .track {background: none; height: .9rem; border-top: 1px solid #9ca3af; border-radius: 0}
+.mstta-bars .tick {position: absolute; top: 0; transform: translateX(-50%); font-size: .7rem; color: #6b7280}
+.mstta-bars .axis-title {text-align: center; font-size: .75rem; color: #6b7280; padding-left: 32%}
 """
 
 
@@ -179,10 +187,10 @@ def build_layout(*, title_md: str, random_weights: bool, labels: Sequence[str] |
                     apply_btn = gr.Button("Apply labels and settings", elem_id="mstta-apply")
                     reset_btn = gr.Button("↺ Reset adaptation", elem_id="mstta-reset")
         with gr.Column(scale=3, min_width=420):
-            status_out = gr.Markdown(hello, elem_id="mstta-status", container=True, padding=True)
+            status_out = gr.Markdown(hello, elem_id="mstta-status", container=True)
             verdict_out = gr.HTML(first["verdict"], elem_id="mstta-verdict")
             frame_out = gr.Image(label="Current frame, both predictions drawn", type="numpy", format="jpeg",
-                                 interactive=False, height=300, elem_id="mstta-frame")
+                                 interactive=False, height=270, elem_id="mstta-frame")
             with gr.Row(equal_height=True):
                 clip_bars = gr.HTML(first["clip_topk"], elem_id="mstta-clip-topk", padding=False)
                 tta_bars = gr.HTML(first["tta_topk"], elem_id="mstta-tta-topk", padding=False)

@@ -176,7 +176,9 @@ def line_chart(chart_id: str, title: str, series: Sequence[tuple[str, str, Seque
         if y_range[1] < top:
             y_range = (0, top)
     parts, sx, sy = _axes(x0, x1, *y_range, x_title, y_title, integer_y)
-    for name, color, pts in series:
+    # CLIP is drawn last and dashed, so where both methods agree both lines stay visible
+    for name, color, pts in sorted(series, key=lambda item: item[0] == CLIP_NAME):
+        dash = ' stroke-dasharray="6 4"' if name == CLIP_NAME and len(series) > 1 else ""
         coords = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts)
         attrs = f'data-series="{html.escape(name)}" data-points="{len(pts)}"'
         if len(pts) == 1:   # one frame: a dot (a polyline of one point draws nothing)
@@ -184,34 +186,35 @@ def line_chart(chart_id: str, title: str, series: Sequence[tuple[str, str, Seque
             parts.append(f'<circle class="series" {attrs} cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{color}"/>')
         else:
             parts.append(f'<polyline class="series" {attrs} points="{coords}" fill="none" stroke="{color}" '
-                         'stroke-width="2" stroke-linejoin="round"/>')
+                         f'stroke-width="2" stroke-linejoin="round"{dash}/>')
     return _figure(chart_id, title, [(n, c) for n, c, _ in series], "".join(parts))
 
 
 def hbar_chart(chart_id: str, title: str, rows: Sequence[tuple[str, float, str]], *, x_max: float,
                x_title: str, integer_x: bool = False, percent: bool = False) -> str:
-    """Horizontal bars: rows of (class, value, colour), one per line, on a 0..x_max axis."""
-    row_h, label_w = 22, 150
-    height = max(len(rows), 1) * row_h + 36
-    pw = W - label_w - RIGHT - 44
-    sx = lambda v: label_w + max(0.0, min(v, x_max)) / x_max * pw   # noqa: E731
-    parts = []
-    for t in nice_ticks(0, x_max, 5, integer_x):
-        x = sx(t)
-        shown = f"{t * 100:.0f}%" if percent else _fmt(t)
-        parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="4" y2="{height - 30}" stroke="#e5e7eb"/>'
-                     f'<text class="tick x" x="{x:.1f}" y="{height - 18}" text-anchor="middle">{shown}</text>')
-    for i, (name, value, color) in enumerate(rows):
-        y = 6 + i * row_h
-        label = name if len(name) <= 22 else name[:21] + "…"
-        shown = f"{value * 100:.0f}%" if percent else _fmt(value)
-        parts.append(f'<text x="{label_w - 6}" y="{y + 14}" text-anchor="end">{html.escape(label)}</text>'
-                     f'<rect class="bar" data-class="{html.escape(name)}" data-value="{value:g}" x="{label_w}" '
-                     f'y="{y + 2}" width="{sx(value) - label_w:.1f}" height="{row_h - 6}" fill="{color}" rx="2"/>'
-                     f'<text x="{sx(value) + 4:.1f}" y="{y + 14}">{shown}</text>')
-    parts.append(f'<text class="axis-title x" x="{label_w + pw / 2}" y="{height - 3}" text-anchor="middle">'
-                 f'{html.escape(x_title)}</text>')
-    return _figure(chart_id, title, [], "".join(parts), height)
+    """Horizontal bars in HTML (text at the page's size): rows of (class, value, colour) on a
+    0..x_max axis whose ticks are printed below (whole numbers with `integer_x`)."""
+    def pct(v: float) -> float:
+        return 100.0 * max(0.0, min(v, x_max)) / x_max
+
+    def shown(v: float) -> str:
+        return f"{v * 100:.0f}%" if percent else _fmt(v)
+
+    lines = []
+    for name, value, color in rows:
+        lines.append(f'<div class="row"><span class="name" title="{html.escape(name)}">{html.escape(name)}</span>'
+                     f'<span class="track"><span class="bar" data-class="{html.escape(name)}" data-value="{value:g}" '
+                     f'style="width:{pct(value):.1f}%;background:{color}"></span></span>'
+                     f'<span class="val">{shown(value)}</span></div>')
+    if not rows:
+        lines.append('<div class="row empty"><span class="name">—</span><span class="track"></span>'
+                     '<span class="val"></span></div>')
+    ticks = "".join(f'<span class="tick" style="left:{pct(t):.1f}%">{shown(t) if not percent else f"{t * 100:.0f}"}'
+                    "</span>" for t in nice_ticks(0, x_max, 5, integer_x))
+    axis = (f'<div class="row axis"><span class="name"></span><span class="track ticks">{ticks}</span>'
+            f'<span class="val"></span></div><div class="axis-title">{html.escape(x_title)}</div>')
+    return (f'<figure class="mstta-chart mstta-bars" id="{chart_id}-chart"><figcaption><b>{html.escape(title)}'
+            f"</b></figcaption>{''.join(lines)}{axis}</figure>")
 
 
 def _pairs(history: History, clip_of, tta_of) -> tuple[list, list]:
@@ -255,7 +258,7 @@ def accuracy_chart(history: History, title: str) -> str:
 def topk_chart(chart_id: str, items: Sequence[Scored], color: str, title: str) -> str:
     """One method's top-k for the current frame, best first."""
     rows = [(s.label, float(s.prob), color if i == 0 else "#9ca3af") for i, s in enumerate(items)]
-    return hbar_chart(chart_id, title, rows, x_max=1.0, x_title="probability", percent=True)
+    return hbar_chart(chart_id, title, rows, x_max=1.0, x_title="probability (%)", percent=True)
 
 
 def cache_chart(labels: Sequence[str], per_class: Sequence[int], capacity: int | None, title: str,
@@ -292,8 +295,7 @@ def verdict_html(result: FrameResult | None) -> str:
 
 
 RANDOM_WEIGHTS_HTML = ('<div id="mstta-random-weights" role="alert">⚠️ Random weights — predictions are '
-                       "meaningless. This model was loaded with <code>--pretrained none</code>: use it to try the "
-                       "UI, not to judge CLIP or the adaptation.</div>")
+                       "meaningless <span>(<code>--pretrained none</code>: for trying the UI only)</span></div>")
 
 
 def plural(n: int, word: str) -> str:

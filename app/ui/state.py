@@ -129,6 +129,8 @@ class Sessions:
         """`ui` (session `key`) is in use now: (re)register it, drop the oldest idle ones beyond the limit."""
         ui.last_used = time.monotonic()
         ui.closed = False
+        if ui.expired:   # dropped: not live again until its user presses Reset
+            return
         with self._lock:
             self._live[key] = ui
             self._live.move_to_end(key)
