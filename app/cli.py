@@ -18,7 +18,7 @@ from mstta.errors import EXIT_INTERRUPTED, UserError, run_cli
 from mstta.methods import list_methods
 
 from .encoder import MAX_VIEWS
-from .frames import MAX_PIXELS, parse_max_pixels
+from .frames import parse_max_pixels
 
 PROG = "mstta-demo"
 
@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-frames", type=int, metavar="N", help="stop after N processed frames")
     run.add_argument("--headless", action="store_true", help="run without the browser UI")
     run.add_argument("--topk", type=int, default=3, metavar="K", help="classes shown and logged per method (default 3)")
-    run.add_argument("--max-pixels", type=parse_max_pixels, default=MAX_PIXELS, metavar="WxH|N",
+    run.add_argument("--max-pixels", default="4096x4096", metavar="WxH|N",
                      help="refuse frames larger than this, before decoding them where the format allows "
                           "(default 4096x4096)")
     out = p.add_argument_group("outputs")
@@ -89,7 +89,7 @@ def _config(args: argparse.Namespace):
                       model=args.model, pretrained=args.pretrained, precision=args.precision, device=args.device,
                       views=args.views, method=args.method, overrides=list(args.set), bank_size=args.bank_size,
                       every=args.every, max_frames=args.max_frames, out=args.out, log=args.log,
-                      truth=args.truth, topk=args.topk, max_pixels=args.max_pixels, progress=not args.quiet)
+                      truth=args.truth, topk=args.topk, max_pixels=parse_max_pixels(args.max_pixels), progress=not args.quiet)
 
 
 def _main(argv: Sequence[str] | None) -> int:

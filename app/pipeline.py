@@ -68,7 +68,11 @@ def engine_config(bank_size: int | None, overrides: list[str]) -> EngineConfig:
     """EngineConfig with the bounded bank, then `--set` overrides (unknown keys: one-line UserError)."""
     if bank_size is not None and (isinstance(bank_size, bool) or not isinstance(bank_size, int) or bank_size < 1):
         raise UserError(f"--bank-size {bank_size!r}: expected an integer >= 1")
-    return from_dict(EngineConfig, parse_overrides(overrides), "--set", EngineConfig(bank_size=bank_size))
+    try:
+        base = EngineConfig(bank_size=bank_size)
+    except UserError as exc:
+        raise UserError(f"--bank-size {bank_size}: {exc}") from None
+    return from_dict(EngineConfig, parse_overrides(overrides), "--set", base)
 
 
 def _check_int(value: int | None, flag: str, minimum: int = 1) -> None:
