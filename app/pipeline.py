@@ -81,19 +81,26 @@ def _check_int(value: int | None, flag: str, minimum: int = 1) -> None:
 
 
 @dataclass
-class _Prepared:
-    labels: list[str]
+class Prepared:
+    """What `prepare` checked and read: class names (None without --labels), engine config, truth."""
+
+    labels: list[str] | None
     engine_cfg: EngineConfig
     truth: Truth | None
 
 
-def prepare(cfg: DemoConfig) -> _Prepared:
-    """Every check that needs neither the model nor the source; one-line UserErrors."""
-    if cfg.labels is None:
-        raise UserError("--labels is required: a text file with one class name per line")
-    if (cfg.video is None) == (cfg.camera is None):
-        raise UserError("give exactly one source: --video PATH|DIR|URL or --camera INDEX")
-    labels = read_labels(cfg.labels)
+_Prepared = Prepared   # the name before it was public
+
+
+def prepare(cfg: DemoConfig) -> Prepared:
+    """Every check that needs neither the model nor the source (nothing is opened or loaded); one-line
+    UserErrors. Labels and a source may be absent here (the UI starts without them); `run_pipeline`
+    requires both."""
+    if cfg.video is not None and cfg.camera is not None:
+        raise UserError("pass either --video or --camera, not both")
+    if cfg.labels is None and cfg.truth is not None:
+        raise UserError("--truth needs --labels (its class names are checked against the labels file)")
+    labels = read_labels(cfg.labels) if cfg.labels is not None else None
     if cfg.template is not None:
         templates_for(cfg.template)
     get_method(cfg.method)
@@ -111,7 +118,7 @@ def prepare(cfg: DemoConfig) -> _Prepared:
         check_output(cfg.log, "--log")
     for out in {Path(p).parent for p in (cfg.out, cfg.log) if p and p != STDOUT}:
         sweep_stale(out)   # a killed run's hidden .part files
-    return _Prepared(labels, engine_cfg, truth)
+    return Prepared(labels, engine_cfg, truth)
 
 
 def input_files(cfg: DemoConfig) -> dict[str, str]:
@@ -182,6 +189,10 @@ def run_pipeline(cfg: DemoConfig, *, clip: Any = None, source: Source | None = N
         if source is not None:
             stack.enter_context(source)   # a given source is closed here too, even on a bad config
             cfg = dataclasses.replace(cfg, video=source.spec, camera=None)
+        if cfg.labels is None:
+            raise UserError("--labels is required: a text file with one class name per line")
+        if source is None and cfg.video is None and cfg.camera is None:
+            raise UserError("give a source: --video PATH|DIR|URL or --camera INDEX")
         prep = prepare(cfg)
         if source is None:
             spec = cfg.video if cfg.video is not None else cfg.camera

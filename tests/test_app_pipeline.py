@@ -139,8 +139,10 @@ def test_memory_source_and_other_methods(clip, media):
 
 @pytest.mark.parametrize("kw, match", [
     ({"labels": None}, "--labels is required"),
-    ({"video": None}, "exactly one source"),
-    ({"camera": 0}, "exactly one source"),
+    ({"video": None}, "give a source"),
+    ({"camera": 0}, "either --video or --camera"),
+    ({"views": 257}, "--views 257: expected an integer from 1 to 256"),
+    ({"max_pixels": 0}, "--max-pixels"),
     ({"method": "nope"}, "unknown method 'nope'"),
     ({"overrides": ["nope=1"]}, "unknown key 'nope'"),
     ({"overrides": ["k=-1"]}, "bad value for 'k'"),
@@ -160,6 +162,18 @@ def test_bad_config_fails_before_any_work(clip, media, kw, match):
         run_pipeline(_cfg(media, **kw), clip=clip)
     assert time.perf_counter() - start < 2
     assert not (media["dir"] / "out" / "p.jsonl").exists()
+
+
+def test_prepare_needs_neither_labels_nor_source(media):
+    """The UI checks its flags with `prepare` before the model loads; it may start with neither."""
+    from app.pipeline import prepare
+
+    prep = prepare(DemoConfig(template="a photo of a {}.", overrides=["k=4"], bank_size=128))
+    assert prep.labels is None and prep.truth is None and (prep.engine_cfg.k, prep.engine_cfg.bank_size) == (4, 128)
+    with pytest.raises(UserError, match="--truth needs --labels"):
+        prepare(DemoConfig(truth=media["truth"]))
+    full = prepare(DemoConfig(labels=media["labels"], truth=media["truth"]))
+    assert full.labels == LABELS and len(full.truth) == 4
 
 
 def test_engine_config_layers():
