@@ -16,7 +16,7 @@ from typing import Any
 
 from mstta.errors import UserError
 
-from ..frames import MAX_PIXELS
+from ..frames import MAX_PIXELS, parse_max_pixels
 from ..session import DEFAULT_BANK_SIZE
 from .state import MAX_BANK_SIZE
 
@@ -117,7 +117,7 @@ def ui_config(args: argparse.Namespace):
         device=_opt(args, "device", "auto"), views=_opt(args, "views", 1), method=_opt(args, "method", "ms-tta"),
         overrides=list(_opt(args, "set", None) or []), bank_size=bank, every=_opt(args, "every"),
         max_frames=_opt(args, "max_frames"), truth=_opt(args, "truth"), topk=_opt(args, "topk", 3),
-        max_pixels=_opt(args, "max_pixels", MAX_PIXELS))
+        max_pixels=parse_max_pixels(_opt(args, "max_pixels", MAX_PIXELS)))
     if cfg.labels is None:   # the UI may start empty (labels typed in the page); prepare() needs labels
         if cfg.truth is not None:
             raise UserError("--truth needs --labels (its class names are checked against the labels file)")
