@@ -132,3 +132,12 @@ def test_ctrl_c_finalises_outputs_and_exits_130(tmp_path):
     assert 0 < len(rows) < 3000 and all(json.loads(r)["frame"] >= 0 for r in rows)
     assert len(read_video(out)[0]) == len(rows)
     assert sorted(p.name for p in out.parent.iterdir()) == ["a.mp4", "p.jsonl"]
+
+
+def test_docs_page_documents_every_flag():
+    """docs/demo.md lists every flag the parser has, the browser ones included."""
+    text = (ROOT / "docs" / "demo.md").read_text(encoding="utf-8")
+    flags = [s for action in build_parser()._actions for s in action.option_strings if s.startswith("--")]
+    assert len(flags) > 30
+    missing = [f for f in flags if f != "--help" and f"`{f}" not in text]
+    assert missing == []
