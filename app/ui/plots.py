@@ -172,9 +172,9 @@ def line_chart(chart_id: str, title: str, series: Sequence[tuple[str, str, Seque
     x1 = max(x1, x0 + 1)
     if y_range is None:
         top = max([y for _, _, pts in series for _, y in pts] + [1])
-        y_range = (0, nice_ticks(0, top, 5, integer_y)[-1] if top > 0 else 1)
-        if y_range[1] < top:
-            y_range = (0, top)
+        ticks = nice_ticks(0, top, 5, integer_y)
+        step = ticks[1] - ticks[0] if len(ticks) > 1 else 1
+        y_range = (0, ticks[-1] if ticks[-1] >= top else ticks[-1] + step)   # the top gridline labelled
     parts, sx, sy = _axes(x0, x1, *y_range, x_title, y_title, integer_y)
     # CLIP is drawn last and dashed, so where both methods agree both lines stay visible
     for name, color, pts in sorted(series, key=lambda item: item[0] == CLIP_NAME):
