@@ -1,15 +1,20 @@
 """The mstta demo: frames from a video, webcam, stream or folder -> CLIP -> MS-TTA -> outputs.
 
 One-way flow, one small module per stage:
+    frames.py    check_frame_size, decode_image, shrink: no frame above --max-pixels is decoded whole
     sources.py   open_source(spec) -> Source of Frame(index, timestamp, image RGB, source)
     sampling.py  Sampler(every): which frames of a file reach the encoder
     labels.py    read_labels(path) / parse_labels(text), templates_for(template)
-    encoder.py   FrameEncoder(clip, views): RGB frames -> CLIP features (batched, on device)
+    encoder.py   FrameEncoder(clip, views): RGB frames -> CLIP features (the model's open_clip
+                 transform and mstta.views crops, as the benchmark; views encoded in chunks)
     session.py   StreamSession: classifier + encoder + engine; process(rgb) -> FrameResult
     annotate.py  annotate(rgb, result) -> annotated RGB frame
     sinks.py     VideoSink (H.264 via PyAV), JsonlSink, prediction_row; atomic, valid when interrupted
     truth.py     read_truth(path, labels): frame ranges -> class, for accuracy
     summary.py   RunSummary, format_summary: end-of-run numbers
-    pipeline.py  DemoConfig, run_pipeline(cfg) -> summary dict (the headless demo)
+    progress.py  Progress: tqdm bar or plain lines on stderr for headless runs
+    pipeline.py  DemoConfig, prepare(cfg), iter_steps (the one frame loop, under the UI too),
+                 run_pipeline(cfg) -> summary dict (the headless demo)
     cli.py       `mstta-demo`
+    ui/          the browser UI (layout, handlers, serving) over the same pipeline
 """
