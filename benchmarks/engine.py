@@ -1,19 +1,120 @@
-"""Engine speed on CPU (or --device cuda): online step and vectorised replay samples/s, and peak
-RSS over a long stream with a bounded bank. Prints one JSON object.
+"""Engine speed and memory; prints one JSON object.
 
-    .venv/bin/python benchmarks/engine.py [--classes 1000 --dim 512 --n 5000 --long 100000]
+    .venv/bin/python benchmarks/engine.py [--classes 1000 --dim 512 --n 5000 --steps 100000]
+    .venv/bin/python benchmarks/engine.py --device cuda --bank-size 4096
+
+Parts (each can be switched off with --parts):
+- online: `Engine.step()` samples/s for `baseline` and `ms-tta` on a generated stream of N samples
+  (C classes, d dims, the default bank), idle and under a competing CPU load that the benchmark
+  starts itself (one spinning process per core, ended afterwards); on the CPU also with the
+  step's single-thread guard off (torch's own intra-op threads), the choice the engine makes.
+  On CUDA: eager and with the step captured as a CUDA graph, and the per-step time.
+- replay: the vectorised replay's samples/s for both methods (same stream).
+- memory: peak RSS of a fresh process streaming --steps samples through `ms-tta` with the default
+  bounded bank (65,536), and the step time over the first and last 2,000 steps (flat = bounded).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import platform
 import resource
+import subprocess
+import sys
 import time
 
 import torch
 
+import mstta.engine as engine_mod
 from mstta import Engine, EngineConfig, replay
+from mstta.config import DEFAULT_BANK_SIZE
+
+PARTS = ("online", "replay", "memory")
+
+
+def stream(n: int, classes: int, dim: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """A clustered stream: features near their class's text embedding (a CLIP-like geometry)."""
+    g = torch.Generator().manual_seed(seed)
+    text = torch.nn.functional.normalize(torch.randn(classes, dim, generator=g), dim=-1)
+    labels = torch.randint(0, classes, (n,), generator=g)
+    feats = torch.nn.functional.normalize(text[labels] + 0.08 * torch.randn(n, dim, generator=g), dim=-1)
+    return feats, text
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def online_rate(feats, text, method, cfg, device, cuda_graph=None) -> float:
+    engine = Engine(text.to(device), method, cfg, cuda_graph=cuda_graph)
+    x = feats.to(device)
+    for i in range(50):  # warm-up (and CUDA graph capture)
+        engine.step(x[i])
+    engine.load_state_dict(Engine(text.to(device), method, cfg, cuda_graph=False).state_dict())
+    _sync(device)
+    t0 = time.perf_counter()
+    for row in x:
+        r = engine.step(row)
+    r.prediction
+    _sync(device)
+    return len(x) / (time.perf_counter() - t0)
+
+
+@contextlib.contextmanager
+def cpu_load(processes: int):
+    """`processes` busy-looping children (a competing load), ended when the block exits."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(processes)]
+    try:
+        time.sleep(0.5)
+        yield
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait()
+
+
+@contextlib.contextmanager
+def threads_guard_off():
+    """The engine's step without its single-thread guard (torch's intra-op threads)."""
+    saved = engine_mod._single_threaded
+    engine_mod._single_threaded = lambda device: contextlib.nullcontext()
+    try:
+        yield
+    finally:
+        engine_mod._single_threaded = saved
+
+
+def part_online(feats, text, cfg, device) -> dict:
+    out: dict = {}
+    load = os.cpu_count() or 1
+    for method in ("baseline", "ms-tta"):
+        r = out[method] = {}
+        if device.type == "cuda":
+            r["eager_samples_per_s"] = round(online_rate(feats, text, method, cfg, device, cuda_graph=False), 1)
+            r["cuda_graph_samples_per_s"] = round(online_rate(feats, text, method, cfg, device, cuda_graph=True), 1)
+            r["cuda_graph_step_ms"] = round(1000 / r["cuda_graph_samples_per_s"], 4)
+            continue
+        r["idle_samples_per_s"] = round(online_rate(feats, text, method, cfg, device), 1)
+        with threads_guard_off():
+            r[f"idle_samples_per_s_{torch.get_num_threads()}_threads"] = round(online_rate(feats, text, method, cfg, device), 1)
+        with cpu_load(load):
+            r["loaded_samples_per_s"] = round(online_rate(feats, text, method, cfg, device), 1)
+            with threads_guard_off():
+                r[f"loaded_samples_per_s_{torch.get_num_threads()}_threads"] = round(online_rate(feats, text, method, cfg, device), 1)
+    out["competing_load"] = f"{load} busy-looping processes (one per core)"
+    return out
+
+
+def part_replay(feats, text, cfg, device) -> dict:
+    out = {}
+    for method in ("baseline", "ms-tta"):
+        replay(feats[:300], text, method, cfg, device=device)  # warm-up
+        out[method] = {"replay_samples_per_s": round(replay(feats, text, method, cfg, device=device).samples_per_s, 1)}
+    return out
 
 
 def rss_mb() -> float:
@@ -24,65 +125,73 @@ def rss_mb() -> float:
     return float("nan")
 
 
-def stream(n: int, classes: int, dim: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    text = torch.nn.functional.normalize(torch.randn(classes, dim, generator=g), dim=-1)
-    labels = torch.randint(0, classes, (n,), generator=g)
-    feats = torch.nn.functional.normalize(text[labels] + 0.08 * torch.randn(n, dim, generator=g), dim=-1)
-    return feats, text
-
-
-def online_rate(feats, text, method, cfg, device) -> float:
-    engine = Engine(text.to(device), method, cfg)
-    x = feats.to(device)
-    for i in range(50):  # warm-up
-        engine.step(x[i])
-    engine.reset()
-    t0 = time.perf_counter()
-    for row in x:
-        r = engine.step(row)
-    int(r.logits.argmax())
-    return len(x) / (time.perf_counter() - t0)
-
-
-def long_stream_rss(n: int, classes: int, dim: int, bank: int, device) -> dict:
-    """Peak RSS while streaming `n` samples through ms-tta with a bounded bank."""
+def long_stream(steps: int, classes: int, dim: int, device: torch.device) -> dict:
+    """Run in a fresh process: ms-tta with the default (bounded) bank over `steps` samples; the
+    step time is sampled over 500 steps at every tenth of the stream (it grows while the bank
+    fills, then stays flat) and RSS likewise."""
     _, text = stream(1, classes, dim)
-    engine = Engine(text.to(device), "ms-tta", EngineConfig(bank_size=bank))
+    engine = Engine(text.to(device), "ms-tta", EngineConfig())
     g = torch.Generator().manual_seed(1)
-    start = None
-    for i in range(n):
-        engine.step(torch.randn(dim, generator=g))
-        if i == 1000:
-            start = rss_mb()
-    return {"samples": n, "bank_size": bank, "rss_after_1k_mb": round(start, 1), "rss_end_mb": round(rss_mb(), 1),
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+    marks = {min(steps, max(1, steps * i // 10)) for i in range(1, 11)}
+    window = max(1, min(500, steps // 20))
+    rss_start = rss_mb()
+    curve, t0 = [], 0.0
+    for i in range(1, steps + 1):
+        if i + window - 1 in marks:
+            _sync(device)
+            t0 = time.perf_counter()
+        engine.step(torch.nn.functional.normalize(torch.randn(dim, generator=g), dim=0).to(device))
+        if i in marks:
+            _sync(device)
+            curve.append({"step": i, "bank_rows": engine.bank_len, "step_ms": round(1000 * (time.perf_counter() - t0) / window, 3),
+                          "rss_mb": round(rss_mb(), 1)})
+    return {"steps": steps, "bank_size": engine.config.bank_size, "rss_start_mb": round(rss_start, 1),
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1), "curve": curve}
+
+
+def part_memory(args) -> dict:
+    cmd = [sys.executable, __file__, "--child-long-stream", "--steps", str(args.steps), "--classes", str(args.classes),
+           "--dim", str(args.dim), "--device", args.device]
+    done = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return json.loads(done.stdout)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--classes", type=int, default=1000)
     ap.add_argument("--dim", type=int, default=512)
-    ap.add_argument("--n", type=int, default=5000)
+    ap.add_argument("--n", type=int, default=5000, help="samples of the online and replay stream (default 5000)")
     ap.add_argument("--k", type=int, default=2)
     ap.add_argument("--capacity", type=int, default=3)
-    ap.add_argument("--long", type=int, default=100_000, help="samples for the bounded-bank memory run (0 = skip)")
-    ap.add_argument("--bank-size", type=int, default=4096)
-    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--bank-size", type=int, default=DEFAULT_BANK_SIZE, help="bank of the online/replay runs (default 65536)")
+    ap.add_argument("--steps", type=int, default=100_000, help="samples of the memory run (default 100000)")
+    ap.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
+    ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    ap.add_argument("--child-long-stream", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        ap.error("--device cuda: CUDA is not available on this machine; use --device cpu")
+    if args.child_long_stream:
+        print(json.dumps(long_stream(args.steps, args.classes, args.dim, device)))
+        return
+    parts = [p for p in args.parts.split(",") if p]
+    bad = [p for p in parts if p not in PARTS]
+    if bad:
+        ap.error(f"--parts: unknown part(s) {', '.join(bad)}; choose from {', '.join(PARTS)}")
     feats, text = stream(args.n, args.classes, args.dim)
-    cfg = EngineConfig(k=args.k, capacity=args.capacity)
-    out = {"device": str(device), "torch": torch.__version__, "threads": torch.get_num_threads(),
-           "cpu": platform.processor() or platform.machine(),
-           "classes": args.classes, "dim": args.dim, "n": args.n, "k": args.k, "capacity": args.capacity}
-    for method in ("baseline", "ms-tta"):
-        online = online_rate(feats, text, method, cfg, device)
-        replay(feats[:200], text, method, cfg, device=device)  # warm-up
-        r = replay(feats, text, method, cfg, device=device)
-        out[method] = {"online_samples_per_s": round(online, 1), "replay_samples_per_s": round(r.samples_per_s, 1)}
-    if args.long:
-        out["bounded_bank_memory"] = long_stream_rss(args.long, args.classes, args.dim, args.bank_size, device)
+    cfg = EngineConfig(k=args.k, capacity=args.capacity, bank_size=args.bank_size)
+    out = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+           "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+           "torch": torch.__version__, "intra_op_threads": torch.get_num_threads(),
+           "classes": args.classes, "dim": args.dim, "n": args.n, "k": args.k, "capacity": args.capacity,
+           "bank_size": args.bank_size, "loadavg_1min_at_start": round(os.getloadavg()[0], 2)}
+    if "online" in parts:
+        out["online"] = part_online(feats, text, cfg, device)
+    if "replay" in parts:
+        out["replay"] = part_replay(feats, text, cfg, device)
+    if "memory" in parts and args.steps > 0:
+        out["memory"] = part_memory(args)
     print(json.dumps(out))
 
 
