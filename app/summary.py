@@ -1,8 +1,8 @@
 """Run statistics: what the demo prints at the end, accumulated frame by frame.
 
 `RunSummary.update(frame, result, truth)` per processed frame, `finish(...)` -> a flat dict:
-frame counts (received = read + dropped + unreadable; read = processed + skipped unless the run
-stopped early), processing fps,
+frame counts (received = read + dropped + unreadable = processed + skipped + dropped + unreadable),
+processing fps,
 latency percentiles, how often zero-shot CLIP and the adapted method agree, how often each
 changes its top-1 between processed frames (per minute of source time), and per-method accuracy
 on the frames a truth file labels. Percentages are in 0..100. Memory stays flat on an endless
@@ -124,7 +124,7 @@ def format_summary(summary: dict[str, Any]) -> str:
     """The one-line human summary printed at the end of a run."""
     s = summary
     title = s.get("method_title", "adapted")
-    parts = [f"{count(s['frames_processed'], 'frame')} processed of {s['frames_read']} read "
+    parts = [f"{count(s['frames_processed'], 'frame')} processed of {s['frames_received']} received "
              f"({s['frames_skipped']} skipped, {s['frames_dropped']} dropped, {s['frames_unreadable']} unreadable)"]
     if s.get("fps"):
         parts.append(f"{s['fps']:.1f} fps (p50 {s['latency_ms_p50']:.1f} ms, p95 {s['latency_ms_p95']:.1f} ms)")

@@ -49,7 +49,7 @@ def test_headless_run_prints_one_summary_line(media, capsys):
     captured = capsys.readouterr()
     assert rc == 0
     lines = captured.out.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("mstta-demo: 10 frames processed of 60 read")
+    assert len(lines) == 1 and lines[0].startswith("mstta-demo: 10 frames processed of 60 received")
     assert "CLIP/MS-TTA agree" in lines[0]
     assert len(read_video(out)[0]) == 10 and len(log.read_text().splitlines()) == 10
 

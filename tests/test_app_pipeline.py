@@ -56,6 +56,8 @@ def test_outputs_complete_and_summary_matches_the_log(clip, media):
     assert s["every"] == 6 and s["frames_read"] == 90
     assert s["frames_processed"] == len(rows) == len(frames) == 15
     assert s["frames_read"] == s["frames_processed"] + s["frames_skipped"] + s["frames_dropped"]
+    assert s["frames_received"] == s["frames_processed"] + s["frames_skipped"] + s["frames_dropped"] \
+        + s["frames_unreadable"]
     assert [r["frame"] for r in rows] == list(range(0, 90, 6))
     assert times == pytest.approx([r["timestamp"] for r in rows], abs=2e-3)
 
@@ -98,6 +100,7 @@ def test_corrupt_frames_are_counted_not_fatal(clip, media):
     assert s["frames_unreadable"] == 3 and s["frames_read"] == 27
     assert s["frames_processed"] == 13   # even indices 0..28 minus 4 and 20
     assert s["frames_read"] == s["frames_processed"] + s["frames_skipped"]
+    assert s["frames_received"] == 30 == s["frames_read"] + s["frames_unreadable"]
 
 
 def test_image_folder_source(clip, media):
@@ -193,10 +196,10 @@ def test_summary_memory_is_bounded(monkeypatch):
     for i in range(1000):
         s.update(Frame(i, i / 10, np.zeros((2, 2, 3), np.uint8), "x"),
                  FrameResult(top, top, 0.1, 0, 0, 0, latency_ms=float(i % 100)))
-    out = s.finish(SourceStats(read=1000))
+    out = s.finish(SourceStats(read=1000, received=1000))
     assert len(s.latencies) == 50 and 20 <= out["latency_ms_p50"] <= 80
     assert out["agreement"] == 100.0 and out["switches_per_min_clip"] == 0.0
-    assert "1000 frames processed of 1000 read" in summary_mod.format_summary(out)
+    assert "1000 frames processed of 1000 received" in summary_mod.format_summary(out)
 
 
 def test_demo_assets_match_their_labels_and_truth(monkeypatch):
@@ -360,9 +363,9 @@ def test_summary_plurals():
     from app.sources import SourceStats
     from app.summary import RunSummary, format_summary
 
-    out = RunSummary().finish(SourceStats(read=1))
+    out = RunSummary().finish(SourceStats(read=1, received=1))
     out.update(frames_processed=1, labelled_frames=1, accuracy_clip=100.0, accuracy_tta=0.0)
     text = format_summary(out)
-    assert text.startswith("1 frame processed of 1 read") and "on 1 labelled frame" in text
+    assert text.startswith("1 frame processed of 1 received") and "on 1 labelled frame" in text
     out.update(frames_processed=2, labelled_frames=2)
     assert format_summary(out).startswith("2 frames processed") and "on 2 labelled frames" in format_summary(out)
