@@ -2,6 +2,7 @@
 
     python benchmarks/stream.py                       # ViT-B-16 (random weights) + mstta-tiny, CPU or GPU
     python benchmarks/stream.py --frames 24 --long-frames 20000 --out results/stream.json
+    python benchmarks/stream.py --device cuda --models ViT-B-16 --long-frames 0   # GPU, no memory part
 
 Parts:
 - speed: one generated H.264 video, decoded once; the same frames go through the same encoder
@@ -12,6 +13,9 @@ Parts:
 - memory: a long generated stream (default 20,000 frames) through the whole headless pipeline
   (tiny model, JSONL log) with the bounded bank; RSS sampled every 250 frames; growth after
   warm-up (target <= 50 MB). The same for the engine alone at the ViT-B-16 feature size.
+
+Every part can be switched off: `--parts` picks a subset, `--long-frames 0` skips the memory part,
+`--models ''` the speed part. On CUDA every timing synchronises the device first.
 """
 from __future__ import annotations
 
@@ -36,12 +40,19 @@ from app.session import StreamSession  # noqa: E402
 from app.sinks import VideoSink  # noqa: E402
 from app.sources import IterableSource, open_source  # noqa: E402
 from mstta import Engine, EngineConfig, __version__  # noqa: E402
+from mstta.atomic import atomic_open  # noqa: E402
 from mstta.models import load_clip  # noqa: E402
 
 LABELS = ["circle", "square", "triangle", "star", "heart", "arrow"]
 BANK = 4096
 TARGET_RATIO = 0.95
 TARGET_GROWTH_MB = 50.0
+PARTS = ("speed", "engine", "memory")
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
 
 
 def rss_mb() -> float:
@@ -141,10 +152,13 @@ def engine_step(dim: int, steps: int, device: str) -> dict:
         engine.step(f)
     times = []
     for f in feats[BANK:]:
+        _sync(device)
         start = time.perf_counter()
         engine.step(f)
+        _sync(device)
         times.append((time.perf_counter() - start) * 1000)
     return {"dim": dim, "bank_size": BANK, "bank_filled": engine.bank_len, "steps": steps,
+            "cuda_graph": engine.cuda_graph,
             "ms_p50": round(float(np.percentile(times, 50)), 3), "ms_p95": round(float(np.percentile(times, 95)), 3)}
 
 
@@ -190,6 +204,8 @@ def memory_engine(n: int, dim: int, device: str) -> dict:
 
 
 def _growth(what: str, samples: list[tuple[int, float]], frames: int, seconds: float, bank: int) -> dict:
+    if not samples:  # a stream too short to sample (or empty): nothing to measure
+        return {"what": what, "frames": frames, "seconds": round(seconds, 1), "measured": False}
     warm = [r for i, r in samples if i >= 1000] or [r for _, r in samples]
     base = warm[0]
     peak = max(r for _, r in samples)
@@ -204,16 +220,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--frames", type=int, default=24, help="frames of the speed video (default 24)")
     p.add_argument("--rounds", type=int, default=2, help="passes over the frames (default 2)")
     p.add_argument("--models", default="ViT-B-16,mstta-tiny", help="comma-separated architectures (random weights)")
-    p.add_argument("--long-frames", type=int, default=20000, help="length of the memory stream (default 20000)")
-    p.add_argument("--device", default="auto")
+    p.add_argument("--long-frames", type=int, default=20000,
+                   help="length of the memory stream (default 20000; 0 skips the memory part)")
+    p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda or cuda:N")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice); 1 is steadier on a busy machine")
-    p.add_argument("--parts", default="speed,engine,memory", help="which parts to run (default all three)")
+    p.add_argument("--parts", default=",".join(PARTS), help="comma-separated parts to run: speed, engine, memory (default all)")
     p.add_argument("--out", type=Path, help="also write the JSON here")
     args = p.parse_args(argv)
+    parts = {x for x in args.parts.split(",") if x}
+    if parts - set(PARTS):
+        p.error(f"--parts: unknown part(s) {', '.join(sorted(parts - set(PARTS)))}; choose from {', '.join(PARTS)}")
+    if args.long_frames < 0:
+        p.error("--long-frames: must be >= 0 (0 skips the memory part)")
+    models = [m for m in args.models.split(",") if m]
     logging.basicConfig(level=logging.ERROR)
     from mstta.devices import resolve_device
 
-    device = str(resolve_device(args.device))
+    try:
+        device = str(resolve_device(args.device))
+    except Exception as exc:  # a UserError: one line, exit 2
+        p.error(str(exc))
     if args.threads:
         torch.set_num_threads(args.threads)
     result: dict = {"benchmark": "stream", "mstta": __version__, "torch": torch.__version__,
@@ -223,21 +249,21 @@ def main(argv: list[str] | None = None) -> int:
                     "gpu": torch.cuda.get_device_name(0) if device.startswith("cuda") else None}
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
-        parts = set(args.parts.split(","))
-        if "speed" in parts:
+        if "speed" in parts and models and args.frames > 0:
             frames = generated_video(t / "speed.mp4", args.frames)
             result["video"] = {"frames": len(frames), "size": [frames[0].shape[1], frames[0].shape[0]], "codec": "h264"}
-            result["speed"] = [speed(m, frames, args.rounds, device) for m in args.models.split(",") if m]
+            result["speed"] = [speed(m, frames, args.rounds, device) for m in models]
         if "engine" in parts:
             result["engine_step"] = engine_step(512, 300, device)
-        if "memory" in parts:
+        if "memory" in parts and args.long_frames > 0:
             result["memory"] = [memory_pipeline(args.long_frames, t), memory_engine(args.long_frames, 512, device)]
     result["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n", encoding="utf-8")
+        with atomic_open(args.out) as fh:
+            fh.write(text + "\n")
     return 0
 
 
