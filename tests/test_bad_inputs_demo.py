@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -18,12 +17,11 @@ import time
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 import pytest
 from PIL import Image
 
 from app.cli import main
-from helpers_video import LABELS, write_labels, write_video
+from helpers_video import write_labels, write_video
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--model", "mstta-tiny", "--pretrained", "none"]

@@ -3,8 +3,6 @@ interpolation, resize mode) and makes its extra views with `mstta.views`, exactl
 from __future__ import annotations
 
 import json
-import threading
-import time
 
 import numpy as np
 import pytest
