@@ -311,3 +311,47 @@ def test_video_declared_size_is_checked_before_decoding(tmp_path):
         open_source(str(video), max_pixels=6000)
     with open_source(str(video), max_pixels=96 * 64) as src:
         assert len(list(src)) == 3 and src.length == 3
+
+
+class _DeclaredCapture(FakeCapture):
+    """A stream that declares (or, undeclared, sends) frames of a given size."""
+
+    def __init__(self, n, size, declare=True):
+        super().__init__(n)
+        self.size, self.declare = size, declare
+
+    def get(self, prop):
+        import cv2
+
+        if self.declare and prop == cv2.CAP_PROP_FRAME_WIDTH:
+            return float(self.size[0])
+        if self.declare and prop == cv2.CAP_PROP_FRAME_HEIGHT:
+            return float(self.size[1])
+        return 0.0
+
+    def read(self):
+        ok, img = super().read()
+        return (ok, np.zeros((self.size[1], self.size[0], 3), np.uint8)) if ok else (ok, img)
+
+
+def test_live_stream_above_the_pixel_limit_is_refused_and_counted():
+    with pytest.raises(UserError, match="--video big: 8000x8000 is 64,000,000 pixels, above the limit"):
+        LiveSource("big", opener(_DeclaredCapture(3, (8000, 8000))), flag="--video big", retries=0)
+    # a stream that does not declare its size: its first oversized frame ends it with one line
+    src = LiveSource("liar", opener(_DeclaredCapture(1, (40, 30), declare=False),), flag="--video liar",
+                     retries=0, max_pixels=40 * 30)
+    with src:
+        assert len(list(src)) == 1
+    with pytest.raises(UserError, match="--video liar2: a 50x40 frame is above the limit of 1,200 pixels"):
+        LiveSource("liar2", opener(_DeclaredCapture(2, (50, 40), declare=False)), flag="--video liar2",
+                   retries=0, max_pixels=1200, connect_timeout=2)
+
+
+def test_large_live_frames_are_shrunk_on_arrival():
+    from app.frames import MAX_SIDE
+
+    src = LiveSource("wide", opener(_DeclaredCapture(2, (2560, 1440))), retries=0)
+    with src:
+        frames = list(src)
+    assert frames and all(f.image.shape == (720, MAX_SIDE, 3) for f in frames)
+    assert src.stats.received == 2 == src.stats.read + src.stats.dropped + src.stats.unreadable
