@@ -4,6 +4,10 @@
     engine = Engine(text_classifier, method="ms-tta", config=EngineConfig(k=2, alpha=0.8))
     for f in features:            # [d] or [V, d] CLIP image features, in stream order
         result = engine.step(f)   # result.prediction, result.clip_prediction, result.topk()
+
+The engine keeps its state on the text classifier's device and, on CUDA, captures its step as a
+CUDA graph (`Engine(..., cuda_graph=None|True|False)`); `list_methods()` gives the methods in the
+paper's order, `get_method(name).title` their human titles. Semantics: docs/engine.md.
 """
 from .config import BenchConfig, DatasetConfig, EngineConfig, load_dataset_config
 from .engine import Engine, StepResult

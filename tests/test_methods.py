@@ -1,0 +1,35 @@
+"""The method registry: the paper's order, one title and summary each, clear errors."""
+from __future__ import annotations
+
+import pytest
+
+from mstta import UserError, get_method, list_methods
+
+
+def test_paper_order_with_the_boost_readings():
+    assert list_methods() == ["zero-shot", "tda", "boostadapter", "ms-tta", "ms-tta+boost", "baseline",
+                              "baseline+boost", "tda+ms", "boostadapter+ms"]
+
+
+def test_titles_and_summaries_are_one_line_and_unique():
+    titles = [get_method(m).title for m in list_methods()]
+    assert len(set(titles)) == len(titles)
+    for m in list_methods():
+        meth = get_method(m)
+        assert meth.name == m and meth.title.strip() and meth.summary.strip()
+        assert "\n" not in meth.title + meth.summary
+
+
+def test_switches_follow_the_names():
+    for m in list_methods():
+        meth = get_method(m)
+        assert meth.mean_shift == (m.endswith("+ms") or m.startswith("ms-tta"))
+        assert meth.boost == ("boost" in m)
+        assert meth.negative == m.startswith(("tda", "boostadapter"))
+        assert meth.cache == (m != "zero-shot")
+        assert meth.neg_policy == ("fifo" if m.startswith("boostadapter") else "entropy")
+
+
+def test_unknown_method_lists_the_choices():
+    with pytest.raises(UserError, match=r"unknown method 'msta'; choose one of: zero-shot, tda, .*boostadapter\+ms"):
+        get_method("msta")
