@@ -1,8 +1,11 @@
-"""The headless demo pipeline: source -> sampler -> encoder -> engine -> sinks, one frame at a time.
+"""The demo pipeline: source -> sampler -> encoder -> engine -> sinks, one frame at a time.
 
     summary = run_pipeline(DemoConfig(video="clip.mp4", labels="labels.txt", out="annotated.mp4",
                                       log="preds.jsonl", model="mstta-tiny", pretrained="none"))
+    for step in iter_steps(frames, session, truth=truth, model_slot=slot):   # the UI's video runs
+        ...                                # step.frame, step.result, step.truth_label, step.fps
 
+`iter_steps` is the one frame loop: the headless run and the browser UI both drive it.
 Cheap checks come first (labels, template, truth, hyperparameters, output paths, the source
 itself), then the model loads, then frames flow one way through the stages. Ctrl-C ends the run
 early: the sinks finalise what was written and the summary says `"interrupted": true`.
@@ -11,25 +14,26 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from pathlib import Path
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, ContextManager, Iterable, Iterator
 
-from mstta.config import EngineConfig, from_dict, parse_overrides
 from mstta.atomic import sweep_stale
+from mstta.config import EngineConfig, from_dict, parse_overrides
 from mstta.errors import UserError
-from mstta.safety import STDOUT, check_outputs
 from mstta.methods import get_method
+from mstta.safety import STDOUT, check_outputs
 
 from .annotate import annotate
 from .encoder import check_views
+from .frames import MAX_PIXELS
 from .labels import read_labels, templates_for
+from .progress import Progress, plural
 from .sampling import Sampler, default_every
 from .session import DEFAULT_BANK_SIZE, FrameResult, StreamSession, method_title
 from .sinks import VIDEO_SUFFIXES, JsonlSink, VideoSink, check_output, prediction_row, shield_interrupts
-from .sources import MAX_PIXELS, Frame, Source, open_source
-from .progress import Progress, plural
+from .sources import Frame, Source, open_source
 from .summary import FpsMeter, RunSummary
 from .truth import Truth, read_truth
 
