@@ -7,14 +7,18 @@ view mode encode the original image only; the others encode every configured vie
 kind (crops for the boosting methods, `context.view_kind`).
 
 Same conditions for every method: one untimed warm-up pass runs every method first (kernels,
-allocator, caches), then ROUNDS rounds time every method in turn (the order rotating), and each
-method's best round counts. So no method is charged for warm-up or for a noisy moment, and
-zero-shot, a subset of every other method's work, comes out fastest.
+allocator, caches); then each of ROUNDS rounds times every method over the same samples (the
+order rotating per round; a method's pass keeps one batch shape, as a switch of shape costs the
+next forward a re-plan); a sample's best time over the rounds counts, and fps = 1 / the median of
+those (robust to samples whose every round met a busy machine, and to the first sample of a pass).
+So no method is charged for warm-up or for another's shapes, and zero-shot, a subset of every
+other method's work, comes out fastest. Peak memory comes from one more untimed pass per method.
 """
 from __future__ import annotations
 
 import dataclasses
 import logging
+import statistics
 import time
 from typing import Any, Sequence
 
@@ -33,7 +37,7 @@ from .store import Backbone
 log = logging.getLogger(__name__)
 
 WARMUP = 2   # untimed samples per method in the warm-up pass
-ROUNDS = 3   # timed rounds per method; the best counts
+ROUNDS = 3   # timed rounds; each sample's best time counts
 
 
 def views_used(method: str, ecfg: EngineConfig, views: int) -> int:
@@ -52,7 +56,7 @@ class Timed:
     make: Any
     engine: Engine
     views: int
-    best: float = float("inf")
+    best: list = dataclasses.field(default_factory=list)   # per sample: its best time over the rounds
     peak_mb: float | None = None
 
     def one(self, clip, i: int, img, mean, std) -> int:
@@ -77,21 +81,26 @@ def measure_methods(clip, images: Sequence, text: torch.Tensor, setups: Sequence
     for t in timed:                                   # one warm-up pass over every method
         for i, img in enumerate(images[:WARMUP]):
             t.one(clip, i, img, mean, std)
-    kind = MemoryMeter(clip.device).kind
+        t.best = [float("inf")] * len(images)
     for r in range(rounds):
-        for t in timed[r % len(timed):] + timed[:r % len(timed)]:
+        k = r % len(timed)
+        for t in timed[k:] + timed[:k]:
             t.engine.reset()
-            meter = MemoryMeter(clip.device)
-            with meter:
+            for i, img in enumerate(images):
                 t0 = time.perf_counter()
-                for i, img in enumerate(images):
-                    t.one(clip, i, img, mean, std)
-                seconds = time.perf_counter() - t0
-            t.best = min(t.best, seconds)
-            if meter.peak_mb is not None:
-                t.peak_mb = max(t.peak_mb or 0.0, meter.peak_mb)
-    return {t.name: {"fps": round(len(images) / t.best, 3) if t.best > 0 else None, "peak_memory_mb": t.peak_mb,
-                     "memory_kind": kind, "samples": len(images), "views": t.views} for t in timed}
+                t.one(clip, i, img, mean, std)
+                t.best[i] = min(t.best[i], time.perf_counter() - t0)
+    kind = MemoryMeter(clip.device).kind
+    for t in timed:                                   # memory: one more untimed pass per method
+        t.engine.reset()
+        meter = MemoryMeter(clip.device)
+        with meter:
+            for i, img in enumerate(images):
+                t.one(clip, i, img, mean, std)
+        t.peak_mb = meter.peak_mb
+    return {t.name: {"fps": round(1 / statistics.median(t.best), 3) if statistics.median(t.best) > 0 else None,
+                     "peak_memory_mb": t.peak_mb, "memory_kind": kind, "samples": len(images), "views": t.views}
+            for t in timed}
 
 
 def load_images(split, n: int, seed: int = 1) -> list:
