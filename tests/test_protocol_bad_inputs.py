@@ -1,0 +1,184 @@
+"""Issue 12's cases in `mstta-bench extract/run/sweep/tsne`: no output ever replaces an input, another
+output or a special file; a one-class folder is refused at extraction; sweep values are parsed as
+typed and a huge grid is refused at once; `--json` is valid JSON; an interrupted extraction leaves
+no temp file (completed shards stay: resuming is a feature) and a dead run's leftovers are swept.
+
+Every refusal: exit 2, one stderr line naming the flag or file, no traceback, inputs byte-identical."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mstta.extract as ex
+from helpers_cli import run_bench
+from helpers_data import make_fake_dataset, make_image
+
+TINY = ["--model", "mstta-tiny", "--pretrained", "none", "--workers", "0"]
+
+
+def _digest(*roots: Path) -> dict[str, str]:
+    """Every regular file under the roots -> sha256 (symlinks by their target text)."""
+    out = {}
+    for root in roots:
+        for p in sorted(Path(root).rglob("*")) if Path(root).is_dir() else [Path(root)]:
+            if p.is_symlink():
+                out[str(p)] = "link:" + os.readlink(p)
+            elif p.is_file():
+                out[str(p)] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """A dataset, a feature file and a results folder made once; the cases only read them."""
+    tmp = tmp_path_factory.mktemp("world")
+    make_fake_dataset(tmp / "data", "dtd", classes=3, per_class=2)
+    photos = make_fake_dataset(tmp, "imagefolder", classes=2, per_class=2).dataset
+    code = run_bench_plain("extract", "--dataset", photos, *TINY, "--views", "1", "--out", tmp / "feat.npz")
+    assert code == 0
+    (tmp / "config.yaml").write_text("engine:\n  k: 2\n")
+    (tmp / "a_file").write_text("not a folder\n")
+    os.mkfifo(tmp / "fifo.npz")
+    os.mkfifo(tmp / "fifo.png")
+    os.mkfifo(tmp / "fifo_dir")
+    (tmp / "victim.txt").write_text("precious\n")
+    os.symlink(tmp / "victim.txt", tmp / "link.npz")
+    os.symlink(tmp / "victim.txt", tmp / "link.png")
+    (tmp / "dir.png").mkdir()
+    return {"tmp": tmp, "photos": photos, "folder": Path(photos.split(":", 1)[1])}
+
+
+def run_bench_plain(*argv) -> int:
+    from mstta.bench import main
+
+    return main([str(a) for a in argv])
+
+
+def _sub(token: str, world) -> str:
+    """Placeholders of the case table: DATA, PHOTOS, and paths under T/ (the temp folder) or FOLDER/."""
+    t = world["tmp"]
+    fixed = {"DATA": str(t / "data"), "PHOTOS": world["photos"]}
+    if token in fixed:
+        return fixed[token]
+    for prefix, base in (("T/", t), ("FOLDER/", world["folder"])):
+        if token.startswith(prefix):
+            return str(base / token[len(prefix):])
+    return token
+
+
+RUN = ["--datasets", "dtd", "--backbone", "mstta-tiny", "--no-progress", "--fps-samples", "0"]
+CASES = [
+    # (id, argv, expected in the one stderr line)
+    ("extract-out-fifo", ["extract", "--dataset", "PHOTOS", *TINY, "--out", "T/fifo.npz"], "--out"),
+    ("extract-out-symlink", ["extract", "--dataset", "PHOTOS", *TINY, "--out", "T/link.npz"], "symbolic link"),
+    ("extract-out-parent-is-file", ["extract", "--dataset", "PHOTOS", *TINY, "--out", "T/a_file/x.npz"],
+     "is a file, not a folder"),
+    ("extract-out-inside-dataset", ["extract", "--dataset", "PHOTOS", *TINY, "--out", "FOLDER/class_0/f.npz"],
+     "inside the dataset folder"),
+    ("extract-out-existing-other-file", ["extract", "--dataset", "PHOTOS", *TINY, "--out", "T/feat.npz",
+                                         "--views", "2"], "exists with different settings"),
+    ("run-out-is-store", ["run", "--data-root", "DATA", *RUN, "--out", "T/s", "--store", "T/s"],
+     "--out"),
+    ("run-out-is-file", ["run", "--data-root", "DATA", *RUN, "--out", "T/a_file", "--store", "T/st"],
+     "--out"),
+    ("run-out-inside-data-root", ["run", "--data-root", "DATA", *RUN, "--out", "T/data/results", "--store", "T/st"],
+     "inside --data-root"),
+    ("run-store-is-fifo", ["run", "--data-root", "DATA", *RUN, "--out", "T/r", "--store", "T/fifo_dir"],
+     "--store"),
+    ("sweep-out-is-store", ["sweep", "--param", "k=2", "--data-root", "DATA", *RUN[:-2], "--out", "T/s2",
+                            "--store", "T/s2"], "--out"),
+    ("tsne-out-fifo", ["tsne", "--features", "T/feat.npz", "--out", "T/fifo.png"], "--out"),
+    ("tsne-out-symlink", ["tsne", "--features", "T/feat.npz", "--out", "T/link.png"], "symbolic link"),
+    ("tsne-out-folder", ["tsne", "--features", "T/feat.npz", "--out", "T/dir.png"], "is a folder"),
+    ("tsne-store-fifo", ["tsne", "--dataset", "PHOTOS", "--backbone", "mstta-tiny", "--store", "T/fifo_dir",
+                         "--out", "T/t.png"], "--store"),
+]
+
+
+@pytest.mark.parametrize("argv,expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_outputs_never_replace_inputs_or_special_files(world, capsys, argv, expected):
+    t = world["tmp"]
+    before = _digest(t)
+    argv = [_sub(a, world) for a in argv]
+    code, out, err = run_bench(capsys, *argv)
+    lines = [ln for ln in err.strip().splitlines() if "RANDOM weights" not in ln]
+    assert code == 2, err
+    assert len(lines) == 1 and lines[0].startswith("mstta-bench: error: ") and expected in lines[0], err
+    assert "Traceback" not in err
+    assert _digest(t) == before                       # every input (and everything else) byte-identical
+    assert (t / "victim.txt").read_text() == "precious\n"
+    assert not (t / "s").exists() and not (t / "r").exists() and not (t / "t.png").exists()
+
+
+def test_one_class_folder_refused_at_extraction(tmp_path, capsys):
+    make_image(tmp_path / "one" / "only_class" / "a.png", 1)
+    make_image(tmp_path / "one" / "only_class" / "b.png", 2)
+    before = _digest(tmp_path / "one")
+    code, _, err = run_bench(capsys, "extract", "--dataset", f"imagefolder:{tmp_path / 'one'}", *TINY,
+                             "--out", tmp_path / "f")
+    assert code == 2 and err.count("\n") == 1 and "at least 2 classes" in err and "--dataset" in err, err
+    assert _digest(tmp_path / "one") == before and not (tmp_path / "f").exists()
+
+
+def test_extract_json_is_strict_json(world, tmp_path, capsys):
+    code, out, err = run_bench(capsys, "extract", "--dataset", world["photos"], *TINY, "--views", "2",
+                               "--out", tmp_path / "x.npz", "--json")
+    assert code == 0, err
+
+    def no_constants(name):
+        raise AssertionError(f"{name} is not JSON")
+
+    report = json.loads(out, parse_constant=no_constants)
+    assert report["n"] == 4 and report["images_per_s"] > 0
+
+
+def test_interrupted_shard_leaves_no_temp_file_and_resumes(world, tmp_path, monkeypatch):
+    """Ctrl-C (SIGTERM becomes the same KeyboardInterrupt in `run_cli`) while a shard is being
+    written: its temp file is removed, the completed shards stay, and a rerun resumes."""
+    real_savez, calls = np.savez, {"n": 0}
+
+    def savez_then_stop(fh, **arrays):
+        calls["n"] += 1
+        if calls["n"] == 2:                          # the second shard: interrupted halfway through its write
+            fh.write(b"PK partial")
+            raise KeyboardInterrupt
+        return real_savez(fh, **arrays)
+
+    monkeypatch.setattr(ex.np, "savez", savez_then_stop)
+    out = tmp_path / "f.npz"
+    opts = dict(model="mstta-tiny", pretrained="none", device="cpu", workers=0, views=2, augment="crop",
+                shard_size=1, batch_size=2, cache_dir=tmp_path / "c")
+    with pytest.raises(KeyboardInterrupt):
+        ex.run_extraction(world["photos"], out, **opts)
+    work = tmp_path / ".f.npz.work"
+    assert sorted(p.name for p in work.iterdir()) == ["settings.json", "shard-000000.npz"]   # no temp file
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".") and p != work] == []
+    monkeypatch.setattr(ex.np, "savez", real_savez)
+    res = ex.run_extraction(world["photos"], out, **opts)
+    assert res.n == 4 and not work.exists()
+
+
+def test_dead_runs_leftovers_swept_before_writing(world, tmp_path, capsys):
+    dead = 4_194_303                                  # above any pid this test machine hands out
+    leftovers = [tmp_path / f".x.npz.{dead}-0123abcd.tmp", tmp_path / f".x.npz.{dead}-89abcdef.part.npz"]
+    live = tmp_path / f".x.npz.{os.getpid()}-0123abcd.tmp"           # a live process's: kept
+    for p in leftovers + [live]:
+        p.write_bytes(b"half")
+    code, _, err = run_bench(capsys, "extract", "--dataset", world["photos"], *TINY, "--views", "1",
+                             "--out", tmp_path / "x.npz")
+    assert code == 0, err
+    assert not any(p.exists() for p in leftovers) and live.exists()
+    results = tmp_path / "results"
+    results.mkdir()
+    stale = results / f".results.json.{dead}-0123abcd.tmp"
+    stale.write_bytes(b"{")
+    code, _, err = run_bench(capsys, "run", "--datasets", world["photos"], "--backbone", "mstta-tiny",
+                             "--methods", "zero-shot", "--out", results, "--store", tmp_path / "st", "--workers", "0",
+                             "--no-progress", "--fps-samples", "0", "--no-plots")
+    assert code == 0, err
+    assert not stale.exists() and (results / "results.json").is_file()
