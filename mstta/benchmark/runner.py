@@ -1,8 +1,9 @@
 """`run_benchmark(cfg)`: the paper's experiments as cells (dataset x backbone x method x seed).
 
 For each backbone and dataset: resolve `configs/<dataset>.yaml` + `--set`; per seed make sure
-the feature file exists (extracting it once, shared by every method); replay each unfinished
-method over it and record the cell in `results.json` at once. Then measure end-to-end speed and
+the feature file of each view kind the methods read exists (extracting each once, shared by every
+method that reads that kind: `context.view_kind`); replay each unfinished method over its file
+and record the cell in `results.json` at once. Then measure end-to-end speed and
 memory per method (optional) and write the reports (`report.py`). A dataset whose data, weights
 or features cannot be had is reported and skipped; the others still run.
 """
