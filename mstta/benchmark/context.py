@@ -52,9 +52,11 @@ class Row:
 
     @property
     def title(self) -> str:
+        """The method's title (`Method.title`), plus the forced prediction path if any."""
         title = get_method(self.method).title
-        return title if self.view_mode is None else f"{title} ({self.view_mode} image)" \
-            if self.view_mode == "original" else f"{title} ({self.view_mode} views)"
+        if self.view_mode is None:
+            return title
+        return f"{title} ({'original image' if self.view_mode == 'original' else 'confident views'})"
 
     @classmethod
     def parse(cls, spec: str, flag: str = "--methods") -> "Row":
@@ -137,11 +139,6 @@ def engine_config(row: Row, dcfg: DatasetConfig) -> EngineConfig:
 def redundant(row: Row, dcfg: DatasetConfig) -> bool:
     """A forced view mode equal to the dataset's own: the row would repeat its method's cell."""
     return row.view_mode is not None and row.view_mode == engine_config(Row(row.method), dcfg).view_mode
-
-
-def reads_views(method: str, ecfg: EngineConfig) -> bool:
-    """Whether a method reads augmented views at all (else only view 0, the original image)."""
-    return method != "zero-shot" and (get_method(method).boost or ecfg.view_mode == "confident")
 
 
 def view_kind(method: str, dcfg: DatasetConfig, forced: str | None = None) -> str:
@@ -262,10 +259,11 @@ class RunContext:
     def streams(self, cells: list[Cell]) -> Iterable[tuple[list[Cell], Path, FeatureSet]]:
         """Cells grouped by feature file, each file extracted if needed and loaded once:
         (cells, path, features) per file, one file in memory at a time."""
-        groups: dict[FeatureKey, list[Cell]] = {}
+        groups: dict[Path, list[Cell]] = {}        # one-view keys of either kind share one file
         for c in cells:
-            groups.setdefault(c.fkey, []).append(c)
-        for fkey, group in groups.items():
+            groups.setdefault(c.fkey.path(self.cfg.store), []).append(c)
+        for group in groups.values():
+            fkey = group[0].fkey
             path = ensure_features(fkey, self.cfg.store, self.models, self.cfg.data_root,
                                    batch_size=self.cfg.batch_size, workers=self.cfg.workers,
                                    progress=self.cfg.progress)

@@ -25,7 +25,7 @@ from ..features import FeatureSet
 from ..replay import replay
 from . import paper
 from .context import (RESULTS_FILE, BenchmarkConfig, Cell, Row, RunContext, cell_fingerprint, cell_key, dataset_config,
-                      engine_config, feature_key, load_stream, protocol, reads_views, redundant, view_kind)
+                      engine_config, feature_key, load_stream, protocol, redundant, view_kind)
 from .memory import MemoryMeter
 from .results import ResultsStore, predictions_path, save_predictions
 from .store import Backbone, FeatureKey, Models, ensure_features, resolve_backbone, resolved_precision, weights_status
@@ -132,7 +132,7 @@ def replay_cell(fs: FeatureSet, cell: Cell, path: Path, zs: float, device: torch
         "gain_over_clip_views": round(acc - clip_views, 4),
         "protocol": protocol(method, ecfg, augment),
         "n": int(fs.num_samples), "classes": int(fs.num_classes), "listing": fkey.listing,
-        "views": fkey.views, "augment": augment, "reads_views": reads_views(method, ecfg) and fkey.views > 1,
+        "views": fkey.views, "augment": augment,
         "view_mode": ecfg.view_mode, "precision": fkey.precision, "limit": fkey.limit,
         "fps": None, "adapt_fps": round(r.samples_per_s, 2), "seconds": round(r.seconds, 4),
         "peak_memory_mb": meter.peak_mb, "memory_kind": meter.kind, "device": str(device),
