@@ -241,8 +241,9 @@ def efficiency_table(data: dict[str, Any], groups: dict) -> list[str]:
     kinds = sorted({f"{e['device']}: {e['memory_kind']}" for e in data.get("efficiency", [])})
     return table(["Method", "Backbone", "Timed on", "FPS", "Memory (GB)", "OOD Avg", "Cross Avg",
                   "paper FPS", "paper Memory (GB)", "paper OOD", "paper Cross"], rows) + [
-        "", f"FPS: end to end, batch 1 (views + encoder + adaptation step); one warm-up pass over every "
-            "method first, then every method timed in the same interleaved rounds, the best round counted. "
+        "", f"FPS: end to end, batch 1 (views + encoder + adaptation step), each method on its own views; one "
+            "warm-up pass over every method first, then three rounds timing every method over the same samples "
+            "(order rotating); FPS = 1 / the median over samples of each sample's best time. "
             f"Memory: {'; '.join(kinds)}. The paper's numbers are from an RTX 3090 with ViT-B/16."]
 
 
