@@ -9,7 +9,8 @@ builds crop views everywhere (`AugMixAugmenter(..., augmix=False)` in both `get_
 and `get_cross_dataset_preprocess`, taolinzhang/BoostAdapter utils.py:112-133), so every method
 with boosting (`Method.boost`) reads `crop` views; TDA builds AugMix views for ImageNet-A/V2/R/S
 (kdiAAA/TDA utils.py:94-105 via `build_test_data_loader`) and the original image elsewhere, so the
-other methods read the dataset's `bench.augment` (augmix on OOD). `--augment` makes every method read one kind.
+other methods read the dataset's `bench.augment` (augmix on OOD). `--augment` makes every method
+read one kind.
 """
 from __future__ import annotations
 
@@ -137,8 +138,8 @@ def engine_config(row: Row, dcfg: DatasetConfig) -> EngineConfig:
 
 
 def redundant(row: Row, dcfg: DatasetConfig) -> bool:
-    """A forced view mode equal to the dataset's own: the row would repeat its method's cell."""
-    return row.view_mode is not None and row.view_mode == engine_config(Row(row.method), dcfg).view_mode
+    """A forced view mode that changes nothing here: the row would repeat its method's cell."""
+    return row.view_mode is not None and engine_config(row, dcfg) == engine_config(Row(row.method), dcfg)
 
 
 def view_kind(method: str, dcfg: DatasetConfig, forced: str | None = None) -> str:
