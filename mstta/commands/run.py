@@ -1,6 +1,7 @@
-"""The paper's benchmark: extract features once per (dataset, backbone, views, seed), replay every
-method over them, and report beside the paper (results/results.json, results.csv, report.md,
-plots). Rerunning skips finished cells; see docs/benchmark.md, "Reproduce the paper", for the paper's tables."""
+"""The paper's benchmark: extract features once per (dataset, backbone, view kind, seed), replay
+every method over the views its own code reads, and report beside the paper (results/results.json,
+results.csv, report.md, plots). Rerunning skips finished cells; see docs/benchmark.md, "Reproduce
+the paper", for the paper's tables."""
 from __future__ import annotations
 
 import argparse
