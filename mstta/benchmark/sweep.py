@@ -23,7 +23,8 @@ from ..atomic import atomic_open
 from ..config import EngineConfig, from_dict
 from ..errors import UserError
 from . import paper
-from .context import BenchmarkConfig, Row, RunContext, cell_fingerprint, dataset_config, feature_key, row_title
+from .context import (BenchmarkConfig, Row, RunContext, cell_fingerprint, cell_key, dataset_config, engine_config,
+                      feature_key, row_title, view_kind)
 from .plots import save_png
 from .report import DASH, diff, fmt, fmt_stats, stats, table
 from .results import SWEEP_KEY, ResultsStore, write_csv
@@ -120,8 +121,6 @@ def engine_for(dataset: str, overrides: list[str], param: str, value: Any, metho
                ) -> EngineConfig:
     """The engine config of one sweep cell: the row's (dataset config + --set, its view mode) with
     `param` set to the parsed value itself (`ms_steps=0` keeps the default steps: it runs the baseline)."""
-    from .context import engine_config
-
     ecfg = engine_config(Row.parse(method), dataset_config(dataset, overrides))
     if param == "ms_steps" and value == 0:
         return ecfg
@@ -180,7 +179,6 @@ def _sweep_dataset(run: RunContext, backbone, dataset: str, param: str, values: 
 def plan_sweep(cfg: BenchmarkConfig, param: str, values: Sequence[Any], method: str = DEFAULT_METHOD) -> list[str]:
     """What run_sweep would do, as lines (data, feature files, cells done/to run). Writes nothing."""
     from ..devices import resolve_device
-    from .context import cell_key, view_kind
     from .runner import plan_benchmark
     from .store import resolved_precision
 
