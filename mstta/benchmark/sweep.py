@@ -21,6 +21,7 @@ import yaml
 
 from ..atomic import atomic_open
 from ..config import EngineConfig, from_dict
+from ..devices import resolve_device
 from ..errors import UserError
 from . import paper
 from .context import (BenchmarkConfig, Row, RunContext, cell_fingerprint, cell_key, dataset_config, engine_config,
@@ -28,7 +29,8 @@ from .context import (BenchmarkConfig, Row, RunContext, cell_fingerprint, cell_k
 from .plots import save_png
 from .report import DASH, diff, fmt, fmt_stats, stats, table
 from .results import SWEEP_KEY, ResultsStore, write_csv
-from .runner import replay_cell, zero_shot_accuracy
+from .runner import plan_benchmark, replay_cell, zero_shot_accuracy
+from .store import resolved_precision
 
 PARAM_LABEL = {"k": "k", "alpha": "α", "lam": "λ", "ms_steps": "MS steps"}
 DEFAULT_METHOD = "ms-tta+boost"    # the reading held against the paper (docs/benchmark.md)
@@ -178,9 +180,6 @@ def _sweep_dataset(run: RunContext, backbone, dataset: str, param: str, values: 
 
 def plan_sweep(cfg: BenchmarkConfig, param: str, values: Sequence[Any], method: str = DEFAULT_METHOD) -> list[str]:
     """What run_sweep would do, as lines (data, feature files, cells done/to run). Writes nothing."""
-    from ..devices import resolve_device
-    from .runner import plan_benchmark
-    from .store import resolved_precision
 
     check_grid(cfg, values)
     lines = plan_benchmark(dataclasses.replace(cfg, methods=[]))[:-1]
