@@ -150,6 +150,12 @@ def test_report_holds_the_boost_reading_against_the_paper(bench):
     assert "| CLIP on crop views, confident (no cache) | ours |" in ood
     assert "Gains over the two CLIP rows (ood)" in md and "MS-TTA + boost ‡ − Baseline + boost" in md
     assert "## Test samples read" in md and "| ImageNet-A | full | 12 | 3 | 7,500 | 200 | DIFFERS" in md
+    proto = md.split("## Protocol of each row")[1].split("\n## ")[0]
+    assert ("| TDA | 3 augmix views + original; predicts from the confident views' mean | original image; "
+            "predicts from the original image |") in proto
+    assert ("| MS-TTA + boost ‡ | 3 crop views + original; predicts from the confident views' mean | 3 crop views "
+            "+ original; predicts from the original image |") in proto
+    assert "| MS-TTA + boost (original image) | 3 crop views + original; predicts from the original image | — |" in proto
 
 
 def test_both_readings_face_the_papers_ms_tta_row():

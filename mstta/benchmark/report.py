@@ -19,7 +19,8 @@ from typing import Any, Iterable, Sequence
 
 from ..atomic import atomic_open
 from . import paper
-from .context import HELD_AGAINST_PAPER, row_order, row_title
+from ..methods import get_method
+from .context import HELD_AGAINST_PAPER, Row, row_order, row_title
 from .results import ResultsStore, write_csv
 
 DASH = "—"
@@ -255,6 +256,31 @@ def other_table(by_ds: dict[str, dict[str, list[float]]], methods: list[str]) ->
     return table(["Method"] + [paper.dataset_label(d) for d in cols], rows)
 
 
+def describe_protocol(r: dict[str, Any]) -> str:
+    """What a cell read and predicted from, in words: `63 augmix views + original; predicts from
+    the confident views' mean`."""
+    method = Row.parse(r["method"]).method
+    views, augment, confident = r.get("views", 1), r.get("augment"), r.get("view_mode") == "confident"
+    many = views > 1 and method != "zero-shot"
+    reads = (f"{views - 1} {augment} views + original" if many and (get_method(method).boost or confident)
+             else "original image")
+    return f"{reads}; predicts from {'the confident views' mean' if many and confident else 'the original image'}"
+
+
+def protocol_table(runs: list[dict[str, Any]]) -> list[str]:
+    """Per row and benchmark: the views it read and what it predicted from (from the cells)."""
+    seen: dict = defaultdict(dict)
+    for r in runs:
+        if "views" in r and "param" not in r:
+            seen[r["method"]].setdefault(r.get("benchmark") or "other", describe_protocol(r))
+    if not seen:
+        return []
+    benches = [b for b in ("ood", "cross", "other") if any(b in v for v in seen.values())]
+    names = {"ood": "OOD", "cross": "Cross-dataset", "other": "Other datasets"}
+    return table(["Method"] + [names[b] for b in benches],
+                 [[method_label(m)] + [seen[m].get(b, DASH) for b in benches] for m in row_order(seen)])
+
+
 def samples_table(runs: list[dict[str, Any]]) -> list[str]:
     """Test samples read per dataset (and listing) beside the paper's dataset statistics; a
     difference is flagged (`--listing peer` reads the peers' lists, `--limit` cuts a stream)."""
@@ -293,6 +319,11 @@ def render_report(data: dict[str, Any], plots: Sequence[Path] = (), out: Path | 
              "`Δ` = ours − paper. An average is ours only when every dataset of the table ran.", ""]
     titles = {"ood": "OOD benchmark (paper Table: ImageNet variants)",
               "cross": "Cross-dataset benchmark (paper Table: 10 datasets)"}
+    proto = protocol_table(runs)
+    if proto:
+        lines += ["## Protocol of each row", "", "The views each method read (its own code's kind: crops for "
+                  "the boosting methods, AugMix for TDA's protocol on OOD) and what it predicted from.", ""]
+        lines += proto + [""]
     views = clip_views(runs)
     for (bb, pre), by_ds in groups.items():
         pkey = paper.backbone_key(bb, pre)
