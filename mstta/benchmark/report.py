@@ -264,7 +264,8 @@ def describe_protocol(r: dict[str, Any]) -> str:
     many = views > 1 and method != "zero-shot"
     reads = (f"{views - 1} {augment} views + original" if many and (get_method(method).boost or confident)
              else "original image")
-    return f"{reads}; predicts from {'the confident views' mean' if many and confident else 'the original image'}"
+    source = "the confident views' mean" if many and confident else "the original image"
+    return f"{reads}; predicts from {source}"
 
 
 def protocol_table(runs: list[dict[str, Any]]) -> list[str]:
