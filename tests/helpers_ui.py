@@ -156,6 +156,17 @@ parser = add_ui_arguments(build_parser())
 sys.exit(run_cli("mstta-demo", lambda argv: run_ui(parser.parse_args(argv)), sys.argv[1:]))
 """
 
+# The loader stubbed to claim real weights (none exist here): the page must then show no random-weights banner.
+STUB_WEIGHTS_SCRIPT = """
+import mstta.models as models
+real = models.load_clip
+def load_clip(name, pretrained, **kw):
+    clip = real("mstta-tiny", "none", **kw)
+    clip.pretrained = "openai"   # as if real weights had loaded
+    return clip
+models.load_clip = load_clip
+""" + UI_SCRIPT
+
 # `run_ui` reads only the flags it is given (the rest default): the UI with no labels and no video.
 EMPTY_UI_SCRIPT = """
 import argparse, sys
@@ -299,10 +310,10 @@ def chromium(tmp_path: Path, *, camera: str | None = None, camera_file: Path | N
             context.close()
 
 
-def save_shot(page, tmp_path: Path, name: str) -> Path:
-    """Full-page screenshot into tmp_path, copied to SHOTS_DIR."""
+def save_shot(page, tmp_path: Path, name: str, full_page: bool = True) -> Path:
+    """Screenshot (full page by default) into tmp_path, copied to SHOTS_DIR."""
     path = tmp_path / name
-    page.screenshot(path=str(path), full_page=True)
+    page.screenshot(path=str(path), full_page=full_page)
     SHOTS_DIR.mkdir(parents=True, exist_ok=True)
     shutil.copy(path, SHOTS_DIR / name)
     return path

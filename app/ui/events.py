@@ -234,7 +234,7 @@ def _wire(demo: gr.Blocks, c: Components, ctx: Context, *, autostart: bool, stre
 
     def on_tick(ui):
         result = handlers.webcam_tick(ui)
-        return result | {"timer": gr.Timer(active=False)} if result is not None else {}
+        return result | {"timer": gr.Timer(active=False)} if result is not None else {"timer": gr.skip()}
 
     settings = c.settings
     light = dict(concurrency_limit=None, show_progress="minimal", show_progress_on=[c.status])

@@ -45,7 +45,8 @@ OUTPUTS = ("status", "verdict", "frame", "clip_topk", "tta_topk", "stats", "conf
            "cache", "accuracy", "result", "drop_truth", "truth", "state")
 ASSETS_DIR = Path(__file__).resolve().parent.parent.parent / "assets"
 VIDEO_TYPES = (".mp4", ".m4v", ".mov", ".avi", ".mkv", ".webm", ".mpg", ".mpeg", ".wmv", ".flv", ".ogv")
-WEBCAM_END_S = 1.5               # the webcam run has ended when no frame came for this long
+WEBCAM_END_S = 5.0               # the webcam run has ended when no frame came for this long (a slow
+                                 # browser sends about one frame a second)
 UPLOAD_KEEP_MIN = 15             # uploads and shown frames are deleted after this many minutes
 
 
@@ -356,14 +357,15 @@ def open_video(path: str, max_pixels: int = MAX_PIXELS):
         raise UserError(upload_message(exc, path)) from None
 
 
-def read_frame(path: str | None, max_pixels: int) -> np.ndarray:
-    """An uploaded webcam/API frame: refused from its header above the pixel limit, scaled down early."""
-    if not path:
+def read_frame(data: str | bytes | None, max_pixels: int) -> np.ndarray:
+    """A webcam/API frame (a file path or the image's bytes): refused from its header above the pixel
+    limit, then scaled down early (`frames.shrink`)."""
+    if not data:
         raise UserError("no image received")
-    return shrink(decode_image(str(path), max_pixels, what="frame"))
+    return shrink(decode_image(data if isinstance(data, bytes) else str(data), max_pixels, what="frame"))
 
 
-def process_frame(ctx: Context, ui: UISession, image_path: str | None, keep: bool,
+def process_frame(ctx: Context, ui: UISession, image_path: str | bytes | None, keep: bool,
                   form: Sequence[Any]) -> dict[str, Any]:
     """One webcam (or API) frame: adapt, predict, draw."""
     if ui.expired:

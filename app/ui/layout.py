@@ -5,6 +5,8 @@ column); the controls are on the left; the plots over time follow below, two per
 """
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
 import logging
 from typing import Any, Sequence
@@ -101,8 +103,11 @@ class Components:
 
 
 class FrameInput(gr.Image):
-    """An image input that hands the handler the uploaded file's path without decoding it: the
-    handler reads the header first and refuses frames above the pixel limit (`frames.decode_image`)."""
+    """An image input that hands the handler the frame undecoded: the uploaded file's path, or the
+    bytes of an inline `data:` URL (how the browser's webcam sends frames). The handler reads the
+    header first and refuses frames above the pixel limit (`frames.decode_image`)."""
+
+    max_inline = 16 * 1024 * 1024    # bytes of one inline frame (a webcam JPEG is ~50 KB)
 
     def get_block_name(self) -> str:
         return "image"
@@ -111,8 +116,15 @@ class FrameInput(gr.Image):
         if payload is None:
             return None
         if payload.url and payload.url.startswith("data:"):
-            log.info("refused a frame sent inline as a data: URL; upload it as a file")
-            raise gr.Error("send frames as uploaded files, not inline data: URLs", print_exception=False)
+            header, _, data = payload.url.partition(",")
+            if len(data) > self.max_inline * 4 // 3 + 4 or not header.endswith(";base64"):
+                log.info("refused an inline frame: %d characters or not base64", len(data))
+                raise gr.Error("the frame is too large or not a base64 image", print_exception=False)
+            try:
+                return base64.b64decode(data, validate=True)
+            except (binascii.Error, ValueError):
+                log.info("refused an inline frame: not valid base64")
+                raise gr.Error("the frame is not valid base64", print_exception=False) from None
         return payload.path
 
 

@@ -95,7 +95,7 @@ class UISession:
 
     @property
     def busy(self) -> bool:
-        return self.runs > 0 or time.monotonic() - self.webcam_last < 2.0
+        return self.runs > 0 or time.monotonic() - self.webcam_last < 10.0
 
     def restart_history(self, source: str | None = None) -> None:
         """Plots start over (new video, new settings, Reset); the engine is not touched."""
