@@ -128,6 +128,33 @@ class FrameInput(gr.Image):
         return payload.path
 
 
+class QuietRefusals:
+    """A component whose refusals (a value out of its range, not among its choices) are one server
+    line: Gradio's own check raises an error that it would print with a full traceback."""
+
+    def preprocess(self, payload):  # noqa: ANN001 - the component's payload
+        try:
+            return super().preprocess(payload)
+        except gr.Error as exc:
+            log.info("refused %s: %s", self.label, exc.message)
+            raise gr.Error(exc.message, print_exception=False) from None
+
+
+class Number(QuietRefusals, gr.Number):
+    def get_block_name(self) -> str:
+        return "number"
+
+
+class Slider(QuietRefusals, gr.Slider):
+    def get_block_name(self) -> str:
+        return "slider"
+
+
+class Dropdown(QuietRefusals, gr.Dropdown):
+    def get_block_name(self) -> str:
+        return "dropdown"
+
+
 def method_choices() -> list[tuple[str, str]]:
     return [(get_method(name).title, name) for name in list_methods()]
 
@@ -154,7 +181,7 @@ def build_layout(*, title_md: str, random_weights: bool, labels: Sequence[str] |
                                        elem_classes=["mstta-file"])
                     drop_truth = gr.Button("Drop the ground-truth file", size="sm", visible=False,
                                            elem_id="mstta-drop-truth")
-                    every_in = gr.Number(value=every or 0, precision=0, minimum=0,
+                    every_in = Number(value=every or 0, precision=0, minimum=0,
                                          label="Process every N-th frame (0 = about 5 per second of video)")
                     with gr.Row():
                         run_btn = gr.Button("▶ Process video", variant="primary", elem_id="mstta-run")
@@ -180,19 +207,19 @@ def build_layout(*, title_md: str, random_weights: bool, labels: Sequence[str] |
             template_in = gr.Textbox(value=template or "", label="Prompt template (empty: built-in ensemble)",
                                      placeholder="a photo of a {}.", elem_id="mstta-template")
             with gr.Accordion("Adaptation settings", open=True):
-                method_in = gr.Dropdown(method_choices(), value=method, label="Method", info=summary,
+                method_in = Dropdown(method_choices(), value=method, label="Method", info=summary,
                                         elem_id="mstta-method")
                 with gr.Row():
-                    k_in = gr.Slider(1, 16, value=base.k, step=1, label="k (mean-shift neighbours)",
+                    k_in = Slider(1, 16, value=base.k, step=1, label="k (mean-shift neighbours)",
                                      interactive=uses_ms, info=why or None, elem_id="mstta-k")
-                    alpha_in = gr.Slider(0.0, 1.0, value=base.alpha, step=0.05, label="α (mean-shift weight)",
+                    alpha_in = Slider(0.0, 1.0, value=base.alpha, step=0.05, label="α (mean-shift weight)",
                                          interactive=uses_ms, info=why or None, elem_id="mstta-alpha")
                 with gr.Row():
-                    lam_in = gr.Slider(0.0, 5.0, value=base.lam, step=0.1, label="λ (cache weight)",
+                    lam_in = Slider(0.0, 5.0, value=base.lam, step=0.1, label="λ (cache weight)",
                                        elem_id="mstta-lam")
-                    cap_in = gr.Slider(1, 16, value=base.capacity, step=1, label="Q (cache size per class)",
+                    cap_in = Slider(1, 16, value=base.capacity, step=1, label="Q (cache size per class)",
                                        elem_id="mstta-capacity")
-                bank_in = gr.Number(value=min(base.bank_size or MAX_BANK_SIZE, MAX_BANK_SIZE), precision=0,
+                bank_in = Number(value=min(base.bank_size or MAX_BANK_SIZE, MAX_BANK_SIZE), precision=0,
                                     minimum=1, maximum=MAX_BANK_SIZE, elem_id="mstta-bank",
                                     label=f"Bank size (features; at most {MAX_BANK_SIZE:,} per session)")
                 with gr.Row():

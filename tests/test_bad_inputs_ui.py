@@ -1,0 +1,261 @@
+"""Hostile and careless requests against the browser UI's server (issue 12, part 4), as raw HTTP.
+
+One `mstta-demo` UI process on 127.0.0.1 (random-weight `mstta-tiny`, `--max-sessions 4`,
+`--session-ttl 10`); every case sends a bounded number of requests to Gradio's public REST routes
+(`/gradio_api/upload`, `/gradio_api/call/<api>`), with no browser and no session cookie, as an
+anonymous client would. Each case checks the answer, that the server's peak memory (VmHWM in
+/proc/<pid>/status) grew by less than a bound, and that a refusal left one server line and no
+traceback. The table is the regression suite: CASES lists what it tries.
+"""
+from __future__ import annotations
+
+import base64
+import io
+import json
+import re
+import struct
+import time
+import urllib.request
+import uuid
+import zlib
+from pathlib import Path
+
+import pytest
+
+from helpers_ui import LABELS, SETTINGS, UIProcess
+from helpers_video import write_labels
+
+pytestmark = pytest.mark.slow
+
+MAX_SESSIONS = 4
+GROWTH_MB = 150          # a refused bomb must not cost the server more than this (they would cost 0.4-1.2 GB)
+
+
+# ---------------------------------------------------------------------------- crafted inputs
+def png_bomb(width: int, height: int, bit_depth: int = 8) -> bytes:
+    """A valid grayscale PNG of width x height zeros, compressed as it is streamed (never held whole)."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    row = b"\x00" * (1 + (width * bit_depth + 7) // 8)   # filter byte + packed pixels
+    z, parts = zlib.compressobj(9), []
+    for _ in range(height // 100):
+        parts.append(z.compress(row * 100))
+    parts.append(z.compress(row * (height % 100)) + z.flush())
+    ihdr = struct.pack(">IIBBBBB", width, height, bit_depth, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", b"".join(parts)) + chunk(b"IEND", b"")
+
+
+def jpeg_declaring(width: int, height: int) -> bytes:
+    """A small JPEG (an MJPEG frame) whose header declares width x height."""
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (16, 16), (90, 120, 200)).save(buf, "JPEG")
+    data = bytearray(buf.getvalue())
+    sof = data.index(b"\xff\xc0")
+    data[sof + 5:sof + 9] = struct.pack(">HH", height, width)
+    return bytes(data)
+
+
+def small_png(width: int = 96, height: int = 64) -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (width, height), (200, 60, 60)).save(buf, "PNG")
+    return buf.getvalue()
+
+
+# ---------------------------------------------------------------------------- raw HTTP
+def upload(url: str, name: str, data: bytes) -> str:
+    """POST a file to Gradio's upload route; returns its server path."""
+    boundary = uuid.uuid4().hex
+    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"{name}\"\r\n"
+            "Content-Type: application/octet-stream\r\n\r\n").encode() + data + f"\r\n--{boundary}--\r\n".encode()
+    req = urllib.request.Request(f"{url}gradio_api/upload", data=body, method="POST",
+                                 headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.loads(r.read())[0]
+
+
+def file_data(path: str, name: str) -> dict:
+    return {"path": path, "orig_name": name, "meta": {"_type": "gradio.FileData"}}
+
+
+def call(url: str, api: str, data: list, session_hash: str | None = None) -> tuple[str, object]:
+    """One anonymous call of a named endpoint: ("complete", outputs) or ("error", message)."""
+    body = {"data": data} | ({"session_hash": session_hash} if session_hash else {})
+    req = urllib.request.Request(f"{url}gradio_api/call/{api}", data=json.dumps(body).encode(),
+                                 method="POST", headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        event_id = json.loads(r.read())["event_id"]
+    with urllib.request.urlopen(f"{url}gradio_api/call/{api}/{event_id}", timeout=120) as r:
+        text = r.read().decode()
+    events = re.findall(r"event: (\w+)\ndata: (.*)", text)
+    kind, payload = events[-1]
+    return kind, json.loads(payload) if payload and payload != "null" else None
+
+
+def frame_call(url: str, image: dict | None) -> tuple[str, object]:
+    return call(url, "process_frame", [image, False, "\n".join(LABELS), "", *SETTINGS])
+
+
+def status_of(outputs) -> str:
+    return outputs[0] if isinstance(outputs, list) else str(outputs)
+
+
+def peak_mb(pid: int) -> float:
+    """The process's peak resident memory (VmHWM) in MB."""
+    text = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"VmHWM:\s+(\d+) kB", text).group(1)) / 1024
+
+
+# ---------------------------------------------------------------------------- the server
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bad-inputs-ui")
+    labels = write_labels(root / "labels.txt")
+    ui = UIProcess(["--labels", str(labels), "--model", "mstta-tiny", "--pretrained", "none", "--port", "0",
+                    "--max-sessions", str(MAX_SESSIONS), "--session-ttl", "10", "-v"], gradio_tmp=root / "gradio")
+    status, outputs = frame_call(ui.url, file_data(upload(ui.url, "warm.png", small_png()), "warm.png"))
+    assert status == "complete" and "Webcam: frame 1 processed" in status_of(outputs), outputs   # warmed up
+    yield ui
+    assert ui.stop() == 0, ui.log()
+    assert "Traceback" not in ui.log(), ui.log()
+
+
+def refused_lines(ui: UIProcess) -> int:
+    return sum("refused" in line for line in ui.stderr)
+
+
+# Frames sent to /process_frame (the webcam's per-frame handler for API clients).
+BOMBS = {
+    "png_10000x10000_gray": lambda: png_bomb(10_000, 10_000),        # ~100 KB, 100 MP (300 MB as RGB)
+    "png_20000x20000_1bit": lambda: png_bomb(20_000, 20_000, 1),     # ~50 KB, 400 MP (1.2 GB as RGB)
+    "mjpeg_frame_8000x8000": lambda: jpeg_declaring(8_000, 8_000),   # 64 MP (192 MB as RGB)
+}
+
+CASES = [*(f"upload:{n}" for n in BOMBS), *(f"inline:{n}" for n in BOMBS), "garbage_bytes", "empty_file",
+         "large_but_allowed_3000x3000", "inline_not_base64", "apply_bank_65536_x40", "apply_valid_x40_capped",
+         "expired_session_told_to_reset", "video_declaring_5000x4000", "bank_bound_in_the_control",
+         "state_freed_after_ttl"]
+
+
+@pytest.mark.parametrize("name", list(BOMBS))
+def test_decompression_bombs_are_refused_from_their_header(server, name):
+    data = BOMBS[name]()
+    for how in ("upload", "inline"):
+        before, lines = peak_mb(server.proc.pid), refused_lines(server)
+        if how == "upload":
+            image = file_data(upload(server.url, f"{name}.png", data), f"{name}.png")
+        else:   # how the browser's webcam sends a frame: a data: URL in the request
+            image = {"url": "data:image/png;base64," + base64.b64encode(data).decode(), "path": None,
+                     "meta": {"_type": "gradio.FileData"}}
+        status, outputs = frame_call(server.url, image)
+        assert status == "complete", (how, outputs)
+        text = status_of(outputs)
+        assert "pixels, above the limit of 16,777,216" in text and "--max-pixels" in text, (how, text)
+        assert peak_mb(server.proc.pid) - before < GROWTH_MB, f"{how} {name}: peak memory grew"
+        assert refused_lines(server) == lines + 1, "one server line per refusal"
+
+
+@pytest.mark.parametrize("name, data, message", [
+    ("garbage_bytes", b"this is not an image" * 50, "not a readable image"),
+    ("empty_file", b"", "not a readable image"),
+])
+def test_unreadable_frames_get_one_line(server, name, data, message):
+    status, outputs = frame_call(server.url, file_data(upload(server.url, f"{name}.png", data), f"{name}.png"))
+    assert status == "complete" and message in status_of(outputs), outputs
+
+
+def test_a_large_frame_within_the_limit_is_scaled_down_and_processed(server):
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (3000, 3000), (30, 160, 60)).save(buf, "PNG")
+    before = peak_mb(server.proc.pid)
+    status, outputs = frame_call(server.url, file_data(upload(server.url, "big.png", buf.getvalue()), "big.png"))
+    assert status == "complete" and "Webcam: frame 1 processed" in status_of(outputs), outputs
+    assert peak_mb(server.proc.pid) - before < GROWTH_MB
+
+
+def test_inline_frames_must_be_base64(server):
+    image = {"url": "data:image/png,<svg>not base64</svg>", "path": None, "meta": {"_type": "gradio.FileData"}}
+    status, message = frame_call(server.url, image)
+    assert status == "error", message
+    assert "Traceback" not in server.log()
+
+
+def test_anonymous_sessions_cannot_pile_up_engines(server):
+    # a bank above the UI's bound is refused before any engine exists
+    before = peak_mb(server.proc.pid)
+    big = ["ms-tta", 2, 0.8, 1.0, 3, 65536]
+    for _ in range(40):
+        status, outputs = call(server.url, "apply_settings", ["\n".join(LABELS), "", *big, None])
+        assert status == "error" and "greater than maximum" in str(outputs), outputs   # the control's own bound
+    # valid anonymous calls: each is a new session; at most MAX_SESSIONS keep an engine
+    dropped_before = sum("session dropped" in line for line in server.stderr)
+    for _ in range(40):
+        status, outputs = call(server.url, "apply_settings", ["\n".join(LABELS), "", *SETTINGS, None])
+        assert status == "complete" and status_of(outputs).startswith("Ready: 3 classes"), outputs
+    dropped = sum("session dropped" in line for line in server.stderr) - dropped_before
+    assert dropped >= 40 - MAX_SESSIONS, f"only {dropped} of 40 anonymous sessions were dropped"
+    assert peak_mb(server.proc.pid) - before < GROWTH_MB
+
+
+def test_a_dropped_session_is_told_to_press_reset(tmp_path):
+    """In-process, so the sessions can be counted: the oldest idle one goes, and says so."""
+    from app.ui import build_app
+    from helpers_ui import client, frame_args, launched, named, settings_args
+    from helpers_video import tiny_clip
+
+    path = tmp_path / "f.png"
+    path.write_bytes(small_png())
+    demo = build_app(tiny_clip(), labels=LABELS, max_sessions=1, offer_demo_clip=False)
+    with launched(demo) as url:
+        a, b = client(url), client(url)
+        named(a.predict(*settings_args(), api_name="/apply_settings"))
+        named(b.predict(*settings_args(), api_name="/apply_settings"))
+        out = named(a.predict(*frame_args(path), api_name="/process_frame"))
+        assert out["status"].startswith("⚠️ Session expired") and "Press **Reset**" in out["status"]
+        assert len(demo.mstta_context.sessions) == 1
+
+
+def test_a_video_declaring_frames_above_the_limit_is_refused(server, tmp_path):
+    import cv2
+    import numpy as np
+
+    path = tmp_path / "huge.avi"
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), 5, (5000, 4000))
+    for _ in range(2):
+        writer.write(np.zeros((4000, 5000, 3), np.uint8))
+    writer.release()
+    before = peak_mb(server.proc.pid)
+    video = file_data(upload(server.url, "huge.avi", path.read_bytes()), "huge.avi")
+    status, outputs = call(server.url, "process_video", [video, None, 1, False, "\n".join(LABELS), "", *SETTINGS])
+    assert status == "complete" and "5000x4000" in status_of(outputs) and "above the limit" in status_of(outputs), \
+        outputs
+    assert peak_mb(server.proc.pid) - before < GROWTH_MB
+
+
+def test_the_bank_bound_is_said_in_the_control(server):
+    with urllib.request.urlopen(f"{server.url}config", timeout=30) as r:
+        config = r.read().decode()
+    assert "Bank size (features; at most 16,384 per session)" in config
+
+
+def test_an_anonymous_sessions_state_is_freed_after_its_time_to_live(server):
+    mine = f"ttl-{uuid.uuid4().hex}"
+    status, _ = call(server.url, "apply_settings", ["\n".join(LABELS), "", *SETTINGS, None], session_hash=mine)
+    assert status == "complete"
+    started = time.monotonic()
+    deadline = started + 30   # --session-ttl 10, checked every second by Gradio
+    while not any(f"session {mine} freed" in line for line in server.stderr) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert any(f"session {mine} freed" in line for line in server.stderr), "not freed after its time to live"
+    assert time.monotonic() - started > 5, "freed long before its time to live"
+
+
+def test_the_table_names_every_case():
+    """The suite's size, for the report: each name is one case above."""
+    assert len(CASES) == 16
