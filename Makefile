@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # torch/torchvision pinned to the builds this machine has on local disk (others pull multi-GB CUDA wheels).
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: install test demo clean browser
+.PHONY: install test demo clean browser screenshot
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -19,12 +19,19 @@ $(STAMP): $(PY) pyproject.toml
 
 install: $(STAMP)
 
-# Debian's Chromium for the real-browser UI tests (a test tool's own browser download fails offline).
-browser:
-	@command -v chromium >/dev/null 2>&1 || (apt-get update -q && apt-get install -y -q chromium chromium-driver)
+# The real-browser UI tests drive a Chromium already on this machine: $(MSTTA_CHROMIUM), one on PATH,
+# or Playwright's own (`$(PY) -m playwright install chromium`). Without one they are skipped, saying
+# how to get one; with CI=true a missing browser fails the run (.ci/run installs Debian's chromium).
+browser: install
+	@$(PY) -c "import sys; sys.path.insert(0, 'tests'); from helpers_ui import find_chromium, NO_BROWSER; \
+	found = find_chromium(); print('browser tests use', found) if found else print('browser tests skipped:', NO_BROWSER)"
 
 test: install browser
 	$(PY) -m pytest -q
+
+# The README's screenshot of the UI (assets/ui.png), made by the browser tests' tooling at 1280x720.
+screenshot: install
+	$(PY) tests/helpers_ui.py --screenshot assets/ui.png
 
 # The main job: the browser UI streaming the bundled video (CLIP vs MS-TTA side by side), on
 # http://127.0.0.1:7860. Offline without CLIP weights it stops with the missing-weights line;

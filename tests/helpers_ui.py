@@ -290,7 +290,7 @@ def chromium(tmp_path: Path, *, camera: str | None = None, camera_file: Path | N
     profile = tmp_path / f"chromium-profile-{time.monotonic_ns()}"
     with sync_playwright() as pw:
         context = pw.chromium.launch_persistent_context(
-            str(profile), executable_path=require_chromium(), headless=True, args=flags,
+            str(profile), executable_path=find_chromium() or require_chromium(), headless=True, args=flags,
             viewport={"width": width, "height": height}, permissions=["camera"] if camera == "granted" else [])
         external: list[str] = []
 
@@ -367,3 +367,39 @@ def colour_pixels(png: bytes, rgb: tuple[int, int, int], tolerance: int = 40) ->
 
 def fake_frame(i: int = 0, size: tuple[int, int] = (96, 64)) -> np.ndarray:
     return scene(i, *size)
+
+
+# ---------------------------------------------------------------------------- the README's screenshot
+def make_screenshot(out: Path, width: int = 1280, height: int = 720) -> Path:
+    """The UI at width x height on the bundled demo clip (random-weight `mstta-tiny`), after the run."""
+    import tempfile
+
+    assets = REPO / "assets"
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        server = UIProcess(["--labels", str(assets / "labels.txt"), "--video", str(assets / "demo.mp4"),
+                            "--truth", str(assets / "truth.csv"), "--every", "15", "--model", "mstta-tiny",
+                            "--pretrained", "none", "--port", "0"], gradio_tmp=root / "gradio")
+        try:
+            with chromium(root, width=width, height=height) as context:
+                page = context.new_page()
+                page.goto(server.url, wait_until="load")
+                wait_for_text(page, "#mstta-status", r"Done: demo\.mp4", timeout=180)
+                time.sleep(1.0)   # the last page's picture
+                part = out.with_name(f".{out.name}.{os.getpid()}.png")
+                page.screenshot(path=str(part))
+                os.replace(part, out)
+        finally:
+            server.stop()
+    return out
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="make the README's UI screenshot with the browser tests' tooling")
+    parser.add_argument("--screenshot", type=Path, required=True, metavar="PNG")
+    args = parser.parse_args()
+    if find_chromium() is None:
+        sys.exit(f"helpers_ui.py: error: {NO_BROWSER}")
+    print(make_screenshot(args.screenshot))
