@@ -125,7 +125,7 @@ def render(ui: UISession, status: str, *, image: np.ndarray | None = None, resul
     return page
 
 
-def empty_page(ui: UISession | None = None, labels: Sequence[str] = (), status: str = "") -> dict[str, Any]:
+def empty_page(ui: UISession | None = None, status: str = "") -> dict[str, Any]:
     """The page before anything ran (also what Reset shows)."""
     return render(ui or UISession(), status, clear_frame=True)
 
@@ -183,7 +183,7 @@ def check_truth(truth_file: str | None, labels: Sequence[str]) -> tuple[Truth | 
         raise UserError("Ground truth: " + upload_message(exc, str(truth_file))) from None
 
 
-def fresh_or_kept(ui: UISession, keep: bool, source: str) -> str:
+def fresh_or_kept(ui: UISession, keep: bool) -> str:
     """A new video or source: empty cache and bank unless `keep`; says which happened."""
     s = ui.stream
     if s is None or ui.source is None:
@@ -268,7 +268,7 @@ def process_video(ctx: Context, ui: UISession, video: str | None, truth_file: st
         stack.enter_context(source)
         with ctx.model_and(ui)():
             note = apply_settings(ui, settings, ctx.new_stream)
-            prefix = (note + " ") if note else fresh_or_kept(ui, keep, "video")
+            prefix = (note + " ") if note else fresh_or_kept(ui, keep)
             ui.restart_history(f"video:{name}")
             ui.runs += 1
         stack.callback(_ended, ui)
@@ -378,7 +378,7 @@ def process_frame(ctx: Context, ui: UISession, image_path: str | bytes | None, k
         note = apply_settings(ui, settings, ctx.new_stream)
         prefix = ""
         if ui.source != "webcam":
-            prefix = (note + " ") if note else fresh_or_kept(ui, keep, "webcam")
+            prefix = (note + " ") if note else fresh_or_kept(ui, keep)
             ui.restart_history("webcam")
             ui.webcam_started = time.monotonic()
         elif note:
