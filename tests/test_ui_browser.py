@@ -218,6 +218,7 @@ def test_method_dropdown_titles_and_unused_controls_are_disabled(ui, tmp_path):
         assert page.locator("#mstta-alpha input[type=range]").is_disabled()
         assert "no mean shift" in page.inner_text("#mstta-k")
         assert "no mean shift" in (page.get_attribute("#mstta-k", "title") or "")
+        assert not page.locator("#mstta-lam input[type=range]").is_disabled(), "TDA has a cache: λ is used"
         save_shot(page, tmp_path, "ui_07_tda_disables_k.png")
         page.locator("#mstta-method input").click()
         page.get_by_role("option", name="MS-TTA", exact=True).click()

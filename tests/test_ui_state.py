@@ -72,3 +72,15 @@ def test_settings_bound_the_bank_and_name_the_control():
         read_settings("cat\ndog", "", "ms-tta", 2.5, 0.5, 1.0, 3, 16, base)
     with pytest.raises(UserError, match="alpha: 'nan' is not a finite number"):
         read_settings("cat\ndog", "", "ms-tta", 2, "nan", 1.0, 3, 16, base)
+
+
+def test_controls_that_do_nothing_for_a_method_say_why():
+    from app.ui.handlers import method_info
+
+    summary, unused = method_info("ms-tta")
+    assert "mean shift" in summary and not any(unused.values())
+    _, unused = method_info("tda")
+    assert unused["k"] == unused["alpha"] == unused["bank"] == "Unused: TDA has no mean shift"
+    assert unused["lam"] == unused["capacity"] == ""
+    _, unused = method_info("zero-shot")
+    assert unused["lam"] == unused["capacity"] == "Unused: CLIP (zero-shot) keeps no cache"

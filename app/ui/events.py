@@ -7,6 +7,7 @@ controls run at once (no queue limit). Every model call, in any of them, takes o
 `concurrency` shared model slots (`state.ModelSlots`), a video run frame by frame.
 """
 import inspect
+import json
 import logging
 from typing import Any, Callable, Iterator, Sequence
 
@@ -67,14 +68,14 @@ CAMERA_JS = """
   });
 }
 """
-# Disabled k and α explain themselves on hover too (Gradio sliders take no title attribute).
+# Disabled controls explain themselves on hover too (Gradio sliders take no title attribute).
 TOOLTIP_JS = """
-(why) => {
-  for (const id of ["mstta-k", "mstta-alpha"]) {
-    const el = document.getElementById(id);
+(reasons) => {
+  for (const [name, why] of Object.entries(JSON.parse(reasons || "{}"))) {
+    const el = document.getElementById("mstta-" + name);
     if (el) { if (why) el.setAttribute("title", why); else el.removeAttribute("title"); }
   }
-  return why;
+  return reasons;
 }
 """
 
@@ -258,14 +259,17 @@ def _wire(demo: gr.Blocks, c: Components, ctx: Context, *, autostart: bool, stre
     c.api_button.click(guarded(on_frame, once=True), [c.api_frame, c.keep, *settings, c.state], out,
                        api_name="process_frame", **stream)
 
-    def method_changed(method: str):
-        summary, uses_ms, why = handlers.method_info(method)
-        off = dict(interactive=uses_ms, info=why or None)
-        return gr.update(info=summary), gr.update(**off), gr.update(**off), why
+    controls = ("k", "alpha", "lam", "capacity", "bank")
 
-    why_box = gr.Textbox(visible=False)
-    c.method.change(method_changed, [c.method], [c.method, c.k, c.alpha, why_box], api_name=False, queue=False) \
-        .then(None, [why_box], None, js=TOOLTIP_JS)
+    def method_changed(method: str):
+        summary, unused = handlers.method_info(method)
+        updates = [gr.update(interactive=not unused[n], info=unused[n] or None) for n in controls]
+        return gr.update(info=summary), *updates, json.dumps(unused)
+
+    reasons = gr.Textbox(json.dumps(handlers.method_info(c.method.value)[1]), visible=False)
+    c.method.change(method_changed, [c.method], [c.method, *(getattr(c, n) for n in controls), reasons],
+                    api_name=False, queue=False).then(None, [reasons], None, js=TOOLTIP_JS)
+    demo.load(None, [reasons], None, js=TOOLTIP_JS)
     c.video.upload(lambda: None, None, c.truth, api_name=False, queue=False)   # a truth file belongs to one video
     if ctx.demo_clip is not None:
         c.demo_clip.click(lambda: ctx.demo_clip, None, [c.video, c.labels, c.truth], api_name=False, queue=False)

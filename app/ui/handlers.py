@@ -238,11 +238,13 @@ def drop_truth(ui: UISession) -> dict[str, Any]:
                    truth=None, drop_truth=shown(False))
 
 
-def method_info(method: str) -> tuple[str, bool, str]:
-    """(description, mean shift used?, why k and α are off) for the method dropdown."""
+def method_info(method: str) -> tuple[str, dict[str, str]]:
+    """The method's one-line description, and the controls that do nothing for it -> why (shown
+    under them and on hover; "" = in use)."""
     m = get_method(method)
-    why = "" if m.mean_shift else f"Unused: {m.title} has no mean shift (only methods with MS use k and α)."
-    return m.summary, m.mean_shift, why
+    no_ms = "" if m.mean_shift else f"Unused: {m.title} has no mean shift"
+    no_cache = "" if m.cache else f"Unused: {m.title} keeps no cache"
+    return m.summary, {"k": no_ms, "alpha": no_ms, "bank": no_ms, "lam": no_cache, "capacity": no_cache}
 
 
 def process_video(ctx: Context, ui: UISession, video: str | None, truth_file: str | None, every: Any,

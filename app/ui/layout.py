@@ -168,7 +168,11 @@ def build_layout(*, title_md: str, random_weights: bool, labels: Sequence[str] |
     if random_weights:
         gr.HTML(plots.RANDOM_WEIGHTS_HTML, elem_id="mstta-random-weights-banner")
     first = empty_page(status=hello)
-    summary, uses_ms, why = method_info(method)
+    summary, unused = method_info(method)
+
+    def off(name: str) -> dict:   # a control that does nothing for the method: disabled, saying why
+        return dict(interactive=not unused[name], info=unused[name] or None, elem_id=f"mstta-{name}")
+
     with gr.Row(equal_height=False):
         with gr.Column(scale=2, min_width=330):
             with gr.Tabs():
@@ -211,16 +215,15 @@ def build_layout(*, title_md: str, random_weights: bool, labels: Sequence[str] |
                                         elem_id="mstta-method")
                 with gr.Row():
                     k_in = Slider(1, 16, value=base.k, step=1, label="k (mean-shift neighbours)",
-                                     interactive=uses_ms, info=why or None, elem_id="mstta-k")
+                                     **off("k"))
                     alpha_in = Slider(0.0, 1.0, value=base.alpha, step=0.05, label="α (mean-shift weight)",
-                                         interactive=uses_ms, info=why or None, elem_id="mstta-alpha")
+                                         **off("alpha"))
                 with gr.Row():
-                    lam_in = Slider(0.0, 5.0, value=base.lam, step=0.1, label="λ (cache weight)",
-                                       elem_id="mstta-lam")
+                    lam_in = Slider(0.0, 5.0, value=base.lam, step=0.1, label="λ (cache weight)", **off("lam"))
                     cap_in = Slider(1, 16, value=base.capacity, step=1, label="Q (cache size per class)",
                                        elem_id="mstta-capacity")
                 bank_in = Number(value=min(base.bank_size or MAX_BANK_SIZE, MAX_BANK_SIZE), precision=0,
-                                    minimum=1, maximum=MAX_BANK_SIZE, elem_id="mstta-bank",
+                                    minimum=1, maximum=MAX_BANK_SIZE, **off("bank"),
                                     label=f"Bank size (features; at most {MAX_BANK_SIZE:,} per session)")
                 with gr.Row():
                     apply_btn = gr.Button("Apply labels and settings", elem_id="mstta-apply")
