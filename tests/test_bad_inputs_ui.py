@@ -116,7 +116,8 @@ def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("bad-inputs-ui")
     labels = write_labels(root / "labels.txt")
     ui = UIProcess(["--labels", str(labels), "--model", "mstta-tiny", "--pretrained", "none", "--port", "0",
-                    "--max-sessions", str(MAX_SESSIONS), "--session-ttl", "10", "-v"], gradio_tmp=root / "gradio")
+                    "--max-sessions", str(MAX_SESSIONS), "--session-ttl", "10", "--max-upload-mb", "5", "-v"],
+                   gradio_tmp=root / "gradio")
     status, outputs = frame_call(ui.url, file_data(upload(ui.url, "warm.png", small_png()), "warm.png"))
     assert status == "complete" and "Webcam: frame 1 processed" in status_of(outputs), outputs   # warmed up
     yield ui
@@ -136,6 +137,7 @@ BOMBS = {
 }
 
 CASES = [*(f"upload:{n}" for n in BOMBS), *(f"inline:{n}" for n in BOMBS), "garbage_bytes", "empty_file",
+         "upload_above_max_upload_mb",
          "large_but_allowed_3000x3000", "inline_not_base64", "apply_bank_65536_x40", "apply_valid_x40_capped",
          "expired_session_told_to_reset", "video_declaring_5000x4000", "bank_bound_in_the_control",
          "state_freed_after_ttl"]
@@ -166,6 +168,17 @@ def test_decompression_bombs_are_refused_from_their_header(server, name):
 def test_unreadable_frames_get_one_line(server, name, data, message):
     status, outputs = frame_call(server.url, file_data(upload(server.url, f"{name}.png", data), f"{name}.png"))
     assert status == "complete" and message in status_of(outputs), outputs
+
+
+def test_an_upload_above_the_size_limit_is_refused(server):
+    import urllib.error
+
+    before = peak_mb(server.proc.pid)
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        upload(server.url, "big.bin", b"\0" * (6 * 1024 * 1024))   # --max-upload-mb 5
+    assert caught.value.code == 413
+    assert peak_mb(server.proc.pid) - before < GROWTH_MB
+    assert "Traceback" not in server.log()
 
 
 def test_a_large_frame_within_the_limit_is_scaled_down_and_processed(server):
@@ -258,4 +271,4 @@ def test_an_anonymous_sessions_state_is_freed_after_its_time_to_live(server):
 
 def test_the_table_names_every_case():
     """The suite's size, for the report: each name is one case above."""
-    assert len(CASES) == 16
+    assert len(CASES) == 17
