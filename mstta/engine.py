@@ -174,6 +174,14 @@ class Engine:
                               if (k.startswith("_") and k != "_graphs") or k == "n_seen"})
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from `state_dict()`: copied into the current tensors when their shapes match (a
+        captured CUDA graph stays valid), else the tensors are replaced (and graphs dropped)."""
+        fits = all(not isinstance(v, torch.Tensor) or (isinstance(getattr(self, k, None), torch.Tensor)
+                   and getattr(self, k).shape == v.shape and getattr(self, k).dtype == v.dtype)
+                   for k, v in state.items())
+        if fits:
+            self._restore(state)
+            return
         for k, v in copy.deepcopy(state).items():
             setattr(self, k, v)
         self._graphs = {}  # captured graphs point at the replaced tensors
@@ -372,4 +380,4 @@ class Engine:
             if isinstance(cur, torch.Tensor):
                 cur.copy_(v)
             else:
-                setattr(self, k, v)
+                setattr(self, k, copy.deepcopy(v))

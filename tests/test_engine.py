@@ -264,3 +264,21 @@ def test_lambda_zero_is_the_clip_logits_of_the_prediction_path(method):
             Fn.entropy(100.0 * Fn.normalize(x) @ TEXT.T), stable=True)[:6]).mean(0) @ TEXT.T, atol=1e-4)  # floor(0.3 * 20) views
         differs += not torch.allclose(r.clip_logits, 100.0 * Fn.normalize(x[0]) @ TEXT.T, atol=1e-3)
     assert differs == len(views)
+
+
+def test_state_of_a_grown_unbounded_bank_loads_into_a_fresh_engine():
+    feats = Fn.normalize(torch.randn(1100, 4))
+    a = Engine(TEXT, "ms-tta", EngineConfig(bank_size=None))
+    for f in feats[:1030]:
+        a.step(f)
+    b = Engine(TEXT, "ms-tta", EngineConfig(bank_size=None))   # 1024 rows: shapes differ, replaced
+    b.load_state_dict(a.state_dict())
+    same = Engine(TEXT, "ms-tta", EngineConfig(bank_size=None))
+    for f in feats[:1030]:
+        same.step(f)
+    keep = same._bank
+    same.load_state_dict(a.state_dict())                         # same shapes: copied in place
+    assert same._bank is keep
+    for f in feats[1030:]:
+        ra = a.step(f)
+        assert torch.equal(ra.logits, b.step(f).logits) and torch.equal(ra.logits, same.step(f).logits)
