@@ -373,6 +373,7 @@ class Engine:
         self._restore(saved)  # capture records the kernels without running them; keep state exact
         return static_in, graph, static_out
 
+    @torch.inference_mode()
     def _restore(self, state: dict[str, Any]) -> None:
         """Copy saved values into the existing state tensors (a graph keeps their addresses)."""
         for k, v in state.items():
