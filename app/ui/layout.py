@@ -102,22 +102,21 @@ class Components:
         return [self.labels, self.template, self.method, self.k, self.alpha, self.lam, self.capacity, self.bank]
 
 
-class FrameInput(gr.Image):
-    """An image input that hands the handler the frame undecoded: the uploaded file's path, or the
-    bytes of an inline `data:` URL (how the browser's webcam sends frames). The handler reads the
-    header first and refuses frames above the pixel limit (`frames.decode_image`)."""
+# Gradio writes a .pyi stub beside any module that subclasses a component, so the two adaptations
+# below wrap a component instance's `preprocess` instead.
+MAX_INLINE_FRAME = 16 * 1024 * 1024   # bytes of one inline frame (a webcam JPEG is ~50 KB)
 
-    max_inline = 16 * 1024 * 1024    # bytes of one inline frame (a webcam JPEG is ~50 KB)
 
-    def get_block_name(self) -> str:
-        return "image"
-
-    def preprocess(self, payload):  # noqa: ANN001 - Gradio's ImageData
+def frame_input(image: gr.Image) -> gr.Image:
+    """`image` hands the handler the frame undecoded: the uploaded file's path, or the bytes of an
+    inline `data:` URL (how the browser's webcam sends frames). The handler reads the header first
+    and refuses frames above the pixel limit (`frames.decode_image`)."""
+    def preprocess(payload):  # noqa: ANN001 - Gradio's ImageData
         if payload is None:
             return None
         if payload.url and payload.url.startswith("data:"):
             header, _, data = payload.url.partition(",")
-            if len(data) > self.max_inline * 4 // 3 + 4 or not header.endswith(";base64"):
+            if len(data) > MAX_INLINE_FRAME * 4 // 3 + 4 or not header.endswith(";base64"):
                 log.info("refused an inline frame: %d characters or not base64", len(data))
                 raise gr.Error("the frame is too large or not a base64 image", print_exception=False)
             try:
@@ -127,32 +126,36 @@ class FrameInput(gr.Image):
                 raise gr.Error("the frame is not valid base64", print_exception=False) from None
         return payload.path
 
+    image.preprocess = preprocess
+    return image
 
-class QuietRefusals:
-    """A component whose refusals (a value out of its range, not among its choices) are one server
+
+def quiet(component: Any) -> Any:
+    """`component` whose refusals (a value out of its range, not among its choices) are one server
     line: Gradio's own check raises an error that it would print with a full traceback."""
+    checked = component.preprocess
 
-    def preprocess(self, payload):  # noqa: ANN001 - the component's payload
+    def preprocess(payload):  # noqa: ANN001 - the component's payload
         try:
-            return super().preprocess(payload)
+            return checked(payload)
         except gr.Error as exc:
-            log.info("refused %s: %s", self.label, exc.message)
+            log.info("refused %s: %s", component.label, exc.message)
             raise gr.Error(exc.message, print_exception=False) from None
 
-
-class Number(QuietRefusals, gr.Number):
-    def get_block_name(self) -> str:
-        return "number"
+    component.preprocess = preprocess
+    return component
 
 
-class Slider(QuietRefusals, gr.Slider):
-    def get_block_name(self) -> str:
-        return "slider"
+def Number(*args: Any, **kwargs: Any) -> gr.Number:  # noqa: N802 - stands for the component
+    return quiet(gr.Number(*args, **kwargs))
 
 
-class Dropdown(QuietRefusals, gr.Dropdown):
-    def get_block_name(self) -> str:
-        return "dropdown"
+def Slider(*args: Any, **kwargs: Any) -> gr.Slider:  # noqa: N802
+    return quiet(gr.Slider(*args, **kwargs))
+
+
+def Dropdown(*args: Any, **kwargs: Any) -> gr.Dropdown:  # noqa: N802
+    return quiet(gr.Dropdown(*args, **kwargs))
 
 
 def method_choices() -> list[tuple[str, str]]:
@@ -193,9 +196,9 @@ def build_layout(*, title_md: str, random_weights: bool, labels: Sequence[str] |
                     clip_btn = (gr.Button("Use the demo clip (with labels and ground truth)", size="sm",
                                           elem_id="mstta-demo-clip") if demo_clip else None)
                 with gr.Tab("Webcam", id="webcam-tab", elem_id="mstta-webcam-tab"):
-                    cam_in = FrameInput(sources=["webcam"], streaming=True, type="filepath", image_mode=None,
-                                        label="Webcam", height=260, elem_id="mstta-webcam",
-                                        webcam_options=gr.WebcamOptions(mirror=False))   # as the camera sees
+                    cam_in = frame_input(gr.Image(
+                        sources=["webcam"], streaming=True, type="filepath", image_mode=None, label="Webcam",
+                        height=260, elem_id="mstta-webcam", webcam_options=gr.WebcamOptions(mirror=False)))
                     gr.HTML('<div id="mstta-camera-message" role="alert" style="display:none;padding:10px 12px;'
                             'border-radius:8px;background:#fee2e2;color:#991b1b;font-weight:600"></div>',
                             elem_id="mstta-camera-error")
@@ -214,17 +217,16 @@ def build_layout(*, title_md: str, random_weights: bool, labels: Sequence[str] |
                 method_in = Dropdown(method_choices(), value=method, label="Method", info=summary,
                                         elem_id="mstta-method")
                 with gr.Row():
-                    k_in = Slider(1, 16, value=base.k, step=1, label="k (mean-shift neighbours)",
-                                     **off("k"))
+                    k_in = Slider(1, 16, value=base.k, step=1, label="k (mean-shift neighbours)", **off("k"))
                     alpha_in = Slider(0.0, 1.0, value=base.alpha, step=0.05, label="α (mean-shift weight)",
-                                         **off("alpha"))
+                                      **off("alpha"))
                 with gr.Row():
                     lam_in = Slider(0.0, 5.0, value=base.lam, step=0.1, label="λ (cache weight)", **off("lam"))
                     cap_in = Slider(1, 16, value=base.capacity, step=1, label="Q (cache size per class)",
-                                       elem_id="mstta-capacity")
+                                    **off("capacity"))
                 bank_in = Number(value=min(base.bank_size or MAX_BANK_SIZE, MAX_BANK_SIZE), precision=0,
-                                    minimum=1, maximum=MAX_BANK_SIZE, **off("bank"),
-                                    label=f"Bank size (features; at most {MAX_BANK_SIZE:,} per session)")
+                                 minimum=1, maximum=MAX_BANK_SIZE, **off("bank"),
+                                 label=f"Bank size (features; at most {MAX_BANK_SIZE:,} per session)")
                 with gr.Row():
                     apply_btn = gr.Button("Apply labels and settings", elem_id="mstta-apply")
                     reset_btn = gr.Button("↺ Reset adaptation", elem_id="mstta-reset")
@@ -248,7 +250,7 @@ def build_layout(*, title_md: str, random_weights: bool, labels: Sequence[str] |
     with gr.Accordion("Raw result of the last frame (JSON)", open=False):
         result_out = gr.JSON(elem_id="mstta-result")
     # the per-frame handler for API clients (gradio_client cannot join a browser stream)
-    api_frame = FrameInput(type="filepath", image_mode=None, visible=False)
+    api_frame = frame_input(gr.Image(type="filepath", image_mode=None, visible=False))
     api_button = gr.Button(visible=False)
     timer = gr.Timer(1.0, active=False)
     return Components(
