@@ -111,28 +111,14 @@ def ui_config(args: argparse.Namespace):
         bank = MAX_BANK_SIZE
     video = _opt(args, "video")
     cfg = pipeline.DemoConfig(
-        video=video, camera=None if video is not None else 0, labels=_opt(args, "labels"),
+        video=video, camera=None, labels=_opt(args, "labels"),
         template=_opt(args, "template"), model=_opt(args, "model", "ViT-B-16"),
         pretrained=_opt(args, "pretrained", "openai"), precision=_opt(args, "precision"),
         device=_opt(args, "device", "auto"), views=_opt(args, "views", 1), method=_opt(args, "method", "ms-tta"),
         overrides=list(_opt(args, "set", None) or []), bank_size=bank, every=_opt(args, "every"),
         max_frames=_opt(args, "max_frames"), truth=_opt(args, "truth"), topk=_opt(args, "topk", 3),
         max_pixels=parse_max_pixels(_opt(args, "max_pixels", MAX_PIXELS)))
-    if cfg.labels is None:   # the UI may start empty (labels typed in the page); prepare() needs labels
-        if cfg.truth is not None:
-            raise UserError("--truth needs --labels (its class names are checked against the labels file)")
-        from mstta.methods import get_method
-
-        from ..labels import templates_for
-
-        if cfg.template is not None:
-            templates_for(cfg.template)
-        get_method(cfg.method)
-        prep = pipeline._Prepared(None, pipeline.engine_config(cfg.bank_size, cfg.overrides), None)
-    else:
-        # the UI's sources are the browser's: without --video a stand-in camera index satisfies
-        # prepare()'s one-source rule (nothing is opened)
-        prep = pipeline.prepare(cfg)
+    prep = pipeline.prepare(cfg)   # labels and the source may be absent: the UI starts empty
     if video is not None:
         from .handlers import open_video
 
