@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,8 @@ from .config import EngineConfig
 from .errors import UserError
 from .methods import Method, get_method
 from .safety import check_memory, human_bytes
+
+log = logging.getLogger(__name__)
 
 UNBOUNDED_START = 1024  # first bank allocation when bank_size is None (it doubles when full)
 GRAPH_WARMUP = 3        # eager steps on a side stream before a CUDA graph is captured
@@ -83,8 +86,8 @@ class Engine:
          BoostAdapter's boosting views added to a throw-away copy of the positive cache.
 
     `cuda_graph`: None = capture the step as a CUDA graph when it can be (a CUDA device, a bounded
-    bank, a method without BoostAdapter's boosting); True = require it (an error otherwise);
-    False = always run eagerly.
+    bank, a method without BoostAdapter's boosting; a failed capture logs a warning and runs
+    eagerly); True = require it (an error otherwise); False = always run eagerly.
     """
 
     def __init__(self, text: torch.Tensor, method: str | Method = "ms-tta",
@@ -101,6 +104,7 @@ class Engine:
             raise UserError("cuda_graph=True needs a CUDA device, a bounded bank (bank_size) and a method "
                             "without boosting views; pass cuda_graph=None to choose automatically")
         self.cuda_graph = can_graph if cuda_graph is None else bool(cuda_graph)
+        self._graph_required = bool(cuda_graph)
         self.reset()
 
     # ------------------------------------------------------------------ state
@@ -171,7 +175,7 @@ class Engine:
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume a stream (tensors and counters; copies)."""
         return copy.deepcopy({k: v for k, v in vars(self).items()
-                              if (k.startswith("_") and k != "_graphs") or k == "n_seen"})
+                              if (k.startswith("_") and isinstance(v, torch.Tensor)) or k == "n_seen"})
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from `state_dict()`: copied into the current tensors when their shapes match (a
@@ -350,7 +354,14 @@ class Engine:
         ring buffer, empty rows masked) and replayed; outputs are copied out of its buffers."""
         g = self._graphs.get(x.shape[0])
         if g is None:
-            g = self._graphs[x.shape[0]] = self._capture(x)
+            try:
+                g = self._graphs[x.shape[0]] = self._capture(x)
+            except RuntimeError as exc:  # automatic mode: an uncapturable step runs eagerly instead
+                if self._graph_required:
+                    raise
+                log.warning("CUDA graph capture failed (%s); the engine runs eagerly", exc)
+                self.cuda_graph = False
+                return self._step(x, self.bank_len)
         static_in, graph, static_out = g
         static_in.copy_(x)
         graph.replay()
@@ -358,6 +369,13 @@ class Engine:
 
     def _capture(self, x: torch.Tensor):
         saved = self.state_dict()
+        try:
+            return self._record(x, saved)
+        except BaseException:
+            self._restore(saved)
+            raise
+
+    def _record(self, x: torch.Tensor, saved: dict[str, Any]):
         static_in = x.clone()
         rows = self._bank.shape[0]
         stream = torch.cuda.Stream(self.device)
