@@ -195,10 +195,11 @@ class Engine:
     def step(self, features: torch.Tensor | np.ndarray) -> StepResult:
         """Adapt to one sample and predict it. `[d]` or `[V, d]` -> StepResult (see class doc)."""
         x = torch.as_tensor(features)
+        shape = tuple(x.shape)
         if x.dim() == 1:
             x = x.unsqueeze(0)
-        if x.dim() != 2 or x.shape[1] != self.dim:
-            raise UserError(f"feature shape {tuple(features.shape)} does not match the classifier's dimension {self.dim}")
+        if x.dim() != 2 or x.shape[1] != self.dim or x.shape[0] == 0:
+            raise UserError(f"feature shape {shape} does not match the classifier: expected [{self.dim}] or [V, {self.dim}]")
         x = x.to(self.device, torch.float32)
         if self.cuda_graph:
             out = self._graph_step(x)

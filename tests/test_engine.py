@@ -176,8 +176,12 @@ def test_bad_inputs_raise_one_line_errors():
         Engine(TEXT, "msta")
     with pytest.raises(UserError, match="C >= 2"):
         Engine(torch.ones(1, 4))
-    with pytest.raises(UserError, match="dimension 4"):
+    with pytest.raises(UserError, match=r"feature shape \(5,\) does not match the classifier: expected \[4\] or \[V, 4\]"):
         Engine(TEXT).step(torch.ones(5))
+    with pytest.raises(UserError, match=r"feature shape \(0, 4\)"):
+        Engine(TEXT).step(torch.ones(0, 4))
+    with pytest.raises(UserError, match=r"feature shape \(2, 3, 4\)"):
+        Engine(TEXT).step(np.ones((2, 3, 4)))
     with pytest.raises(UserError, match="'k'"):
         EngineConfig(k=-1)
 
