@@ -11,8 +11,6 @@ import math
 import numpy as np
 import torch
 
-from .functional import ordered_bits
-
 EMPTY_TIME = -1
 
 
@@ -40,9 +38,10 @@ def entropy_gate(h: float, num_classes: int, lower: float, upper: float) -> bool
 
 
 def entropy_slot_t(row_entropy: torch.Tensor, row_time: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """`entropy_slot` as tensor ops, the key (entropy, time) compared lexicographically:
-    rows [R, Q] (entropies >= 0), times [R, Q], h [R] -> (slot [R], inserted [R] bool)."""
-    j = ((ordered_bits(row_entropy) << 32) + row_time).argmax(-1)
+    """`entropy_slot` as tensor ops: of the highest-entropy slots the latest (all empty slots have
+    time -1: the first wins). rows [R, Q], times [R, Q], h [R] -> (slot [R], inserted [R] bool)."""
+    top = row_entropy == row_entropy.amax(-1, keepdim=True)
+    j = torch.where(top, row_time, EMPTY_TIME - 1).argmax(-1)
     return j, h < row_entropy.gather(-1, j.unsqueeze(-1)).squeeze(-1)
 
 

@@ -55,7 +55,9 @@ def form_queries(x: torch.Tensor, text: torch.Tensor, logit_scale: float, view_m
     if x.shape[-2] == 1 or view_mode == "original":
         f = x[..., 0, :]
         clip = clip_logits(f, text, logit_scale)
-        return f, clip, entropy(clip), torch.softmax(clip, dim=-1)
+        logp = torch.log_softmax(clip, dim=-1)
+        probs = logp.exp()
+        return f, clip, -(probs * logp).sum(-1), probs  # = entropy(clip), softmax(clip)
     return aggregate_views(x, clip_logits(x, text, logit_scale), view_ratio)
 
 
