@@ -64,8 +64,8 @@ def form_queries(x: torch.Tensor, text: torch.Tensor, logit_scale: float, view_m
 def ordered_bits(x: torch.Tensor) -> torch.Tensor:
     """float32 -> int64 with the same order (IEEE sign-magnitude bits made two's complement);
     -0.0 counts as +0.0, as float comparison does."""
-    bits = (x.float() + 0.0).view(torch.int32).to(torch.int64)
-    return torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+    bits = (x.float() + 0.0).view(torch.int32)
+    return (bits ^ ((bits >> 31) & 0x7FFFFFFF)).to(torch.int64)  # negatives: flip all but the sign
 
 
 def knn_indices(sims: torch.Tensor, k: int, age: torch.Tensor | None = None) -> torch.Tensor:
