@@ -98,9 +98,11 @@ def _replay_online(feats, text, m, cfg, dev):
     return torch.stack(logits), torch.stack(clip), torch.stack(ent)
 
 
-def _queries(feats: torch.Tensor, text: torch.Tensor, cfg: EngineConfig, chunk: int = 1024):
+def _queries(feats: torch.Tensor, text: torch.Tensor, cfg: EngineConfig, rows: int = 16384):
     """Feature f, CLIP logits, entropy and probabilities of every sample, formed by the engine's
-    own `form_queries`, in chunks (views converted to float32 per chunk). [N, V, d] -> [N, ...]."""
+    own `form_queries`, in chunks of at most `rows` views (converted to float32 per chunk).
+    [N, V, d] -> [N, ...]."""
+    chunk = max(1, rows // feats.shape[1])
     parts = [Fn.form_queries(feats[a:a + chunk], text, cfg.logit_scale, cfg.view_mode, cfg.view_ratio)
              for a in range(0, feats.shape[0], chunk)]
     return tuple(torch.cat(p) for p in zip(*parts))
