@@ -3,10 +3,12 @@
 Gives exactly the predictions of feeding the samples one by one to `Engine.step()`, but
 vectorised where the semantics allow: everything a sample's cache decision depends on (its
 CLIP pseudo-label, entropy, and mean-shifted feature, whose kNN bank holds only earlier raw
-features) is known up front. So replay computes those in batches, decides cache membership
-with the engine's own slot rules in one host-side scan (each cached entry lives over an interval
-of the stream), and computes cache logits in chunks over the entries alive in each chunk.
-BoostAdapter's per-sample boosted cache does not decompose this way; it replays online.
+features) is known up front. So replay computes those in batches with the engine's own pieces
+(`functional.form_queries`, `mean_shift_step`, `cache_weights`, `final_logits`), decides cache
+membership with the engine's slot rules in one host-side scan (each cached entry lives over an
+interval of the stream), and computes cache logits in chunks over the entries alive in each
+chunk. The boosting methods' per-sample boosted caches do not decompose this way; they replay
+online.
 """
 from __future__ import annotations
 
