@@ -18,6 +18,8 @@ CASES = {
     "two-steps-linear": (1, {"ms_steps": 2, "kernel": "linear", "lam": 0.5}),
     "confident-views": (10, {"view_mode": "confident", "view_ratio": 0.3}),
     "original-views-delta": (10, {"view_mode": "original", "view_ratio": 0.3, "delta": 2}),
+    "views-two-steps-ring": (10, {"view_mode": "original", "view_ratio": 0.3, "delta": 1, "ms_steps": 2,
+                                  "bank_size": 9, "k": 3}),
 }
 
 
