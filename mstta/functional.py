@@ -100,11 +100,13 @@ def mean_shift_step(q: torch.Tensor, bank: torch.Tensor, bank_norm: torch.Tensor
     cosine (ties: the older first); a row with no usable bank feature stays as it is.
 
     q [N, d], bank [M, d] raw features, bank_norm [M] (their norms, > 0), age [M], usable
-    [M] or [N, M] bool (default all) -> [N, d].
+    [M] or [N, M] bool (default: all, and M >= 1) -> [N, d].
     """
     sims = (q @ bank.T) / bank_norm
-    if usable is not None:
-        sims = sims.masked_fill(~usable, float("-inf"))
+    if usable is None:  # every column usable: m = min(k, M) neighbours for every row
+        idx = knn_indices(sims, k, age)
+        return mean_shift(q, bank[idx].sum(-2), idx.shape[-1], alpha)
+    sims = sims.masked_fill(~usable, float("-inf"))
     idx = knn_indices(sims, k, age)
     use = torch.isfinite(sims.gather(-1, idx))
     count = use.sum(-1)
