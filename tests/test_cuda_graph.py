@@ -1,7 +1,6 @@
 """The step captured as a CUDA graph predicts exactly what the eager step does (needs a GPU)."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
