@@ -37,7 +37,7 @@ def method_title(method: str) -> str:
         found = get_method(method)
     except UserError:
         return method
-    return getattr(found, "title", None) or found.name
+    return found.title
 
 
 @dataclass(frozen=True)

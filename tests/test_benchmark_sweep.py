@@ -1,6 +1,6 @@
 """`mstta-bench sweep`: value parsing, the ablation table beside the paper's, resume, errors.
 
-Streams are generated (mstta.synthetic) and placed in the feature store, which is a cache: with
+Streams are generated (tests/synthetic.py) and placed in the feature store, which is a cache: with
 every file present no data or weights are needed, so the paper's ViT-B-16 columns can be checked."""
 from __future__ import annotations
 

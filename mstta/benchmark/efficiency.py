@@ -36,7 +36,7 @@ from .store import Backbone
 
 log = logging.getLogger(__name__)
 
-WARMUP = 2   # untimed samples per method in the warm-up pass
+WARMUP = 4   # untimed samples per method in the warm-up pass (on CUDA an engine captures its graph after 3)
 ROUNDS = 3   # timed rounds; each sample's best time counts
 
 
