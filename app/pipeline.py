@@ -93,7 +93,6 @@ class Prepared:
     truth: Truth | None
 
 
-_Prepared = Prepared   # the name before it was public
 
 
 def prepare(cfg: DemoConfig) -> Prepared:
