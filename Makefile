@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # torch/torchvision pinned to the builds this machine has on local disk (others pull multi-GB CUDA wheels).
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: install test demo clean browser screenshot
+.PHONY: install test lint demo clean browser screenshot
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,10 @@ browser: install
 
 test: install browser
 	$(PY) -m pytest -q
+
+# Static checks (rules in pyproject.toml, [tool.ruff]): unused/undefined names, likely bugs, import order.
+lint: install
+	$(VENV)/bin/ruff check .
 
 # The README's screenshot of the UI (assets/ui.png), made by the browser tests' tooling at 1280x720.
 screenshot: install

@@ -67,7 +67,7 @@ def parse_truth(text: str, classnames: Sequence[str], where: str = "truth") -> T
     if not ranges:
         raise UserError(f"{where}: no frame ranges found; write lines like 0,149,{classnames[0]}")
     ranges.sort()
-    for (s0, e0, _, l0), (s1, _, _, l1) in zip(ranges, ranges[1:]):
+    for (_, e0, _, l0), (s1, _, _, l1) in zip(ranges, ranges[1:]):
         if s1 <= e0:
             raise UserError(f"{where}: ranges on lines {l0} and {l1} overlap (frame {s1}); make them disjoint")
     return Truth([(s, e, c) for s, e, c, _ in ranges])

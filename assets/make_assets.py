@@ -13,7 +13,6 @@ H.264 (libx264, yuv420p, faststart) written with PyAV; 384x288 at 24 fps; 45 s; 
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 from pathlib import Path

@@ -144,7 +144,7 @@ class Engine:
         self._neg_bias = torch.full((C * qn,), float("-inf"), device=dev)
 
     def _check_memory(self, rows: int, q: int, qn: int) -> None:
-        cfg, C, d = self.config, self.num_classes, self.dim
+        C, d = self.num_classes, self.dim
         parts = [(rows * (d + 2) * 4, f"bank {rows} x {d} dims (bank_size)"),
                  (C * q * (d + 2) * 4, f"positive cache: capacity {q} x {C} classes x {d} dims"),
                  (C * qn * (d + C + 3) * 4, f"negative cache: neg_capacity {qn} x {C} classes x ({d} dims + {C} classes)")]

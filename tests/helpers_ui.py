@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import numpy as np
-
 from helpers_video import LABELS, scene
 
 REPO = Path(__file__).resolve().parent.parent

@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers_video import read_video, write_labels, write_video
 
 from app.cli import build_parser, main
 from mstta.config import DEFAULT_BANK_SIZE
-from helpers_video import read_video, write_labels, write_video
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--model", "mstta-tiny", "--pretrained", "none"]

@@ -4,7 +4,8 @@ from __future__ import annotations
 import contextlib
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from app.labels import parse_labels, read_labels, templates_for
 from app.truth import parse_truth, read_truth

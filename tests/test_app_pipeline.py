@@ -7,11 +7,21 @@ import time
 
 import numpy as np
 import pytest
+from helpers_video import (
+    LABELS,
+    FakeCapture,
+    corrupt_mjpeg_frames,
+    opener,
+    read_video,
+    scene,
+    tiny_clip,
+    write_image_folder,
+    write_labels,
+    write_video,
+)
 
 from app.pipeline import DemoConfig, engine_config, run_pipeline
 from app.sources import IterableSource, LiveSource
-from helpers_video import (LABELS, FakeCapture, corrupt_mjpeg_frames, opener, read_video, scene, tiny_clip,
-                           write_image_folder, write_labels, write_video)
 from mstta.errors import UserError
 
 ROW_KEYS = {"frame", "timestamp", "clip", "tta", "method", "disagree", "entropy", "cache_size", "bank_size", "latency_ms"}
@@ -226,7 +236,7 @@ def test_demo_assets_match_their_labels_and_truth(monkeypatch):
 
     with av.open(str(video)) as container:   # H.264, which browsers play
         assert container.streams.video[0].codec_context.name == "h264"
-    import make_assets   # noqa: F401 - the generator's class list is the labels file
+    import make_assets  # noqa: F401 - the generator's class list is the labels file
     assert labels == list(make_assets.PHOTOS)
     assert truth.ranges[0][0] == 0 and truth.ranges[-1][1] == frames - 1
     assert {labels[c] for _, _, c in truth.ranges} == set(labels)
@@ -286,8 +296,8 @@ def test_iter_steps_matches_the_headless_run(clip, media):
 
 # ---------------------------------------------------------------------------- progress
 def _run_cli_in_process(media, capsys, monkeypatch, *extra):
-    import app.progress as progress_mod
     import app.pipeline as pipeline_mod
+    import app.progress as progress_mod
     from app.cli import main
 
     monkeypatch.setattr(progress_mod, "PLAIN_INTERVAL_S", 0.2)

@@ -4,11 +4,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers_video import LABELS, scene, tiny_clip
 from PIL import Image
 
 from app.encoder import FrameEncoder
 from app.session import StreamSession
-from helpers_video import LABELS, scene, tiny_clip
 from mstta.config import EngineConfig
 from mstta.errors import UserError
 

@@ -9,12 +9,12 @@ import signal
 import av
 import numpy as np
 import pytest
+from helpers_video import read_video, scene
 
 from app.annotate import DISAGREE_COLOR, annotate
 from app.session import FrameResult, Scored
 from app.sinks import JsonlSink, VideoSink, check_output, prediction_row, shield_interrupts
 from app.sources import Frame
-from helpers_video import read_video, scene
 from mstta.errors import UserError
 
 

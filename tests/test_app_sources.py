@@ -11,11 +11,18 @@ import time
 
 import numpy as np
 import pytest
+from helpers_video import FakeCapture, corrupt_mjpeg_frames, opener, scene, truncate, write_image_folder, write_video
 
 from app.sampling import Sampler, default_every
-from app.sources import (Frame, ImageFolderSource, IterableSource, LiveSource, VideoFileSource, classify_source,
-                         open_source)
-from helpers_video import FakeCapture, corrupt_mjpeg_frames, opener, scene, truncate, write_image_folder, write_video
+from app.sources import (
+    Frame,
+    ImageFolderSource,
+    IterableSource,
+    LiveSource,
+    VideoFileSource,
+    classify_source,
+    open_source,
+)
 from mstta.errors import UserError
 
 ok = contextlib.nullcontext

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
+from helpers_video import write_labels, write_video
 from PIL import Image
 
 from app.cli import main
-from helpers_video import write_labels, write_video
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--model", "mstta-tiny", "--pretrained", "none"]

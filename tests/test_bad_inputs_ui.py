@@ -21,7 +21,6 @@ import zlib
 from pathlib import Path
 
 import pytest
-
 from helpers_ui import LABELS, SETTINGS, UIProcess
 from helpers_video import write_labels
 
@@ -218,9 +217,10 @@ def test_anonymous_sessions_cannot_pile_up_engines(server):
 
 def test_a_dropped_session_is_told_to_press_reset(tmp_path):
     """In-process, so the sessions can be counted: the oldest idle one goes, and says so."""
-    from app.ui import build_app
     from helpers_ui import client, frame_args, launched, named, settings_args
     from helpers_video import tiny_clip
+
+    from app.ui import build_app
 
     path = tmp_path / "f.png"
     path.write_bytes(small_png())

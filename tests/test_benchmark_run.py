@@ -8,9 +8,9 @@ import shutil
 
 import numpy as np
 import pytest
-
-from helpers_data import make_fake_dataset
 from helpers_cli import run_bench
+from helpers_data import make_fake_dataset
+
 from mstta.bench import main
 from mstta.benchmark import runner
 from mstta.features import load_features

@@ -8,13 +8,13 @@ import json
 
 import numpy as np
 import pytest
+from synthetic import make_stream
 
 from mstta.bench import main
 from mstta.benchmark.store import Backbone, FeatureKey
 from mstta.benchmark.sweep import expand, parse_param
 from mstta.errors import UserError
 from mstta.features import save_features
-from synthetic import make_stream
 
 VIT = Backbone("ViT-B-16", "openai")
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from synthetic import make_stream
 
 from mstta.bench import main
 from mstta.benchmark.plots import pick_classes, running_accuracy
-from mstta.replay import mean_shifted
 from mstta.benchmark.store import Backbone, FeatureKey
 from mstta.config import EngineConfig
 from mstta.engine import Engine
 from mstta.features import save_features
-from synthetic import make_stream
+from mstta.replay import mean_shifted
 
 
 @pytest.mark.parametrize("views,view_mode,k,steps", [(1, "confident", 2, 1), (5, "confident", 3, 2), (5, "original", 2, 1)])

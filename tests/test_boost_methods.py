@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 import torch
+from synthetic import as_tensors, make_stream
 
 from mstta import Engine, EngineConfig, get_method, replay
-from synthetic import as_tensors, make_stream
 
 TEXT = torch.eye(3)                      # C = 3 classes, d = 3
 SCALE, A, BETA = 10.0, 2.0, 5.0

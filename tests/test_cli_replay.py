@@ -8,10 +8,10 @@ import sys
 
 import numpy as np
 import pytest
-
 from helpers_cli import run_bench
-from mstta.features import save_features
 from synthetic import make_stream
+
+from mstta.features import save_features
 
 
 @pytest.fixture

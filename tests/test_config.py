@@ -60,8 +60,16 @@ def test_unknown_yaml_key_names_section_and_allowed(tmp_path):
         load_dataset_config(tmp_path / "missing.yaml")
 
 
-from mstta.config import (MAX_BANK_SIZE, MAX_CAPACITY, MAX_K, MAX_MS_STEPS, MAX_VIEWS, MAX_WEIGHT,  # noqa: E402
-                          BenchConfig, EngineConfig)
+from mstta.config import (  # noqa: E402
+    MAX_BANK_SIZE,
+    MAX_CAPACITY,
+    MAX_K,
+    MAX_MS_STEPS,
+    MAX_VIEWS,
+    MAX_WEIGHT,
+    BenchConfig,
+    EngineConfig,
+)
 
 BOUNDS = [("k", MAX_K, 1), ("ms_steps", MAX_MS_STEPS, 1), ("capacity", MAX_CAPACITY, 1),
           ("neg_capacity", MAX_CAPACITY, 1), ("delta", MAX_CAPACITY, 0), ("bank_size", MAX_BANK_SIZE, 1),

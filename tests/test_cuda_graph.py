@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from synthetic import as_tensors, make_stream
 
 from mstta import Engine, EngineConfig
-from synthetic import as_tensors, make_stream
+
 
 @pytest.mark.parametrize("method", ["ms-tta", "tda+ms", "baseline"])
 @pytest.mark.parametrize("views,mode", [(1, "confident"), (8, "confident")])

@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 import torch
+from helpers_video import scene
 from PIL import Image
 
 from app.encoder import MAX_VIEWS, VIEW_CHUNK, FrameEncoder
-from helpers_video import scene
 from mstta.errors import UserError
 from mstta.models import MODEL_CONFIG_DIR, ClipModel
 from mstta.views import ViewMaker, split_preprocess, to_pixels

@@ -10,18 +10,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers_cli import run_bench
+from helpers_data import make_fake_dataset
 from PIL import Image
 
 import mstta.extract as ex
-from helpers_cli import run_bench
 from mstta.bench import main as bench_main
 from mstta.data import load_split
 from mstta.errors import UserError
+from mstta.extract import ExtractSettings, default_file_name, run_extraction, stream_order
 from mstta.features import load_features
 from mstta.models import build_text_classifier, load_clip
-from mstta.extract import ExtractSettings, default_file_name, run_extraction, stream_order
-
-from helpers_data import make_fake_dataset
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = {"model": "mstta-tiny", "pretrained": "none", "device": "cpu", "workers": 0}

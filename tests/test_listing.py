@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from helpers_cli import run_bench
 from helpers_data import make_fake_dataset, make_image
+
 from mstta.data import load_split
 from mstta.data.common import peer_listed
 from mstta.data.imagenet import IMAGENET

@@ -10,13 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers_data import make_fake_dataset
 
 import mstta.models as models
 from mstta.errors import UserError
 from mstta.models import build_text_classifier, load_clip, weights_cached
 from mstta.templates import DEFAULT_TEMPLATES, check_templates, fill, template_set, templates_for
-
-from helpers_data import make_fake_dataset
 
 REPO = Path(__file__).resolve().parent.parent
 

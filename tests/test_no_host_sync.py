@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
-
 import reference_loop
-from mstta import Engine, EngineConfig, get_method, list_methods
+import torch
 from synthetic import as_tensors, make_stream
+
+from mstta import Engine, EngineConfig, get_method, list_methods
 
 CONVERSIONS = ("item", "tolist", "__int__", "__float__", "__bool__", "__index__", "numpy", "cpu")
 WARM = 5

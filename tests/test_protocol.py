@@ -9,9 +9,9 @@ import json
 
 import numpy as np
 import pytest
-
 from helpers_cli import run_bench
 from helpers_data import make_fake_dataset
+
 from mstta.bench import main
 from mstta.benchmark.report import render_report
 from mstta.config import load_dataset_config
@@ -74,7 +74,7 @@ def test_prediction_paths_of_the_boosting_methods(bench):
 
 def test_two_clip_rows_and_the_gain_over_each(bench):
     by = bench["by"]
-    for (dataset, method), r in by.items():
+    for (dataset, _), r in by.items():
         assert r["zero_shot_accuracy"] == by[dataset, "zero-shot"]["accuracy"]
         assert r["gain_over_clip"] == pytest.approx(r["accuracy"] - r["zero_shot_accuracy"], abs=2e-4)
         assert r["gain_over_clip_views"] == pytest.approx(r["accuracy"] - r["clip_view_accuracy"], abs=2e-4)
@@ -92,9 +92,10 @@ def synthetic(tmp_path_factory):
     """A discriminative OOD-style run (random-weight CLIP predicts one class everywhere): generated
     10-view streams put in the feature store, a different one per view kind, so which file a
     method read and which CLIP logits it reports can be told apart."""
+    from synthetic import make_stream
+
     from mstta.benchmark.store import Backbone, FeatureKey
     from mstta.features import save_features
-    from synthetic import make_stream
 
     tmp = tmp_path_factory.mktemp("synthetic")
     store, out = tmp / "features", tmp / "results"

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-import mstta.extract as ex
 from helpers_cli import run_bench
 from helpers_data import make_fake_dataset, make_image
+
+import mstta.extract as ex
 
 TINY = ["--model", "mstta-tiny", "--pretrained", "none", "--workers", "0"]
 

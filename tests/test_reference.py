@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
-
 import reference_loop
-from mstta import Engine, EngineConfig, get_method, list_methods, replay
+import torch
 from synthetic import as_tensors, make_stream
+
+from mstta import Engine, EngineConfig, get_method, list_methods, replay
 
 CASES = {
     # name: (views, config overrides)

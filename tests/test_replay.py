@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from synthetic import as_tensors, make_stream
 
 from mstta import EngineConfig, list_methods, replay
-from synthetic import as_tensors, make_stream
 
 CASES = [
     # (views, view_mode, overrides)

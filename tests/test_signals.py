@@ -16,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from helpers_cli import run_bench
 
 N = 400_000   # rows of the stream: writing its CSV takes seconds, so SIGTERM lands mid-write

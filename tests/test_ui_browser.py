@@ -12,9 +12,22 @@ import re
 import time
 
 import pytest
-
-from helpers_ui import (LABELS, STUB_WEIGHTS_SCRIPT, UIProcess, chromium, colour_pixels, drawn_lines, page_bars,
-                        page_series, require_chromium, save_shot, wait_for_text, write_h264, write_truth, write_y4m)
+from helpers_ui import (
+    LABELS,
+    STUB_WEIGHTS_SCRIPT,
+    UIProcess,
+    chromium,
+    colour_pixels,
+    drawn_lines,
+    page_bars,
+    page_series,
+    require_chromium,
+    save_shot,
+    wait_for_text,
+    write_h264,
+    write_truth,
+    write_y4m,
+)
 from helpers_video import write_labels, write_video
 
 pytestmark = pytest.mark.slow

@@ -1,9 +1,8 @@
 """Which Chromium the browser tests drive, and what happens without one (no browser started here)."""
 from __future__ import annotations
 
-import pytest
-
 import helpers_ui
+import pytest
 
 
 def test_without_a_browser_the_browser_tests_skip_saying_how_to_get_one(monkeypatch):

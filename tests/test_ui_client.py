@@ -13,10 +13,24 @@ import urllib.request
 from types import SimpleNamespace
 
 import pytest
-
-from helpers_ui import (EMPTY_UI_SCRIPT, LABELS, SETTINGS, UIProcess, bar_values, client, fake_frame, frame_args,
-                        launched, named, series_points, settings_args, video_args, write_truth)
+from helpers_ui import (
+    EMPTY_UI_SCRIPT,
+    LABELS,
+    SETTINGS,
+    UIProcess,
+    bar_values,
+    client,
+    fake_frame,
+    frame_args,
+    launched,
+    named,
+    series_points,
+    settings_args,
+    video_args,
+    write_truth,
+)
 from helpers_video import tiny_clip, write_labels, write_video
+
 from mstta.errors import UserError
 
 OTHER_LABELS = ["cat", "dog", "bird", "fish"]

@@ -4,10 +4,10 @@ from __future__ import annotations
 import re
 
 import pytest
+from helpers_ui import bar_values, series_points
 
 from app.session import FrameResult, Scored
 from app.ui import plots
-from helpers_ui import bar_values, series_points
 
 LABELS = ["cat", "dog", "bird"]
 

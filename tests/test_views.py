@@ -10,8 +10,7 @@ from PIL import Image
 
 from mstta.errors import UserError
 from mstta.models import load_clip
-from mstta.views import (AUGMENTS, ViewMaker, augmix, crop_box, crop_view, sample_rng, split_preprocess,
-                         to_pixels)
+from mstta.views import AUGMENTS, ViewMaker, augmix, crop_box, crop_view, sample_rng, split_preprocess, to_pixels
 
 
 @pytest.fixture(scope="module")

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from ..atomic import atomic_open
-from . import paper
 from ..methods import get_method
+from . import paper
 from .context import HELD_AGAINST_PAPER, Row, row_order, row_title
 from .results import ResultsStore, write_csv
 

@@ -24,8 +24,22 @@ from ..errors import UserError, one_line
 from ..features import FeatureSet
 from ..replay import replay
 from . import paper
-from .context import (RESULTS_FILE, BenchmarkConfig, Cell, Row, RunContext, cell_fingerprint, cell_key, dataset_config,
-                      engine_config, feature_key, load_stream, protocol, redundant, view_kind)
+from .context import (
+    RESULTS_FILE,
+    BenchmarkConfig,
+    Cell,
+    Row,
+    RunContext,
+    cell_fingerprint,
+    cell_key,
+    dataset_config,
+    engine_config,
+    feature_key,
+    load_stream,
+    protocol,
+    redundant,
+    view_kind,
+)
 from .memory import MemoryMeter
 from .results import ResultsStore, predictions_path, save_predictions
 from .store import Backbone, FeatureKey, Models, ensure_features, resolve_backbone, resolved_precision, weights_status

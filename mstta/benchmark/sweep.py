@@ -24,8 +24,18 @@ from ..config import EngineConfig, from_dict
 from ..devices import resolve_device
 from ..errors import UserError
 from . import paper
-from .context import (BenchmarkConfig, Row, RunContext, cell_fingerprint, cell_key, dataset_config, engine_config,
-                      feature_key, row_title, view_kind)
+from .context import (
+    BenchmarkConfig,
+    Row,
+    RunContext,
+    cell_fingerprint,
+    cell_key,
+    dataset_config,
+    engine_config,
+    feature_key,
+    row_title,
+    view_kind,
+)
 from .plots import save_png
 from .report import DASH, diff, fmt, fmt_stats, stats, table
 from .results import SWEEP_KEY, ResultsStore, write_csv

@@ -12,11 +12,11 @@ import numpy as np
 
 from ..atomic import atomic_open, sweep_stale
 from ..config import load_dataset_config
+from ..devices import resolve_device
 from ..errors import UserError
 from ..features import FeatureSet, load_features
 from ..methods import list_methods
 from ..replay import ReplayResult, replay
-from ..devices import resolve_device
 from ..safety import check_memory, check_outputs
 
 OUT_FORMATS = (".npy", ".csv", ".jsonl")

@@ -3,8 +3,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .common import (TestSplit, first_existing, layout_error, list_class_dirs, peer_listed, read_wnid_names,
-                     require_file, scan_class_folders)
+from .common import (
+    TestSplit,
+    first_existing,
+    layout_error,
+    list_class_dirs,
+    peer_listed,
+    read_wnid_names,
+    require_file,
+    scan_class_folders,
+)
 
 # key -> (dataset folder, image folders tried in order: documented layout first, then peer fallbacks)
 IMAGENET = {
