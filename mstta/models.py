@@ -86,6 +86,12 @@ class ClipModel:
         return int(self.model.text_projection.shape[-1]) if hasattr(self.model, "text_projection") \
             and self.model.text_projection is not None else int(self.encode_text(["x"]).shape[-1])
 
+    @property
+    def logit_scale(self) -> float:
+        """The checkpoint's own CLIP logit scale exp(t), Eq. (1) (OpenAI's checkpoints: 100)."""
+        scale = getattr(self.model, "logit_scale", None)
+        return float(scale.detach().float().exp()) if isinstance(scale, torch.Tensor) else 100.0
+
     @torch.inference_mode()
     def encode_images(self, pixels: torch.Tensor) -> torch.Tensor:
         """Preprocessed images [B, 3, H, W] -> L2-normalised features [B, d] (float32)."""
