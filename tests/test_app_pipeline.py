@@ -20,7 +20,7 @@ from helpers_video import (
     write_video,
 )
 
-from app.pipeline import DemoConfig, engine_config, run_pipeline
+from app.pipeline import DemoConfig, demo_engine_config, run_pipeline, with_model_scale
 from app.sources import IterableSource, LiveSource
 from mstta.errors import UserError
 
@@ -190,9 +190,9 @@ def test_prepare_needs_neither_labels_nor_source(media):
 
 
 def test_engine_config_layers():
-    cfg = engine_config(128, ["k=4", "alpha=0.5"])
+    cfg = demo_engine_config(128, ["k=4", "alpha=0.5"])
     assert (cfg.bank_size, cfg.k, cfg.alpha) == (128, 4, 0.5)
-    assert engine_config(128, ["bank_size=64"]).bank_size == 64
+    assert demo_engine_config(128, ["bank_size=64"]).bank_size == 64
 
 
 def test_summary_memory_is_bounded(monkeypatch):
@@ -288,7 +288,7 @@ def test_iter_steps_matches_the_headless_run(clip, media):
     cfg = _cfg(media, every=3, out=None)
     run_pipeline(cfg, clip=clip)
     logged = [(r["frame"], r["clip"][0]["label"], r["tta"][0]["label"]) for r in _rows(cfg.log)]
-    session = StreamSession(clip, LABELS, config=engine_config(cfg.bank_size, []))
+    session = StreamSession(clip, LABELS, config=with_model_scale(demo_engine_config(cfg.bank_size, []), clip, []))
     with open_source(media["video"]) as src:
         ours = [(s.frame.index, s.result.clip_label, s.result.tta_label) for s in iter_steps(Sampler(3)(src), session)]
     assert ours == logged and len(ours) == 30
