@@ -33,6 +33,15 @@ class _Parser(argparse.ArgumentParser):
         raise UserError(f"{message} (see {self.prog} --help)")
 
 
+def integer(text: str) -> int:
+    """argparse's `type=int`, with a long value cut in its error line (e.g. 5,000 digits)."""
+    try:
+        return int(text)
+    except ValueError:
+        shown = text if len(text) <= 30 else f"{text[:20]}... ({len(text):,} characters)"
+        raise argparse.ArgumentTypeError(f"invalid integer: {shown!r}") from None
+
+
 def build_parser(ui: bool = True, add_help: bool = True) -> argparse.ArgumentParser:
     """The `mstta-demo` parser; `ui=False` leaves out the browser UI's flags (and its imports)."""
     p = _Parser(prog=PROG, add_help=add_help, description="Zero-shot CLIP vs MS-TTA, frame by frame, on a video, an image folder, "
@@ -42,7 +51,7 @@ def build_parser(ui: bool = True, add_help: bool = True) -> argparse.ArgumentPar
     src = p.add_argument_group("source (one of)")
     src.add_argument("--video", metavar="PATH|DIR|URL",
                      help="a video file OpenCV reads, a folder of images (name order), or a stream URL (rtsp://, http://)")
-    src.add_argument("--camera", type=int, metavar="INDEX", help="webcam index, e.g. 0")
+    src.add_argument("--camera", type=integer, metavar="INDEX", help="webcam index, e.g. 0")
     src.add_argument("--bundled-demo", action="store_true",
                      help="the bundled clip: ViT-B-16/openai on assets/demo.mp4 when those weights are in the local "
                           "cache, else (offline) the bundled digits model mstta-digits on assets/digits.mp4; "
@@ -59,7 +68,7 @@ def build_parser(ui: bool = True, add_help: bool = True) -> argparse.ArgumentPar
                           f"(default {DEFAULT_PRETRAINED})")
     mod.add_argument("--precision", choices=("fp32", "fp16", "bf16"), help="default fp16 on GPU, fp32 on CPU")
     mod.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
-    mod.add_argument("--views", type=int, default=1, metavar="V",
+    mod.add_argument("--views", type=integer, default=1, metavar="V",
                      help=f"images per frame fed to CLIP: the frame plus V-1 random resized crops, 1..{MAX_VIEWS} (default 1)")
     ada = p.add_argument_group("adaptation")
     ada.add_argument("--method", default="ms-tta", metavar="NAME",
@@ -67,14 +76,14 @@ def build_parser(ui: bool = True, add_help: bool = True) -> argparse.ArgumentPar
     ada.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a hyperparameter, e.g. --set k=4 --set alpha=0.7 (repeatable); logit_scale "
                           "defaults to the checkpoint's own (100 for OpenAI's CLIP)")
-    ada.add_argument("--bank-size", type=int, default=DEFAULT_BANK_SIZE, metavar="N",
+    ada.add_argument("--bank-size", type=integer, default=DEFAULT_BANK_SIZE, metavar="N",
                      help=f"bound of the mean-shift feature bank, so an endless stream keeps flat memory (default {DEFAULT_BANK_SIZE})")
     run = p.add_argument_group("run")
-    run.add_argument("--every", type=int, metavar="N",
+    run.add_argument("--every", type=integer, metavar="N",
                      help="files and folders: process every N-th frame (default: about 5 frames per second of video)")
-    run.add_argument("--max-frames", type=int, metavar="N", help="stop after N processed frames")
+    run.add_argument("--max-frames", type=integer, metavar="N", help="stop after N processed frames")
     run.add_argument("--headless", action="store_true", help="run without the browser UI")
-    run.add_argument("--topk", type=int, default=3, metavar="K", help="classes shown and logged per method (default 3)")
+    run.add_argument("--topk", type=integer, default=3, metavar="K", help="classes shown and logged per method (default 3)")
     run.add_argument("--max-pixels", default="4096x4096", metavar="WxH|N",
                      help="refuse frames larger than this, before decoding them where the format allows "
                           "(default 4096x4096)")

@@ -193,6 +193,9 @@ CASES: list[Case] = [
     # sources: camera indices, all-corrupt folders
     ("camera-1e20", lambda m: ["--headless", "--camera", str(10**20), "--labels", m["labels"], *TINY],
      "a camera index is an integer from 0 to 1023"),
+    ("camera-5000-digits", lambda m: ["--headless", "--camera", "9" * 5000, "--labels", m["labels"], *TINY],
+     "--camera: invalid integer: '99999999999999999999... (5,000 characters)'"),
+    ("every-5000-digits", lambda m: _base(m, "--every", "7" * 5000), "--every: invalid integer"),
     ("camera-1024", lambda m: ["--headless", "--camera", "1024", "--labels", m["labels"], *TINY], "--camera 1024"),
     ("video-digits-huge", lambda m: ["--headless", "--video", "9" * 40, "--labels", m["labels"], *TINY],
      "(40 digits): a camera index"),
@@ -246,7 +249,7 @@ def test_bad_input_is_one_line_exit_2_and_touches_nothing(name, build, expected,
 
 def test_suite_size():
     """The number of cases is part of the result (issue 12): keep it from shrinking unnoticed."""
-    assert len(CASES) >= 79 and len({c[0] for c in CASES}) == len(CASES)
+    assert len(CASES) >= 81 and len({c[0] for c in CASES}) == len(CASES)
 
 
 # ---------------------------------------------------------------------------- part 3 and 5: interruption
