@@ -103,20 +103,27 @@ def build_parser(ui: bool = True, add_help: bool = True) -> argparse.ArgumentPar
 
 
 def _add_ui_arguments(p: argparse.ArgumentParser) -> None:
+    """The UI's flags; where the UI stack is not installed, a note in --help instead (`p.ui_missing`)."""
     try:
         from .ui import add_ui_arguments
 
         add_ui_arguments(p)
     except ImportError as exc:   # the UI stack is an install extra the headless demo does not need
-        raise UserError(f"the browser UI needs {exc.name or 'gradio'}, which is not installed "
-                        f"(pip install -e .); or run without a browser: --headless") from None
+        p.ui_missing = exc.name or "gradio"
+        p.epilog = f"{p.epilog or ''} The browser UI and its flags are unavailable here: {p.ui_missing} is not " \
+                   "installed (pip install -e .)."
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """Parse the flags; a headless command line is parsed without the UI's flags or imports."""
     args, rest = build_parser(ui=False, add_help=False).parse_known_args(argv)
     if not (args.headless and not rest):   # the UI, --help, or a flag only the full parser knows
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        missing = getattr(parser, "ui_missing", None)
+        if missing and not args.headless:
+            raise UserError(f"the browser UI needs {missing}, which is not installed (pip install -e .); "
+                            "or run without a browser: --headless")
     note = apply_bundled(args) if args.bundled_demo else None
     if note:
         print(f"{PROG}: {note}", file=sys.stderr, flush=True)

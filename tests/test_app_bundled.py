@@ -160,3 +160,7 @@ def test_headless_runs_where_gradio_cannot_be_imported(tmp_path):
     assert ui.returncode == 2 and "Traceback" not in ui.stderr
     assert ui.stderr.strip().splitlines()[-1] == ("mstta-demo: error: the browser UI needs gradio, which is not "
                                                   "installed (pip install -e .); or run without a browser: --headless")
+    helped = subprocess.run([sys.executable, "-m", "app.cli", "--help"], env=env, capture_output=True, text=True,
+                            timeout=600)
+    assert helped.returncode == 0 and "--headless" in helped.stdout
+    assert "gradio is not installed" in " ".join(helped.stdout.split())
