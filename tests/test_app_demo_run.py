@@ -63,3 +63,16 @@ def test_the_engine_uses_the_checkpoints_logit_scale_unless_set(media):
     assert summary100["logit_scale"] == 100.0 and summary100["logit_scale_from"] == "--set"
     # CLIP's entropy is computed at the engine's scale: a sharper softmax at 100 than at 14.3
     assert all(a["entropy"] > b["entropy"] for a, b in zip(rows, rows100))
+
+
+def test_a_checkpoint_scale_out_of_bounds_is_one_line_naming_the_fix():
+    from types import SimpleNamespace
+
+    from app.pipeline import demo_engine_config, with_model_scale
+    from mstta.errors import UserError
+
+    odd = SimpleNamespace(name="RN50", pretrained="odd.pt", logit_scale=1e9)   # above the bound of 1e6
+    with pytest.raises(UserError, match=r"--model RN50 --pretrained odd.pt: the checkpoint's logit scale 1e\+09 .*"
+                                        r"pass --set logit_scale=100"):
+        with_model_scale(demo_engine_config(64, []), odd, [])
+    assert with_model_scale(demo_engine_config(64, ["logit_scale=50"]), odd, ["logit_scale=50"]).logit_scale == 50
