@@ -4,9 +4,10 @@
 
 OpenAI's ViT-B-16 plays `assets/demo.mp4` (nine photographs under a strengthening shift) when its
 weights are already in the local cache (`mstta.models.weights_cached`; nothing is downloaded to
-find out). Otherwise the project's own small digits CLIP (`--model mstta-digits`, trained on
-scikit-learn's handwritten digits, `assets/make_digits.py`) plays `assets/digits.mp4`, a clip of
-digits under a strengthening shift, and `apply_bundled` returns the one line that says so. An
+find out). Otherwise the project's own small digits CLIP (`--model mstta-digits --pretrained bundled`:
+`assets/mstta-digits.pt`, trained on scikit-learn's handwritten digits by `assets/make_digits.py`)
+plays `assets/digits.mp4`, a clip of digits under a strengthening shift, and `apply_bundled`
+returns the one line that says so. An
 explicit `--model`/`--pretrained` replaces the model part, an explicit `--video`/`--camera` the
 clip part (with the user's own `--labels`/`--truth`). A missing asset is a one-line `UserError`
 naming it and the command that makes it.
@@ -29,16 +30,17 @@ class BundledDemo:
     """A model and the bundled clip it plays (file names under `assets/`)."""
 
     model: str
-    pretrained: str | None     # None: the model's own (first) pretrained tag
+    pretrained: str            # the pretrained tag it loads with
     video: str
     labels: str
     truth: str
     make: str                  # the command that (re)makes these assets
+    checkpoint: str | None = None   # a checkpoint the project ships under assets/ (None: open_clip's cache)
 
 
 CLIP_DEMO = BundledDemo("ViT-B-16", "openai", "demo.mp4", "labels.txt", "truth.csv", "python assets/make_assets.py")
-DIGITS_DEMO = BundledDemo("mstta-digits", None, "digits.mp4", "digits_labels.txt", "digits_truth.csv",
-                          "python assets/make_digits.py")
+DIGITS_DEMO = BundledDemo("mstta-digits", "bundled", "digits.mp4", "digits_labels.txt", "digits_truth.csv",
+                          "python assets/make_digits.py", checkpoint="mstta-digits.pt")
 
 
 def choose_demo() -> BundledDemo:
@@ -56,19 +58,16 @@ def _shown(path: Path) -> str:
     return rel if not rel.startswith("..") else str(path)
 
 
-def _model_tag(demo: BundledDemo) -> str:
-    """The demo's pretrained tag; a model open_clip does not know (not made yet) is a one-line UserError."""
-    if demo.pretrained is not None:
-        return demo.pretrained
-    import open_clip
+def _check_model(demo: BundledDemo, assets: Path) -> None:
+    """A shipped model needs its config (open_clip knows the name) and its checkpoint under assets/."""
+    if demo.checkpoint is None:
+        return
+    from mstta import models
 
-    from mstta.models import list_models
-
-    tags = open_clip.list_pretrained_tags_by_model(demo.model) if demo.model in list_models() else []
-    if not tags:
-        raise UserError(f"{FLAG}: the bundled model {demo.model} is missing (its config and checkpoint under "
-                        f"{_shown(ASSETS)}); make it with: {demo.make}")
-    return tags[0]
+    path = assets / demo.checkpoint
+    if demo.model not in models.list_models() or not path.is_file():
+        raise UserError(f"{FLAG}: the bundled model {demo.model} is missing (its config, and its checkpoint "
+                        f"{_shown(path)}); make it with: {demo.make}")
 
 
 def apply_bundled(args: argparse.Namespace, assets: Path | None = None) -> str | None:
@@ -87,7 +86,8 @@ def apply_bundled(args: argparse.Namespace, assets: Path | None = None) -> str |
                 raise UserError(f"{FLAG}: the bundled {name} file {_shown(path)} is missing; make it with: {demo.make}")
         args.video, args.labels, args.truth = (str(paths[n]) for n in ("video", "labels", "truth"))
     if not model_given:
-        args.model, args.pretrained = demo.model, _model_tag(demo)
+        _check_model(demo, assets)
+        args.model, args.pretrained = demo.model, demo.pretrained
     if demo is CLIP_DEMO:
         return None
     played = "its clip " + _shown(Path(args.video)) if not clip_given else "your source"

@@ -51,6 +51,7 @@ def digits_assets(tmp_path, monkeypatch):
     write_video(folder / "digits.mp4", n=12, fourcc="mp4v")
     write_labels(folder / "digits_labels.txt", ["red circle", "green square", "blue triangle"])
     (folder / "digits_truth.csv").write_text("0,5,red circle\n6,11,green square\n", encoding="utf-8")
+    (folder / "mstta-digits.pt").write_bytes(b"a stand-in checkpoint")
     monkeypatch.setattr(bundled, "ASSETS", folder)
     return folder
 
@@ -65,16 +66,13 @@ def test_cached_clip_weights_play_the_bundled_photographs_with_no_note(cache):
 
 
 def test_offline_falls_back_to_the_digits_model_and_clip(cache, digits_assets, monkeypatch):
-    import open_clip
-
     import mstta.models as models
 
     cache(False)
-    monkeypatch.setattr(models, "list_models", lambda: ["mstta-digits"])
-    monkeypatch.setattr(open_clip, "list_pretrained_tags_by_model", lambda name: ["digits-v1"] if name == "mstta-digits" else [])
+    monkeypatch.setattr(models, "list_models", lambda: ["mstta-tiny", "mstta-digits"])   # its config is known
     args = _args()
     note = bundled.apply_bundled(args)
-    assert (args.model, args.pretrained) == ("mstta-digits", "digits-v1")
+    assert (args.model, args.pretrained) == ("mstta-digits", "bundled")
     assert (args.video, args.labels, args.truth) == tuple(str(digits_assets / n) for n in
                                                           ("digits.mp4", "digits_labels.txt", "digits_truth.csv"))
     assert NOTE in note and "mstta-digits" in note and "digits.mp4" in note and "\n" not in note
@@ -100,9 +98,14 @@ def test_a_missing_digits_asset_names_it_and_how_to_make_it(cache, digits_assets
                                         r"make it with: python assets/make_digits\.py"):
         bundled.apply_bundled(_args())
     (digits_assets / "digits_truth.csv").write_text("0,5,red circle\n", encoding="utf-8")
-    monkeypatch.setattr(models, "list_models", lambda: ["mstta-tiny"])   # the digits model not made yet
+    monkeypatch.setattr(models, "list_models", lambda: ["mstta-tiny"])   # the digits model's config not made yet
     with pytest.raises(UserError, match=r"the bundled model mstta-digits is missing .* python assets/make_digits\.py"):
         bundled.apply_bundled(_args())
+    monkeypatch.setattr(models, "list_models", lambda: ["mstta-tiny", "mstta-digits"])
+    (digits_assets / "mstta-digits.pt").unlink()                         # its checkpoint not made yet
+    with pytest.raises(UserError, match=r"mstta-digits is missing \(its config, and its checkpoint .*mstta-digits\.pt\)"):
+        bundled.apply_bundled(_args())
+    assert bundled.apply_bundled(_args(model="mstta-tiny", pretrained="none")) is not None   # not needed then
 
 
 def test_cli_fallback_prints_exactly_one_line_and_other_flags_apply(cache, digits_assets, tmp_path, capsys):
