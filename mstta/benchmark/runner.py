@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..config import DatasetConfig
+from ..config import DatasetConfig, check_seed
 from ..devices import resolve_device
 from ..errors import UserError, one_line
 from ..features import FeatureSet
@@ -88,16 +88,8 @@ def parse_methods(spec: str) -> list[str]:
 
 
 def parse_seeds(spec: str) -> list[int]:
-    seeds = []
-    for s in parse_list(spec, "--seeds"):
-        try:
-            v = int(s)
-        except ValueError:
-            raise UserError(f"--seeds: '{s}' is not an integer; pass e.g. --seeds 1,2,3,4,5") from None
-        if v < 0:
-            raise UserError(f"--seeds: '{s}' is negative; seeds are integers >= 0")
-        seeds.append(v)
-    return seeds
+    """`1,2,3` -> [1, 2, 3]: each an integer seed in [0, 2^63 - 1] (`config.check_seed`)."""
+    return [check_seed(s, "--seeds") for s in parse_list(spec, "--seeds")]
 
 
 def parse_backbones(spec: str, pretrained: str | None = None) -> list[Backbone]:

@@ -60,7 +60,7 @@ def _scalar(raw: str, param: str) -> Any:
         return v
     try:
         v = yaml.safe_load(text)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, ValueError, RecursionError):  # ValueError: over 4,300 digits
         v = text
     if isinstance(v, bool) or v is None or not isinstance(v, (int, float, str)):
         raise UserError(f"--param {param}: bad value {raw!r}; expected numbers, e.g. --param {param}=1,2,4")

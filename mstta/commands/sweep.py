@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..atomic import sweep_stale
+    from ..atomic import output_lock, sweep_stale
     from ..benchmark.context import Row
     from ..benchmark.sweep import check_grid, default_datasets, parse_param, plan_sweep, run_sweep
 
@@ -34,8 +34,9 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print("\n".join(plan_sweep(cfg, param, values, method)))
         return 0
-    sweep_stale(cfg.out)
-    summary = run_sweep(cfg, param, values, method)
+    with output_lock(cfg.out / f"sweep_{param}.json", "--out"):   # two sweeps of one file: the second is refused
+        sweep_stale(cfg.out)
+        summary = run_sweep(cfg, param, values, method)
     missing = f", {len(summary['missing'])} dataset(s) missing" if summary["missing"] else ""
     print(f"ran {summary['ran']} cell(s), skipped {summary['skipped']} finished{missing}; report: {summary['report']}")
     return 0
