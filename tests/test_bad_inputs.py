@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mstta.bench import main
+from mstta.cli import main
 from mstta.safety import machine_memory
 
 N, C, D = 40, 4, 8
@@ -388,7 +388,7 @@ def test_memory_estimate_of_the_replay_is_one_line(tmp_path, capsys, monkeypatch
 def test_real_process_stderr_is_one_line(tmp_path):
     """Out of process: what a shell user sees for a file of subnormal float32 values."""
     f = _scaled(tmp_path, feats=1e-40)
-    proc = subprocess.run([sys.executable, "-m", "mstta.bench", "replay", "--features", str(f), "--set", "lam=2"],
+    proc = subprocess.run([sys.executable, "-m", "mstta.cli", "replay", "--features", str(f), "--set", "lam=2"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr == f"mstta-bench: error: {f}: array 'features' has a row of subnormal values at index 0 " \

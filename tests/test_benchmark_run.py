@@ -8,11 +8,11 @@ import shutil
 
 import numpy as np
 import pytest
-from helpers_cli import run_bench
+from helpers_cli import default_model_dir, run_bench
 from helpers_data import make_fake_dataset
 
-from mstta.bench import main
 from mstta.benchmark import runner
+from mstta.cli import main
 from mstta.features import load_features
 from mstta.methods import list_methods
 from mstta.replay import replay
@@ -75,9 +75,9 @@ def test_every_cell_recorded_with_its_settings(bench):
 
 def test_one_feature_file_per_dataset_and_accuracy_matches_replay(bench):
     files = sorted(p.relative_to(bench["store"]).as_posix() for p in bench["store"].rglob("*.npz"))
-    assert files == ["mstta-tiny-none-fp32/dtd/views4-crop-seed1.npz",
-                     "mstta-tiny-none-fp32/imagenet_a/views4-augmix-seed1.npz",
-                     "mstta-tiny-none-fp32/imagenet_a/views4-crop-seed1.npz"]
+    model = default_model_dir()                          # mstta-tiny-none-fp32 on a CPU, -fp16 on a GPU
+    assert files == [f"{model}/dtd/views4-crop-seed1.npz", f"{model}/imagenet_a/views4-augmix-seed1.npz",
+                     f"{model}/imagenet_a/views4-crop-seed1.npz"]
     run = next(r for r in bench["data"]["runs"] if r["dataset"] == "imagenet_a" and r["method"] == "ms-tta")
     fs = load_features(run["features"])
     assert fs.num_views == 4 and fs.num_samples == 9 and fs.classnames[0] == "class_0 name"
@@ -238,7 +238,7 @@ def test_several_seeds_extract_per_seed_and_report_mean_std(bench, tmp_path, cap
     code, _, err = _run(capsys, *_argv(bench["root"], out, bench["store"], "--datasets", "imagenet_a",
                                        "--methods", "boostadapter,ms-tta", "--seeds", "1,2,3", "--fps-samples", "0"))
     assert code == 0, err
-    assert sorted(p.name for p in (bench["store"] / "mstta-tiny-none-fp32" / "imagenet_a").glob("*.npz")) == [
+    assert sorted(p.name for p in (bench["store"] / default_model_dir() / "imagenet_a").glob("*.npz")) == [
         f"views4-{kind}-seed{s}.npz" for kind in ("augmix", "crop") for s in (1, 2, 3)]
     runs = json.loads((out / "results.json").read_text())["runs"]
     assert sorted((r["method"], r["seed"]) for r in runs) == [(m, s) for m in ("boostadapter", "ms-tta") for s in (1, 2, 3)]

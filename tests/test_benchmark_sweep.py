@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from synthetic import make_stream
 
-from mstta.bench import main
 from mstta.benchmark.store import Backbone, FeatureKey
 from mstta.benchmark.sweep import expand, parse_param
+from mstta.cli import main
 from mstta.errors import UserError
 from mstta.features import save_features
 

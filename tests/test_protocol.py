@@ -9,11 +9,11 @@ import json
 
 import numpy as np
 import pytest
-from helpers_cli import run_bench
+from helpers_cli import default_model_dir, run_bench
 from helpers_data import make_fake_dataset
 
-from mstta.bench import main
 from mstta.benchmark.report import render_report
+from mstta.cli import main
 from mstta.config import load_dataset_config
 from mstta.extract import read_meta
 from mstta.features import load_features
@@ -42,9 +42,9 @@ def bench(tmp_path_factory):
 def test_each_method_reads_its_own_view_kind_from_the_store(bench):
     """BoostAdapter's code makes crops everywhere; TDA's makes AugMix views on ImageNet-A/V2/R/S."""
     files = sorted(p.relative_to(bench["store"]).as_posix() for p in bench["store"].rglob("*.npz"))
-    assert files == ["mstta-tiny-none-fp32/dtd/views4-crop-seed1.npz",           # each kind extracted once
-                     "mstta-tiny-none-fp32/imagenet_a/views4-augmix-seed1.npz",
-                     "mstta-tiny-none-fp32/imagenet_a/views4-crop-seed1.npz"]
+    model = default_model_dir()                          # mstta-tiny-none-fp32 on a CPU, -fp16 on a GPU
+    assert files == [f"{model}/dtd/views4-crop-seed1.npz",                  # each kind extracted once
+                     f"{model}/imagenet_a/views4-augmix-seed1.npz", f"{model}/imagenet_a/views4-crop-seed1.npz"]
     for (dataset, method), r in bench["by"].items():
         meta = read_meta(r["features"])                 # what the file read really holds
         want = "crop" if dataset == "dtd" or method in BOOSTING else "augmix"

@@ -56,7 +56,7 @@ def world(tmp_path_factory):
 
 
 def run_bench_plain(*argv) -> int:
-    from mstta.bench import main
+    from mstta.cli import main
 
     return main([str(a) for a in argv])
 
