@@ -20,7 +20,8 @@ from mstta.replay import replay
 DATASETS = ("imagenet_a", "dtd")
 # every method on both datasets, plus the +boost reading predicting from the original image on the
 # OOD dataset (on dtd it would repeat ms-tta+boost, whose view mode there is already `original`)
-CELLS = {(d, m) for d in DATASETS for m in list_methods()} | {("imagenet_a", "ms-tta+boost@original")}
+CELLS = {(d, m) for d in DATASETS for m in list_methods()} | {("imagenet_a", "ms-tta+boost@original"),
+                                                               ("imagenet_a", "baseline+boost@original")}
 N = len(CELLS)
 
 
@@ -50,7 +51,7 @@ def bench(tmp_path_factory):
 
 def test_every_cell_recorded_with_its_settings(bench):
     runs = bench["data"]["runs"]
-    assert len(runs) == N == 19
+    assert len(runs) == N == 20
     assert {(r["dataset"], r["method"]) for r in runs} == CELLS
     for r in runs:
         assert {"dataset", "backbone", "pretrained", "method", "seed", "accuracy", "zero_shot_accuracy", "fps",
@@ -109,7 +110,7 @@ def test_report_files(bench):
     pngs = sorted(p.name for p in (out / "plots").rglob("*.png"))
     assert pngs == ["dtd-seed1.png", "imagenet_a-seed1.png"]
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in (out / "plots").rglob("*.png"))
-    assert len(bench["data"]["efficiency"]) == len(list_methods()) + 1       # timed on imagenet_a
+    assert len(bench["data"]["efficiency"]) == len(list_methods()) + 2       # timed on imagenet_a
     eff = {e["method"]: e for e in bench["data"]["efficiency"]}
     assert eff["zero-shot"]["views"] == 1 and eff["tda"]["views"] == 4 and eff["ms-tta"]["fps"] > 0
 
@@ -194,7 +195,7 @@ def test_dry_run_lists_and_writes_nothing(bench, tmp_path, capsys):
     assert "eurosat:" in text and "data MISSING" in text
     assert "views4-augmix-seed1.npz); zero-shot to run, tda to run, ms-tta to run" in text
     assert "views4-crop-seed1.npz); boostadapter to run, ms-tta+boost to run" in text
-    assert "features to extract" in text and f"{len(list_methods()) * 2 + 1} cell(s) to run" in text
+    assert "features to extract" in text and f"{len(list_methods()) * 2 + 2} cell(s) to run" in text
     assert not out.exists() and not store.exists()
     code, text, _ = _run(capsys, *_argv(bench["root"], bench["out"], bench["store"], "--dry-run"))
     assert "features cached" in text and "ms-tta done" in text and "0 cell(s) to run" in text
@@ -206,8 +207,9 @@ def test_dry_run_lists_and_writes_nothing(bench, tmp_path, capsys):
     (["--backbone", "ViT-Q-99"], "--backbone ViT-Q-99: unknown architecture"),
     (["--pretrained", "/nope/ckpt.pt"], "--pretrained /nope/ckpt.pt: checkpoint file not found"),
     (["--pretrained", "laion9"], "--pretrained laion9: 'laion9' is not a known pretrained tag for mstta-tiny"),
-    (["--seeds", "1,x"], "--seeds: 'x' is not an integer"),
-    (["--seeds", "-1"], "--seeds: '-1' is negative"),
+    (["--seeds", "1,x"], "--seeds 'x': expected an integer seed in [0, 2^63 - 1]"),
+    (["--seeds", "-1"], "--seeds '-1': expected an integer seed"),
+    (["--seeds", str(2**63)], f"--seeds '{2**63}': expected an integer seed"),
     (["--seeds", "1,,2"], "--seeds"),
     (["--set", "kk=1"], "unknown key 'kk'"),
     (["--views", "0"], "--views 0"),

@@ -10,12 +10,14 @@ from .run import add_common, build_config
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ..benchmark.sweep import DEFAULT_METHOD
+
     p.add_argument("--param", required=True, metavar="NAME[=V1,V2,...]",
                    help="hyperparameter and values, e.g. k=2,4,6,8,16, alpha=0,0.2,...,1.0 ('...' continues the "
                         "step), lam=0,0.5,1,2,10, ms_steps=0,1,2,4 (0 = the baseline); a bare name takes the paper's grid")
-    p.add_argument("--method", default="ms-tta+boost", metavar="NAME",
-                   help="method to sweep (default ms-tta+boost, the reading held against the paper; one of: "
-                        f"{', '.join(list_methods())}, optionally NAME@original or NAME@confident)")
+    p.add_argument("--method", default=DEFAULT_METHOD, metavar="NAME",
+                   help=f"method to sweep (default {DEFAULT_METHOD}, the reading held against the paper on OOD; "
+                        f"one of: {', '.join(list_methods())}, optionally NAME@original or NAME@confident)")
     add_common(p, datasets_default="paper")
     p.add_argument("--no-plots", action="store_true", help="skip the accuracy-vs-value PNG")
 
