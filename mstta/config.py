@@ -265,7 +265,7 @@ class _StrictLoader(yaml.SafeLoader):
 
 def load_yaml_text(text: str) -> Any:
     """`yaml.safe_load` that refuses duplicate keys (raises a yaml.YAMLError)."""
-    return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    return yaml.load(text, Loader=_StrictLoader)  # safe: _StrictLoader is a SafeLoader subclass
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:

@@ -172,3 +172,10 @@ def test_rows_are_normalised_at_any_finite_scale(tmp_path, scale, dtype):
     assert torch.allclose(big.features.double(), one.features.double(), atol=tol)
     assert torch.allclose(big.text, one.text, atol=tol)
     assert torch.allclose(big.features.double().norm(dim=-1), torch.ones(6, 2, dtype=torch.float64), atol=tol)
+
+
+def test_the_shared_tiny_clip_is_loaded_once(tiny_clip, request):
+    """tests/conftest.py's session fixture: one model object for every test that asks for it."""
+    assert request.getfixturevalue("tiny_clip") is tiny_clip
+    assert (tiny_clip.name, tiny_clip.pretrained, tiny_clip.precision, str(tiny_clip.device)) == \
+        ("mstta-tiny", "none", "fp32", "cpu")
