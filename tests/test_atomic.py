@@ -141,7 +141,7 @@ def test_a_second_writer_of_one_output_is_refused_naming_the_first(tmp_path):
         assert sweep_stale(target.parent) == []                      # a held lock is never swept
     finally:
         proc.kill()
-        proc.wait()
+        proc.communicate()          # reaps it and closes its pipe
     with output_lock(target, "--out") as lock:                      # kill -9 released it: the kernel does
         assert lock.read_text() == f"{os.getpid()}\n"
     assert sorted(os.listdir(tmp_path / "results")) == []           # the lock file goes with its holder
@@ -151,7 +151,7 @@ def test_a_killed_holders_lock_file_is_swept(tmp_path):
     target = tmp_path / "f.npz"
     proc = _holder(target)
     proc.kill()
-    proc.wait()
+    proc.communicate()          # reaps it and closes its pipe
     lock = tmp_path / ".f.npz.mstta-lock"
     assert lock.is_file()                                           # kill -9 cannot remove it...
     assert sweep_stale(tmp_path) == [lock] and os.listdir(tmp_path) == []   # ...the next run's sweep does
@@ -171,4 +171,4 @@ def test_under_torchrun_only_rank_0_locks(tmp_path, monkeypatch):
             pass
     finally:
         proc.kill()
-        proc.wait()
+        proc.communicate()          # reaps it and closes its pipe

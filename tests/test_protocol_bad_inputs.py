@@ -234,8 +234,9 @@ def holder():
         return proc
     yield start
     for proc in procs:
-        proc.kill()
-        proc.wait()
+        if proc.returncode is None:
+            proc.kill()
+            proc.communicate()      # reaps it and closes its pipe
 
 
 def test_a_second_run_on_one_out_is_refused_naming_the_first(world, tmp_path, capsys, holder):
@@ -279,7 +280,7 @@ def test_two_runs_sharing_a_store_never_extract_one_file_at_once(world, tmp_path
     assert f"no dataset could run: --store {key.path(store)}: another mstta run (pid {first.pid})" in err
     assert not list(key.path(store).parent.glob("*.work")) and not key.path(store).exists()
     first.kill()
-    first.wait()
+    first.communicate()
     code, _, err = run_bench(capsys, *argv)
     assert code == 0, err
     assert key.path(store).is_file() and not list(key.path(store).parent.glob(".*"))   # no lock, no work folder
