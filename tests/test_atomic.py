@@ -172,3 +172,23 @@ def test_under_torchrun_only_rank_0_locks(tmp_path, monkeypatch):
     finally:
         proc.kill()
         proc.communicate()          # reaps it and closes its pipe
+
+
+def test_a_folder_output_is_locked_beside_it(tmp_path):
+    """`extract --out features/` locks the folder (`.features.mstta-lock` beside it); its contents stay."""
+    folder = tmp_path / "features"
+    folder.mkdir()
+    (folder / "keep.npz").write_bytes(b"x")
+    proc = _holder(folder)
+    try:
+        assert (tmp_path / ".features.mstta-lock").is_file()
+        with pytest.raises(UserError, match=rf"--out {folder}: another mstta run \(pid {proc.pid}\)"):
+            with output_lock(folder, "--out"):
+                pass
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert sorted(os.listdir(tmp_path)) == [".features.mstta-lock", "features"]   # kill -9: the file stays...
+    with output_lock(folder, "--out"):
+        pass
+    assert sorted(os.listdir(tmp_path)) == ["features"] and os.listdir(folder) == ["keep.npz"]   # ...until the next
