@@ -92,7 +92,7 @@ def test_video_streams_per_frame_results(app_url, video, tmp_path):
     assert series_points(final["accuracy"]) == {"CLIP zero-shot": 12, "MS-TTA": 12}
     assert list(bar_values(final["clip_topk"]))[0] == outs[-2]["result"]["clip_topk"][0]["label"]
     assert "**12 frames**" in final["stats"] and "accuracy CLIP" in final["stats"]
-    assert final["result"]["bank_size"] == 12
+    assert final["result"]["bank_rows"] == 12
 
 
 def test_two_clients_at_once_keep_separate_adaptation(app, video):
@@ -114,12 +114,12 @@ def test_two_clients_at_once_keep_separate_adaptation(app, video):
         seen = {s["label"] for o in outs[:-1] for s in o["result"]["clip_topk"] + o["result"]["tta_topk"]}
         assert seen <= set(labels), f"client {name} saw another session's classes: {seen - set(labels)}"
         assert list(bar_values(outs[-1]["cache"])) == labels
-        assert outs[-1]["result"]["bank_size"] == 12, "each engine saw its own 12 frames only"
+        assert outs[-1]["result"]["bank_rows"] == 12, "each engine saw its own 12 frames only"
     # with "keep adapting", a's adaptation continues on its next video; b's is untouched by it
-    assert last_result(a, video, keep=True)["result"]["bank_size"] == 24
+    assert last_result(a, video, keep=True)["result"]["bank_rows"] == 24
     assert named(b.predict(api_name="/reset"))["status"].startswith("Adaptation state cleared")
-    assert last_result(a, video, keep=True)["result"]["bank_size"] == 36
-    assert last_result(b, video, keep=True)["result"]["bank_size"] == 12
+    assert last_result(a, video, keep=True)["result"]["bank_rows"] == 36
+    assert last_result(b, video, keep=True)["result"]["bank_rows"] == 12
     live = app.demo.mstta_context.sessions._live   # one engine per browser session, none shared
     assert len({id(s) for s in live.values()}) == len(live) >= 2
 
@@ -133,13 +133,13 @@ def test_two_clients_at_once_keep_separate_adaptation(app, video):
 ])
 def test_bad_labels_show_a_message_and_leave_the_session_alone(app_url, video, labels_text, message):
     c = client(app_url)
-    assert last_result(c, video)["result"]["bank_size"] == 12
+    assert last_result(c, video)["result"]["bank_rows"] == 12
     out = named(c.predict(*settings_args(labels_text), api_name="/apply_settings"))
     assert out["status"].startswith("⚠️") and message in out["status"], out["status"]
     outs = run_video(c, *video_args(video, [], every=2)[:4], labels_text, "", *SETTINGS)
     assert len(outs) == 1 and message in outs[0]["status"], "no frame processed with bad labels"
     again = last_result(c, video, keep=True)   # the good labels again: same classifier, the engine went on
-    assert again["result"]["bank_size"] == 24
+    assert again["result"]["bank_rows"] == 24
     assert list(bar_values(again["cache"])) == LABELS
 
 
@@ -182,7 +182,7 @@ def test_bad_template_and_settings_changes(app_url, video):
     assert changed["status"] == "New TDA settings: the adaptation started afresh."
     assert "TDA: top-3" in changed["tta_topk"]
     r = run_video(c, *video_args(video, every=2, settings=tda))[-1]["result"]   # the controls of a run win
-    assert r["method"] == "tda" and r["cache_capacity"] == 3 * 4 and r["bank_size"] == 0   # tda: no bank
+    assert r["method"] == "tda" and r["cache_capacity"] == 3 * 4 and r["bank_rows"] == 0   # tda: no bank
 
 
 def test_unreadable_video_and_bad_truth_give_messages(app_url, video, tmp_path):
@@ -218,7 +218,7 @@ def test_single_frames_go_through_the_webcam_handler(app_url, tmp_path):
     assert [r["result"]["frame"] for r in results] == [0, 1, 2]
     assert results[0]["status"] == "Webcam: frame 1 processed."   # a new session: nothing to empty
     assert results[-1]["status"] == "Webcam: frame 3 processed."
-    assert results[-1]["result"]["bank_size"] == 3
+    assert results[-1]["result"]["bank_rows"] == 3
     assert series_points(results[-1]["confidence"]) == {"CLIP zero-shot": 3, "MS-TTA": 3}
 
 
@@ -226,17 +226,17 @@ def test_a_new_source_starts_a_fresh_stream_unless_kept(app_url, video, tmp_path
     import cv2
 
     c = client(app_url)
-    assert last_result(c, video)["result"]["bank_size"] == 12
+    assert last_result(c, video)["result"]["bank_rows"] == 12
     again = last_result(c, video)
-    assert again["status"].startswith("Fresh stream: empty cache and bank.") and again["result"]["bank_size"] == 12
+    assert again["status"].startswith("Fresh stream: empty cache and bank.") and again["result"]["bank_rows"] == 12
     kept = last_result(c, video, keep=True)
-    assert kept["status"].startswith("Kept adapting across sources") and kept["result"]["bank_size"] == 24
+    assert kept["status"].startswith("Kept adapting across sources") and kept["result"]["bank_rows"] == 24
     path = str(tmp_path / "frame.png")
     cv2.imwrite(path, cv2.cvtColor(fake_frame(0), cv2.COLOR_RGB2BGR))
     cam = named(c.predict(*frame_args(path), api_name="/process_frame"))   # switching source: fresh again
-    assert cam["status"].startswith("Fresh stream") and cam["result"]["bank_size"] == 1
+    assert cam["status"].startswith("Fresh stream") and cam["result"]["bank_rows"] == 1
     cam = named(c.predict(*frame_args(path, keep=True), api_name="/process_frame"))
-    assert cam["status"] == "Webcam: frame 2 processed." and cam["result"]["bank_size"] == 2
+    assert cam["status"] == "Webcam: frame 2 processed." and cam["result"]["bank_rows"] == 2
 
 
 def test_reset_and_apply_after_a_run_empty_every_plot(app_url, video):
@@ -306,10 +306,10 @@ def test_the_oldest_idle_session_is_dropped_beyond_the_cap(tmp_path):
         assert len(sessions) == 2
         expired = named(a.predict(*frame_args(path), api_name="/process_frame"))
         assert "Session expired" in expired["status"] and "Press **Reset**" in expired["status"]
-        assert named(b.predict(*frame_args(path), api_name="/process_frame"))["result"]["bank_size"] == 1
+        assert named(b.predict(*frame_args(path), api_name="/process_frame"))["result"]["bank_rows"] == 1
         assert named(a.predict(api_name="/reset"))["status"].startswith("Adaptation state cleared")
         back = named(a.predict(*frame_args(path), api_name="/process_frame"))
-        assert back["result"]["bank_size"] == 1 and len(sessions) == 2
+        assert back["result"]["bank_rows"] == 1 and len(sessions) == 2
 
 
 def test_upload_limit_and_only_the_demos_files_are_served(tmp_path):
