@@ -123,7 +123,7 @@ def build_app(clip: Any, *, labels: Sequence[str] | None = None, video: str | No
             ctx.sessions.forget(ui.session_hash, ui)
 
     with gr.Blocks(title="MS-TTA live: CLIP vs test-time adaptation", analytics_enabled=False,
-                   delete_cache=CACHE_CLEANUP_S) as demo:
+                   delete_cache=CACHE_CLEANUP_S, fill_width=True) as demo:
         c = build_layout(title_md=_title(clip, views), random_weights=str(getattr(clip, "pretrained", "")).lower()
                          == "none", labels=labels, video=video, truth=truth, template=template, method=method,
                          base=base, every=every, realtime=realtime, hello=_hello(ctx, video, autostart),
@@ -142,8 +142,8 @@ def build_app(clip: Any, *, labels: Sequence[str] | None = None, video: str | No
 
 def _title(clip: Any, views: int) -> str:
     shown = f", {views} views per frame" if views > 1 else ""
-    return (f"# MS-TTA live: zero-shot CLIP vs test-time adaptation\nModel **{getattr(clip, 'name', '?')}** "
-            f"({getattr(clip, 'pretrained', '?')}) on {getattr(clip, 'device', '?')}{shown}.")
+    return (f"**MS-TTA live** · zero-shot CLIP vs test-time adaptation · model **{getattr(clip, 'name', '?')}** "
+            f"({getattr(clip, 'pretrained', '?')}) on {getattr(clip, 'device', '?')}{shown}")
 
 
 def _hello(ctx: Context, video: str | None, autostart: bool) -> str:

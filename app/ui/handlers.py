@@ -28,7 +28,7 @@ from ..labels import read_labels
 from ..session import StreamSession
 from ..sources import Frame
 from . import plots
-from .page import EXPIRED, check_truth, message, picture, render, shown, warn
+from .page import EXPIRED, check_truth, message, offered, picture, render, shown, warn
 from .state import CONTROLS, ModelSlots, Sessions, Settings, UISession, apply_settings
 
 log = logging.getLogger(__name__)
@@ -186,6 +186,8 @@ def process_frame(ctx: Context, ui: UISession, form: Mapping[str, Any]) -> dict[
             ui.downloads.current.write(frame, result, None, shown_image)
         page = render(ui, f"{prefix}Webcam: frame {index} processed.", image=shown_image, result=result, fps=fps,
                       views=ctx.views)
+    if index == 1:
+        page["downloads"] = offered(None)   # the last run's files are gone: this run's come at its end
     return page | {"result": result.to_dict() | {"frame": index - 1}}
 
 
@@ -194,7 +196,7 @@ def _webcam_end(ctx: Context, ui: UISession, how: str) -> dict[str, Any]:
     text = plots.run_summary(ui.history, max(ui.webcam_last - ui.webcam_started, 1e-3), ui.stream.method.title)
     ui.source = "webcam-done"   # reported once; the next frame (after WEBCAM_LATE_S) starts a new run
     files = ui.downloads.finish()
-    return render(ui, f"{how}: {text}", result=ui.history.last, views=ctx.views) | {"downloads": files or None}
+    return render(ui, f"{how}: {text}", result=ui.history.last, views=ctx.views) | {"downloads": offered(files)}
 
 
 def webcam_stop(ctx: Context, ui: UISession) -> dict[str, Any] | None:

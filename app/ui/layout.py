@@ -28,20 +28,23 @@ from .video import VIDEO_TYPES
 log = logging.getLogger(__name__)
 
 CSS = """
-.gradio-container {max-width: 100% !important; padding: 4px 10px !important}
-#mstta-header {align-items: center; gap: 8px}
-#mstta-title h1 {font-size: 1.1rem; margin: 0; display: inline}
-#mstta-title p {margin: 0; font-size: .8rem}
-#mstta-random-weights {padding: 3px 10px; border-radius: 8px; background: #fef3c7; color: #92400e;
-  font-weight: 600; border: 1px solid #f59e0b; font-size: .85rem}
+.gradio-container {max-width: 100% !important}
+.gradio-container > main, .gradio-container .main {padding-top: 0 !important; padding-bottom: 0 !important}
+.gradio-container .contain {gap: 8px !important}
+#mstta-header {align-items: center; gap: 8px; flex-wrap: nowrap}
+#mstta-title p {margin: 0; font-size: .85rem; white-space: nowrap; overflow: hidden; text-overflow: ellipsis}
+#mstta-title strong:first-child {font-size: 1.05rem}
+#mstta-random-weights {padding: 2px 10px; border-radius: 8px; background: #fef3c7; color: #92400e;
+  font-weight: 600; border: 1px solid #f59e0b; font-size: .8rem; white-space: nowrap; overflow: hidden;
+  text-overflow: ellipsis}
 #mstta-random-weights span {font-weight: 400}
-#mstta-side {max-height: calc(100vh - 70px); overflow-y: auto}
+#mstta-right {gap: 6px}
 #mstta-verdict-box {padding: 5px 12px; border-radius: 8px; font-size: 1.05rem; font-weight: 600; color: white;
   background: #6b7280}
 #mstta-verdict-box.agree {background: #16a34a}
 #mstta-verdict-box.disagree {background: #dc2626}
 #mstta-verdict-box .name {font-weight: 800; text-decoration: none; color: inherit}
-#mstta-status {min-height: 0; padding: 4px 10px !important; font-size: .9rem}
+#mstta-status {min-height: 0; padding: 3px 10px !important; font-size: .85rem; line-height: 1.25}
 #mstta-status p {margin: 0}
 #mstta-stats p {margin: 0; font-size: .85rem}
 .mstta-hidden {display: none !important}
@@ -186,23 +189,23 @@ def _header(title_md: str, random_weights: bool) -> None:
 
 def _video_tab(video: str | None, truth: str | None, every: int | None, realtime: bool, demo_clip: bool) -> dict:
     with gr.Tab("Video", id="video-tab", elem_id="mstta-video-tab"):
-        c = dict(
+        with gr.Row():
+            c = dict(run=gr.Button("▶ Process video", variant="primary", elem_id="mstta-run", scale=2, min_width=150),
+                     stop=gr.Button("■ Stop", variant="stop", elem_id="mstta-stop", scale=1, min_width=70))
+        c["demo_clip"] = (gr.Button("Use the demo clip (with labels and ground truth)", size="sm",
+                                    elem_id="mstta-demo-clip") if demo_clip else None)
+        c |= dict(
             video=gr.File(value=video, label="Video file (mp4, avi, mov, mkv, webm, ...)", file_types=list(VIDEO_TYPES),
                           height=110, elem_id="mstta-video", elem_classes=["mstta-file"]),
             truth=quiet(gr.File(value=truth, label="Ground truth CSV (optional: adds accuracy)",
                                 file_types=[".csv", ".txt"], height=110, elem_id="mstta-truth",
                                 elem_classes=["mstta-file"])),
             drop_truth=gr.Button("Drop the ground-truth file", size="sm", visible=False, elem_id="mstta-drop-truth"),
-            every=Number(value=every or 0, precision=0, label="Process every N-th frame",
-                         info="0 = about 5 frames per second of video", elem_id="mstta-every"),
             realtime=quiet(gr.Checkbox(realtime, label="Real time (off: as fast as possible)",
                                        info="Plays at the video's own rate; frames the model cannot keep up with "
-                                            "are skipped and counted", elem_id="mstta-realtime")))
-        with gr.Row():
-            c["run"] = gr.Button("▶ Process video", variant="primary", elem_id="mstta-run")
-            c["stop"] = gr.Button("■ Stop", variant="stop", elem_id="mstta-stop")
-        c["demo_clip"] = (gr.Button("Use the demo clip (with labels and ground truth)", size="sm",
-                                    elem_id="mstta-demo-clip") if demo_clip else None)
+                                            "are skipped and counted", elem_id="mstta-realtime")),
+            every=Number(value=every or 0, precision=0, label="Process every N-th frame",
+                         info="0 = about 5 frames per second of video", elem_id="mstta-every"))
     return c
 
 
@@ -250,12 +253,12 @@ def _settings_tab(labels: Sequence[str] | None, template: str | None, method: st
 
 def _results(first: dict[str, Any]) -> dict:
     """The middle (banner, frame, numbers) and right (top-k, agreement, accuracy) columns."""
-    with gr.Column(scale=5, min_width=500):
+    with gr.Column(scale=5, min_width=480):
         c = dict(verdict=gr.HTML(first["verdict"], elem_id="mstta-verdict"),
                  frame=gr.Image(label="Current frame, both predictions drawn", type="numpy", format="jpeg",
-                                interactive=False, height=420, elem_id="mstta-frame"),
+                                interactive=False, height=505, elem_id="mstta-frame"),
                  stats=gr.Markdown("", elem_id="mstta-stats"))
-    with gr.Column(scale=4, min_width=360):
+    with gr.Column(scale=4, min_width=340, elem_id="mstta-right"):
         for name in ("clip_topk", "tta_topk", "agreement", "accuracy"):
             c[name] = gr.HTML(first[name], elem_id=f"mstta-{name.replace('_', '-')}", padding=False)
     return c
@@ -285,14 +288,14 @@ def build_layout(*, title_md: str, random_weights: bool, labels: Sequence[str] |
     _header(title_md, random_weights)
     c["status"] = gr.Markdown(hello, elem_id="mstta-status", container=True)
     with gr.Row(equal_height=False):
-        with gr.Column(scale=0, min_width=310, elem_id="mstta-side"):
+        with gr.Column(scale=0, min_width=290, elem_id="mstta-side"):
+            c["downloads"] = gr.File(label="Downloads: the last run's annotated video and log",
+                                     file_count="multiple", interactive=False, height=125, visible=False,
+                                     elem_id="mstta-downloads")
             with gr.Tabs():
                 c |= _video_tab(video, truth, every, realtime, demo_clip)
                 c |= _webcam_tab()
                 c |= _settings_tab(labels, template, method, base)
-            c["downloads"] = gr.File(label="Downloads: the last run's annotated video and prediction log",
-                                     file_count="multiple", interactive=False, height=90,
-                                     elem_id="mstta-downloads")
         c |= _results(first)
     c |= _below(first)
     return Components(**c)

@@ -34,6 +34,13 @@ def shown(visible: bool) -> Any:
     return gr.update(visible=visible)
 
 
+def offered(files: list[str] | None) -> Any:
+    """The downloads box: the run's files, shown; or hidden while there are none (a run going on)."""
+    import gradio as gr
+
+    return gr.update(value=files or None, visible=bool(files))
+
+
 def warn(text: str) -> str:
     return f"⚠️ {text}"
 

@@ -38,7 +38,7 @@ X_TITLE = "processed frames"
 
 
 # ---------------------------------------------------------------------------- SVG charts
-W, H = 560, 190                   # a chart's drawing size (it scales to its box)
+W, H = 560, 160                   # a chart's drawing size (it scales to its box)
 LEFT, RIGHT, TOP, BOTTOM = 52, 12, 10, 38
 
 
@@ -142,7 +142,8 @@ def hbar_chart(chart_id: str, title: str, rows: Sequence[tuple[str, float, str]]
     ticks = "".join(f'<span class="tick" style="left:{pct(t):.1f}%">{shown(t) if not percent else f"{t * 100:.0f}"}'
                     "</span>" for t in nice_ticks(0, x_max, 5, integer_x))
     axis = (f'<div class="row axis"><span class="name"></span><span class="track ticks">{ticks}</span>'
-            f'<span class="val"></span></div><div class="axis-title">{html.escape(x_title)}</div>')
+            f'<span class="val"></span></div>'
+            + (f'<div class="axis-title">{html.escape(x_title)}</div>' if x_title else ""))
     return (f'<figure class="mstta-chart mstta-bars" id="{chart_id}-chart"><figcaption><b>{html.escape(title)}'
             f"</b></figcaption>{''.join(lines)}{axis}</figure>")
 
@@ -178,9 +179,9 @@ def switches_chart(history: History, title: str) -> str:
 
 
 ACCURACY_HEADINGS = {   # the accuracy plot says what ground truth the run shown has
-    "loaded": "Running accuracy: no labelled frame yet (the ground-truth CSV is loaded)",
-    "off": "Running accuracy: off, the ground-truth CSV names classes the labels lack",
-    "none": "Running accuracy: no ground-truth CSV for this run (add one in the Video tab)",
+    "loaded": "Running accuracy: ground truth loaded, no labelled frame yet",
+    "off": "Running accuracy: off (the ground truth names classes the labels lack)",
+    "none": "Running accuracy: no ground-truth CSV for this run",
     "webcam": "Running accuracy: the webcam has no ground truth",
 }
 
@@ -188,7 +189,7 @@ ACCURACY_HEADINGS = {   # the accuracy plot says what ground truth the run shown
 def accuracy_chart(history: History, title: str, truth_state: str = "none") -> str:
     """Running accuracy; `truth_state` ("loaded", "off", "none", "webcam") titles a plot without points."""
     clip, tta = _pairs(history, lambda p: p.accuracy_clip, lambda p: p.accuracy_tta)
-    heading = ("Running accuracy on labelled frames" if history.labelled
+    heading = ("Running accuracy (labelled frames)" if history.labelled
                else ACCURACY_HEADINGS.get(truth_state, ACCURACY_HEADINGS["none"]))
     return line_chart("mstta-accuracy", heading, [(CLIP_NAME, CLIP_COLOR, clip), (title, ADAPTED_COLOR, tta)],
                       y_title="accuracy (%)", y_range=(0, 100))
@@ -197,7 +198,7 @@ def accuracy_chart(history: History, title: str, truth_state: str = "none") -> s
 def topk_chart(chart_id: str, items: Sequence[Scored], color: str, title: str) -> str:
     """One method's top-k for the current frame, best first."""
     rows = [(s.label, float(s.prob), color if i == 0 else "#9ca3af") for i, s in enumerate(items)]
-    return hbar_chart(chart_id, title, rows, x_max=1.0, x_title="probability (%)", percent=True)
+    return hbar_chart(chart_id, f"{title} (probability, %)", rows, x_max=1.0, x_title="", percent=True)
 
 
 def cache_chart(labels: Sequence[str], per_class: Sequence[int], capacity: int | None, title: str,

@@ -26,7 +26,7 @@ from ..sampling import Sampler, default_every
 from ..truth import Truth
 from . import plots
 from .handlers import Context, fresh_or_kept
-from .page import EXPIRED, check_truth, message, picture, render, upload_message, warn
+from .page import EXPIRED, check_truth, message, offered, picture, render, upload_message, warn
 from .state import UISession, apply_settings, int_control
 
 log = logging.getLogger(__name__)
@@ -105,6 +105,7 @@ class _Run:
         self.ctx, self.ui, self.every, self.expected, self.prefix, self.pacer = ctx, ui, every, expected, prefix, pacer
         self.name, self.shown = name, html.escape(name)
         self.last_page = 0.0
+        self.pages = 0
         self.started, self.start = time.monotonic(), time.perf_counter()
 
     def mode(self) -> str:
@@ -119,6 +120,9 @@ class _Run:
     def page(self, st: Step, status: str, image) -> dict[str, Any]:
         page = render(self.ui, status, image=image, result=st.result, fps=st.fps, views=self.ctx.views,
                       skipped=self.pacer.skipped)
+        self.pages += 1
+        if self.pages == 1:
+            page["downloads"] = offered(None)   # the last run's files are gone: this run's come at its end
         return page | {"result": st.result.to_dict() | {"frame": st.frame.index}}
 
     def due(self) -> bool:
@@ -139,7 +143,8 @@ def _run(ctx: Context, ui: UISession, source, name: str, every: int, truth: Trut
     try:
         for st in iter_steps(pacer(Sampler(every)(source)), session, truth=truth, max_frames=ctx.max_frames,
                              model_slot=ctx.model_and(ui)):
-            with ui.lock:
+            page = None
+            with ui.lock:   # never held across a yield: the next frame may run on another thread
                 if ui.stream is not session:   # the page closed or the session was dropped mid-run
                     return
                 ui.history.update(st.result, st.truth_label)
@@ -148,8 +153,9 @@ def _run(ctx: Context, ui: UISession, source, name: str, every: int, truth: Trut
                     ui.downloads.current.write(st.frame, st.result, st.truth_label, image)
                 last = (st, image)
                 if run.due():
-                    yield run.page(st, run.status(st.processed), image)
-                    last = None
+                    page, last = run.page(st, run.status(st.processed), image), None
+            if page is not None:
+                yield page
             if ui.stop_at > run.started:
                 break
     except OSError as exc:   # a decoder failing mid-file
@@ -176,9 +182,9 @@ def _final_page(run: _Run, last) -> dict[str, Any]:
             status = (f"Stopped after {h.processed} frames of **{run.shown}**: {summary} The adaptation state is "
                       "kept (**Reset** clears it).")
         else:
-            status = f"{run.prefix}Done: **{run.shown}**, {summary} ({run.mode()})"
+            status = f"{run.prefix}Done: **{run.shown}**, {summary} Processed {run.mode()}."
         if last is not None:
             page = run.page(last[0], status, last[1])
         else:   # the last frame is on the page already: keep its picture, refresh the rest
             page = render(ui, status, result=h.last, views=run.ctx.views, skipped=run.pacer.skipped)
-    return page | {"downloads": files or None}
+    return page | {"downloads": offered(files)}
