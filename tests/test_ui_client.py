@@ -41,7 +41,7 @@ def app():
     """One app for the module: labels preloaded, every processed frame and its plots sent to the page."""
     from app.ui import build_app
 
-    demo = build_app(tiny_clip(), labels=LABELS, update_interval=0, plot_interval=0, offer_demo_clip=False)
+    demo = build_app(tiny_clip(), labels=LABELS, update_interval=0, offer_demo_clip=False)
     with launched(demo) as url:
         yield SimpleNamespace(demo=demo, url=url)
 
@@ -136,7 +136,7 @@ def test_bad_labels_show_a_message_and_leave_the_session_alone(app_url, video, l
     assert last_result(c, video)["result"]["bank_rows"] == 12
     out = named(c.predict(*settings_args(labels_text), api_name="/apply_settings"))
     assert out["status"].startswith("⚠️") and message in out["status"], out["status"]
-    outs = run_video(c, *video_args(video, [], every=2)[:4], labels_text, "", *SETTINGS)
+    outs = run_video(c, *video_args(video, [], every=2)[:5], labels_text, "", *SETTINGS)
     assert len(outs) == 1 and message in outs[0]["status"], "no frame processed with bad labels"
     again = last_result(c, video, keep=True)   # the good labels again: same classifier, the engine went on
     assert again["result"]["bank_rows"] == 24
@@ -144,10 +144,21 @@ def test_bad_labels_show_a_message_and_leave_the_session_alone(app_url, video, l
 
 
 @pytest.mark.parametrize("settings, message", [
-    (["ms-tta", 2.5, 0.8, 1.0, 3, 4096], "⚠️ k: 2.5 is not a whole number"),
+    (["ms-tta", 2.5, 0.8, 1.0, 3, 4096], "⚠️ k (mean-shift neighbours): 2.5 is not a whole number"),
+    (["ms-tta", 2, 1.5, 1.0, 3, 4096], "⚠️ α (mean-shift weight): 1.5 is out of range; enter a number from 0 to 1"),
+    (["ms-tta", 2, 0.8, 100, 3, 4096], "⚠️ λ (cache weight): 100 is out of range"),   # refused, never clamped
+    (["ms-tta", 2, 0.8, 1.0, 3, 0], "⚠️ Bank size (features): 0 is out of range"),
+    (["ms-tta", 2, 0.8, 1.0, 3, -5], "⚠️ Bank size (features): -5 is out of range"),
+    (["ms-tta", 2, 0.8, 1.0, 3, 20000], "⚠️ Bank size (features): 20000 is out of range; enter a whole number "
+                                        "from 1 to 16,384"),   # the UI's per-session bound
+    (["ms-tta", 2, 0.8, 1.0, 3, 10**9], "⚠️ Bank size (features): 1e+09 is out of range"),
+    (["tda", "abc", 0.8, 1.0, 3, 4096], "⚠️ k (mean-shift neighbours): 'abc' is not a number"),
+    (["tda", 2, "NaN", 1.0, 3, 4096], "⚠️ α (mean-shift weight): 'NaN' is not a finite number"),
+    (["tda", 2, 0.8, None, 3, 4096], "⚠️ λ (cache weight): enter a number"),
+    (["tda", 2, 0.8, 1.0, [3], 4096], "⚠️ Q (cache size per class): expected a number, got list"),
     (["tda", 16, 0.0, 0.0, 16, 16384], None),   # extreme but valid
 ])
-def test_settings_are_checked_by_the_handler(app_url, settings, message):
+def test_settings_are_checked_by_the_handler_and_name_the_control(app_url, settings, message):
     out = named(client(app_url).predict(*settings_args(settings=settings), api_name="/apply_settings"))
     if message is None:
         assert out["status"] == "Ready: 3 classes, TDA.", out["status"]
@@ -155,28 +166,24 @@ def test_settings_are_checked_by_the_handler(app_url, settings, message):
         assert out["status"].startswith(message), out["status"]
 
 
-@pytest.mark.parametrize("settings, message", [
-    (["ms-tta", 2, 1.5, 1.0, 3, 4096], "greater than maximum"),
-    (["ms-tta", 2, 0.8, 1.0, 3, 0], "less than minimum"),
-    (["ms-tta", 2, 0.8, 1.0, 3, 10**9], "greater than maximum"),   # a bank that would not fit in memory
-    (["ms-tta", 2, 0.8, 1.0, 3, 16385], "greater than maximum"),   # the UI's per-session bound
-    (["no-such-method", 2, 0.8, 1.0, 3, 4096], "no-such-method"),
-])
-def test_out_of_range_controls_are_refused_by_gradio(app_url, settings, message):
-    """Values a control cannot hold never reach the handler: Gradio refuses them with a one-line error."""
+def test_a_method_not_among_the_choices_is_refused_in_one_line(app_url):
     from gradio_client.exceptions import AppError
 
-    with pytest.raises(AppError, match=message):
-        client(app_url).predict(*settings_args(settings=settings), api_name="/apply_settings")
+    with pytest.raises(AppError, match="Method: .*no-such-method"):
+        client(app_url).predict(*settings_args(settings=["no-such-method", 2, 0.8, 1.0, 3, 4096]),
+                                api_name="/apply_settings")
 
 
 def test_bad_template_and_settings_changes(app_url, video):
     c = client(app_url)
     out = named(c.predict(*settings_args(template="a photo"), api_name="/apply_settings"))
-    assert "Template" in out["status"] and "{}" in out["status"]
+    assert "Prompt template" in out["status"] and "{}" in out["status"]
     ready = named(c.predict(*settings_args(), api_name="/apply_settings"))
     assert ready["status"] == "Ready: 3 classes, MS-TTA."
-    assert named(c.predict(*settings_args(), api_name="/apply_settings"))["status"] == "Labels and settings unchanged."
+    run_video(c, *video_args(video, every=2))
+    same = named(c.predict(*settings_args(), api_name="/apply_settings"))   # Apply always starts over (docs/ui.md)
+    assert same["status"] == "Same labels and settings: the adaptation started afresh (empty cache and bank)."
+    assert set(series_points(same["confidence"]).values()) == {0} and set(bar_values(same["cache"]).values()) == {0}
     tda = ["tda", 3, 0.5, 2.0, 4, 64]
     changed = named(c.predict(*settings_args(settings=tda), api_name="/apply_settings"))
     assert changed["status"] == "New TDA settings: the adaptation started afresh."
@@ -204,6 +211,38 @@ def test_unreadable_video_and_bad_truth_give_messages(app_url, video, tmp_path):
     assert "Ground truth: 'truth.csv': ranges on lines 1 and 2 overlap" in outs[0]["status"], outs[0]["status"]
     outs = run_video(c, *video_args(None))
     assert "No video yet" in outs[0]["status"]
+
+
+def test_a_run_offers_its_annotated_mp4_and_jsonl_log(app_url, video, tmp_path):
+    """The downloads, fetched over HTTP as the browser does: an H.264 MP4 with one frame per processed
+    frame, and a JSONL log with one valid line per processed frame; a new run replaces them."""
+    import json
+
+    import av
+
+    c = client(app_url)
+    truth = write_truth(tmp_path / "truth.csv", n=24)
+    outs = run_video(c, *video_args(video, truth=truth, every=2))
+    assert outs[0]["downloads"] is None, "nothing to download while the run goes on"
+    files = {f["orig_name"]: f for f in outs[-1]["downloads"]}
+    assert set(files) == {"clip-annotated.mp4", "clip-predictions.jsonl"}, files
+    fetched = {}
+    for name, f in files.items():
+        with urllib.request.urlopen(f["url"], timeout=30) as r:
+            (tmp_path / name).write_bytes(r.read())
+            fetched[name] = tmp_path / name
+    with av.open(str(fetched["clip-annotated.mp4"])) as container:
+        stream = container.streams.video[0]
+        assert stream.codec_context.name == "h264", "browsers play H.264"
+        decoded = sum(1 for _ in container.decode(stream))
+    assert decoded == 12
+    lines = fetched["clip-predictions.jsonl"].read_text(encoding="utf-8").splitlines()
+    rows = [json.loads(line) for line in lines]
+    assert len(rows) == 12 and [r["frame"] for r in rows] == list(range(0, 24, 2))
+    assert all(r["method"] == "ms-tta" and len(r["tta"]) == 3 and "truth" in r for r in rows)
+    again = {f["orig_name"]: f for f in run_video(c, *video_args(video, every=3))[-1]["downloads"]}
+    with urllib.request.urlopen(again["clip-predictions.jsonl"]["url"], timeout=30) as r:
+        assert len(r.read().decode().splitlines()) == 8, "the new run's log: 24 frames, every 3rd"
 
 
 def test_single_frames_go_through_the_webcam_handler(app_url, tmp_path):
