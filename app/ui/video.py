@@ -109,7 +109,7 @@ class _Run:
         self.started, self.start = time.monotonic(), time.perf_counter()
 
     def mode(self) -> str:
-        nth = "every frame" if self.every == 1 else f"every {self.every}th frame"
+        nth = "every frame" if self.every == 1 else f"1 frame in {self.every}"
         return f"{nth}, {'real time' if self.pacer.realtime else 'as fast as possible'}"
 
     def status(self, processed: int) -> str:
