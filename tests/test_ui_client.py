@@ -445,3 +445,29 @@ def test_the_ui_can_start_empty(tmp_path):
         assert run_video(c, *video_args(video))[-1]["status"].startswith("Done: **clip.avi**, 6 frames processed")
     finally:
         assert ui.stop() == 0, ui.log()
+
+
+def test_the_page_shows_the_view_count_and_the_per_frame_cost(tmp_path):
+    """`--views N` > 1: the title and the numbers under the charts say how many views each frame is
+    and what a frame costs; with one view only the cost."""
+    import urllib.request as request
+
+    import cv2
+
+    from app.ui import build_app
+
+    frame = tmp_path / "frame.png"
+    cv2.imwrite(str(frame), cv2.cvtColor(fake_frame(0), cv2.COLOR_RGB2BGR))
+    for views in (1, 4):
+        demo = build_app(tiny_clip(), labels=LABELS, views=views, offer_demo_clip=False)
+        with launched(demo) as url:
+            out = named(client(url).predict(*frame_args(frame), api_name="/process_frame"))
+            with request.urlopen(f"{url}config", timeout=30) as r:
+                config = r.read().decode()
+        cost = f"{out['result']['latency_ms']:.1f} ms per frame"
+        if views == 1:
+            assert cost in out["stats"] and "views per frame" not in out["stats"], out["stats"]
+            assert "views per frame" not in config
+        else:
+            assert f"4 views per frame, {cost}" in out["stats"], out["stats"]
+            assert "4 views per frame" in config, "the title says it too"

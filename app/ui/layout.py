@@ -197,7 +197,7 @@ def _video_tab(video: str | None, truth: str | None, every: int | None, realtime
         c |= dict(
             video=gr.File(value=video, label="Video file (mp4, avi, mov, mkv, webm, ...)", file_types=list(VIDEO_TYPES),
                           height=110, elem_id="mstta-video", elem_classes=["mstta-file"]),
-            truth=quiet(gr.File(value=truth, label="Ground truth CSV (optional: adds accuracy)",
+            truth=quiet(gr.File(value=truth, label="Ground truth CSV (adds accuracy)",
                                 file_types=[".csv", ".txt"], height=110, elem_id="mstta-truth",
                                 elem_classes=["mstta-file"])),
             drop_truth=gr.Button("Drop the ground-truth file", size="sm", visible=False, elem_id="mstta-drop-truth"),
