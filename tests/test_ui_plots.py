@@ -95,11 +95,11 @@ def test_page_text():
 def test_the_accuracy_plot_says_what_ground_truth_the_run_has():
     h = History()
     assert "no ground-truth CSV for this run" in plots.accuracy_chart(h, "MS-TTA", "none")
-    assert "the ground-truth CSV is loaded" in plots.accuracy_chart(h, "MS-TTA", "loaded")
+    assert "ground truth loaded, no labelled frame yet" in plots.accuracy_chart(h, "MS-TTA", "loaded")
     assert "names classes the labels lack" in plots.accuracy_chart(h, "MS-TTA", "off")
     assert "the webcam has no ground truth" in plots.accuracy_chart(h, "MS-TTA", "webcam")
     h.update(result(0, 0), "cat")
-    assert "Running accuracy on labelled frames" in plots.accuracy_chart(h, "MS-TTA", "loaded")
+    assert "Running accuracy (labelled frames)" in plots.accuracy_chart(h, "MS-TTA", "loaded")
 
 
 def test_stats_show_views_and_the_per_frame_cost():

@@ -146,3 +146,36 @@ def test_history_counts_like_the_headless_summary():
     assert out["agreement"] == 50.0 and out["accuracy_tta"] == 100.0 and out["accuracy_clip"] == round(100 / 3, 2)
     h.clear()
     assert h.processed == 0 and not h.points and h.last is None
+
+
+def test_a_sessions_downloads_are_whole_files_and_go_with_the_session(tmp_path):
+    """A run's MP4 and JSONL (written with the headless sinks) appear whole when it finishes; a new run
+    replaces them; closing the session removes its folder."""
+    import json
+
+    import av
+    import numpy as np
+
+    from app.session import FrameResult, Scored
+    from app.sources import Frame
+    from app.ui.recording import Downloads
+
+    top = [Scored("cat", 0, 0.7), Scored("dog", 1, 0.3)]
+    ui = UISession()
+    ui.downloads = Downloads(tmp_path)
+    rec = ui.downloads.start("my clip (1).mp4", fps=5.0)
+    for i in range(7):
+        image = np.full((48, 64, 3), i * 30, np.uint8)
+        rec.write(Frame(i * 6, i / 5, image, "x"), FrameResult(top, top, 0.1, 0, 0, i, 1.0), "cat", image)
+    assert all(p.name.startswith(".") for p in ui.downloads.folder.iterdir()), "only hidden temp files yet"
+    files = ui.downloads.finish()
+    assert [p.rsplit("/", 1)[1] for p in files] == ["my_clip_1-annotated.mp4", "my_clip_1-predictions.jsonl"]
+    rows = [json.loads(line) for line in open(files[1], encoding="utf-8")]
+    assert [r["frame"] for r in rows] == [0, 6, 12, 18, 24, 30, 36] and rows[3]["bank_size"] == 3
+    with av.open(files[0]) as container:
+        assert sum(1 for _ in container.decode(video=0)) == 7
+    ui.downloads.start("next.mp4", fps=5.0)
+    assert not any(__import__("os").path.exists(p) for p in files), "a new run replaces the last run's files"
+    folder = ui.downloads.folder
+    ui.close()
+    assert not folder.exists(), "the session's files go with it"

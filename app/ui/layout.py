@@ -39,8 +39,8 @@ CSS = """
   text-overflow: ellipsis}
 #mstta-random-weights span {font-weight: 400}
 #mstta-right {gap: 6px}
-#mstta-verdict-box {padding: 5px 12px; border-radius: 8px; font-size: 1.05rem; font-weight: 600; color: white;
-  background: #6b7280}
+#mstta-verdict-box {padding: 5px 12px; border-radius: 8px; font-size: 1rem; font-weight: 600; color: white;
+  background: #6b7280; white-space: nowrap; overflow: hidden; text-overflow: ellipsis}
 #mstta-verdict-box.agree {background: #16a34a}
 #mstta-verdict-box.disagree {background: #dc2626}
 #mstta-verdict-box .name {font-weight: 800; text-decoration: none; color: inherit}
@@ -196,9 +196,9 @@ def _video_tab(video: str | None, truth: str | None, every: int | None, realtime
                                     elem_id="mstta-demo-clip") if demo_clip else None)
         c |= dict(
             video=gr.File(value=video, label="Video file (mp4, avi, mov, mkv, webm, ...)", file_types=list(VIDEO_TYPES),
-                          height=110, elem_id="mstta-video", elem_classes=["mstta-file"]),
+                          height=150, elem_id="mstta-video", elem_classes=["mstta-file"]),
             truth=quiet(gr.File(value=truth, label="Ground truth CSV (adds accuracy)",
-                                file_types=[".csv", ".txt"], height=110, elem_id="mstta-truth",
+                                file_types=[".csv", ".txt"], height=150, elem_id="mstta-truth",
                                 elem_classes=["mstta-file"])),
             drop_truth=gr.Button("Drop the ground-truth file", size="sm", visible=False, elem_id="mstta-drop-truth"),
             realtime=quiet(gr.Checkbox(realtime, label="Real time (off: as fast as possible)",

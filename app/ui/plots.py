@@ -229,10 +229,17 @@ def verdict_html(result: FrameResult | None) -> str:
     clip, tta = html.escape(result.clip_label), html.escape(result.tta_label)
     title = html.escape(method_title(result.method))
     if result.disagree:
-        return (f'<div id="mstta-verdict-box" class="disagree">✗ DISAGREE: CLIP says <b class="name">{clip}</b>, '
-                f'{title} says <b class="name">{tta}</b></div>')
-    return (f'<div id="mstta-verdict-box" class="agree">✓ Agree: CLIP and {title} both say '
-            f'<b class="name">{clip}</b></div>')
+        text = f'✗ DISAGREE: CLIP says <b class="name">{clip}</b>, {title} says <b class="name">{tta}</b>'
+        return f'<div id="mstta-verdict-box" class="disagree" title="{_plain(text)}">{text}</div>'
+    text = f'✓ Agree: CLIP and {title} both say <b class="name">{clip}</b>'
+    return f'<div id="mstta-verdict-box" class="agree" title="{_plain(text)}">{text}</div>'
+
+
+def _plain(markup: str) -> str:
+    """The banner's text without its tags (the hover text when it is cut short), attribute-safe."""
+    import re
+
+    return re.sub(r"<[^>]+>", "", markup).replace('"', "&quot;")
 
 
 RANDOM_WEIGHTS_HTML = ('<div id="mstta-random-weights" role="alert">⚠️ Random weights — predictions are '
