@@ -190,8 +190,9 @@ def _header(title_md: str, random_weights: bool) -> None:
 def _video_tab(video: str | None, truth: str | None, every: int | None, realtime: bool, demo_clip: bool) -> dict:
     with gr.Tab("Video", id="video-tab", elem_id="mstta-video-tab"):
         with gr.Row():
-            c = dict(run=gr.Button("▶ Process video", variant="primary", elem_id="mstta-run", scale=2, min_width=150),
-                     stop=gr.Button("■ Stop", variant="stop", elem_id="mstta-stop", scale=1, min_width=70))
+            c = dict(run=gr.Button("▶ Process video", variant="primary", elem_id="mstta-run", scale=2, min_width=150,
+                                   size="md"),
+                     stop=gr.Button("■ Stop", variant="stop", elem_id="mstta-stop", scale=1, min_width=70, size="md"))
         c["demo_clip"] = (gr.Button("Use the demo clip (with labels and ground truth)", size="sm",
                                     elem_id="mstta-demo-clip") if demo_clip else None)
         c |= dict(
