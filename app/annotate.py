@@ -49,7 +49,7 @@ def status_line(result: FrameResult, fps: float | None = None, bank_limit: int |
     """'12.5 fps  ·  cache 4/9  ·  bank 12/4096  ·  CLIP entropy 0.80 nats' (parts without data left out)."""
     parts = [f"{fps:.1f} fps" if fps is not None else None,
              f"cache {result.cache_size}/{result.cache_capacity}" if result.cache_capacity else None,
-             f"bank {result.bank_size}" + (f"/{bank_limit}" if bank_limit else "") if result.bank_size else None,
+             f"bank {result.bank_rows}" + (f"/{bank_limit}" if bank_limit else "") if result.bank_rows else None,
              f"CLIP entropy {result.entropy:.2f} nats"]
     return "  ·  ".join(p for p in parts if p)
 

@@ -34,12 +34,12 @@ class _Parser(argparse.ArgumentParser):
 
 
 def integer(text: str) -> int:
-    """argparse's `type=int`, with a long value cut in its error line (e.g. 5,000 digits)."""
+    """argparse's `type=int` (same message), with a long value cut in its error line (e.g. 5,000 digits)."""
     try:
         return int(text)
     except ValueError:
         shown = text if len(text) <= 30 else f"{text[:20]}... ({len(text):,} characters)"
-        raise argparse.ArgumentTypeError(f"invalid integer: {shown!r}") from None
+        raise argparse.ArgumentTypeError(f"invalid int value: {shown!r}") from None
 
 
 def build_parser(ui: bool = True, add_help: bool = True) -> argparse.ArgumentParser:

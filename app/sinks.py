@@ -207,7 +207,7 @@ def prediction_row(frame: Frame, result: FrameResult, truth: str | None = None) 
         "disagree": result.disagree,
         "entropy": _round(result.entropy),
         "cache_size": result.cache_size,
-        "bank_size": result.bank_size,
+        "bank_size": result.bank_rows,   # the key users know; a count of rows, not the limit
         "latency_ms": _round(result.latency_ms, 2),
     }
     if truth is not None:
