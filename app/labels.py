@@ -71,7 +71,3 @@ def prompt_templates(template: str | None) -> list[str]:
         return check_templates([template], "--template")
     return list(DEFAULT_TEMPLATES)
 
-
-# The old name, for app/session.py until it calls `prompt_templates` (mstta.templates has its own
-# `templates_for`, by dataset); drop this line then.
-templates_for = prompt_templates
