@@ -216,7 +216,9 @@ def test_cli_template_for_imagefolder(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("extra, expected", [
-    (["--views", "0"], "--views 0: expected an integer >= 1"),
+    (["--views", "0"], "--views 0: expected an integer from 1 to 256"),
+    (["--views", "100000"], "--views 100000: expected an integer from 1 to 256"),
+    (["--views-on", "gpu"], "invalid choice: 'gpu'"),
     (["--limit", "0"], "--limit 0"),
     (["--batch-size", "0"], "--batch-size 0"),
     (["--shard-size", "0"], "--shard-size 0"),
