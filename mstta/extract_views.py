@@ -44,6 +44,7 @@ class ViewSource(torch.utils.data.Dataset):
         self.order = list(order)
         self.maker = maker
         self.mode = "pil" if where == "cpu" else "raw" if torch.device(device).type == "cuda" else "tensor"
+        self.tensor = TensorViewMaker(maker)
 
     def __len__(self) -> int:
         return len(self.order)
@@ -67,7 +68,7 @@ class ViewSource(torch.utils.data.Dataset):
         params = self.maker.params(*item.size, index)
         if self.mode == "raw":
             return pos, (item, params), ""
-        return pos, TensorViewMaker(self.maker).make(pixels, params), ""
+        return pos, self.tensor.make(pixels, params), ""
 
 
 def collate(rows):
