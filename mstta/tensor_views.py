@@ -11,7 +11,8 @@ value, Dirichlet weight and Beta mix from `sample_rng(seed, index)` exactly as t
   and translate through PIL's inverse affine maps in one `grid_sample` (bilinear, edge-clamped,
   truncated, black where the source point is outside, as PIL's Geometry.c); mixed in float32 as
   `mstta.views.augmix_pil`;
-- view 0: the model's torchvision Resize/CenterCrop on the tensor (antialiased), PIL otherwise.
+- view 0: the model's torchvision Resize/CenterCrop as PIL computes them (bicubic or bilinear
+  weights, the same two passes), through PIL for any other transform.
 Measured against PIL in tests/test_tensor_views.py and docs/benchmark.md ("Views on tensors").
 """
 from __future__ import annotations
@@ -40,21 +41,32 @@ def _bilinear(x: np.ndarray) -> np.ndarray:
     return np.where(x < 1.0, 1.0 - x, 0.0)
 
 
-def resize_taps(in_size: int, in0: np.ndarray, in1: np.ndarray, out_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """PIL's bilinear resize weights of boxes [in0, in1) -> out_size pixels (Resample.c
-    `precompute_coeffs` + `normalize_coeffs_8bpc`), for B boxes at once -> (source index, weight),
-    both [B, out_size, K]; the window reaches past the box by the filter support, clipped to the image."""
+def _bicubic(x: np.ndarray) -> np.ndarray:
+    a, x = -0.5, np.abs(x)
+    return np.where(x < 1.0, ((a + 2.0) * x - (a + 3.0)) * x * x + 1,
+                    np.where(x < 2.0, (((x - 5) * x + 8) * x - 4) * a, 0.0))
+
+
+FILTERS = {"bilinear": (_bilinear, 1.0), "bicubic": (_bicubic, 2.0)}    # PIL's filters and supports
+
+
+def resize_taps(in_size: int, in0: np.ndarray, in1: np.ndarray, out_size: int,
+                filt: str = "bilinear") -> tuple[np.ndarray, np.ndarray]:
+    """PIL's resize weights of boxes [in0, in1) -> out_size pixels (Resample.c `precompute_coeffs` +
+    `normalize_coeffs_8bpc`), for B boxes at once -> (source index, 22-bit fixed-point weight), both
+    [B, out_size, K]; the window reaches past the box by the filter support, clipped to the image."""
+    fn, base_support = FILTERS[filt]
     in0, in1 = np.asarray(in0, np.float64)[:, None], np.asarray(in1, np.float64)[:, None]
     scale = (in1 - in0) / out_size
     filterscale = np.maximum(scale, 1.0)
-    support = 1.0 * filterscale
+    support = base_support * filterscale
     k = int(math.ceil(float(support.max()))) * 2 + 1
     center = in0 + (np.arange(out_size) + 0.5) * scale                       # [B, S]
     xmin = np.maximum(np.trunc(center - support + 0.5), 0).astype(np.int64)
     xmax = np.minimum(np.trunc(center + support + 0.5), in_size).astype(np.int64)
     src = xmin[..., None] + np.arange(k)                                      # [B, S, K]
     valid = src < xmax[..., None]
-    w = np.where(valid, _bilinear((src - center[..., None] + 0.5) / filterscale[..., None]), 0.0)
+    w = np.where(valid, fn((src - center[..., None] + 0.5) / filterscale[..., None]), 0.0)
     total = w.sum(-1, keepdims=True)
     w = np.divide(w, total, out=np.zeros_like(w), where=total != 0)
     fixed = np.trunc(w * (1 << PRECISION_BITS) + np.where(w < 0, -0.5, 0.5))   # C's (int)(x +- 0.5)
@@ -87,6 +99,14 @@ def exact_dtype(device: torch.device) -> torch.dtype:
     return torch.float64
 
 
+def two_pass(img: torch.Tensor, wx: torch.Tensor, wy: torch.Tensor) -> torch.Tensor:
+    """uint8 [3, H, W] -> uint8 [B, 3, Sy, Sx] through fixed-point weights wx [B, Sx, W], wy [B, Sy, H]:
+    PIL's horizontal pass, rounded to uint8, then its vertical pass (Resample.c `ImagingResampleInner`)."""
+    src = img.to(wx.dtype).unsqueeze(0)                                        # [1, 3, H, W]
+    rows = _round8(src @ wx.transpose(1, 2).unsqueeze(1))                     # [B, 3, H, Sx]
+    return _round8(wy.unsqueeze(1) @ rows).to(torch.uint8)                    # [B, 3, Sy, Sx]
+
+
 def resized_crops(img: torch.Tensor, boxes: Sequence[tuple[int, int, int, int]], flips: Sequence[bool],
                   size: int) -> torch.Tensor:
     """uint8 image [3, H, W] -> uint8 crops [B, 3, size, size]: PIL's `resize((size, size), BILINEAR,
@@ -96,9 +116,44 @@ def resized_crops(img: torch.Tensor, boxes: Sequence[tuple[int, int, int, int]],
     b = np.asarray(boxes, np.float64).reshape(-1, 4)
     wx = _dense(resize_taps(width, b[:, 0], b[:, 0] + b[:, 2], size), width, np.asarray(flips, bool), img.device, dtype)
     wy = _dense(resize_taps(height, b[:, 1], b[:, 1] + b[:, 3], size), height, None, img.device, dtype)
-    src = img.to(dtype).unsqueeze(0)                                         # [1, 3, H, W]
-    rows = _round8(src @ wx.transpose(1, 2).unsqueeze(1))                     # [B, 3, H, S]: horizontal pass
-    return _round8(wy.unsqueeze(1) @ rows).to(torch.uint8)                    # [B, 3, S, S]: vertical pass
+    return two_pass(img, wx, wy)
+
+
+def geometry_plan(steps: list, width: int, height: int) -> tuple | None:
+    """torchvision Resize/CenterCrop steps on a width x height image -> (filter, resized (w, h), crop
+    (left, top, w, h)), the integer geometry PIL runs; None for what this does not cover (max_size,
+    padding crops, other filters)."""
+    from torchvision.transforms import InterpolationMode as M
+
+    w, h, crop, filt = width, height, None, None
+    for t in steps:
+        if hasattr(t, "interpolation"):                                           # Resize
+            if crop is not None or t.max_size is not None or t.interpolation not in (M.BILINEAR, M.BICUBIC):
+                return None
+            size = [t.size] if isinstance(t.size, int) else list(t.size)
+            if len(size) == 1:                                                     # shorter side -> size
+                short, long = sorted((w, h))
+                new_short, new_long = size[0], int(size[0] * long / short)
+                w, h = (new_short, new_long) if w <= h else (new_long, new_short)
+            else:
+                h, w = size
+            filt = "bicubic" if t.interpolation == M.BICUBIC else "bilinear"
+        else:                                                                      # CenterCrop
+            ch, cw = t.size
+            if ch > h or cw > w or crop is not None:
+                return None
+            crop = (int(round((w - cw) / 2.0)), int(round((h - ch) / 2.0)), cw, ch)
+    return None if filt is None else (filt, (w, h), crop or (0, 0, w, h))
+
+
+def resized_view0(img: torch.Tensor, plan: tuple) -> torch.Tensor:
+    """View 0 by `geometry_plan`: PIL's resize of the whole image, then the centre crop -> uint8 [3, h, w]."""
+    filt, (w, h), (left, top, cw, ch) = plan
+    _, height, width = img.shape
+    dtype = exact_dtype(img.device)
+    tx = tuple(a[:, left:left + cw] for a in resize_taps(width, [0], [width], w, filt))
+    ty = tuple(a[:, top:top + ch] for a in resize_taps(height, [0], [height], h, filt))
+    return two_pass(img, _dense(tx, width, None, img.device, dtype), _dense(ty, height, None, img.device, dtype))[0]
 
 
 # --- AugMix ops on uint8 batches [N, 3, S, S]; `v` holds each item's value -------------------------------
@@ -207,8 +262,8 @@ def augmix_batch(crops: torch.Tensor, params: Sequence[ViewParams]) -> torch.Ten
 
 
 def _tensor_geometry(geometry) -> list | None:
-    """The model's PIL resize/crop steps when all are torchvision Resize/CenterCrop (they run on tensors,
-    antialiased), else None (view 0 then goes through PIL)."""
+    """The model's resize/crop steps when all are torchvision Resize/CenterCrop, else None (view 0
+    then goes through PIL)."""
     from torchvision import transforms as T
 
     steps = []
@@ -239,13 +294,12 @@ class TensorViewMaker:
         return self.make(img, self.maker.params(img.shape[2], img.shape[1], index))
 
     def view0(self, img: torch.Tensor) -> torch.Tensor:
-        """CLIP's own resize + center crop of the image (uint8 [3, S, S])."""
-        if self._steps is None:
+        """CLIP's own resize + center crop of the image (uint8 [3, S, S]): PIL's arithmetic on the
+        tensor for torchvision Resize/CenterCrop steps, else the model's transform through PIL."""
+        plan = geometry_plan(self._steps, img.shape[2], img.shape[1]) if self._steps is not None else None
+        if plan is None:
             return torch.from_numpy(np.array(self.maker.geometry(to_pil(img)))).permute(2, 0, 1).to(img.device)
-        out = img
-        for t in self._steps:
-            out = t(out)
-        return out
+        return resized_view0(img, plan)
 
     def _views(self, img: torch.Tensor, params: Sequence[ViewParams]) -> torch.Tensor:
         crops = resized_crops(img, [p.box for p in params], [p.flip for p in params], self.maker.size)
