@@ -60,6 +60,8 @@ def _pil_decode(item: Loaded) -> torch.Tensor:
 def decode(items: Sequence[Loaded], device: torch.device | str) -> list[torch.Tensor | Exception]:
     """Pixels of every item on `device` (JPEG bytes decoded there in one batch), or the exception
     PIL raises for an item that does not decode."""
+    import warnings
+
     from torchvision.io import ImageReadMode, decode_jpeg
 
     device = torch.device(device)
@@ -67,7 +69,9 @@ def decode(items: Sequence[Loaded], device: torch.device | str) -> list[torch.Te
     jpegs = [i for i, it in enumerate(items) if it.jpeg is not None]
     if jpegs:
         try:
-            got = decode_jpeg([items[i].jpeg for i in jpegs], mode=ImageReadMode.RGB, device=device)
+            with warnings.catch_warnings():      # torchvision 0.29 marks its decoders deprecated (TorchCodec)
+                warnings.simplefilter("ignore", DeprecationWarning)
+                got = decode_jpeg([items[i].jpeg for i in jpegs], mode=ImageReadMode.RGB, device=device)
         except RuntimeError:                            # one bad file fails the batch: all of it through PIL
             got = [None] * len(jpegs)
         for i, img in zip(jpegs, got):
