@@ -173,3 +173,23 @@ def test_rejects_non_uint8_images():
     maker = ViewMaker(GEOMETRY, 224, views=2, augment="crop")
     with pytest.raises(ValueError, match="uint8 image"):
         tv.TensorViewMaker(maker).make(torch.zeros(3, 8, 8), [ViewParams((0, 0, 8, 8), False)])
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_gpu_matmul_path_equals_the_cpu_tap_path(dtype):
+    """On CUDA the crops are two batched matmuls (`two_pass`, float64 where the GPU's float64 is fast,
+    float32 elsewhere); run here on the CPU against the int32 tap path the CPU uses: float64 bit-exact,
+    float32 within 1 level."""
+    maker = ViewMaker(GEOMETRY, 224, views=24, augment="crop", seed=2)
+    img = as_tensor(smooth_image(seed=5))
+    params = maker.params(500, 375, 3)
+    b = np.asarray([p.box for p in params], np.float64)
+    flips = np.asarray([p.flip for p in params])
+    tx = tv.resize_taps(500, b[:, 0], b[:, 0] + b[:, 2], 224)
+    ty = tv.resize_taps(375, b[:, 1], b[:, 1] + b[:, 3], 224)
+    taps = tv.two_pass_taps(img, tx, ty, flips)
+    dense = tv.two_pass(img, tv._dense(tx, 500, flips, img.device, dtype), tv._dense(ty, 375, None, img.device, dtype))
+    if dtype == torch.float64:
+        assert torch.equal(dense, taps)
+    else:
+        assert figures(dense, taps)[2] <= 1 and within_tolerance(dense, taps)
