@@ -369,8 +369,7 @@ def run_extraction(dataset: str, out: str | Path, data_root: str | Path | None =
     """Extract a feature file (see module docstring); returns where it is and what was done.
 
     `clip`: an already loaded model for (model, pretrained, precision), used instead of loading one.
-    `views_on`: auto | cpu | device, where the views are made (`mstta.extract_views`); recorded in
-    the file's meta, not one of its settings (both make the same views, within a level).
+    `views_on`: auto | cpu | device (`mstta.extract_views`); in the file's meta, not its settings.
     """
     for flag, value, low in (("--batch-size", batch_size, 1), ("--shard-size", shard_size, 1), ("--workers", workers, 0)):
         if value is not None and (not isinstance(value, int) or value < low):
