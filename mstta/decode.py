@@ -77,10 +77,11 @@ def decode(items: Sequence[Loaded], device: torch.device | str) -> list[torch.Te
         for i, img in zip(jpegs, got):
             if img is None or tuple(img.shape[1:]) != items[i].size[::-1]:
                 try:
-                    img = _pil_decode(items[i]).to(device)
+                    img = _pil_decode(items[i])
                 except Exception as exc:  # noqa: BLE001 - reported per file as the PIL path reports it
-                    img = exc
-            out[i] = img
+                    out[i] = exc
+                    continue
+            out[i] = img.to(device)
     for i, it in enumerate(items):
         if it.pixels is not None:
             out[i] = it.pixels.to(device, non_blocking=True)

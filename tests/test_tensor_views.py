@@ -193,3 +193,26 @@ def test_gpu_matmul_path_equals_the_cpu_tap_path(dtype):
         assert torch.equal(dense, taps)
     else:
         assert figures(dense, taps)[2] <= 1 and within_tolerance(dense, taps)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the GPU path is tested on CPU tensors above")
+@pytest.mark.parametrize("augment", ["crop", "augmix"])
+def test_views_on_cuda_match_pil(augment, tmp_path):
+    """On a GPU: views of an image decoded there (nvjpeg) and made there, against PIL's views."""
+    from mstta.decode import decode, load
+
+    maker = ViewMaker(GEOMETRY, 224, views=64, augment=augment, seed=1)
+    img = smooth_image(seed=7)
+    img.save(tmp_path / "a.jpg", quality=90)
+    with Image.open(tmp_path / "a.jpg") as im:
+        ref_img = im.convert("RGB")
+    pixels = decode([load(tmp_path / "a.jpg", True)], "cuda")[0]
+    assert pixels.is_cuda and within_tolerance(pixels.cpu(), as_tensor(ref_img))
+    params = maker.params(*ref_img.size, 0)
+    got = tv.TensorViewMaker(maker).make(pixels, params)
+    assert got.is_cuda
+    want = maker.make(ref_img, params)
+    for v in range(len(want)):
+        assert within_tolerance(got[v].cpu(), want[v]), (v, figures(got[v].cpu(), want[v]))
+    same_pixels = tv.TensorViewMaker(maker).make(as_tensor(ref_img).cuda(), params).cpu()   # PIL's decode
+    assert figures(same_pixels, want)[2] <= 1           # float64 GPUs: exact crops; float32 ones: within 1
