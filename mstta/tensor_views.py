@@ -5,8 +5,9 @@ value, Dirichlet weight and Beta mix from `sample_rng(seed, index)` exactly as t
 `TensorViewMaker.make` turns them into pixels batched over all views of a sample:
 - crops: PIL's own separable resize weights (Resample.c `precompute_coeffs`, bilinear, 22-bit
   fixed point), which read past the box as PIL does, applied in PIL's two passes (horizontal,
-  rounded to uint8 as PIL rounds between passes, then vertical): on a GPU as two batched matmuls
-  over all views (float64 sums, exact), on a CPU tap by tap in int32 as PIL; the flip reverses them;
+  rounded to uint8 as PIL rounds between passes, then vertical): on a GPU as two batched float64
+  matmuls over all views (exact sums; float64 is slow on consumer GPUs, ~11 GFLOP a 500x375 sample
+  with 63 crops), on a CPU tap by tap in int32 as PIL; the flip reverses the weights;
 - AugMix: the chains of every view in one batch, step by step, grouped by op: autocontrast as
   PIL's per-channel lookup table, equalize/posterize/solarize as PIL's tables, and rotate, shear
   and translate through PIL's inverse affine maps in one `grid_sample` (bilinear, edge-clamped,
@@ -91,15 +92,6 @@ def _round8(x: torch.Tensor) -> torch.Tensor:
     return x.add_(1 << (PRECISION_BITS - 1)).mul_(2.0 ** -PRECISION_BITS).floor_().clamp_(0, 255)
 
 
-def exact_dtype(device: torch.device) -> torch.dtype:
-    """float64 where it is fast (CPU; GPUs of compute capability X.0: P100, V100, A100, H100, B200):
-    its sums of 22-bit weights times 8-bit pixels are exact, so crops equal PIL's bit for bit;
-    float32 elsewhere (off by one level on a few pixels)."""
-    if device.type == "cuda" and torch.cuda.get_device_capability(device)[1] != 0:
-        return torch.float32
-    return torch.float64
-
-
 def two_pass(img: torch.Tensor, wx: torch.Tensor, wy: torch.Tensor) -> torch.Tensor:
     """uint8 [3, H, W] -> uint8 [B, 3, Sy, Sx] through fixed-point weights wx [B, Sx, W], wy [B, Sy, H]:
     PIL's horizontal pass, rounded to uint8, then its vertical pass (Resample.c `ImagingResampleInner`)."""
@@ -114,7 +106,7 @@ def _shift8(x: torch.Tensor) -> torch.Tensor:
 
 def two_pass_taps(img: torch.Tensor, tx: tuple, ty: tuple, flips: np.ndarray | None) -> torch.Tensor:
     """The same two passes from the taps, view by view on the rows each needs, in int32 as PIL
-    computes them (bit-exact; on a CPU ~5x faster than the dense matmuls, on a GPU slower)."""
+    computes them (bit-exact; on a CPU ~5x faster than the dense matmuls, on a GPU a kernel per view)."""
     ix, wx, iy, wy = (torch.from_numpy(np.ascontiguousarray(a)) for a in (*tx, *ty))
     wx, wy, src = wx.int(), wy.int(), img.int()
     out = []
@@ -130,7 +122,7 @@ def resample(img: torch.Tensor, tx: tuple, ty: tuple, flips: np.ndarray | None =
     """PIL's two-pass resize of `img` by the taps (horizontal, vertical) of B views -> uint8 [B, 3, Sy, Sx]."""
     if img.device.type == "cpu":
         return two_pass_taps(img, tx, ty, flips)
-    dtype = exact_dtype(img.device)
+    dtype = torch.float64     # sums of 22-bit weights x 8-bit pixels: exact in float64 (not float32, nor TF32)
     return two_pass(img, _dense(tx, img.shape[2], flips, img.device, dtype), _dense(ty, img.shape[1], None, img.device, dtype))
 
 
