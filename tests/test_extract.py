@@ -15,7 +15,7 @@ from helpers_data import make_fake_dataset
 from PIL import Image
 
 import mstta.extract as ex
-from mstta.bench import main as bench_main
+from mstta.cli import main as bench_main
 from mstta.data import load_split
 from mstta.errors import UserError
 from mstta.extract import ExtractSettings, default_file_name, run_extraction, stream_order
@@ -188,7 +188,7 @@ def test_torchrun_two_ranks_equal_single_process(data, tmp_path):
               "--device", "cpu", "--cache-dir", str(tmp_path / "cache")]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           "-m", "mstta.bench", "extract", *common, "--out", str(tmp_path / "dist.npz")],
+                           "-m", "mstta.cli", "extract", *common, "--out", str(tmp_path / "dist.npz")],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.count("wrote ") == 1  # only rank 0 reports

@@ -1,6 +1,6 @@
 """Encode a dataset's test split into a feature file for `replay`: [N, V, d] image features (view 0 =
 the original image), the text classifier, labels and class names, in the seeded stream order.
-Resumable (rerun the same command); scale out with `torchrun --nproc-per-node N -m mstta.bench extract ...`."""
+Resumable (rerun the same command); scale out with `torchrun --nproc-per-node N -m mstta.cli extract ...`."""
 from __future__ import annotations
 
 import argparse
