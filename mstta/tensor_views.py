@@ -15,6 +15,11 @@ value, Dirichlet weight and Beta mix from `sample_rng(seed, index)` exactly as t
   `mstta.views.augmix_pil`;
 - view 0: the model's torchvision Resize/CenterCrop as PIL computes them (bicubic or bilinear
   weights, the same two passes), through PIL for any other transform.
+That exact arithmetic is the default on CUDA and `TensorViewMaker(..., exact=True)` anywhere (the
+equivalence tests' reference). On CPU tensors the default is `mstta.fast_views` (torch's uint8
+antialiased resize with PIL's edge rows, float32 grid, lookup tables; within the issue's tolerance
+and faster than PIL per view), with the AugMix chains in cache-sized chunks; view 0 there goes through
+PIL's own resize (exact, one per sample).
 Measured against PIL in tests/test_tensor_views.py and docs/benchmark.md ("Views on tensors").
 """
 from __future__ import annotations
