@@ -5,7 +5,6 @@ import logging
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -30,6 +29,29 @@ def _no_network(monkeypatch) -> list:
     calls: list = []
     monkeypatch.setattr(models, "network_reachable", lambda host, port=443, timeout=0: calls.append(host) or False)
     return calls
+
+
+def _no_sockets(monkeypatch) -> list:
+    """Refuse every outgoing connection; the list records the addresses something tried to reach."""
+    import socket
+
+    tried: list = []
+
+    def refuse(self, address, *args, **kwargs):
+        tried.append(address)
+        raise OSError("network disabled by the test")
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    return tried
+
+
+def _no_model_build(monkeypatch) -> list:
+    """Record (instead of running) open_clip's model factory: an empty list = no download was tried."""
+    import open_clip
+
+    built: list = []
+    monkeypatch.setattr(open_clip, "create_model_and_transforms", lambda *a, **k: built.append(a) or 1 / 0)
+    return built
 
 
 # --- loading -------------------------------------------------------------------------------------
@@ -99,12 +121,11 @@ def test_missing_weights_offline_fail_fast(monkeypatch):
     monkeypatch.setattr(models, "weights_cached", lambda name, tag: False)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
-    t0 = time.perf_counter()
+    built = _no_model_build(monkeypatch)
     with pytest.raises(UserError) as err:
         load_clip("RN50", "openai", device="cpu")
-    assert time.perf_counter() - t0 < 5
     msg = str(err.value)
-    assert calls == ["huggingface.co"]
+    assert calls == ["huggingface.co"] and built == []   # one probe, then no download attempt (no retries)
     assert "\n" not in msg and "RN50" in msg and "openai" in msg and "could not be downloaded" in msg
     assert models.hub_cache_dir() in msg and "--pretrained /path/to/checkpoint" in msg
 
@@ -148,26 +169,25 @@ def test_cached_weights_load_offline_without_probing(tmp_path, monkeypatch):
     assert not weights_cached("RN50", "openai")
     _fake_hub_cache(tmp_path, "timm/resnet50_clip.openai", "open_clip_model.safetensors", b"corrupt")
     assert weights_cached("RN50", "openai")
-    calls = _no_network(monkeypatch)
+    calls, tried = _no_network(monkeypatch), _no_sockets(monkeypatch)
     import huggingface_hub.constants as hc
     before = hc.HF_HUB_OFFLINE
-    t0 = time.perf_counter()
     with pytest.raises(UserError, match="RN50"):  # the fake file is not loadable, but fails without any network
         load_clip("RN50", "openai", device="cpu")
-    assert calls == [] and time.perf_counter() - t0 < 10
+    assert calls == [] and tried == []  # no probe, and no connection attempted (no HTTP retries)
     assert hc.HF_HUB_OFFLINE == before  # offline mode is restored after the load
 
 
 def test_cli_missing_weights_exit_2_no_traceback(tmp_path):
-    """A real process: weights not cached while offline -> exit 2, one line naming model and tag, fast."""
+    """A real process: weights not cached while offline -> exit 2, one line naming model and tag
+    (that HF_HUB_OFFLINE skips the probe is test_hf_offline_env_skips_the_probe; the timeout only stops a hang)."""
     fake = make_fake_dataset(tmp_path, "imagefolder", classes=2, per_class=1)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub")}
-    t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "mstta.bench", "extract", "--dataset", fake.dataset,
                            "--model", "RN50", "--pretrained", "openai", "--out", str(tmp_path / "o.npz"),
                            "--cache-dir", str(tmp_path / "cache")],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and time.perf_counter() - t0 < 30
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr
     assert lines[0].startswith("mstta-bench: error: weights for --model RN50 --pretrained openai could not be downloaded")
