@@ -61,12 +61,16 @@ def test_loads_offline_with_its_default_tag(monkeypatch):
     assert torch.equal(a.encode_images(x), b.encode_images(x))
 
 
-def test_missing_bundled_checkpoint_is_one_line_user_error(tmp_path, monkeypatch):
+def test_missing_or_bad_bundled_checkpoint_is_one_line_user_error(tmp_path, monkeypatch):
     monkeypatch.setitem(models.BUNDLED_CHECKPOINTS, "mstta-digits", tmp_path / "gone.pt")
     with pytest.raises(UserError) as err:
         load_clip("mstta-digits", BUNDLED_TAG, device="cpu")
     msg = str(err.value)
     assert "\n" not in msg and "gone.pt" in msg and "make_digits.py" in msg
+    (tmp_path / "bad.pt").write_bytes(b"not a checkpoint")
+    monkeypatch.setitem(models.BUNDLED_CHECKPOINTS, "mstta-digits", tmp_path / "bad.pt")
+    with pytest.raises(UserError, match="could not load checkpoint .*bad.pt into mstta-digits"):
+        load_clip("mstta-digits", BUNDLED_TAG, device="cpu")
     with pytest.raises(UserError, match="known: bundled"):
         load_clip("mstta-digits", "laion2b", device="cpu")
 
