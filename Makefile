@@ -38,12 +38,13 @@ screenshot: install
 	$(PY) tests/helpers_ui.py --screenshot assets/ui.png
 
 # The main job: the browser UI streaming the bundled video (CLIP vs MS-TTA side by side), on
-# http://127.0.0.1:7860. Offline without CLIP weights it stops with the missing-weights line;
-# `make demo DEMO_ARGS="--model mstta-tiny --pretrained none"` runs it with random weights, and
-# `DEMO_ARGS="--headless --out out/annotated.mp4 --log out/preds.jsonl"` without a browser.
+# http://127.0.0.1:7860 (`mstta-demo --bundled-demo`): OpenAI's ViT-B-16 on assets/demo.mp4 when its
+# weights are in the local cache; offline, the bundled digits model (mstta-digits) on assets/digits.mp4,
+# with one line saying so. `make demo DEMO_ARGS="--headless --out out/annotated.mp4 --log out/preds.jsonl"`
+# runs it without a browser; --model/--pretrained or --video in DEMO_ARGS replace its parts.
 DEMO_ARGS ?=
 demo: install
-	$(VENV)/bin/mstta-demo --video assets/demo.mp4 --labels assets/labels.txt --truth assets/truth.csv $(DEMO_ARGS)
+	$(VENV)/bin/mstta-demo --bundled-demo $(DEMO_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

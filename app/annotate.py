@@ -1,7 +1,9 @@
 """Draw one processed frame: the picture above a panel with zero-shot CLIP and the adapted method
 side by side (top-k with probability bars), a red frame and a DISAGREE badge where their top-1
 differ, a status line (processed fps, cache fill, bank size, the entropy of CLIP's prediction in
-nats) and, when a truth file is loaded, the frame's true class with a mark per method.
+nats) and, when a truth file is loaded, the frame's true class with a mark per method. A run
+with random weights (`--pretrained none`) gets a yellow RANDOM WEIGHTS banner across the top of the
+picture, so no frame of it can pass for a real model's predictions.
 
 `annotate(image, result)` is a pure function: it returns a new RGB uint8 image with even width
 and height (what H.264 needs) and never changes its input.
@@ -23,6 +25,8 @@ CLIP_COLOR = (80, 150, 255)
 TTA_COLOR = (255, 170, 40)
 AGREE_COLOR = (70, 200, 110)
 DISAGREE_COLOR = (235, 60, 60)
+MARK_COLOR = (250, 210, 0)       # the random-weights banner: black text on this yellow
+RANDOM_WEIGHTS_MARK = "RANDOM WEIGHTS: predictions are meaningless"
 
 
 @functools.lru_cache(maxsize=16)
@@ -45,7 +49,7 @@ def status_line(result: FrameResult, fps: float | None = None, bank_limit: int |
     """'12.5 fps  ·  cache 4/9  ·  bank 12/4096  ·  CLIP entropy 0.80 nats' (parts without data left out)."""
     parts = [f"{fps:.1f} fps" if fps is not None else None,
              f"cache {result.cache_size}/{result.cache_capacity}" if result.cache_capacity else None,
-             f"bank {result.bank_size}" + (f"/{bank_limit}" if bank_limit else "") if result.bank_size else None,
+             f"bank {result.bank_rows}" + (f"/{bank_limit}" if bank_limit else "") if result.bank_rows else None,
              f"CLIP entropy {result.entropy:.2f} nats"]
     return "  ·  ".join(p for p in parts if p)
 
@@ -77,12 +81,27 @@ def _column(draw: ImageDraw.ImageDraw, x: int, y: int, width: int, line: int, fo
         draw.text((name_x, yy), name, fill=FG if rank == 0 else DIM, font=font)
 
 
+def mark_height(width: int) -> int:
+    """Height in pixels of the banner `draw_mark` draws on a picture `width` pixels wide."""
+    return int(round(14 * max(1.0, width / MIN_WIDTH) * 1.45)) + 4
+
+
+def draw_mark(draw: ImageDraw.ImageDraw, width: int, text: str) -> None:
+    """A yellow banner with `text` in black across the top of the picture."""
+    scale = max(1.0, width / MIN_WIDTH)
+    font = _font(max(10, int(round(14 * scale))))
+    draw.rectangle([0, 0, width - 1, mark_height(width) - 1], fill=MARK_COLOR)
+    draw.text((max(4, int(round(8 * scale))), 2), _fit_text(draw, text, font, width - 8), fill=(0, 0, 0), font=font)
+
+
 def annotate(image: np.ndarray, result: FrameResult, *, fps: float | None = None,
-             bank_limit: int | None = None, truth: str | None = None, min_width: int = MIN_WIDTH) -> np.ndarray:
+             bank_limit: int | None = None, truth: str | None = None, mark: str | None = None,
+             min_width: int = MIN_WIDTH) -> np.ndarray:
     """The frame with both predictions drawn below it; RGB uint8 [H', W', 3], even sizes.
 
     `truth` (the frame's class from a truth file) adds a line: the true label, and whether each
-    method's top-1 matches it.
+    method's top-1 matches it. `mark` (e.g. `RANDOM_WEIGHTS_MARK`) is drawn as a banner across the
+    top of the picture.
     """
     h, w = image.shape[:2]
     out_w = max(w, min_width)
@@ -111,6 +130,8 @@ def annotate(image: np.ndarray, result: FrameResult, *, fps: float | None = None
 
     col_w = (out_w - 3 * pad) // 2
     y = ph + pad
+    if mark:
+        draw_mark(draw, out_w, mark)
     _column(draw, pad, y, col_w, line, font, "CLIP zero-shot", result.clip_topk, CLIP_COLOR)
     _column(draw, 2 * pad + col_w, y, col_w, line, font, method_title(result.method), result.tta_topk, TTA_COLOR)
 

@@ -3,7 +3,10 @@
     mstta-demo --video clip.mp4 --labels labels.txt --headless --out annotated.mp4 --log preds.jsonl
 
 With --headless the pipeline runs without a browser and prints one summary line (JSON with
---json). Without it, the browser UI opens (not yet available in this version: exit 2).
+--json); the UI stack (Gradio) is then never imported, so headless runs start faster and work
+where Gradio is not installed. Without --headless the browser UI opens (`app.ui`).
+`--bundled-demo` plays the bundled clip with CLIP, or offline with the bundled digits model
+(`app.bundled`).
 """
 from __future__ import annotations
 
@@ -17,10 +20,12 @@ from mstta.config import DEFAULT_BANK_SIZE
 from mstta.errors import EXIT_INTERRUPTED, UserError, run_cli
 from mstta.methods import list_methods
 
+from .bundled import apply_bundled
 from .encoder import MAX_VIEWS
 from .frames import parse_max_pixels
 
 PROG = "mstta-demo"
+DEFAULT_MODEL, DEFAULT_PRETRAINED = "ViT-B-16", "openai"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -28,41 +33,57 @@ class _Parser(argparse.ArgumentParser):
         raise UserError(f"{message} (see {self.prog} --help)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description="Zero-shot CLIP vs MS-TTA, frame by frame, on a video, an image folder, "
+def integer(text: str) -> int:
+    """argparse's `type=int` (same message), with a long value cut in its error line (e.g. 5,000 digits)."""
+    try:
+        return int(text)
+    except ValueError:
+        shown = text if len(text) <= 30 else f"{text[:20]}... ({len(text):,} characters)"
+        raise argparse.ArgumentTypeError(f"invalid int value: {shown!r}") from None
+
+
+def build_parser(ui: bool = True, add_help: bool = True) -> argparse.ArgumentParser:
+    """The `mstta-demo` parser; `ui=False` leaves out the browser UI's flags (and its imports)."""
+    p = _Parser(prog=PROG, add_help=add_help, description="Zero-shot CLIP vs MS-TTA, frame by frame, on a video, an image folder, "
                                         "a stream or a webcam.",
                 epilog="Example: mstta-demo --video assets/demo.mp4 --labels assets/labels.txt --headless "
                        "--out out/annotated.mp4 --log out/preds.jsonl --truth assets/truth.csv")
     src = p.add_argument_group("source (one of)")
     src.add_argument("--video", metavar="PATH|DIR|URL",
                      help="a video file OpenCV reads, a folder of images (name order), or a stream URL (rtsp://, http://)")
-    src.add_argument("--camera", type=int, metavar="INDEX", help="webcam index, e.g. 0")
+    src.add_argument("--camera", type=integer, metavar="INDEX", help="webcam index, e.g. 0")
+    src.add_argument("--bundled-demo", action="store_true",
+                     help="the bundled clip: ViT-B-16/openai on assets/demo.mp4 when those weights are in the local "
+                          "cache, else (offline) the bundled digits model mstta-digits on assets/digits.mp4; "
+                          "--model/--pretrained and --video/--camera override its parts")
     cls = p.add_argument_group("classes")
     cls.add_argument("--labels", metavar="FILE",
                      help="class names, one per line (blank lines and # comments ignored; UTF-8); required with --headless, optional for the UI (editable there)")
     cls.add_argument("--template", metavar="TEXT",
                      help="prompt template with one {}, e.g. 'a photo of a {}.' (default: the built-in prompt ensemble)")
     mod = p.add_argument_group("model")
-    mod.add_argument("--model", default="ViT-B-16", help="open_clip architecture (default ViT-B-16; mstta-tiny for a test run)")
-    mod.add_argument("--pretrained", default="openai",
-                     help="open_clip pretrained tag, a checkpoint path, or none for random weights (default openai)")
+    mod.add_argument("--model", help=f"open_clip architecture (default {DEFAULT_MODEL}; mstta-tiny for a test run)")
+    mod.add_argument("--pretrained",
+                     help=f"open_clip pretrained tag, a checkpoint path, or none for random weights "
+                          f"(default {DEFAULT_PRETRAINED})")
     mod.add_argument("--precision", choices=("fp32", "fp16", "bf16"), help="default fp16 on GPU, fp32 on CPU")
     mod.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
-    mod.add_argument("--views", type=int, default=1, metavar="V",
+    mod.add_argument("--views", type=integer, default=1, metavar="V",
                      help=f"images per frame fed to CLIP: the frame plus V-1 random resized crops, 1..{MAX_VIEWS} (default 1)")
     ada = p.add_argument_group("adaptation")
     ada.add_argument("--method", default="ms-tta", metavar="NAME",
                      help=f"one of: {', '.join(list_methods())} (default ms-tta)")
     ada.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                     help="override a hyperparameter, e.g. --set k=4 --set alpha=0.7 (repeatable)")
-    ada.add_argument("--bank-size", type=int, default=DEFAULT_BANK_SIZE, metavar="N",
+                     help="override a hyperparameter, e.g. --set k=4 --set alpha=0.7 (repeatable); logit_scale "
+                          "defaults to the checkpoint's own (100 for OpenAI's CLIP)")
+    ada.add_argument("--bank-size", type=integer, default=DEFAULT_BANK_SIZE, metavar="N",
                      help=f"bound of the mean-shift feature bank, so an endless stream keeps flat memory (default {DEFAULT_BANK_SIZE})")
     run = p.add_argument_group("run")
-    run.add_argument("--every", type=int, metavar="N",
+    run.add_argument("--every", type=integer, metavar="N",
                      help="files and folders: process every N-th frame (default: about 5 frames per second of video)")
-    run.add_argument("--max-frames", type=int, metavar="N", help="stop after N processed frames")
+    run.add_argument("--max-frames", type=integer, metavar="N", help="stop after N processed frames")
     run.add_argument("--headless", action="store_true", help="run without the browser UI")
-    run.add_argument("--topk", type=int, default=3, metavar="K", help="classes shown and logged per method (default 3)")
+    run.add_argument("--topk", type=integer, default=3, metavar="K", help="classes shown and logged per method (default 3)")
     run.add_argument("--max-pixels", default="4096x4096", metavar="WxH|N",
                      help="refuse frames larger than this, before decoding them where the format allows "
                           "(default 4096x4096)")
@@ -76,10 +97,39 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("-q", "--quiet", action="store_true",
                      help="no progress on stderr (default: a bar on a terminal, else a line every few seconds)")
     out.add_argument("-v", "--verbose", action="store_true", help="log progress details to stderr")
-    from .ui import add_ui_arguments
-
-    add_ui_arguments(p)
+    if ui:
+        _add_ui_arguments(p)
     return p
+
+
+def _add_ui_arguments(p: argparse.ArgumentParser) -> None:
+    """The UI's flags; where the UI stack is not installed, a note in --help instead (`p.ui_missing`)."""
+    try:
+        from .ui import add_ui_arguments
+
+        add_ui_arguments(p)
+    except ImportError as exc:   # the UI stack is an install extra the headless demo does not need
+        p.ui_missing = exc.name or "gradio"
+        p.epilog = f"{p.epilog or ''} The browser UI and its flags are unavailable here: {p.ui_missing} is not " \
+                   "installed (pip install -e .)."
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse the flags; a headless command line is parsed without the UI's flags or imports."""
+    args, rest = build_parser(ui=False, add_help=False).parse_known_args(argv)
+    if not (args.headless and not rest):   # the UI, --help, or a flag only the full parser knows
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        missing = getattr(parser, "ui_missing", None)
+        if missing and not args.headless:
+            raise UserError(f"the browser UI needs {missing}, which is not installed (pip install -e .); "
+                            "or run without a browser: --headless")
+    note = apply_bundled(args) if args.bundled_demo else None
+    if note:
+        print(f"{PROG}: {note}", file=sys.stderr, flush=True)
+    args.model = DEFAULT_MODEL if args.model is None else args.model
+    args.pretrained = DEFAULT_PRETRAINED if args.pretrained is None else args.pretrained
+    return args
 
 
 def _config(args: argparse.Namespace):
@@ -93,7 +143,7 @@ def _config(args: argparse.Namespace):
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     if args.verbose:
         for name in ("app", "mstta"):

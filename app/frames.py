@@ -26,19 +26,17 @@ MAX_SIDE = 1280              # frames with a longer side are scaled down right a
 
 
 def parse_max_pixels(text: str | int) -> int:
-    """`--max-pixels`: '4096x4096' or a pixel count such as 16777216 -> pixels (>= 1)."""
+    """`--max-pixels`: '4096x4096' or a pixel count such as 16777216 -> pixels (>= 1; each side >= 1)."""
     raw = str(text).strip().lower()
     try:
-        if "x" in raw:
-            w, h = raw.split("x", 1)
-            value = int(w) * int(h)
-        else:
-            value = int(raw)
+        sides = [int(part) for part in raw.split("x", 1)] if len(raw) <= 40 else [0]
     except ValueError:
-        value = 0
-    if value < 1:
-        raise UserError(f"--max-pixels {text}: expected WIDTHxHEIGHT (e.g. 4096x4096) or a pixel count >= 1")
-    return value
+        sides = [0]
+    if any(side < 1 for side in sides):
+        shown = str(text) if len(str(text)) <= 40 else f"{str(text)[:20]}..."
+        raise UserError(f"--max-pixels {shown}: expected WIDTHxHEIGHT (e.g. 4096x4096) or a pixel count, "
+                        "each number >= 1")
+    return sides[0] * sides[-1] if len(sides) == 2 else sides[0]
 
 
 def check_frame_size(width: int, height: int, limit: int = MAX_PIXELS, what: str = "frame") -> None:

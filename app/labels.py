@@ -3,15 +3,29 @@
 Format: one class name per line; surrounding spaces are stripped; blank lines and lines whose
 first non-space character is `#` are ignored; UTF-8 with or without a BOM; LF or CRLF endings.
 A file without names, with a single name, with a name listed twice (case and spacing ignored;
-both line numbers are reported) or with bytes that are not UTF-8 is a one-line `UserError`.
+both line numbers are reported), with control characters (a NUL byte, an escape) or with bytes that
+are not UTF-8 is a one-line `UserError`; so is a path that is not a regular file of at most
+`MAX_LABELS_BYTES` (`/dev/zero`, a FIFO).
 """
 from __future__ import annotations
 
+import unicodedata
 from pathlib import Path
 
 from mstta.errors import UserError
 
+from .inputs import read_small_file
+
 MIN_CLASSES = 2
+MAX_LABELS_BYTES = 1 << 20    # 1 MiB: some 50,000 class names; a labels file is small text
+LABELS_EXPECTED = "a text file with one class name per line"
+
+
+def _check_characters(name: str, number: int, where: str) -> None:
+    bad = next((c for c in name if unicodedata.category(c) == "Cc"), None)
+    if bad is not None:
+        raise UserError(f"{where}: line {number} holds a control character (U+{ord(bad):04X}); "
+                        "class names are plain text, one per line")
 
 
 def parse_labels(text: str | bytes, where: str = "labels") -> list[str]:
@@ -29,6 +43,7 @@ def parse_labels(text: str | bytes, where: str = "labels") -> list[str]:
         name = " ".join(raw.split())
         if not name or name.startswith("#"):
             continue
+        _check_characters(name, number, where)
         key = name.casefold()
         if key in first_line:
             raise UserError(f"{where}: duplicate class name '{name}' on lines {first_line[key]} and {number}; "
@@ -44,22 +59,15 @@ def parse_labels(text: str | bytes, where: str = "labels") -> list[str]:
 
 def read_labels(path: str | Path) -> list[str]:
     """Class names from a labels file (see the module doc for the format and the errors)."""
-    p = Path(path)
-    if p.is_dir():
-        raise UserError(f"--labels {p}: is a folder; pass a text file with one class name per line")
-    try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise UserError(f"--labels {p}: no such file; pass a text file with one class name per line") from None
-    except OSError as exc:
-        raise UserError(f"--labels {p}: cannot be read ({exc.strerror or exc})") from None
-    return parse_labels(data, where=f"--labels {p}")
+    data = read_small_file(path, "--labels", MAX_LABELS_BYTES, LABELS_EXPECTED)
+    return parse_labels(data, where=f"--labels {Path(path)}")
 
 
-def templates_for(template: str | None) -> list[str]:
+def prompt_templates(template: str | None) -> list[str]:
     """`[template]` when one is given (it needs exactly one `{}`), else the default prompt ensemble."""
     from mstta.templates import DEFAULT_TEMPLATES, check_templates
 
     if template is not None:
         return check_templates([template], "--template")
     return list(DEFAULT_TEMPLATES)
+

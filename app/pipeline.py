@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,10 +26,10 @@ from mstta.errors import UserError
 from mstta.methods import get_method
 from mstta.safety import STDOUT, check_outputs
 
-from .annotate import annotate
+from .annotate import RANDOM_WEIGHTS_MARK, annotate
 from .encoder import check_views
 from .frames import MAX_PIXELS
-from .labels import read_labels, templates_for
+from .labels import prompt_templates, read_labels
 from .progress import Progress, plural
 from .sampling import Sampler, default_every
 from .session import DEFAULT_BANK_SIZE, FrameResult, StreamSession, method_title
@@ -68,8 +69,11 @@ class DemoConfig:
     progress: bool = False              # progress bar / lines on stderr (the CLI's default; --quiet: off)
 
 
-def engine_config(bank_size: int | None, overrides: list[str]) -> EngineConfig:
-    """EngineConfig with the bounded bank, then `--set` overrides (unknown keys: one-line UserError)."""
+def demo_engine_config(bank_size: int | None, overrides: list[str]) -> EngineConfig:
+    """EngineConfig with the bounded bank, then `--set` overrides (unknown keys: one-line UserError).
+
+    Its `logit_scale` is the paper's 100 until the model is known: `with_model_scale` sets the
+    checkpoint's own."""
     if bank_size is not None and (isinstance(bank_size, bool) or not isinstance(bank_size, int) or bank_size < 1):
         raise UserError(f"--bank-size {bank_size!r}: expected an integer >= 1")
     try:
@@ -77,6 +81,29 @@ def engine_config(bank_size: int | None, overrides: list[str]) -> EngineConfig:
     except UserError as exc:
         raise UserError(f"--bank-size {bank_size}: {exc}") from None
     return from_dict(EngineConfig, parse_overrides(overrides), "--set", base)
+
+
+def with_model_scale(engine_cfg: EngineConfig, clip: Any, overrides: list[str]) -> EngineConfig:
+    """The engine's CLIP logit scale (Eq. 1) is the checkpoint's own (`ClipModel.logit_scale`: 100 for
+    OpenAI's CLIP, the learned one of a small model) unless `--set logit_scale=...` gives one."""
+    if "logit_scale" in parse_overrides(overrides):
+        return engine_cfg
+    scale = float(clip.logit_scale)
+    try:
+        return dataclasses.replace(engine_cfg, logit_scale=scale)
+    except UserError as exc:
+        raise UserError(f"--model {clip.name} --pretrained {clip.pretrained}: the checkpoint's logit scale {scale:g} "
+                        f"is out of bounds ({exc}); pass --set logit_scale=100") from None
+
+
+DEVICE_RE = re.compile(r"auto|cpu|cuda(:\d{1,3})?")
+
+
+def check_device(device: str) -> None:
+    """`--device`: auto, cpu, cuda or cuda:N (a `meta` or other torch device would run nothing real)."""
+    if not isinstance(device, str) or not DEVICE_RE.fullmatch(device.strip()):
+        shown = device if not isinstance(device, str) or len(device) <= 30 else device[:30] + "..."
+        raise UserError(f"--device {shown!r}: use auto, cpu, cuda or cuda:N")
 
 
 def _check_int(value: int | None, flag: str, minimum: int = 1) -> None:
@@ -93,8 +120,6 @@ class Prepared:
     truth: Truth | None
 
 
-
-
 def prepare(cfg: DemoConfig) -> Prepared:
     """Every check that needs neither the model nor the source (nothing is opened or loaded); one-line
     UserErrors. Labels and a source may be absent here (the UI starts without them); `run_pipeline`
@@ -105,14 +130,15 @@ def prepare(cfg: DemoConfig) -> Prepared:
         raise UserError("--truth needs --labels (its class names are checked against the labels file)")
     labels = read_labels(cfg.labels) if cfg.labels is not None else None
     if cfg.template is not None:
-        templates_for(cfg.template)
+        prompt_templates(cfg.template)
     get_method(cfg.method)
     _check_int(cfg.every, "--every")
     _check_int(cfg.max_frames, "--max-frames")
     _check_int(cfg.topk, "--topk")
     _check_int(cfg.max_pixels, "--max-pixels")
     check_views(cfg.views)
-    engine_cfg = engine_config(cfg.bank_size, cfg.overrides)
+    check_device(cfg.device)
+    engine_cfg = demo_engine_config(cfg.bank_size, cfg.overrides)
     truth = read_truth(cfg.truth, labels) if cfg.truth else None
     check_outputs(outputs={"--out": cfg.out, "--log": cfg.log}, inputs=input_files(cfg), stdout_ok=("--log",))
     if cfg.out:
@@ -179,6 +205,77 @@ def expected_frames(source: Source, every: int, max_frames: int | None) -> int |
     return total
 
 
+@dataclass
+class _Run:
+    """One headless run once checked and opened: its config, inputs, source, model and stream state."""
+
+    cfg: DemoConfig
+    prep: Prepared
+    source: Source
+    clip: Any
+    session: StreamSession
+    sampler: Sampler
+    scale_from: str              # where the engine's logit_scale came from: "checkpoint" or "--set"
+    mark: str | None             # drawn on every annotated frame (random weights)
+    video: VideoSink | None = None   # the annotated video, once `_stream` opened it
+
+
+def _open_run(cfg: DemoConfig, clip: Any, source: Source | None, stack: ExitStack) -> _Run:
+    """Checks first, then the source, then the model (each closed by `stack`); one-line UserErrors."""
+    if source is not None:
+        stack.enter_context(source)   # a given source is closed here too, even on a bad config
+        cfg = dataclasses.replace(cfg, video=source.spec, camera=None)
+    if cfg.labels is None:
+        raise UserError("--labels is required: a text file with one class name per line")
+    if source is None and cfg.video is None and cfg.camera is None:
+        raise UserError("give a source: --video PATH|DIR|URL or --camera INDEX")
+    prep = prepare(cfg)
+    if source is None:
+        spec = cfg.video if cfg.video is not None else cfg.camera
+        source = stack.enter_context(open_source(spec, retries=cfg.retries, backoff=cfg.backoff,
+                                                 max_pixels=cfg.max_pixels))
+    if clip is None:
+        from mstta.models import load_clip
+
+        clip = load_clip(cfg.model, cfg.pretrained, device=cfg.device, precision=cfg.precision)
+    engine_cfg = with_model_scale(prep.engine_cfg, clip, cfg.overrides)
+    session = StreamSession(clip, prep.labels, template=cfg.template, method=cfg.method,
+                            config=engine_cfg, views=cfg.views, topk=cfg.topk)
+    every = 1 if source.live else (cfg.every or default_every(source.fps))
+    if source.live and cfg.every not in (None, 1):
+        log.warning("--every applies to files and folders; a live source keeps only its newest frame")
+    scale_from = "--set" if "logit_scale" in parse_overrides(cfg.overrides) else "checkpoint"
+    log.info("model %s (%s), logit scale %.4g (%s); source %s (%s, %.1f fps), processing every %d frame(s)",
+             clip.name, clip.pretrained, engine_cfg.logit_scale, scale_from, source.spec, source.kind, source.fps,
+             every)
+    mark = RANDOM_WEIGHTS_MARK if str(clip.pretrained) in ("", "none") else None
+    return _Run(cfg, prep, source, clip, session, Sampler(every), scale_from, mark)
+
+
+def _stream(run: _Run, summary: RunSummary, on_frame: Callable[[Frame, FrameResult], None] | None) -> None:
+    """The frame loop with its outputs (finalised however it ends: Ctrl-C, a source that died)."""
+    cfg, video = run.cfg, None
+    progress = Progress(expected_frames(run.source, run.sampler.every, cfg.max_frames), enabled=cfg.progress)
+    bank_limit = run.session.config.bank_size
+    with ExitStack() as sinks:
+        sinks.callback(progress.close)
+        if cfg.out:
+            video = run.video = sinks.enter_context(VideoSink(cfg.out, fps=run.source.fps / run.sampler.every))
+        jsonl = sinks.enter_context(JsonlSink(cfg.log)) if cfg.log else None
+        for step in iter_steps(run.sampler(run.source), run.session, truth=run.prep.truth, max_frames=cfg.max_frames):
+            picture = (annotate(step.frame.image, step.result, fps=step.fps, bank_limit=bank_limit,
+                                truth=step.truth_label, mark=run.mark) if video is not None else None)
+            with shield_interrupts():  # a frame is recorded in the summary and every output, or in none
+                summary.update(step.frame, step.result, step.truth_label)
+                if jsonl is not None:
+                    jsonl.write(prediction_row(step.frame, step.result, step.truth_label))
+                if video is not None:
+                    video.write(picture, step.frame.timestamp)
+            progress.update(step.processed, step.fps)
+            if on_frame is not None:
+                on_frame(step.frame, step.result)
+
+
 def run_pipeline(cfg: DemoConfig, *, clip: Any = None, source: Source | None = None,
                  on_frame: Callable[[Frame, FrameResult], None] | None = None) -> dict[str, Any]:
     """Run the demo headless and return the summary dict (see `summary.RunSummary.finish`).
@@ -188,62 +285,21 @@ def run_pipeline(cfg: DemoConfig, *, clip: Any = None, source: Source | None = N
     result)` is called after each processed frame. KeyboardInterrupt ends the run with finalised
     outputs and `"interrupted": true` in the summary.
     """
+    summary, interrupted = RunSummary(), False
     with ExitStack() as stack:
-        if source is not None:
-            stack.enter_context(source)   # a given source is closed here too, even on a bad config
-            cfg = dataclasses.replace(cfg, video=source.spec, camera=None)
-        if cfg.labels is None:
-            raise UserError("--labels is required: a text file with one class name per line")
-        if source is None and cfg.video is None and cfg.camera is None:
-            raise UserError("give a source: --video PATH|DIR|URL or --camera INDEX")
-        prep = prepare(cfg)
-        if source is None:
-            spec = cfg.video if cfg.video is not None else cfg.camera
-            source = stack.enter_context(open_source(spec, retries=cfg.retries, backoff=cfg.backoff,
-                                                     max_pixels=cfg.max_pixels))
-        if clip is None:
-            from mstta.models import load_clip
-
-            clip = load_clip(cfg.model, cfg.pretrained, device=cfg.device, precision=cfg.precision)
-        session = StreamSession(clip, prep.labels, template=cfg.template, method=cfg.method,
-                                config=prep.engine_cfg, views=cfg.views, topk=cfg.topk)
-        every = 1 if source.live else (cfg.every or default_every(source.fps))
-        if source.live and cfg.every not in (None, 1):
-            log.warning("--every applies to files and folders; a live source keeps only its newest frame")
-        sampler = Sampler(every)
-        summary = RunSummary()
-        video: VideoSink | None = None
-        interrupted = False
-        log.info("source %s (%s, %.1f fps), processing every %d frame(s)", source.spec, source.kind, source.fps, every)
-        progress = Progress(expected_frames(source, every, cfg.max_frames), enabled=cfg.progress)
-        bank_limit = session.config.bank_size
+        run = _open_run(cfg, clip, source, stack)
         try:
-            with ExitStack() as sinks:
-                sinks.callback(progress.close)
-                if cfg.out:
-                    video = sinks.enter_context(VideoSink(cfg.out, fps=source.fps / every))
-                jsonl = sinks.enter_context(JsonlSink(cfg.log)) if cfg.log else None
-                for step in iter_steps(sampler(source), session, truth=prep.truth, max_frames=cfg.max_frames):
-                    picture = (annotate(step.frame.image, step.result, fps=step.fps, bank_limit=bank_limit,
-                                        truth=step.truth_label) if video is not None else None)
-                    with shield_interrupts():  # a frame is recorded in the summary and every output, or in none
-                        summary.update(step.frame, step.result, step.truth_label)
-                        if jsonl is not None:
-                            jsonl.write(prediction_row(step.frame, step.result, step.truth_label))
-                        if video is not None:
-                            video.write(picture, step.frame.timestamp)
-                    progress.update(step.processed, step.fps)
-                    if on_frame is not None:
-                        on_frame(step.frame, step.result)
+            _stream(run, summary, on_frame)
         except KeyboardInterrupt:
             interrupted = True
             log.warning("interrupted after %d processed %s; outputs finalised",
                         summary.processed, plural(summary.processed, "frame"))
+    cfg, engine, video = run.cfg, run.session.config, run.video
+    out = str(video.path) if video is not None and video.frames else None
     return summary.finish(
-        source.stats, skipped=sampler.skipped, interrupted=interrupted,
-        source=str(source.spec), source_kind=source.kind, model=clip.name, pretrained=clip.pretrained,
-        method=cfg.method,
-        method_title=method_title(cfg.method), every=every, classes=len(prep.labels),
-        out=str(video.path) if video is not None and video.frames else None,
-        log=str(cfg.log) if cfg.log else None,
+        run.source.stats, skipped=run.sampler.skipped, interrupted=interrupted,
+        source=str(run.source.spec), source_kind=run.source.kind, model=run.clip.name, pretrained=run.clip.pretrained,
+        random_weights=run.mark is not None, logit_scale=round(float(engine.logit_scale), 4),
+        logit_scale_from=run.scale_from, method=cfg.method, method_title=method_title(cfg.method),
+        every=run.sampler.every, classes=len(run.prep.labels), out=out, log=str(cfg.log) if cfg.log else None,
     )

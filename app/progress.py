@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TextIO
+from typing import Callable, TextIO
 
 PLAIN_INTERVAL_S = 3.0   # a non-terminal stderr (a log file, CI) gets one line this often
+CLOCK: Callable[[], float] = time.monotonic   # the default clock (tests put a fake one here)
 
 
 def _clock(seconds: float) -> str:
@@ -23,10 +24,12 @@ def _clock(seconds: float) -> str:
 
 
 class Progress:
-    """Frames processed, fps and ETA on `stream` (stderr); nothing at all when not `enabled`."""
+    """Frames processed, fps and ETA on `stream` (stderr); nothing at all when not `enabled`.
+
+    `clock()` gives the time in seconds (default `CLOCK`, the monotonic clock)."""
 
     def __init__(self, total: int | None = None, *, enabled: bool = True, stream: TextIO | None = None,
-                 prog: str = "mstta-demo", interval: float | None = None):
+                 prog: str = "mstta-demo", interval: float | None = None, clock: Callable[[], float] | None = None):
         self.total = total
         self.stream = stream if stream is not None else sys.stderr
         self.prog = prog
@@ -34,7 +37,8 @@ class Progress:
         self.enabled = enabled
         self._bar = None
         self._done = 0
-        self._start = time.monotonic()
+        self._clock = clock if clock is not None else CLOCK
+        self._start = self._clock()
         self._last = self._start
         if enabled and _isatty(self.stream):
             from tqdm import tqdm
@@ -50,7 +54,7 @@ class Progress:
         if self._bar is not None:
             self._bar.update(step)
             return
-        now = time.monotonic()
+        now = self._clock()
         if now - self._last >= self.interval:
             self._last = now
             self.stream.write(f"{self.prog}: {self.line(processed, fps, now - self._start)}\n")

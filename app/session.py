@@ -26,7 +26,7 @@ from mstta.errors import UserError
 from mstta.methods import get_method
 
 from .encoder import FrameEncoder
-from .labels import templates_for
+from .labels import prompt_templates
 
 __all__ = ["DEFAULT_BANK_SIZE", "FrameResult", "Scored", "StreamSession", "build_classifier", "method_title"]
 
@@ -72,12 +72,6 @@ class FrameResult:
         return self.tta_topk[0].label
 
     @property
-    def bank_size(self) -> int:
-        """The old name of `bank_rows`, still read by app/sinks.py and app/annotate.py (their owner
-        moves them to `bank_rows`; then this goes)."""
-        return self.bank_rows
-
-    @property
     def disagree(self) -> bool:
         """True when zero-shot CLIP and the adapted method predict different classes."""
         return self.clip_topk[0].index != self.tta_topk[0].index
@@ -91,7 +85,7 @@ def build_classifier(clip: Any, labels: Sequence[str], template: str | None = No
     """Zero-shot text classifier [C, d] for `labels` with `template` (or the default ensemble)."""
     from mstta.models import build_text_classifier
 
-    return build_text_classifier(clip, list(labels), templates_for(template), cache_dir=cache_dir)
+    return build_text_classifier(clip, list(labels), prompt_templates(template), cache_dir=cache_dir)
 
 
 class StreamSession:

@@ -4,6 +4,9 @@ Both are context managers that write to a hidden temp file beside the target and
 place in `__exit__`, on success and on interruption alike (Ctrl-C, a source that died): the file
 that appears is always complete and valid, holding every frame written so far; a second Ctrl-C
 during that finalisation is held back until it is done. Missing parent folders are created.
+A sink that received no frame leaves no file. A sink whose own writing fails (disk full, a file
+size limit) removes its temp file and raises a one-line `UserError` naming the flag and the file:
+nothing truncated ever appears under the final name.
 
 The video goes through PyAV (libx264, yuv420p, faststart), which browsers play; OpenCV's wheel
 cannot encode H.264. Frame times come from the source's timestamps (millisecond pts), so a live
@@ -28,6 +31,7 @@ from mstta.atomic import temp_path
 from mstta.errors import UserError
 from mstta.safety import STDOUT
 
+from .progress import plural
 from .session import FrameResult
 from .sources import Frame
 
@@ -72,6 +76,13 @@ def check_output(path: str | Path, flag: str, suffixes: tuple[str, ...] | None =
     return p
 
 
+def write_failed(flag: str, path: Path, exc: BaseException, done: int) -> UserError:
+    """The one-line error of an output that could not be written whole (its temp file is gone)."""
+    reason = getattr(exc, "strerror", None) or str(exc) or exc.__class__.__name__
+    return UserError(f"{flag} {path}: writing failed after {done} {plural(done, 'frame')} ({reason}); nothing was "
+                     "kept under that name; check the free disk space or pass another path")
+
+
 def _temp_beside(path: Path) -> Path:
     """A hidden temp file beside `path` (`.<name>.<pid>-<token>.part<suffix>`, which
     `mstta.atomic.sweep_stale` removes once its process is gone)."""
@@ -105,7 +116,7 @@ class VideoSink:
         self._tmp = _temp_beside(self.path)
         self._container = av.open(str(self._tmp), mode="w", format=VIDEO_SUFFIXES[self.path.suffix.lower()],
                                   options={"movflags": "+faststart"})
-        stream = self._container.add_stream("libx264", rate=Fraction(self.fps).limit_denominator(1000),
+        stream = self._container.add_stream("libx264", rate=Fraction(max(self.fps, 1e-3)).limit_denominator(1000),
                                             options=self.options)
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
         stream.time_base = TIME_BASE
@@ -133,33 +144,47 @@ class VideoSink:
         import av
 
         image = self._fit(np.ascontiguousarray(image, dtype=np.uint8))
-        if self._container is None:
-            self._open(image.shape[1], image.shape[0])
         t = self.frames / self.fps if timestamp is None else timestamp
         pts = max(int(round(t * 1000)), self._last_pts + 1)
-        frame = av.VideoFrame.from_ndarray(image, format="rgb24")
-        frame.pts, frame.time_base = pts, TIME_BASE
-        for packet in self._stream.encode(frame):
-            self._container.mux(packet)
+        try:
+            if self._container is None:
+                self._open(image.shape[1], image.shape[0])
+            frame = av.VideoFrame.from_ndarray(image, format="rgb24")
+            frame.pts, frame.time_base = pts, TIME_BASE
+            for packet in self._stream.encode(frame):
+                self._container.mux(packet)
+        except (OSError, av.FFmpegError) as exc:   # disk full, a file size limit: the file is not whole
+            self._discard()
+            raise write_failed("--out", self.path, exc, self.frames) from None
         self._last_pts = pts
         self.frames += 1
+
+    def _discard(self) -> None:
+        container, self._container = self._container, None
+        if container is not None:
+            with contextlib.suppress(Exception):
+                container.close()
+        if self._tmp is not None:
+            self._tmp.unlink(missing_ok=True)
 
     def close(self) -> None:
         """Flush the encoder, finish the container and rename it into place (idempotent)."""
         if self._container is None:
             return
         container, tmp = self._container, self._tmp
-        self._container = None
         try:
             with shield_interrupts():
                 for packet in self._stream.encode():
                     container.mux(packet)
                 container.close()
+                self._container = None
                 os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                container.close()
-            Path(tmp).unlink(missing_ok=True)
+        except BaseException as exc:
+            self._discard()
+            import av
+
+            if isinstance(exc, (OSError, av.FFmpegError)):
+                raise write_failed("--out", self.path, exc, self.frames) from None
             raise
         log.info("wrote %s (%d frames)", self.path, self.frames)
 
@@ -182,7 +207,7 @@ def prediction_row(frame: Frame, result: FrameResult, truth: str | None = None) 
         "disagree": result.disagree,
         "entropy": _round(result.entropy),
         "cache_size": result.cache_size,
-        "bank_size": result.bank_size,
+        "bank_size": result.bank_rows,   # the key users know; a count of rows, not the limit
         "latency_ms": _round(result.latency_ms, 2),
     }
     if truth is not None:
@@ -218,24 +243,40 @@ class JsonlSink:
         if self._stdout:
             sys.stdout.write(line)
             sys.stdout.flush()
-        else:
-            self._fh.write(line)
+        elif self._fh is not None:
+            try:
+                self._fh.write(line)
+            except OSError as exc:         # part of a line may be on disk: the file is not whole
+                self._discard()
+                raise write_failed("--log", self.path, exc, self.rows) from None
         self.rows += 1
 
+    def _discard(self) -> None:
+        fh, self._fh = self._fh, None
+        if fh is not None:
+            with contextlib.suppress(OSError):
+                fh.close()
+        self._tmp.unlink(missing_ok=True)
+
     def close(self) -> None:
-        """Flush, sync and rename into place (idempotent)."""
+        """Flush, sync and rename into place (idempotent); no rows: no file."""
         if self._fh is None:
             return
-        fh, self._fh = self._fh, None
+        if self.rows == 0:
+            self._discard()
+            return
+        fh = self._fh
         try:
             with shield_interrupts():
                 fh.flush()
                 os.fsync(fh.fileno())
                 fh.close()
+                self._fh = None
                 os.replace(self._tmp, self.path)
-        except BaseException:
-            fh.close()
-            self._tmp.unlink(missing_ok=True)
+        except BaseException as exc:
+            self._discard()
+            if isinstance(exc, OSError):
+                raise write_failed("--log", self.path, exc, self.rows) from None
             raise
         log.info("wrote %s (%d rows)", self.path, self.rows)
 

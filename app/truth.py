@@ -9,6 +9,8 @@
 - The header line is optional; blank lines and lines starting with `#` are ignored; UTF-8 with
   or without a BOM. A label may be quoted ("a, b") and must be one of the labels file's names.
 - Frames outside every range are unlabelled and do not count toward accuracy.
+- The file is a regular file of at most `MAX_TRUTH_BYTES`; a field longer than the csv module's
+  limit (131,072 characters) is a one-line `UserError` naming the line, as every other mistake.
 """
 from __future__ import annotations
 
@@ -16,11 +18,16 @@ import bisect
 import csv
 import io
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from mstta.errors import UserError
 
+from .inputs import read_small_file
+
 HEADER = ("start_frame", "end_frame", "label")
+MAX_TRUTH_BYTES = 16 << 20   # 16 MiB: some 500,000 ranges
+MAX_FRAME = 2**53           # frame numbers beyond this are no video's (and lose precision as floats)
+TRUTH_EXPECTED = "a CSV of start_frame,end_frame,label lines"
 
 
 class Truth:
@@ -45,7 +52,7 @@ def parse_truth(text: str, classnames: Sequence[str], where: str = "truth") -> T
     """Parse the CSV text (see the module doc); errors name the line and the fix."""
     index = {name.casefold(): i for i, name in enumerate(classnames)}
     ranges: list[tuple[int, int, int, int]] = []   # start, end, class, line
-    for number, row in enumerate(csv.reader(io.StringIO(text.removeprefix("\ufeff"))), start=1):
+    for number, row in _rows(text, where):
         cells = [c.strip() for c in row]
         if not cells or not any(cells) or cells[0].startswith("#"):
             continue
@@ -57,12 +64,15 @@ def parse_truth(text: str, classnames: Sequence[str], where: str = "truth") -> T
             start, end = int(cells[0]), int(cells[1])
         except ValueError:
             raise UserError(f"{where} line {number}: frame numbers must be integers, got "
-                            f"'{cells[0]}' and '{cells[1]}'") from None
+                            f"{_show(cells[0])} and {_show(cells[1])}") from None
+        if max(abs(start), abs(end)) > MAX_FRAME:
+            raise UserError(f"{where} line {number}: frame numbers are at most {MAX_FRAME:,}; got {_show(cells[0])} "
+                            f"and {_show(cells[1])}")
         if start < 0 or end < start:
             raise UserError(f"{where} line {number}: bad range {start}..{end}; need 0 <= start_frame <= end_frame")
         label = " ".join(cells[2].split())
         if label.casefold() not in index:
-            raise UserError(f"{where} line {number}: label '{label}' is not in the labels file")
+            raise UserError(f"{where} line {number}: label {_show(label)} is not in the labels file")
         ranges.append((start, end, index[label.casefold()], number))
     if not ranges:
         raise UserError(f"{where}: no frame ranges found; write lines like 0,149,{classnames[0]}")
@@ -73,14 +83,32 @@ def parse_truth(text: str, classnames: Sequence[str], where: str = "truth") -> T
     return Truth([(s, e, c) for s, e, c, _ in ranges])
 
 
+def _show(cell: str, limit: int = 40) -> str:
+    """A cell as an error message quotes it: control characters escaped, long ones cut."""
+    shown = cell if len(cell) <= limit else f"{cell[:limit]}... ({len(cell):,} characters)"
+    return repr(shown)
+
+
+def _rows(text: str, where: str) -> Iterator[tuple[int, list[str]]]:
+    """(line number, cells) of each CSV record; the csv module's errors become one-line UserErrors."""
+    reader = csv.reader(io.StringIO(text.removeprefix("\ufeff")))
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:   # a field over csv.field_size_limit(), a NUL byte, an open quote at the end
+            raise UserError(f"{where} line {reader.line_num}: not valid CSV ({exc}); write lines like "
+                            "0,149,label") from None
+        yield reader.line_num, row
+
+
 def read_truth(path: str | Path, classnames: Sequence[str]) -> Truth:
-    """Read a truth CSV file; a missing or non-UTF-8 file is a one-line UserError."""
+    """Read a truth CSV file; a missing, special, oversized or non-UTF-8 file is a one-line UserError."""
     p = Path(path)
     where = f"--truth {p}"
-    if not p.is_file():
-        raise UserError(f"{where}: no such file; pass a CSV of start_frame,end_frame,label lines")
     try:
-        text = p.read_bytes().decode("utf-8-sig")
+        text = read_small_file(p, "--truth", MAX_TRUTH_BYTES, TRUTH_EXPECTED).decode("utf-8-sig")
     except UnicodeDecodeError:
         raise UserError(f"{where}: not UTF-8 text; save it as UTF-8") from None
     return parse_truth(text, classnames, where)

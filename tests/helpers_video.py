@@ -106,7 +106,7 @@ class FakeCapture:
     def __init__(self, n: int, period: float = 0.0, opened: bool = True, start: int = 0):
         self.n, self.period, self.opened, self.i, self.start = n, period, opened, 0, start
 
-    def isOpened(self):  # noqa: N802 - OpenCV's name
+    def isOpened(self):  # OpenCV's method name
         return self.opened
 
     def read(self):
@@ -133,7 +133,9 @@ def opener(*caps):
 
 @functools.lru_cache(maxsize=1)
 def tiny_clip():
-    """The random-weight `mstta-tiny` model (64x64 input), loaded once per test process."""
+    """The random-weight `mstta-tiny` model (64x64 input), loaded once per test process: every call
+    returns the same object (`functools.lru_cache`; `tests/test_app_pipeline.py` checks it), so a
+    module-level or session-scoped fixture may hand it out freely. Do not modify it in a test."""
     from mstta.models import load_clip
 
     return load_clip("mstta-tiny", "none", device="cpu")

@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 from helpers_video import read_video, write_labels, write_video
 
-from app.cli import build_parser, main
+from app.cli import build_parser, main, parse_args
 from mstta.config import DEFAULT_BANK_SIZE
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--model", "mstta-tiny", "--pretrained", "none"]
 FLAGS = ["--video", "--camera", "--labels", "--template", "--model", "--pretrained", "--precision", "--device",
          "--views", "--method", "--set", "--bank-size", "--every", "--max-frames", "--headless", "--out", "--log",
-         "--truth", "--json", "--topk", "--max-pixels", "--quiet"]
+         "--truth", "--json", "--topk", "--max-pixels", "--quiet", "--bundled-demo"]
 
 
 @pytest.fixture
@@ -37,9 +37,12 @@ def test_help_documents_every_flag(capsys):
     text = capsys.readouterr().out
     for flag in FLAGS:
         assert flag in text
-    defaults = build_parser().parse_args(["--labels", "x"])
+    defaults = parse_args(["--labels", "x"])
     assert (defaults.model, defaults.pretrained, defaults.method, defaults.bank_size, defaults.topk) == \
         ("ViT-B-16", "openai", "ms-tta", DEFAULT_BANK_SIZE, 3)
+    headless = parse_args(["--headless", "--labels", "x"])     # parsed without the UI's flags
+    assert (headless.model, headless.pretrained) == ("ViT-B-16", "openai") and not hasattr(headless, "port")
+    assert parse_args(["--headless", "--port", "9"]).port == 9  # a UI flag with --headless is still accepted
 
 
 def test_headless_run_prints_one_summary_line(media, capsys):

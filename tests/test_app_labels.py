@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.labels import parse_labels, read_labels, templates_for
+from app.labels import parse_labels, prompt_templates, read_labels
 from app.truth import parse_truth, read_truth
 from mstta.errors import UserError
 
@@ -77,15 +77,15 @@ def test_read_labels_bad_paths(tmp_path, make, match):
     ("a photo", None, pytest.raises(UserError, match="exactly one")),
     ("{} and {}", None, pytest.raises(UserError, match="exactly one")),
 ])
-def test_templates_for(template, expected, error):
+def test_prompt_templates(template, expected, error):
     with error:
-        assert templates_for(template) == expected
+        assert prompt_templates(template) == expected
 
 
 def test_default_templates_are_the_project_ensemble():
     from mstta.templates import DEFAULT_TEMPLATES
 
-    assert templates_for(None) == list(DEFAULT_TEMPLATES)
+    assert prompt_templates(None) == list(DEFAULT_TEMPLATES)
 
 
 NAMES = ["circle", "square", "sea lion"]

@@ -20,7 +20,7 @@ from helpers_video import (
     write_video,
 )
 
-from app.pipeline import DemoConfig, engine_config, run_pipeline
+from app.pipeline import DemoConfig, demo_engine_config, run_pipeline, with_model_scale
 from app.sources import IterableSource, LiveSource
 from mstta.errors import UserError
 
@@ -190,9 +190,9 @@ def test_prepare_needs_neither_labels_nor_source(media):
 
 
 def test_engine_config_layers():
-    cfg = engine_config(128, ["k=4", "alpha=0.5"])
+    cfg = demo_engine_config(128, ["k=4", "alpha=0.5"])
     assert (cfg.bank_size, cfg.k, cfg.alpha) == (128, 4, 0.5)
-    assert engine_config(128, ["bank_size=64"]).bank_size == 64
+    assert demo_engine_config(128, ["bank_size=64"]).bank_size == 64
 
 
 def test_summary_memory_is_bounded(monkeypatch):
@@ -236,7 +236,7 @@ def test_demo_assets_match_their_labels_and_truth(monkeypatch):
 
     with av.open(str(video)) as container:   # H.264, which browsers play
         assert container.streams.video[0].codec_context.name == "h264"
-    import make_assets  # noqa: F401 - the generator's class list is the labels file
+    import make_assets  # the generator's class list is the labels file
     assert labels == list(make_assets.PHOTOS)
     assert truth.ranges[0][0] == 0 and truth.ranges[-1][1] == frames - 1
     assert {labels[c] for _, _, c in truth.ranges} == set(labels)
@@ -288,61 +288,48 @@ def test_iter_steps_matches_the_headless_run(clip, media):
     cfg = _cfg(media, every=3, out=None)
     run_pipeline(cfg, clip=clip)
     logged = [(r["frame"], r["clip"][0]["label"], r["tta"][0]["label"]) for r in _rows(cfg.log)]
-    session = StreamSession(clip, LABELS, config=engine_config(cfg.bank_size, []))
+    session = StreamSession(clip, LABELS, config=with_model_scale(demo_engine_config(cfg.bank_size, []), clip, []))
     with open_source(media["video"]) as src:
         ours = [(s.frame.index, s.result.clip_label, s.result.tta_label) for s in iter_steps(Sampler(3)(src), session)]
     assert ours == logged and len(ours) == 30
 
 
 # ---------------------------------------------------------------------------- progress
-def _run_cli_in_process(media, capsys, monkeypatch, *extra):
-    import app.pipeline as pipeline_mod
+class _FakeClock:
+    """A clock that advances `step` seconds each time it is read: progress timing without waiting."""
+
+    def __init__(self, step: float):
+        self.now, self.step = 1000.0, step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+def _run_cli_in_process(media, capsys, monkeypatch, frames, *extra):
     import app.progress as progress_mod
     from app.cli import main
 
-    monkeypatch.setattr(progress_mod, "PLAIN_INTERVAL_S", 0.2)
-    real = pipeline_mod.open_source
-    monkeypatch.setattr(pipeline_mod, "open_source", lambda *a, **k: _Paced(real(*a, **k)))
+    monkeypatch.setattr(progress_mod, "PLAIN_INTERVAL_S", 3.0)
+    monkeypatch.setattr(progress_mod, "CLOCK", _FakeClock(0.5))   # read once per frame: a line every ~6 frames
     code = main(["--headless", "--video", media["video"], "--labels", media["labels"], "--model", "mstta-tiny",
-                 "--pretrained", "none", "--every", "1", "--max-frames", "40", *extra])
+                 "--pretrained", "none", "--every", "1", "--max-frames", str(frames), *extra])
     out, err = capsys.readouterr()
     return code, out, err
-
-
-class _Paced:
-    """Wraps a source so each frame takes 50 ms to arrive (a run of about two seconds)."""
-
-    def __init__(self, src):
-        self._src = src
-
-    def __getattr__(self, name):
-        return getattr(self._src, name)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self._src.close()
-
-    def __iter__(self):
-        for frame in self._src:
-            time.sleep(0.05)
-            yield frame
 
 
 def test_progress_lines_on_a_non_tty_stderr_and_quiet_silences_them(clip, media, capsys, monkeypatch):
     import re
 
-    code, out, err = _run_cli_in_process(media, capsys, monkeypatch)
-    assert code == 0 and "40 frames processed" in out
-    lines = [line for line in err.splitlines() if re.fullmatch(r"mstta-demo: \d+/40 frames, [\d.]+ fps, ETA \d+:\d\d", line)]
-    assert len(lines) >= 3, err                       # about one every 0.2 s over ~2 s
-    counts = [int(re.search(r"(\d+)/40", line).group(1)) for line in lines]
-    assert counts == sorted(counts) and counts[-1] <= 40
+    code, out, err = _run_cli_in_process(media, capsys, monkeypatch, 24)
+    assert code == 0 and "24 frames processed" in out
+    lines = [line for line in err.splitlines() if re.fullmatch(r"mstta-demo: \d+/24 frames, [\d.]+ fps, ETA \d+:\d\d", line)]
+    counts = [int(re.search(r"(\d+)/24", line).group(1)) for line in lines]
+    assert counts == [6, 12, 18, 24], err             # one line per 3 s of the fake clock: every 6 frames of 0.5 s
     assert "\r" not in err                            # no bar redraws on a non-terminal
 
-    code, out, err = _run_cli_in_process(media, capsys, monkeypatch, "--quiet")
-    assert code == 0 and "40 frames processed" in out
+    code, out, err = _run_cli_in_process(media, capsys, monkeypatch, 12, "--quiet")
+    assert code == 0 and "12 frames processed" in out
     assert "frames," not in err and err.strip() == ""
 
 
@@ -367,6 +354,12 @@ def test_progress_bar_on_a_terminal(monkeypatch):
     q.update(5, 1.0)
     q.close()
     assert silent.getvalue() == ""
+
+
+def test_tiny_clip_helper_loads_the_model_once():
+    first = tiny_clip()
+    hits = tiny_clip.cache_info().hits
+    assert tiny_clip() is first and tiny_clip.cache_info().hits == hits + 1 and tiny_clip.cache_info().currsize == 1
 
 
 def test_summary_plurals():

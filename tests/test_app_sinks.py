@@ -24,7 +24,7 @@ def _result(clip=("cat", "dog", "bird"), tta=("cat", "dog", "bird")) -> FrameRes
     return FrameResult(
         clip_topk=[Scored(n, names.index(n), p) for n, p in zip(clip, probs)],
         tta_topk=[Scored(n, names.index(n), p) for n, p in zip(tta, probs)],
-        entropy=0.8, cache_size=4, cache_capacity=9, bank_size=12, latency_ms=3.25)
+        entropy=0.8, cache_size=4, cache_capacity=9, bank_rows=12, latency_ms=3.25)
 
 
 def _leftovers(folder):

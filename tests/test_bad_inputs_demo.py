@@ -78,6 +78,26 @@ def _large_folder(m) -> str:
     return str(folder)
 
 
+def _corrupt_folder(m) -> str:
+    folder = Path(m["dir"]) / "broken"
+    folder.mkdir()
+    for i in range(3):
+        (folder / f"{i}.png").write_bytes(b"\x89PNG not really" * (i + 1))
+    return str(folder)
+
+
+def _labels_with(m, text: str | bytes) -> list[str]:
+    return ["--headless", "--video", m["video"], "--labels", _file(m, "odd.txt", text), *TINY]
+
+
+def _truth_field(n: int) -> str:
+    return 'start_frame,end_frame,label\n0,5,"' + "x" * n + '"\n'
+
+
+def _outputs(m) -> list[str]:
+    return ["--out", m["dir"] + "/out/a.mp4", "--log", m["dir"] + "/out/p.jsonl"]
+
+
 # (id, argv builder, text the one error line must contain)
 Case = tuple[str, Callable[[dict], list[str]], str]
 CASES: list[Case] = [
@@ -145,6 +165,53 @@ CASES: list[Case] = [
     ("video-and-camera", lambda m: _base(m, "--camera", "0"), "--camera"),
     ("camera-negative", lambda m: ["--headless", "--camera", "-1", "--labels", m["labels"], *TINY], "--camera"),
     ("template-no-braces", lambda m: _base(m, "--template", "a photo"), "--template"),
+    # issue 18: truth fields beyond the csv module's limit, and their neighbours
+    ("truth-field-200kb", lambda m: _base(m, "--truth", _file(m, "t.csv", _truth_field(200_000))), "not valid CSV"),
+    ("truth-field-131073", lambda m: _base(m, "--truth", _file(m, "t.csv", _truth_field(131_073))), "line 2"),
+    ("truth-field-100kb-unknown", lambda m: _base(m, "--truth", _file(m, "t.csv", _truth_field(100_000))),
+     "(100,000 characters)' is not in the labels file"),
+    ("truth-frame-5000-digits", lambda m: _base(m, "--truth", _file(m, "t.csv", "0," + "9" * 5000 + ",red circle\n")),
+     "frame numbers must be integers"),
+    ("truth-frame-2e20", lambda m: _base(m, "--truth", _file(m, "t.csv", f"0,{2 * 10**20},red circle\n")),
+     "frame numbers are at most"),
+    ("truth-dev-zero", lambda m: _base(m, "--truth", "/dev/zero"), "--truth /dev/zero: is a device, not a regular file"),
+    ("truth-fifo", lambda m: _base(m, "--truth", _fifo(m, "t.csv")), "FIFO"),
+    ("truth-folder", lambda m: _base(m, "--truth", m["dir"] + "/out"), "is a folder"),
+    ("truth-over-16mib", lambda m: _base(m, "--truth", _file(m, "t.csv", b"#" * (16 * 2**20 + 1))),
+     "larger than the limit of 16,777,216 bytes"),
+    # labels: unbounded or blocking reads, control characters
+    ("labels-dev-zero", lambda m: ["--headless", "--video", m["video"], "--labels", "/dev/zero", *TINY],
+     "--labels /dev/zero: is a device, not a regular file"),
+    ("labels-fifo", lambda m: ["--headless", "--video", m["video"], "--labels", _fifo(m, "l.txt"), *TINY],
+     "is a FIFO (named pipe), not a regular file"),
+    ("labels-over-1mib", lambda m: _labels_with(m, b"cat\ndog\n" + b"#" * 2**20), "larger than the limit of 1,048,576"),
+    ("labels-folder", lambda m: ["--headless", "--video", m["video"], "--labels", m["dir"] + "/out", *TINY],
+     "is a folder"),
+    ("labels-nul-byte", lambda m: _labels_with(m, b"cat\nd\x00og\n"), "line 2 holds a control character (U+0000)"),
+    ("labels-escape", lambda m: _labels_with(m, "cat\ndog\n\x1b[31mred\n"), "line 3 holds a control character (U+001B)"),
+    ("labels-nul-only", lambda m: _labels_with(m, b"\x00\n\x00\x00\n"), "U+0000"),
+    # sources: camera indices, all-corrupt folders
+    ("camera-1e20", lambda m: ["--headless", "--camera", str(10**20), "--labels", m["labels"], *TINY],
+     "a camera index is an integer from 0 to 1023"),
+    ("camera-5000-digits", lambda m: ["--headless", "--camera", "9" * 5000, "--labels", m["labels"], *TINY],
+     "--camera: invalid int value: '99999999999999999999... (5,000 characters)'"),
+    ("every-5000-digits", lambda m: _base(m, "--every", "7" * 5000), "--every: invalid int value"),
+    ("camera-1024", lambda m: ["--headless", "--camera", "1024", "--labels", m["labels"], *TINY], "--camera 1024"),
+    ("video-digits-huge", lambda m: ["--headless", "--video", "9" * 40, "--labels", m["labels"], *TINY],
+     "(40 digits): a camera index"),
+    ("folder-all-corrupt", lambda m: ["--headless", "--video", _corrupt_folder(m), "--labels", m["labels"], *TINY],
+     "none of its 3 image files could be decoded"),
+    ("folder-all-corrupt-with-outputs",
+     lambda m: ["--headless", "--video", _corrupt_folder(m), "--labels", m["labels"], *TINY, *_outputs(m)],
+     "none of its 3 image files could be decoded"),
+    # sizes and devices
+    ("max-pixels-negative-sides", lambda m: _base(m, "--max-pixels=-64x-64"), "--max-pixels -64x-64: expected"),
+    ("max-pixels-one-negative", lambda m: _base(m, "--max-pixels", "64x-64"), "each number >= 1"),
+    ("max-pixels-zero-side", lambda m: _base(m, "--max-pixels", "0x4096"), "each number >= 1"),
+    ("max-pixels-negative", lambda m: _base(m, "--max-pixels=-4096"), "each number >= 1"),
+    ("device-meta", lambda m: _base(m, "--device", "meta"), "--device 'meta': use auto, cpu, cuda or cuda:N"),
+    ("device-xla", lambda m: _base(m, "--device", "xla"), "--device 'xla'"),
+    ("device-cuda-huge", lambda m: _base(m, "--device", "cuda:" + "9" * 30), "use auto, cpu, cuda or cuda:N"),
 ]
 
 
@@ -182,7 +249,7 @@ def test_bad_input_is_one_line_exit_2_and_touches_nothing(name, build, expected,
 
 def test_suite_size():
     """The number of cases is part of the result (issue 12): keep it from shrinking unnoticed."""
-    assert len(CASES) >= 50 and len({c[0] for c in CASES}) == len(CASES)
+    assert len(CASES) >= 81 and len({c[0] for c in CASES}) == len(CASES)
 
 
 # ---------------------------------------------------------------------------- part 3 and 5: interruption
@@ -240,3 +307,65 @@ def test_log_dash_writes_jsonl_to_stdout_and_the_summary_to_stderr(tmp_path, cap
     rows = [json.loads(line) for line in out.splitlines()]     # stdout holds the JSONL rows only
     assert code == 0 and [r["frame"] for r in rows] == [0, 4, 8]
     assert "mstta-demo: 3 frames processed" in err
+
+
+# ---------------------------------------------------------------------------- issue 18: outputs stay whole
+_FSIZE_RUNNER = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), int(sys.argv[1])))   # EFBIG, as a full disk
+from app.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.parametrize("outputs, flag", [(("--log", "p.jsonl"), "--log"), (("--out", "a.mp4"), "--out"),
+                                           (("--out", "a.mp4", "--log", "p.jsonl"), None)])
+def test_a_full_disk_leaves_no_output_under_its_final_name(outputs, flag, tmp_path):
+    """Writing fails part-way (a file size limit stands in for a full disk): one line naming the
+    output, exit 2, and neither a truncated file under the final name nor a temp file left."""
+    m = _media(tmp_path)
+    m["video"] = str(write_video(tmp_path / "long.mp4", n=200, fourcc="mp4v"))
+    out_dir = tmp_path / "out"
+    argv = [str(out_dir / a) if a.endswith((".jsonl", ".mp4")) else a for a in outputs]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", _FSIZE_RUNNER, "5000", *_base(m, "--every", "1", "--max-frames", "40", "--quiet", *argv)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    lines = [line for line in proc.stderr.splitlines() if not line.startswith("mstta.models:")]
+    assert proc.returncode == 2, proc.stderr
+    assert len(lines) == 1 and "writing failed after" in lines[0] and "nothing was kept" in lines[0], proc.stderr
+    assert flag is None or lines[0].startswith(f"mstta-demo: error: {flag} ")
+    assert "Traceback" not in proc.stderr
+    assert sorted(p.name for p in out_dir.iterdir()) == []     # no final file, no .part file
+
+
+def test_a_video_declaring_one_frame_per_million_seconds_plays_at_the_fallback_rate(tmp_path, capsys, caplog):
+    """A container whose declared rate is absurd (1/1,000,000 fps) is played at 30 fps with frames in
+    order (a warning says so), and the annotated video is written and reads back."""
+    from fractions import Fraction
+
+    import av
+    from helpers_video import read_video, scene
+
+    path = tmp_path / "slow.avi"
+    with av.open(str(path), "w", format="avi") as c:
+        s = c.add_stream("mjpeg", rate=Fraction(1, 1_000_000))
+        s.width, s.height, s.pix_fmt = 96, 64, "yuvj420p"
+        for i in range(8):
+            for packet in s.encode(av.VideoFrame.from_ndarray(scene(i), format="rgb24")):
+                c.mux(packet)
+        for packet in s.encode():
+            c.mux(packet)
+    labels = write_labels(tmp_path / "labels.txt")
+    out, log = tmp_path / "a.mp4", tmp_path / "p.jsonl"
+    code = main(["--headless", "--video", str(path), "--labels", str(labels), *TINY, "--every", "1",
+                 "--out", str(out), "--log", str(log), "--quiet"])
+    _, err = capsys.readouterr()
+    assert code == 0, err
+    assert "declares no usable frame rate (1e-06 fps); playing it at 30 fps" in caplog.text and "Traceback" not in err
+    import json
+
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [r["frame"] for r in rows] == list(range(8))
+    assert [r["timestamp"] for r in rows] == pytest.approx([i / 30 for i in range(8)], abs=1e-3)
+    frames, times, _ = read_video(out)
+    assert len(frames) == 8 and times[-1] == pytest.approx(7 / 30, abs=0.01)

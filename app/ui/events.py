@@ -24,13 +24,18 @@ from .guard import guard_api
 from .handlers import Context
 from .layout import Components, build_layout
 from .page import OUTPUTS, message, warn
-from .state import CONTROLS, ModelSlots, Sessions, UISession
+from .state import (
+    CONTROLS,
+    DEFAULT_CONCURRENCY,
+    DEFAULT_MAX_SESSIONS,
+    SESSION_TTL_S,
+    ModelSlots,
+    Sessions,
+    UISession,
+)
 
 log = logging.getLogger(__name__)
 
-DEFAULT_CONCURRENCY = 2          # model calls running at once, all users together (one GPU)
-DEFAULT_MAX_SESSIONS = 16        # live sessions with an engine; beyond, the oldest idle one is dropped
-SESSION_TTL_S = 900              # a session's state is freed this long after its last event (or at page close)
 UPDATE_INTERVAL_S = 0.15         # a run refreshes the frame, bars and plots at most every 0.15 s (>= 4 a second
                                  # when frames come that often: 5 per second by default)
 WEBCAM_EVERY_S = 0.2             # webcam: a frame to the server every 0.2 s

@@ -15,7 +15,7 @@ import numpy as np
 
 from mstta.errors import UserError, one_line
 
-from ..annotate import annotate
+from ..annotate import RANDOM_WEIGHTS_MARK, annotate
 from ..truth import Truth, read_truth
 from . import plots
 from .state import UISession
@@ -48,7 +48,8 @@ def warn(text: str) -> str:
 def picture(ui: UISession, image: np.ndarray, result, fps: float | None, truth: str | None) -> np.ndarray:
     """The annotated frame (as the page shows it and the downloaded MP4 holds it)."""
     s = ui.stream
-    return annotate(image, result, fps=fps, bank_limit=s.config.bank_size if s else None, truth=truth)
+    mark = RANDOM_WEIGHTS_MARK if s is not None and s.clip.pretrained == "none" else None
+    return annotate(image, result, fps=fps, bank_limit=s.config.bank_size if s else None, truth=truth, mark=mark)
 
 
 def render(ui: UISession, status: str, *, image: np.ndarray | None = None, result=None, fps: float | None = None,

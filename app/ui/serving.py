@@ -18,7 +18,7 @@ from mstta.errors import UserError
 
 from ..frames import MAX_PIXELS, parse_max_pixels
 from ..session import DEFAULT_BANK_SIZE
-from .state import SESSION_BANK_LIMIT
+from .state import DEFAULT_CONCURRENCY, DEFAULT_MAX_SESSIONS, SESSION_BANK_LIMIT, SESSION_TTL_S
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,6 @@ TTL_RANGE_S = (10, 86400)
 
 def add_ui_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the browser UI's flags (used without --headless) to the `mstta-demo` parser (once)."""
-    from .events import DEFAULT_CONCURRENCY, DEFAULT_MAX_SESSIONS, SESSION_TTL_S
 
     if "--host" in parser._option_string_actions:   # already added: calling twice is harmless
         return parser
@@ -92,7 +91,6 @@ def ui_config(args: argparse.Namespace):
     """The flags as the headless pipeline's `DemoConfig`, checked by its `prepare` (labels, template,
     method, hyperparameters, truth, views, sizes), plus the UI's own flags; before the model loads."""
     from .. import pipeline
-    from .events import DEFAULT_CONCURRENCY, DEFAULT_MAX_SESSIONS, SESSION_TTL_S
 
     for flag, name in (("--camera", "camera"), ("--out", "out"), ("--log", "log")):
         if _opt(args, name) is not None:
@@ -128,7 +126,7 @@ def ui_config(args: argparse.Namespace):
 
 def run_ui(args: argparse.Namespace) -> int:
     """`mstta-demo` without --headless: check the flags, load the model once, serve the UI until Ctrl-C."""
-    from .events import DEFAULT_CONCURRENCY, DEFAULT_MAX_SESSIONS, SESSION_TTL_S, build_app
+    from .events import build_app
 
     cfg, prep = ui_config(args)
     host, port = _opt(args, "host", DEFAULT_HOST), _opt(args, "port", DEFAULT_PORT)
@@ -136,11 +134,14 @@ def run_ui(args: argparse.Namespace) -> int:
 
     from mstta.models import load_clip
 
+    from ..pipeline import with_model_scale
+
     clip = load_clip(cfg.model, cfg.pretrained, device=cfg.device, precision=cfg.precision)
     concurrency = _opt(args, "concurrency", DEFAULT_CONCURRENCY)
     video = str(Path(cfg.video).resolve()) if cfg.video else None
     demo = build_app(clip, labels=prep.labels, video=video, truth=str(Path(cfg.truth).resolve()) if cfg.truth else None,
-                     template=cfg.template, method=cfg.method, config=prep.engine_cfg, every=cfg.every, topk=cfg.topk,
+                     template=cfg.template, method=cfg.method,
+                     config=with_model_scale(prep.engine_cfg, clip, cfg.overrides), every=cfg.every, topk=cfg.topk,
                      views=cfg.views, max_frames=cfg.max_frames, concurrency=concurrency,
                      max_sessions=_opt(args, "max_sessions", DEFAULT_MAX_SESSIONS),
                      session_ttl=_opt(args, "session_ttl", SESSION_TTL_S), max_pixels=cfg.max_pixels)

@@ -33,6 +33,9 @@ from .recording import Downloads
 log = logging.getLogger(__name__)
 
 SESSION_BANK_LIMIT = 16384       # the UI's bound on a session's bank: [rows, d] floats (32 MB at d = 512)
+DEFAULT_CONCURRENCY = 2          # model calls running at once, all users together (one GPU)
+DEFAULT_MAX_SESSIONS = 16        # live sessions with an engine; beyond, the oldest idle one is dropped
+SESSION_TTL_S = 900              # a session's state is freed this long after its last event (or at page close)
 MAX_CLASSES = 1000               # classes in the labels box (ImageNet fits)
 HISTORY_POINTS = 600             # plotted frames kept per stream (the counters cover every frame)
 # The numeric controls: name -> (label, whole number, low, high). The page says each range.
