@@ -6,7 +6,9 @@ mean/std, interpolation and resize mode, e.g. 0.5/0.5 for a SigLIP model) throug
 are the random resized crops with flips of `mstta.views.crop_view` (BoostAdapter's views,
 paper Sec. 4.1), seeded per frame so a replayed stream gets the same views. The engine then sees
 `[V, d]` per frame. Views are encoded in chunks of `VIEW_CHUNK`, so Ctrl-C and SIGTERM end a
-many-view frame between chunks.
+many-view frame between chunks. `views_on`: where extra views are made, as `mstta-bench extract
+--views-on`: `device` makes them from the frame tensor on the model's device
+(`mstta.tensor_views`, the same parameters), `cpu` with PIL; `auto` (default) is device on CUDA.
 """
 from __future__ import annotations
 
@@ -16,10 +18,13 @@ import numpy as np
 import torch
 from PIL import Image
 
+from mstta.config import MAX_VIEWS
 from mstta.errors import UserError
+from mstta.extract_views import resolve_views_on
+from mstta.tensor_views import TensorViewMaker
 from mstta.views import ViewMaker, split_preprocess, to_pixels
 
-MAX_VIEWS = 256     # --views bound: the views of one frame are encoded for every frame
+__all__ = ["MAX_VIEWS", "VIEW_CHUNK", "FrameEncoder", "check_views"]
 VIEW_CHUNK = 32     # views per encoder forward
 
 
@@ -33,14 +38,16 @@ def check_views(views: Any) -> int:
 class FrameEncoder:
     """Encodes RGB uint8 frames [H, W, 3] with a loaded ClipModel; `views` images per frame."""
 
-    def __init__(self, clip: Any, views: int = 1, seed: int = 0):
+    def __init__(self, clip: Any, views: int = 1, seed: int = 0, views_on: str = "auto"):
         self.clip = clip
         self.views = check_views(views)
         geometry, size, self.mean, self.std = split_preprocess(clip.preprocess)
         self.size = size
         self.maker = ViewMaker(geometry, size, views=self.views, augment="crop", seed=seed)
         self.device = clip.device
+        self.views_on = resolve_views_on(views_on, self.device) if self.views > 1 else "cpu"
         self._count = 0          # frames encoded since the last reset: the views' random stream
+        self._tensor: TensorViewMaker | None = None
 
     def reset(self, seed: int | None = None) -> None:
         """Restart the random views (from `seed` if given): the same frames get the same views again."""
@@ -58,7 +65,13 @@ class FrameEncoder:
             if not isinstance(img, np.ndarray) or img.dtype != np.uint8 or img.ndim != 3 or img.shape[2] != 3:
                 raise UserError(f"frame {i}: expected an RGB uint8 image [H, W, 3], got "
                                 f"{getattr(img, 'dtype', type(img).__name__)} {getattr(img, 'shape', '')}")
-            out.append(self.maker(Image.fromarray(np.ascontiguousarray(img)), self._count))
+            if self.views_on == "device":
+                frame = torch.from_numpy(np.ascontiguousarray(img)).to(self.device).permute(2, 0, 1)
+                if self._tensor is None or self._tensor.maker is not self.maker:
+                    self._tensor = TensorViewMaker(self.maker)
+                out.append(self._tensor(frame.contiguous(), self._count))
+            else:
+                out.append(self.maker(Image.fromarray(np.ascontiguousarray(img)), self._count))
             self._count += 1
         return torch.cat(out)
 

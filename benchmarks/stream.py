@@ -3,12 +3,15 @@
     python benchmarks/stream.py                       # ViT-B-16 (random weights) + mstta-tiny, CPU or GPU
     python benchmarks/stream.py --frames 24 --long-frames 20000 --out results/stream.json
     python benchmarks/stream.py --device cuda --models ViT-B-16 --long-frames 0   # GPU, no memory part
+    python benchmarks/stream.py --device cuda --models ViT-B-16 --parts speed --views 64 --views-on device
 
 Parts:
 - speed: one generated H.264 video, decoded once; the same frames go through the same encoder
   with zero-shot CLIP only and with MS-TTA (bank of 4096 already full: the steady state of a
   long stream), frame by frame in alternating order. Reports fps, per-frame latency p50/p95
-  (preprocess + encode + engine) and the fps ratio MS-TTA / zero-shot (target >= 0.95).
+  (preprocess + encode + engine) and the fps ratio MS-TTA / zero-shot (target >= 0.95). With
+  `--views V` both modes encode V views per frame (the frame + V-1 crops, `mstta-demo --views`),
+  made where `--views-on` says (auto: on the GPU under CUDA, `mstta.tensor_views`; cpu: PIL).
 - engine: the engine step alone at the ViT-B-16 feature size with a full bank.
 - memory: a long generated stream (default 20,000 frames) through the whole headless pipeline
   (tiny model, JSONL log) with the bounded bank; RSS sampled every 250 frames; growth after
@@ -35,12 +38,14 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from app.encoder import FrameEncoder  # noqa: E402
 from app.pipeline import DemoConfig, run_pipeline  # noqa: E402
 from app.session import StreamSession  # noqa: E402
 from app.sinks import VideoSink  # noqa: E402
 from app.sources import IterableSource, open_source  # noqa: E402
 from mstta import Engine, EngineConfig, __version__  # noqa: E402
 from mstta.atomic import atomic_open  # noqa: E402
+from mstta.config import MAX_VIEWS  # noqa: E402
 from mstta.models import load_clip  # noqa: E402
 
 LABELS = ["circle", "square", "triangle", "star", "heart", "arrow"]
@@ -98,8 +103,11 @@ def generated_video(path: Path, n: int) -> list[np.ndarray]:
         return [f.image for f in src]
 
 
-def _session(clip, method: str) -> StreamSession:
-    session = StreamSession(clip, LABELS, template="a photo of a {}.", method=method, config=EngineConfig(bank_size=BANK))
+def _session(clip, method: str, views: int = 1, views_on: str = "auto") -> StreamSession:
+    session = StreamSession(clip, LABELS, template="a photo of a {}.", method=method, config=EngineConfig(bank_size=BANK),
+                            views=views)
+    if views_on != "auto":                 # StreamSession builds the default (auto) encoder; swap in the asked one
+        session.encoder = FrameEncoder(clip, views=views, seed=session.seed, views_on=views_on)
     if session.engine.method.mean_shift:   # steady state of a long stream: bank full, cache full
         g = torch.Generator().manual_seed(0)
         feats = torch.nn.functional.normalize(torch.randn(BANK, session.engine.dim, generator=g), dim=-1)
@@ -108,9 +116,11 @@ def _session(clip, method: str) -> StreamSession:
     return session
 
 
-def speed(model: str, frames: list[np.ndarray], rounds: int, device: str) -> dict:
+def speed(model: str, frames: list[np.ndarray], rounds: int, device: str, views: int = 1,
+          views_on: str = "auto") -> dict:
     clip = load_clip(model, "none", device=device)
-    sessions = {"zero_shot": _session(clip, "zero-shot"), "ms_tta": _session(clip, "ms-tta")}
+    sessions = {"zero_shot": _session(clip, "zero-shot", views, views_on),
+                "ms_tta": _session(clip, "ms-tta", views, views_on)}
     for s in sessions.values():                       # warm-up (allocator, kernels)
         for img in frames[:3]:
             s.process(img)
@@ -132,7 +142,8 @@ def speed(model: str, frames: list[np.ndarray], rounds: int, device: str) -> dic
                 lat[name].append(elapsed * 1000)
     fps = {k: len(frames) * rounds / total[k] for k in sessions}
     out: dict = {"model": model, "pretrained": "none (random weights)", "device": str(clip.device),
-                 "frames": len(frames), "rounds": rounds, "bank_size": BANK,
+                 "frames": len(frames), "rounds": rounds, "bank_size": BANK, "views": views,
+                 "views_on": sessions["ms_tta"].encoder.views_on,
                  "ms_tta_bank_filled": sessions["ms_tta"].engine.bank_len}
     for name in sessions:
         out[name] = {"fps": round(fps[name], 2),
@@ -220,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--frames", type=int, default=24, help="frames of the speed video (default 24)")
     p.add_argument("--rounds", type=int, default=2, help="passes over the frames (default 2)")
     p.add_argument("--models", default="ViT-B-16,mstta-tiny", help="comma-separated architectures (random weights)")
+    p.add_argument("--views", type=int, default=1, help="views per frame in the speed part, 1..256 (default 1)")
+    p.add_argument("--views-on", default="auto", choices=("auto", "cpu", "device"),
+                   help="where the speed part makes extra views (default auto: the GPU under CUDA, else PIL)")
     p.add_argument("--long-frames", type=int, default=20000,
                    help="length of the memory stream (default 20000; 0 skips the memory part)")
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda or cuda:N")
@@ -230,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     parts = {x for x in args.parts.split(",") if x}
     if parts - set(PARTS):
         p.error(f"--parts: unknown part(s) {', '.join(sorted(parts - set(PARTS)))}; choose from {', '.join(PARTS)}")
+    if not 1 <= args.views <= MAX_VIEWS:
+        p.error(f"--views {args.views}: expected an integer from 1 to {MAX_VIEWS}")
     if args.long_frames < 0:
         p.error("--long-frames: must be >= 0 (0 skips the memory part)")
     models = [m for m in args.models.split(",") if m]
@@ -252,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         if "speed" in parts and models and args.frames > 0:
             frames = generated_video(t / "speed.mp4", args.frames)
             result["video"] = {"frames": len(frames), "size": [frames[0].shape[1], frames[0].shape[0]], "codec": "h264"}
-            result["speed"] = [speed(m, frames, args.rounds, device) for m in models]
+            result["speed"] = [speed(m, frames, args.rounds, device, args.views, args.views_on) for m in models]
         if "engine" in parts:
             result["engine_step"] = engine_step(512, 300, device)
         if "memory" in parts and args.long_frames > 0:

@@ -28,15 +28,17 @@ from typing import Iterator, Sequence
 
 import numpy as np
 import torch
-from PIL import Image
 
 from .atomic import atomic_open, sweep_stale
+from .config import MAX_VIEWS
 from .data import FOLDER_PREFIX, TestSplit, check_listing, load_split
 from .devices import resolve_device
 from .errors import UserError
+from .extract_views import ViewSource, collate, on_device, resolve_views_on
 from .features import save_features
 from .models import ClipModel, build_text_classifier, default_precision, load_clip, pretrained_id
 from .templates import check_templates, template_hash
+from .tensor_views import TensorViewMaker
 from .views import AUGMENTS, ViewMaker, split_preprocess, to_pixels
 
 log = logging.getLogger(__name__)
@@ -231,34 +233,6 @@ def _batches(shards: list[int], shard_size: int, n: int, per_batch: int) -> Iter
             yield list(range(b, min(hi, b + per_batch)))
 
 
-class _Views(torch.utils.data.Dataset):
-    """Stream position -> (position, uint8 views or None, failure reason)."""
-
-    def __init__(self, split: TestSplit, order: Sequence[int], maker: ViewMaker):
-        self.paths = [p for p, _ in split.items]
-        self.order = list(order)
-        self.maker = maker
-
-    def __len__(self) -> int:
-        return len(self.order)
-
-    def __getitem__(self, pos: int):
-        index = self.order[pos]
-        path = self.paths[index]
-        try:
-            with Image.open(path) as im:
-                img = im.convert("RGB")
-        except Exception as exc:  # noqa: BLE001 - one undecodable image must never stop a long run
-            return pos, None, f"{path} ({type(exc).__name__})"
-        return pos, self.maker(img, index), ""
-
-
-def _collate(rows):
-    ok = [r for r in rows if r[1] is not None]
-    views = torch.stack([r[1] for r in ok]) if ok else None
-    return [r[0] for r in ok], views, [(r[0], r[2]) for r in rows if r[1] is None]
-
-
 def _encode(clip: ClipModel, views: torch.Tensor, mean, std, batch_size: int) -> np.ndarray:
     """uint8 [B, V, 3, S, S] -> fp16 features [B, V, d], at most `batch_size` images per forward."""
     b, v = views.shape[:2]
@@ -269,15 +243,19 @@ def _encode(clip: ClipModel, views: torch.Tensor, mean, std, batch_size: int) ->
 
 
 def _run_shards(clip: ClipModel, split: TestSplit, order: list[int], shards: list[int], work: Path,
-                s: ExtractSettings, shard_size: int, batch_size: int, workers: int, progress: bool) -> None:
-    """Encode the given shards of the stream, writing each one as soon as it is complete."""
+                s: ExtractSettings, shard_size: int, batch_size: int, workers: int, progress: bool,
+                views_on: str = "cpu") -> None:
+    """Encode the given shards of the stream, writing each one as soon as it is complete; views made
+    where `views_on` says (`mstta.extract_views`)."""
     geometry, size, mean, std = split_preprocess(clip.preprocess)
     maker = ViewMaker(geometry, size, s.views, s.augment, s.seed)
+    on_gpu = TensorViewMaker(maker) if views_on == "device" and clip.device.type == "cuda" else None
     per_batch = max(1, batch_size // s.views)
     n = len(order)
     loader = torch.utils.data.DataLoader(
-        _Views(split, order, maker), batch_sampler=list(_batches(shards, shard_size, n, per_batch)),
-        num_workers=workers, collate_fn=_collate, pin_memory=clip.device.type == "cuda")
+        ViewSource([p for p, _ in split.items], order, maker, views_on, clip.device),
+        batch_sampler=list(_batches(shards, shard_size, n, per_batch)),
+        num_workers=workers, collate_fn=collate, pin_memory=clip.device.type == "cuda")
     total = sum(min(n, (k + 1) * shard_size) - k * shard_size for k in shards)
     from tqdm import tqdm
 
@@ -288,6 +266,9 @@ def _run_shards(clip: ClipModel, split: TestSplit, order: list[int], shards: lis
     try:
         for positions, views, failed in loader:
             k = (positions or [p for p, _ in failed])[0] // shard_size
+            if on_gpu is not None and views is not None:
+                positions, views, more = on_device(positions, views, on_gpu, clip.device)
+                failed = failed + more
             pos, feats, skipped = buf.setdefault(k, ([], [], []))
             if views is not None:
                 feats.append(_encode(clip, views, mean, std, batch_size))
@@ -357,9 +338,10 @@ def plan(dataset: str, data_root: str | Path | None, *, model: str, pretrained: 
          templates: Sequence[str] | None, listing: str = "full"
          ) -> tuple[TestSplit, list[str], list[int], ExtractSettings]:
     """Validate the options and read the split: (split, templates, stream order, settings)."""
-    for flag, value in (("--views", views), ("--limit", limit)):
-        if value is not None and (not isinstance(value, int) or value < 1):
-            raise UserError(f"{flag} {value}: expected an integer >= 1")
+    if isinstance(views, bool) or not isinstance(views, int) or not 1 <= views <= MAX_VIEWS:
+        raise UserError(f"--views {views}: expected an integer from 1 to {MAX_VIEWS} (1 = the original image only)")
+    if limit is not None and (not isinstance(limit, int) or limit < 1):
+        raise UserError(f"--limit {limit}: expected an integer >= 1")
     if augment not in AUGMENTS:
         raise UserError(f"--augment {augment}: choose one of {', '.join(AUGMENTS)}")
     check_listing(listing)
@@ -382,10 +364,12 @@ def run_extraction(dataset: str, out: str | Path, data_root: str | Path | None =
                    augment: str = "augmix", seed: int = 1, batch_size: int = 256, workers: int | None = None,
                    limit: int | None = None, templates: Sequence[str] | None = None,
                    cache_dir: str | Path | None = None, shard_size: int | None = None,
-                   progress: bool = False, clip: ClipModel | None = None, listing: str = "full") -> ExtractResult:
+                   progress: bool = False, clip: ClipModel | None = None, listing: str = "full",
+                   views_on: str = "auto") -> ExtractResult:
     """Extract a feature file (see module docstring); returns where it is and what was done.
 
     `clip`: an already loaded model for (model, pretrained, precision), used instead of loading one.
+    `views_on`: auto | cpu | device (`mstta.extract_views`); in the file's meta, not its settings.
     """
     for flag, value, low in (("--batch-size", batch_size, 1), ("--shard-size", shard_size, 1), ("--workers", workers, 0)):
         if value is not None and (not isinstance(value, int) or value < low):
@@ -396,6 +380,7 @@ def run_extraction(dataset: str, out: str | Path, data_root: str | Path | None =
     if clip is not None and (clip.name, clip.pretrained, clip.precision) != (model, str(pretrained), s.precision):
         raise UserError(f"the loaded model is {clip.name} {clip.pretrained} {clip.precision}, but the extraction asks "
                         f"for {model} {pretrained} {s.precision}; pass the matching model")
+    where = resolve_views_on(views_on, resolve_device(device)) if views > 1 else "cpu"   # 1 view: CLIP's own, PIL
     out_path = resolve_out(out, s)
     _check_out(out_path, split, data_root)
     if check_existing(out_path, s):
@@ -418,14 +403,16 @@ def run_extraction(dataset: str, out: str | Path, data_root: str | Path | None =
         encoded = sum(min(len(order), (k + 1) * shard_size) - k * shard_size for k in mine) * dist.world
         if mine:
             _run_shards(clip, split, order, mine, work, s, shard_size, batch_size,
-                        default_workers(dist.world) if workers is None else workers, progress and dist.rank == 0)
+                        default_workers(dist.world) if workers is None else workers, progress and dist.rank == 0,
+                        where)
         dist.barrier()
         kept, skipped = len(order), 0
         if dist.rank == 0:
             from . import __version__
 
             meta = {**asdict(s), "templates": len(tmpl), "version": __version__,
-                    "stream": f"torch.randperm(n, seed={s.seed})", "data_root": str(data_root or "")}
+                    "stream": f"torch.randperm(n, seed={s.seed})", "data_root": str(data_root or ""),
+                    "views_on": where}
             kept, skipped = _merge(work, out_path, n_shards, split, order, text, meta)
             shutil.rmtree(work, ignore_errors=True)
     finally:

@@ -76,11 +76,20 @@ def crop_box(rng: np.random.Generator, width: int, height: int) -> tuple[int, in
     return (width - w) // 2, (height - h) // 2, w, h
 
 
-def crop_view(img: Image.Image, rng: np.random.Generator, size: int) -> Image.Image:
-    """Random resized crop to size x size (bilinear, antialiased) + random horizontal flip."""
-    left, top, w, h = crop_box(rng, *img.size)
-    out = img.resize((size, size), Image.BILINEAR, box=(left, top, left + w, top + h))
-    return out.transpose(Image.FLIP_LEFT_RIGHT) if rng.random() < 0.5 else out
+@dataclass(frozen=True)
+class ViewParams:
+    """Everything random about one augmented view, drawn before any pixel work (`draw_view`), so the
+    PIL path (`make_view`) and the tensor path (`mstta.tensor_views`) make the same view."""
+
+    box: tuple[int, int, int, int]                       # crop (left, top, w, h) in the image
+    flip: bool                                           # horizontal flip after the resize
+    chains: tuple[tuple[tuple[str, float], ...], ...] = ()   # AugMix: per chain its (op, value) steps
+    weights: tuple[float, ...] = ()                      # AugMix: Dirichlet chain weights (float32 values)
+    mix: float = 1.0                                     # AugMix: Beta(1, 1) weight of the un-augmented crop
+
+    @property
+    def augmix(self) -> bool:
+        return bool(self.chains)
 
 
 # AugMix operations at severity 1 (TPT/TDA `augmix_ops`): level ~ U(0.1, 1), scaled to each op's range.
@@ -92,65 +101,92 @@ def _sign(rng: np.random.Generator, v: float) -> float:
     return -v if rng.uniform() > 0.5 else v
 
 
+# op -> its value drawn from (rng, crop size); the draws and their order are TDA's augmix_ops.py
+OP_VALUES: dict[str, Callable[[np.random.Generator, int], float]] = {
+    "autocontrast": lambda rng, size: 0,
+    "equalize": lambda rng, size: 0,
+    "posterize": lambda rng, size: 4 - int(_level(rng, 4)),                 # bits kept
+    "rotate": lambda rng, size: _sign(rng, int(_level(rng, 30))),           # degrees
+    "solarize": lambda rng, size: 256 - int(_level(rng, 256)),              # threshold
+    "shear_x": lambda rng, size: _sign(rng, _level(rng, 0.3)),              # shear coefficient
+    "shear_y": lambda rng, size: _sign(rng, _level(rng, 0.3)),
+    "translate_x": lambda rng, size: _sign(rng, int(_level(rng, size / 3))),   # pixels
+    "translate_y": lambda rng, size: _sign(rng, int(_level(rng, size / 3))),
+}
+AUGMIX_OPS = tuple(OP_VALUES)
+
+
+def draw_augmix(rng: np.random.Generator, size: int, chains: int = 3) -> dict:
+    """AugMix's draws for one view, in the peers' order: Dirichlet weights, Beta mix, then per chain
+    its depth (1-3) and per step an op and its value -> ViewParams fields `weights`, `mix`, `chains`."""
+    w = rng.dirichlet([1.0] * chains).astype(np.float32)
+    m = np.float32(rng.beta(1.0, 1.0))
+    steps = []
+    for _ in range(chains):
+        chain = []
+        for _ in range(int(rng.integers(1, 4))):
+            op = AUGMIX_OPS[int(rng.integers(len(AUGMIX_OPS)))]
+            chain.append((op, OP_VALUES[op](rng, size)))
+        steps.append(tuple(chain))
+    return {"weights": tuple(float(x) for x in w), "mix": float(m), "chains": tuple(steps)}
+
+
+def draw_view(rng: np.random.Generator, width: int, height: int, size: int, augment: str) -> ViewParams:
+    """One augmented view's parameters from the sample's stream: crop box, flip, then AugMix's draws."""
+    box = crop_box(rng, width, height)
+    flip = bool(rng.random() < 0.5)
+    return ViewParams(box, flip, **(draw_augmix(rng, size) if augment == "augmix" else {}))
+
+
 def _affine(img: Image.Image, coeffs: tuple) -> Image.Image:
     return img.transform(img.size, Image.AFFINE, coeffs, resample=Image.BILINEAR, fillcolor=FILL)
 
 
-def _autocontrast(img, rng):
-    return ImageOps.autocontrast(img)
+PIL_OPS: dict[str, Callable[[Image.Image, float], Image.Image]] = {
+    "autocontrast": lambda img, v: ImageOps.autocontrast(img),
+    "equalize": lambda img, v: ImageOps.equalize(img),
+    "posterize": lambda img, v: ImageOps.posterize(img, v),
+    "rotate": lambda img, v: img.rotate(v, resample=Image.BILINEAR, fillcolor=FILL),
+    "solarize": lambda img, v: ImageOps.solarize(img, v),
+    "shear_x": lambda img, v: _affine(img, (1, v, 0, 0, 1, 0)),
+    "shear_y": lambda img, v: _affine(img, (1, 0, 0, v, 1, 0)),
+    "translate_x": lambda img, v: _affine(img, (1, 0, v, 0, 1, 0)),
+    "translate_y": lambda img, v: _affine(img, (1, 0, 0, 0, 1, v)),
+}
 
 
-def _equalize(img, rng):
-    return ImageOps.equalize(img)
+def crop_pil(img: Image.Image, p: ViewParams, size: int) -> Image.Image:
+    """Random resized crop to size x size (bilinear, antialiased, PIL's box resize) + the flip."""
+    left, top, w, h = p.box
+    out = img.resize((size, size), Image.BILINEAR, box=(left, top, left + w, top + h))
+    return out.transpose(Image.FLIP_LEFT_RIGHT) if p.flip else out
 
 
-def _posterize(img, rng):
-    return ImageOps.posterize(img, 4 - int(_level(rng, 4)))
-
-
-def _rotate(img, rng):
-    return img.rotate(_sign(rng, int(_level(rng, 30))), resample=Image.BILINEAR, fillcolor=FILL)
-
-
-def _solarize(img, rng):
-    return ImageOps.solarize(img, 256 - int(_level(rng, 256)))
-
-
-def _shear_x(img, rng):
-    return _affine(img, (1, _sign(rng, _level(rng, 0.3)), 0, 0, 1, 0))
-
-
-def _shear_y(img, rng):
-    return _affine(img, (1, 0, 0, _sign(rng, _level(rng, 0.3)), 1, 0))
-
-
-def _translate_x(img, rng):
-    return _affine(img, (1, 0, _sign(rng, int(_level(rng, img.size[0] / 3))), 0, 1, 0))
-
-
-def _translate_y(img, rng):
-    return _affine(img, (1, 0, 0, 0, 1, _sign(rng, int(_level(rng, img.size[1] / 3)))))
-
-
-AUGMIX_OPS = (_autocontrast, _equalize, _posterize, _rotate, _solarize, _shear_x, _shear_y, _translate_x, _translate_y)
-
-
-def augmix(img: Image.Image, rng: np.random.Generator, chains: int = 3) -> np.ndarray:
-    """AugMix: `chains` chains of 1-3 random ops, weights ~ Dirichlet(1), blended with the input by m ~ Beta(1, 1)
-    (kdiAAA/TDA datasets/utils.py `augmix`, ops from datasets/augmix_ops.py).
+def augmix_pil(img: Image.Image, p: ViewParams) -> np.ndarray:
+    """AugMix of a crop with drawn parameters: chains of ops, weighted by `weights`, blended with the
+    input by `mix` (kdiAAA/TDA datasets/utils.py `augmix`, ops from datasets/augmix_ops.py).
 
     The mix is computed in float32 and returned unrounded: the weights sum to 1, so mixing 0..255
     pixels and normalising afterwards equals the peers' mixing of normalised tensors. -> [S, S, 3] float32.
     """
-    w = rng.dirichlet([1.0] * chains).astype(np.float32)
-    m = np.float32(rng.beta(1.0, 1.0))
     mix = np.zeros((img.size[1], img.size[0], 3), np.float32)
-    for i in range(chains):
+    for w, chain in zip(p.weights, p.chains):
         x = img
-        for _ in range(int(rng.integers(1, 4))):
-            x = AUGMIX_OPS[int(rng.integers(len(AUGMIX_OPS)))](x, rng)
-        mix += w[i] * np.asarray(x, np.float32)
+        for op, value in chain:
+            x = PIL_OPS[op](x, value)
+        mix += np.float32(w) * np.asarray(x, np.float32)
+    m = np.float32(p.mix)
     return m * np.asarray(img, np.float32) + (1 - m) * mix
+
+
+def crop_view(img: Image.Image, rng: np.random.Generator, size: int) -> Image.Image:
+    """Random resized crop to size x size (bilinear, antialiased) + random horizontal flip."""
+    return crop_pil(img, draw_view(rng, *img.size, size, "crop"), size)
+
+
+def augmix(img: Image.Image, rng: np.random.Generator, chains: int = 3) -> np.ndarray:
+    """AugMix of `img` with parameters drawn from `rng` (`draw_augmix`, `augmix_pil`) -> [S, S, 3] float32."""
+    return augmix_pil(img, ViewParams((0, 0, *img.size), False, **draw_augmix(rng, img.size[0], chains)))
 
 
 def _chw(arr: np.ndarray | Image.Image, dtype=np.uint8) -> torch.Tensor:
@@ -174,14 +210,29 @@ class ViewMaker:
         if self.views > 1 and self.augment not in AUGMENTS:
             raise UserError(f"--augment {self.augment}: choose one of {', '.join(AUGMENTS)}")
 
+    @property
+    def dtype(self) -> torch.dtype:
+        """float32 when AugMix views are mixed in (never rounded), else uint8."""
+        return torch.float32 if self.views > 1 and self.augment == "augmix" else torch.uint8
+
+    def params(self, width: int, height: int, index: int) -> list[ViewParams]:
+        """The V-1 augmented views' parameters of sample `index` (an image of width x height), drawn
+        from `sample_rng(seed, index)` in the order the views are made."""
+        if self.views == 1:
+            return []
+        rng = sample_rng(self.seed, index)
+        return [draw_view(rng, width, height, self.size, self.augment) for _ in range(self.views - 1)]
+
     def __call__(self, img: Image.Image, index: int) -> torch.Tensor:
-        dtype = np.float32 if self.views > 1 and self.augment == "augmix" else np.uint8
+        return self.make(img, self.params(*img.size, index))
+
+    def make(self, img: Image.Image, params: Sequence[ViewParams]) -> torch.Tensor:
+        """The views of `img` with given parameters, made with PIL (the reference path)."""
+        dtype = np.float32 if self.dtype == torch.float32 else np.uint8
         out = [_chw(self.geometry(img), dtype)]
-        if self.views > 1:
-            rng = sample_rng(self.seed, index)
-            for _ in range(self.views - 1):
-                crop = crop_view(img, rng, self.size)
-                out.append(_chw(augmix(crop, rng) if self.augment == "augmix" else crop, dtype))
+        for p in params:
+            crop = crop_pil(img, p, self.size)
+            out.append(_chw(augmix_pil(crop, p) if p.augmix else crop, dtype))
         return torch.stack(out)
 
 

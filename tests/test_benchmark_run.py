@@ -113,6 +113,9 @@ def test_report_files(bench):
     assert len(bench["data"]["efficiency"]) == len(list_methods()) + 2       # timed on imagenet_a
     eff = {e["method"]: e for e in bench["data"]["efficiency"]}
     assert eff["zero-shot"]["views"] == 1 and eff["tda"]["views"] == 4 and eff["ms-tta"]["fps"] > 0
+    # on the CPU, views are timed as extraction makes them: PIL in data-loader workers, said under the table
+    assert all(e["views_made"].startswith("with PIL by ") for e in eff.values())
+    assert "Views made: with PIL by " in md
 
 
 def test_rerun_skips_finished_cells(bench, capsys):

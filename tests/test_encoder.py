@@ -102,3 +102,38 @@ def test_ctrl_c_ends_a_many_view_frame_between_chunks(variants, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         FrameEncoder(a, views=4 * VIEW_CHUNK).encode([scene(0, 80, 60)])
     assert calls == [VIEW_CHUNK, VIEW_CHUNK]    # the remaining chunks never ran
+
+
+@pytest.mark.parametrize("augment", ["crop", "augmix"])
+def test_device_views_encode_like_pil_views(variants, augment):
+    """mstta-tiny and a config with other preprocessing (48 px, squash, bilinear, mean/std 0.5): the
+    features of tensor views and PIL views of the same sample agree (cosine, measured >= 0.9999)."""
+    from test_tensor_views import smooth_image
+
+    from mstta.models import load_clip
+    from mstta.tensor_views import TensorViewMaker
+
+    for clip in (load_clip("mstta-tiny", "none", device="cpu"), variants[1]):
+        geometry, size, mean, std = split_preprocess(clip.preprocess)
+        maker = ViewMaker(geometry, size, views=16, augment=augment, seed=4)
+        tensor = TensorViewMaker(maker)
+        for index in range(2):
+            img = smooth_image(300, 200, index)
+            pil = maker(img, index)
+            dev = tensor(torch.from_numpy(np.array(img)).permute(2, 0, 1).contiguous(), index)
+            fa = clip.encode_images(to_pixels(pil, mean, std))
+            fb = clip.encode_images(to_pixels(dev, mean, std))
+            cos = torch.nn.functional.cosine_similarity(fa, fb, dim=-1)
+            assert cos.mean() >= 0.99 and cos.min() >= 0.98, (clip.name, augment, cos)
+
+
+def test_frame_encoder_views_on(variants):
+    _, b = variants
+    img = scene(3, 120, 72)
+    cpu = FrameEncoder(b, views=6, seed=2, views_on="cpu")
+    dev = FrameEncoder(b, views=6, seed=2, views_on="device")
+    assert cpu.views_on == "cpu" and dev.views_on == "device"
+    assert FrameEncoder(b, views=6).views_on == "cpu" and FrameEncoder(b, views=1, views_on="device").views_on == "cpu"
+    assert torch.equal(cpu.views_of([img, img]), dev.views_of([img, img]))     # crops: bit-exact
+    with pytest.raises(UserError, match="--views-on gpu"):
+        FrameEncoder(b, views=2, views_on="gpu")

@@ -15,7 +15,7 @@ from helpers_data import make_fake_dataset
 from PIL import Image
 
 import mstta.extract as ex
-from mstta.bench import main as bench_main
+from mstta.cli import main as bench_main
 from mstta.data import load_split
 from mstta.errors import UserError
 from mstta.extract import ExtractSettings, default_file_name, run_extraction, stream_order
@@ -153,6 +153,33 @@ def test_worker_processes_give_the_same_file(data, tmp_path):
     assert np.array_equal(a["features"], b["features"]) and np.array_equal(a["labels"], b["labels"])
 
 
+def test_views_on_device_match_cpu_views_and_replay_alike(tmp_path):
+    """`--views-on device` (tensor views, here on CPU tensors) vs `cpu` (PIL), same seed: view-by-view
+    feature cosine and every method's replayed predictions."""
+    from test_tensor_views import smooth_image
+
+    from mstta.methods import list_methods
+    from mstta.replay import replay
+
+    fake = make_fake_dataset(tmp_path / "d", "oxford_pets", classes=4, per_class=10)
+    for k, (path, _) in enumerate(fake.items):           # photo-like 160x120 JPEGs, not 24x20 noise
+        smooth_image(160, 120, k).save(path, quality=90)
+    for augment in ("augmix", "crop"):
+        files = {}
+        for where in ("cpu", "device"):
+            res = _run(fake.data_root, tmp_path / f"{augment}-{where}.npz", tmp_path, views=8, augment=augment,
+                       shard_size=16, batch_size=64, views_on=where)
+            files[where] = load_features(res.path)
+            assert files[where].meta["views_on"] == where
+        a, b = files["cpu"].features.float(), files["device"].features.float()
+        cos = torch.nn.functional.cosine_similarity(a, b, dim=-1)
+        assert a.shape == (40, 8, 64) and cos.mean() >= 0.99 and cos.min() >= 0.95, (augment, cos.mean(), cos.min())
+        for method in list_methods():
+            pa = replay(a, files["cpu"].text.float(), method).predictions
+            pb = replay(b, files["device"].text.float(), method).predictions
+            assert np.mean(pa == pb) >= 0.99, (augment, method, np.mean(pa == pb))
+
+
 @pytest.mark.slow
 def test_torchrun_two_ranks_equal_single_process(data, tmp_path):
     """`torchrun --nproc-per-node 2` (gloo, CPU): rank 0 merges the ranks' shards into the same file."""
@@ -161,7 +188,7 @@ def test_torchrun_two_ranks_equal_single_process(data, tmp_path):
               "--device", "cpu", "--cache-dir", str(tmp_path / "cache")]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           "-m", "mstta.bench", "extract", *common, "--out", str(tmp_path / "dist.npz")],
+                           "-m", "mstta.cli", "extract", *common, "--out", str(tmp_path / "dist.npz")],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.count("wrote ") == 1  # only rank 0 reports
@@ -216,7 +243,9 @@ def test_cli_template_for_imagefolder(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("extra, expected", [
-    (["--views", "0"], "--views 0: expected an integer >= 1"),
+    (["--views", "0"], "--views 0: expected an integer from 1 to 256"),
+    (["--views", "100000"], "--views 100000: expected an integer from 1 to 256"),
+    (["--views-on", "gpu"], "invalid choice: 'gpu'"),
     (["--limit", "0"], "--limit 0"),
     (["--batch-size", "0"], "--batch-size 0"),
     (["--shard-size", "0"], "--shard-size 0"),

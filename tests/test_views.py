@@ -10,7 +10,18 @@ from PIL import Image
 
 from mstta.errors import UserError
 from mstta.models import load_clip
-from mstta.views import AUGMENTS, ViewMaker, augmix, crop_box, crop_view, sample_rng, split_preprocess, to_pixels
+from mstta.views import (
+    AUGMENTS,
+    OP_VALUES,
+    PIL_OPS,
+    ViewMaker,
+    augmix,
+    crop_box,
+    crop_view,
+    sample_rng,
+    split_preprocess,
+    to_pixels,
+)
 
 
 @pytest.fixture(scope="module")
@@ -87,14 +98,12 @@ def test_augmix_mixes_in_float_unrounded():
     assert not np.array_equal(mixed, np.rint(mixed))
 
 
-@pytest.mark.parametrize("op", ["_rotate", "_shear_x", "_translate_y"])
+@pytest.mark.parametrize("op", ["rotate", "shear_x", "translate_y"])
 def test_geometric_ops_fill_black_as_the_peers(op):
     """TDA's augmix_ops.py calls rotate()/transform() without a fill colour: PIL fills 0 (black)."""
-    import mstta.views as views
-
     white = Image.new("RGB", (64, 64), (255, 255, 255))
     for seed in range(20):                       # some draw moves the image far enough to uncover a corner
-        out = np.asarray(getattr(views, op)(white, sample_rng(seed, 0)))
+        out = np.asarray(PIL_OPS[op](white, OP_VALUES[op](sample_rng(seed, 0), 64)))
         if (out < 255).any():
             assert (out == 0).all(axis=-1).any()          # pure black pixels, never grey 128
             assert not (np.abs(out.astype(int) - 128) < 2).all(axis=-1).any()
@@ -118,3 +127,15 @@ def test_one_forward_for_all_views_equals_one_by_one(tiny):
     batched = tiny.encode_images(pixels)
     single = torch.cat([tiny.encode_images(pixels[i:i + 1]) for i in range(6)])
     assert batched.shape == (6, 64) and torch.allclose(batched, single, atol=1e-5)
+
+
+@pytest.mark.parametrize("augment", AUGMENTS)
+def test_views_from_drawn_parameters_equal_the_seeded_views(tiny, augment):
+    """`ViewMaker.params` draws every random choice first; `make` with them is `ViewMaker(img, index)`."""
+    geometry, size, _, _ = split_preprocess(tiny.preprocess)
+    maker = ViewMaker(geometry, size, views=6, augment=augment, seed=2)
+    img = _image(90, 70)
+    params = maker.params(90, 70, 4)
+    assert len(params) == 5 and all(p.augmix == (augment == "augmix") for p in params)
+    assert torch.equal(maker.make(img, params), maker(img, 4))
+    assert maker.params(90, 70, 4) == params and maker.params(90, 70, 5) != params

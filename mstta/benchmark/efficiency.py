@@ -4,15 +4,20 @@ make the views the method uses, encode them in one forward, then `Engine.step`.
 Images are decoded before timing (disk speed is not the method's); view making, the encoder and
 the adaptation step are timed. Views per method: zero-shot and the cache methods in `original`
 view mode encode the original image only; the others encode every configured view, of their own
-kind (crops for the boosting methods, `context.view_kind`).
+kind (crops for the boosting methods, `context.view_kind`). Views are made as a user's extraction
+makes them (`mstta.extract_views`): on a GPU, on the device from the image tensor
+(`mstta.tensor_views`), inside each sample's time; on a CPU, by data-loader workers
+(`default_workers()`) that make the next samples' views while the encoder runs, so a sample's time
+is the interval between two finished samples (the pipeline's throughput, as the peers' 8 workers).
 
 Same conditions for every method: one untimed warm-up pass runs every method first (kernels,
 allocator, caches); then each of ROUNDS rounds times every method over the same samples (the
 order rotating per round; a method's pass keeps one batch shape, as a switch of shape costs the
 next forward a re-plan); a sample's best time over the rounds counts, and fps = 1 / the median of
-those (robust to samples whose every round met a busy machine, and to the first sample of a pass).
-So no method is charged for warm-up or for another's shapes, and zero-shot, a subset of every
-other method's work, comes out fastest. Peak memory comes from one more untimed pass per method.
+those (robust to samples whose every round met a busy machine, to the first sample of a pass and
+to the workers' start-up). So no method is charged for warm-up or for another's shapes, and
+zero-shot, a subset of every other method's work, comes out fastest. Peak memory comes from one
+more untimed pass per method.
 """
 from __future__ import annotations
 
@@ -27,8 +32,11 @@ import torch
 from ..config import EngineConfig
 from ..engine import Engine
 from ..errors import UserError
+from ..extract_views import resolve_views_on
 from ..features import load_features
 from ..methods import get_method
+from ..tensor_views import TensorViewMaker
+from ..views import ViewMaker, split_preprocess, to_pixels
 from .context import Row, RunContext, engine_config, feature_key, redundant, view_kind
 from .memory import MemoryMeter
 from .results import fingerprint
@@ -48,6 +56,19 @@ def views_used(method: str, ecfg: EngineConfig, views: int) -> int:
     return views
 
 
+class _Made(torch.utils.data.Dataset):
+    """Sample i -> its views, made with PIL in a data-loader worker."""
+
+    def __init__(self, images: Sequence, maker):
+        self.images, self.maker = images, maker
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return self.maker(self.images[i], i)
+
+
 @dataclasses.dataclass
 class Timed:
     """One method set up for timing: its views, its engine, and its best round so far."""
@@ -59,47 +80,68 @@ class Timed:
     best: list = dataclasses.field(default_factory=list)   # per sample: its best time over the rounds
     peak_mb: float | None = None
 
-    def one(self, clip, i: int, img, mean, std) -> int:
-        from ..views import to_pixels
+    def stream(self, images: Sequence, workers: int):
+        """Each sample's views, in order: made on the device (tensor images) or by `workers` processes."""
+        if images and isinstance(images[0], torch.Tensor):
+            tensor = TensorViewMaker(self.make)
+            return (tensor(img, i) for i, img in enumerate(images))
+        return iter(torch.utils.data.DataLoader(_Made(images, self.make), batch_size=None, num_workers=workers))
 
-        x = to_pixels(self.make(img, i), mean, std, clip.device, clip.dtype)
-        return self.engine.step(clip.encode_images(x)).prediction   # .prediction syncs the device
+    def run(self, clip, images: Sequence, mean, std, workers: int) -> list[float]:
+        """One pass over the images -> per sample the time since the previous one finished."""
+        times, last = [], time.perf_counter()
+        for views in self.stream(images, workers):
+            x = to_pixels(views, mean, std, clip.device, clip.dtype)
+            _ = self.engine.step(clip.encode_images(x)).prediction   # reading it syncs the device
+            now = time.perf_counter()
+            times.append(now - last)
+            last = now
+        return times
+
+
+def views_made(device: torch.device, views_on: str = "auto") -> tuple[str, int]:
+    """Where the timed views are made -> (a line for the table, data-loader workers; 0 = on the device)."""
+    from ..extract import default_workers
+
+    if resolve_views_on(views_on, device) == "device" and torch.device(device).type == "cuda":
+        return f"on the device ({device}), mstta.tensor_views", 0
+    workers = default_workers()
+    return f"with PIL by {workers} data-loader worker(s), overlapped with the encoder", workers
 
 
 def measure_methods(clip, images: Sequence, text: torch.Tensor, setups: Sequence[tuple[str, str, EngineConfig]],
-                    views: int, seed: int = 1, rounds: int = ROUNDS) -> dict[str, dict[str, Any]]:
-    """Time every (name, method, engine config, augment) setup over the same images under the same
-    conditions (module docstring) -> {name: {"fps", "peak_memory_mb", "memory_kind", "samples", "views"}}."""
-    from ..views import ViewMaker, split_preprocess
+                    views: int, seed: int = 1, rounds: int = ROUNDS, views_on: str = "auto"
+                    ) -> dict[str, dict[str, Any]]:
+    """Time every (name, method, engine config, augment) setup over the same images (PIL RGB) under
+    the same conditions (module docstring) -> {name: {"fps", "peak_memory_mb", "memory_kind",
+    "samples", "views", "views_made"}}."""
+    from ..decode import pil_tensor
 
     geometry, size, mean, std = split_preprocess(clip.preprocess)
-    timed = []
-    for name, method, ecfg, augment in setups:
-        v = views_used(method, ecfg, views)
-        timed.append(Timed(name, ViewMaker(geometry, size, v, augment, seed), Engine(text.to(clip.device), method, ecfg),
-                           v))
+    where, workers = views_made(clip.device, views_on)
+    if not workers:
+        images = [pil_tensor(img).to(clip.device) for img in images]     # decoded before timing, on the device
+    timed = [Timed(name, ViewMaker(geometry, size, views_used(method, ecfg, views), augment, seed),
+                   Engine(text.to(clip.device), method, ecfg), views_used(method, ecfg, views))
+             for name, method, ecfg, augment in setups]
     for t in timed:                                   # one warm-up pass over every method
-        for i, img in enumerate(images[:WARMUP]):
-            t.one(clip, i, img, mean, std)
+        t.run(clip, images[:WARMUP], mean, std, workers)
         t.best = [float("inf")] * len(images)
     for r in range(rounds):
         k = r % len(timed)
         for t in timed[k:] + timed[:k]:
             t.engine.reset()
-            for i, img in enumerate(images):
-                t0 = time.perf_counter()
-                t.one(clip, i, img, mean, std)
-                t.best[i] = min(t.best[i], time.perf_counter() - t0)
+            t.best = [min(a, b) for a, b in zip(t.best, t.run(clip, images, mean, std, workers))]
     kind = MemoryMeter(clip.device).kind
     for t in timed:                                   # memory: one more untimed pass per method
         t.engine.reset()
         meter = MemoryMeter(clip.device)
         with meter:
-            for i, img in enumerate(images):
-                t.one(clip, i, img, mean, std)
+            t.run(clip, images, mean, std, workers)
         t.peak_mb = meter.peak_mb
     return {t.name: {"fps": round(1 / statistics.median(t.best), 3) if statistics.median(t.best) > 0 else None,
-                     "peak_memory_mb": t.peak_mb, "memory_kind": kind, "samples": len(images), "views": t.views}
+                     "peak_memory_mb": t.peak_mb, "memory_kind": kind, "samples": len(images), "views": t.views,
+                     "views_made": where}
             for t in timed}
 
 
@@ -143,6 +185,7 @@ def measure_backbone(run: RunContext, backbone: Backbone, dataset: str) -> None:
         fps[row.name] = fingerprint({"dataset": dataset, "samples": n, "listing": cfg.listing,
                                      "views": views_used(row.method, ecfg, dcfg.bench.views), "augment": augment,
                                      "device": str(run.device), "precision": run.precision,
+                                     "views_made": views_made(run.device)[0],
                                      "hyperparameters": dataclasses.asdict(ecfg)})
     fps = {name: fingerprint({"own": fp, "all": sorted(fps.values())}) for name, fp in fps.items()}
     if all((run.results.efficiency(backbone.name, backbone.pretrained, name) or {}).get("fingerprint") == fp

@@ -244,12 +244,14 @@ def efficiency_table(data: dict[str, Any], groups: dict) -> list[str]:
     if not rows:
         return []
     kinds = sorted({f"{e['device']}: {e['memory_kind']}" for e in data.get("efficiency", [])})
+    ways = sorted({e["views_made"] for e in data.get("efficiency", []) if e.get("views_made")})
+    made = [f"Views made: {'; '.join(ways)} (as `mstta-bench extract` makes them)."] if ways else []
     return table(["Method", "Backbone", "Timed on", "FPS", "Memory (GB)", "OOD Avg", "Cross Avg",
                   "paper FPS", "paper Memory (GB)", "paper OOD", "paper Cross"], rows) + [
         "", f"FPS: end to end, batch 1 (views + encoder + adaptation step), each method on its own views; one "
             "warm-up pass over every method first, then three rounds timing every method over the same samples "
             "(order rotating); FPS = 1 / the median over samples of each sample's best time. "
-            f"Memory: {'; '.join(kinds)}. The paper's numbers are from an RTX 3090 with ViT-B/16."]
+            f"Memory: {'; '.join(kinds)}. The paper's numbers are from an RTX 3090 with ViT-B/16."] + made
 
 
 def other_table(by_ds: dict[str, dict[str, list[float]]], methods: list[str]) -> list[str]:

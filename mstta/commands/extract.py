@@ -1,15 +1,16 @@
 """Encode a dataset's test split into a feature file for `replay`: [N, V, d] image features (view 0 =
 the original image), the text classifier, labels and class names, in the seeded stream order.
-Resumable (rerun the same command); scale out with `torchrun --nproc-per-node N -m mstta.bench extract ...`."""
+Resumable (rerun the same command); scale out with `torchrun --nproc-per-node N -m mstta.cli extract ...`."""
 from __future__ import annotations
 
 import argparse
 import json
 import os
 
-from ..config import BenchConfig, dataset_config_path, load_dataset_config
+from ..config import MAX_VIEWS, BenchConfig, dataset_config_path, load_dataset_config
 from ..data import FOLDER_PREFIX, LISTINGS, list_datasets, resolve_key
 from ..extract import run_extraction
+from ..extract_views import VIEWS_ON
 from ..models import PRECISIONS
 from ..views import AUGMENTS
 
@@ -23,7 +24,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="open_clip pretrained tag, a local checkpoint file (OpenAI .pt files need --model NAME-quickgelu), or none (random weights)")
     p.add_argument("--precision", choices=PRECISIONS, help="default: fp16 on GPU, fp32 on CPU")
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
-    p.add_argument("--views", type=int, help="images per sample, the original included (default: the dataset config's bench.views, else 1)")
+    p.add_argument("--views", type=int, help=f"images per sample, the original included, 1..{MAX_VIEWS} "
+                   "(default: the dataset config's bench.views, else 1)")
+    p.add_argument("--views-on", default="auto", choices=VIEWS_ON,
+                   help="where the augmented views are made: cpu (PIL in the data-loader workers, the reference), "
+                        "device (tensors on the encoder's device: the GPU on CUDA, the workers on a CPU), "
+                        "auto (default: device on CUDA, else cpu)")
     p.add_argument("--augment", choices=AUGMENTS, help="augmented views: augmix (TDA) or crop (BoostAdapter); default from the dataset config")
     p.add_argument("--seed", type=int, default=1,
                    help="stream shuffle and view augmentation seed (default 1): torch.randperm(n) seeded with it over "
@@ -58,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         precision=args.precision, device=args.device, views=bench.views if args.views is None else args.views,
         augment=args.augment or bench.augment, seed=args.seed, batch_size=args.batch_size, workers=args.workers,
         limit=args.limit, templates=args.template, cache_dir=args.cache_dir, shard_size=args.shard_size,
-        progress=True, listing=args.listing)
+        progress=True, listing=args.listing, views_on=args.views_on)
     if int(os.environ.get("RANK", "0")) != 0:
         return 0
     report = {"out": str(result.path), "reused": result.reused, "n": result.n, "skipped": result.skipped,
