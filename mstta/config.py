@@ -26,6 +26,7 @@ KERNELS = ("exp", "linear")
 # keeps flat memory and a flat step time.
 DEFAULT_BANK_SIZE = 65_536
 VIEW_MODES = ("confident", "original")
+BANK_DTYPES = ("float32", "float16", "bfloat16")  # float32: the exact path; the others halve the bank
 
 # Upper bounds of the values that memory or time grows with (docs/limits.md gives each reason).
 # Each is far above anything the paper or its peers use, and low enough that a typo (an extra
@@ -63,6 +64,7 @@ class EngineConfig:
     delta: int = 0                  # BoostAdapter: extra per-class capacity of the boosted cache
     view_mode: str = "confident"    # multi-view samples: "confident" (TDA, OOD) or "original" (view 0)
     view_ratio: float = 0.1         # fraction of views kept by confidence (floor(0.1*64) = 6)
+    bank_dtype: str = "float32"     # storage of the kNN bank: float32 (exact) or float16/bfloat16 (half the bytes; sums in float32)
 
     def __post_init__(self) -> None:
         _int(self, "k", 1, MAX_K)
@@ -88,6 +90,7 @@ class EngineConfig:
         _int(self, "delta", 0, MAX_CAPACITY)
         _check(self.view_mode in VIEW_MODES, "view_mode", self.view_mode, f"one of {', '.join(VIEW_MODES)}")
         _num(self, "view_ratio", 0.0, 1.0, low_open=True)
+        _check(self.bank_dtype in BANK_DTYPES, "bank_dtype", self.bank_dtype, f"one of {', '.join(BANK_DTYPES)}")
 
 
 @dataclass

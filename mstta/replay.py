@@ -23,6 +23,7 @@ from .cache_rules import EMPTY_TIME, entropy_gate, entropy_slot, fifo_slot
 from .config import EngineConfig
 from .engine import Engine
 from .methods import Method, get_method
+from .threads import large_ops
 
 
 @dataclass
@@ -55,10 +56,11 @@ def replay(features: torch.Tensor, text: torch.Tensor, method: str | Method = "m
     feats = feats.to(dev)     # kept in its stored dtype; converted to float32 per chunk
     t0 = time.perf_counter()
     with torch.inference_mode():
-        if online or m.boost:
+        if online or m.boost:  # the engine's step: small ops, one thread (mstta.threads)
             out = _replay_online(feats, text, m, cfg, dev)
         else:
-            out = _replay_vectorised(feats, Fn.normalize(torch.as_tensor(text).to(dev, torch.float32)), m, cfg, chunk)
+            with large_ops(dev):  # batched GEMMs: the threads a measured probe says gain now
+                out = _replay_vectorised(feats, Fn.normalize(torch.as_tensor(text).to(dev, torch.float32)), m, cfg, chunk)
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
     seconds = time.perf_counter() - t0
@@ -73,7 +75,7 @@ def mean_shifted(features: torch.Tensor, text: torch.Tensor, config: EngineConfi
     cfg = config if config is not None else EngineConfig()
     feats = _as_views(features)
     t = Fn.normalize(torch.as_tensor(text).to(feats.device, torch.float32))
-    with torch.inference_mode():
+    with torch.inference_mode(), large_ops(feats.device):
         f = _queries(feats, t, cfg)[0]
         return f, _shift_all(f, cfg, chunk)
 
@@ -134,10 +136,13 @@ def _replay_vectorised(feats, text, m, cfg, chunk):
 
 def _shift_all(f: torch.Tensor, cfg: EngineConfig, chunk: int) -> torch.Tensor:
     """Mean shift of every sample toward its k nearest *earlier* raw features, Eq. (9)-(11), by the
-    engine's own `mean_shift_step`. Row i sees columns [i - bank_size, i) (all earlier ones when
-    the bank is unbounded); columns are in stream order, so a tie goes to the earlier sample."""
+    engine's own `mean_shift_step` over a bank stored as the engine stores it (unit rows in
+    `bank_dtype`, norms). Row i sees columns [i - bank_size, i) (all earlier ones when the bank is
+    unbounded); columns are in stream order, so a tie goes to the earlier sample. Only the
+    chunk's own diagonal block (and, bounded, its first columns) needs a mask."""
     n = f.shape[0]
     norms = f.norm(dim=-1)
+    bank = Fn.normalize(f).to(getattr(torch, cfg.bank_dtype))
     z = f.clone()
     for a in range(1, n, chunk):
         b = min(n, a + chunk)
@@ -147,9 +152,10 @@ def _shift_all(f: torch.Tensor, cfg: EngineConfig, chunk: int) -> torch.Tensor:
         usable = cols < rows
         if cfg.bank_size is not None:
             usable &= cols >= rows - cfg.bank_size
+        bias = torch.zeros(usable.shape, device=f.device).masked_fill_(~usable, float("-inf"))
         q = f[a:b]
         for _ in range(cfg.ms_steps):
-            q = Fn.mean_shift_step(q, f[lo:b - 1], norms[lo:b - 1], None, cfg.k, cfg.alpha, usable)
+            q = Fn.mean_shift_step(q, bank[lo:b - 1], norms[lo:b - 1], None, cfg.k, cfg.alpha, bias)
         z[a:b] = q
     return z
 
