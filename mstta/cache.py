@@ -7,6 +7,7 @@ admitted, keeps its slots, with no host round trip.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, fields
 
 import torch
@@ -47,11 +48,12 @@ class Bank:
 
     def append(self, f: torch.Tensor, clock: torch.Tensor, bounded: bool, ok: torch.Tensor | None) -> None:
         """Each stream's feature f [S, d] enters its slot clock (mod R when bounded), Alg. 1."""
-        slot = clock % self.rows.shape[1] if bounded else clock
-        write_rows(self.rows, slot, ok, Fn.normalize(f))
-        write_rows(self.norm, slot, ok, f.norm(dim=-1))
-        write_rows(self.time, slot, ok, clock)
-        write_rows(self.bias, slot, ok, torch.zeros_like(f[:, 0]))
+        at = slots(self.rows, clock % self.rows.shape[1] if bounded else clock)
+        norm = f.norm(dim=-1, keepdim=True)
+        write_rows(self.rows, at, ok, f / norm.clamp_min(1e-12))  # = F.normalize
+        write_rows(self.norm, at, ok, norm.squeeze(-1))
+        write_rows(self.time, at, ok, clock)
+        write_rows(self.bias, at, ok, torch.zeros_like(norm.squeeze(-1)))
 
 
 @dataclass
@@ -95,13 +97,13 @@ class Cache:
         else:
             j, fits = entropy_slot_t(self.ent.gather(1, row).squeeze(1), row_time, h)
         ok = fits if ok is None else fits & ok
-        flat = p * Q + j
-        write_rows(self.ent.view(S, C * Q), flat, ok, h)
-        write_rows(self.time.view(S, C * Q), flat, ok, clock)
-        write_rows(self.keys, flat, ok, key)
-        write_rows(self.bias, flat, ok, torch.full_like(h, log_w))
+        at = slots(self.keys, p * Q + j)
+        write_rows(self.ent.view(S, C * Q), at, ok, h)
+        write_rows(self.time.view(S, C * Q), at, ok, clock)
+        write_rows(self.keys, at, ok, key)
+        write_rows(self.bias, at, ok, torch.full_like(h, log_w))
         if self.values is not None:
-            write_rows(self.values, flat, ok, value)
+            write_rows(self.values, at, ok, value)
 
     def logits(self, q: torch.Tensor, beta: float, kernel: str, a: float) -> torch.Tensor:
         """Cache logits, Eq. (5)-(6): sum over live slots of the kernel's weight (fused, one batched
@@ -117,13 +119,23 @@ def tensors(record) -> list[torch.Tensor]:
     return [t for t in (getattr(record, f.name) for f in fields(record)) if t is not None]
 
 
-def write_rows(dst: torch.Tensor, index: torch.Tensor, ok: torch.Tensor | None, new: torch.Tensor) -> None:
-    """dst[s, index[s]] = new[s] for each stream s where ok[s] (None: all), in place, on the device.
-    dst [S, E, ...], index [S], ok [S] bool or None, new [S, ...]."""
+def slots(dst: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Row of each stream's slot index[s] in dst [S, E, ...] seen as [S*E, ...]."""
     S, E = dst.shape[:2]
-    flat = dst.view(S * E, *dst.shape[2:])
-    at = index + torch.arange(S, device=index.device) * E
-    new = new.to(dst.dtype)
+    return index if S == 1 else index + _offsets(S, E, index.device)
+
+
+@functools.lru_cache(maxsize=64)
+def _offsets(streams: int, rows: int, device: torch.device) -> torch.Tensor:
+    return torch.arange(streams, device=device) * rows
+
+
+def write_rows(dst: torch.Tensor, at: torch.Tensor, ok: torch.Tensor | None, new: torch.Tensor) -> None:
+    """dst[s, slot s] = new[s] for each stream s where ok[s] (None: all), in place, on the device.
+    dst [S, E, ...], at [S] from `slots`, ok [S] bool or None, new [S, ...]."""
+    flat = dst.view(-1, *dst.shape[2:])
+    if new.dtype != dst.dtype:
+        new = new.to(dst.dtype)
     if ok is not None:
         new = torch.where(ok.view(-1, *([1] * (new.dim() - 1))), new, flat.index_select(0, at))
     flat.index_copy_(0, at, new)

@@ -146,6 +146,8 @@ def _gather_rows(table: torch.Tensor, idx: torch.Tensor, batched: bool) -> torch
     if not batched:
         return table[idx]
     S, M = table.shape[:2]
+    if S == 1:
+        return table[0][idx]
     offset = torch.arange(S, device=idx.device).view(S, *([1] * (idx.dim() - 1))) * M
     return table.reshape(S * M, -1)[idx + offset]
 
