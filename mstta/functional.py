@@ -84,6 +84,20 @@ def knn_indices(sims: torch.Tensor, k: int, age: torch.Tensor | None = None) -> 
     return key.topk(m, dim=-1).indices
 
 
+def knn_indices_host_ties(sims: torch.Tensor, k: int) -> torch.Tensor:
+    """`knn_indices(sims, k)` (ties: the lower column first) for large batches, in fewer passes: a
+    float top-k, and the exact (similarity, older) key only for the rows whose k-th value ties
+    with a column left out. Reads one bool on the host (the replay's batches; never the online
+    step). sims [N, M] -> [N, min(k, M)], the same neighbour sets."""
+    vals, idx = sims.topk(min(k, sims.shape[-1]), dim=-1)
+    kth = vals[:, -1:]
+    tied = (sims == kth).sum(-1) > (vals == kth).sum(-1)
+    if bool(tied.any()):
+        rows = tied.nonzero().squeeze(-1)
+        idx[rows] = knn_indices(sims[rows], k)
+    return idx
+
+
 def mean_shift(f: torch.Tensor, neighbour_sum: torch.Tensor, m: torch.Tensor | int, alpha: float) -> torch.Tensor:
     """Single-step kNN mean shift, Eq. (10)-(11): normalise((1-a) f + a/m sum_nn f_j).
 
@@ -118,7 +132,7 @@ def similarities(q: torch.Tensor, bank: torch.Tensor, bias: torch.Tensor | None 
 
 
 def mean_shift_step(q: torch.Tensor, bank: torch.Tensor, norm: torch.Tensor, age: torch.Tensor | None,
-                    k: int, alpha: float, bias: torch.Tensor | None = None) -> torch.Tensor:
+                    k: int, alpha: float, bias: torch.Tensor | None = None, host_ties: bool = False) -> torch.Tensor:
     """One mean-shift step, Eq. (9)-(11): each query moves toward its k nearest bank features by
     cosine (ties: the older first); a row with no usable bank feature stays as it is.
 
@@ -126,10 +140,11 @@ def mean_shift_step(q: torch.Tensor, bank: torch.Tensor, norm: torch.Tensor, age
     norm |f| (`norm`, float32), so the similarity is one product and the neighbour sum rebuilds
     the raw features. q [..., n, d], bank [..., M, d], norm [..., M], age broadcastable to
     [..., n, M] (None: the column index), bias broadcastable to [..., n, M] (-inf = a column the
-    row may not use; None: all usable and M >= 1) -> [..., n, d].
+    row may not use; None: all usable and M >= 1) -> [..., n, d]. `host_ties` (2-D, age None):
+    the top-k of `knn_indices_host_ties`, for the replay's large batches.
     """
     sims = similarities(q, bank, bias)
-    idx = knn_indices(sims, k, age)
+    idx = knn_indices_host_ties(sims, k) if host_ties else knn_indices(sims, k, age)
     batched = bank.dim() == 3
     rows = _gather_rows(bank, idx, batched).float() * _gather_rows(norm.unsqueeze(-1), idx, batched)
     if bias is None:  # every column usable: m = min(k, M) neighbours for every row

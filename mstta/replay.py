@@ -147,15 +147,16 @@ def _shift_all(f: torch.Tensor, cfg: EngineConfig, chunk: int) -> torch.Tensor:
     for a in range(1, n, chunk):
         b = min(n, a + chunk)
         lo = 0 if cfg.bank_size is None else max(0, a - cfg.bank_size)
+        bias = torch.zeros(b - a, b - 1 - lo, device=f.device)
         rows = torch.arange(a, b, device=f.device).unsqueeze(1)
-        cols = torch.arange(lo, b - 1, device=f.device).unsqueeze(0)
-        usable = cols < rows
-        if cfg.bank_size is not None:
-            usable &= cols >= rows - cfg.bank_size
-        bias = torch.zeros(usable.shape, device=f.device).masked_fill_(~usable, float("-inf"))
+        diag = torch.arange(a, b - 1, device=f.device).unsqueeze(0)   # the chunk's own columns
+        bias[:, a - lo:].masked_fill_(diag >= rows, float("-inf"))
+        if cfg.bank_size is not None and lo < b - 1 - cfg.bank_size:   # columns that left the bank
+            old = torch.arange(lo, b - 1 - cfg.bank_size, device=f.device).unsqueeze(0)
+            bias[:, :old.shape[1]].masked_fill_(old < rows - cfg.bank_size, float("-inf"))
         q = f[a:b]
         for _ in range(cfg.ms_steps):
-            q = Fn.mean_shift_step(q, bank[lo:b - 1], norms[lo:b - 1], None, cfg.k, cfg.alpha, bias)
+            q = Fn.mean_shift_step(q, bank[lo:b - 1], norms[lo:b - 1], None, cfg.k, cfg.alpha, bias, host_ties=True)
         z[a:b] = q
     return z
 
@@ -187,7 +188,8 @@ def _interval_logits(q: torch.Tensor, end: np.ndarray, labels: np.ndarray, num_c
                      weights, log_w: float, values: torch.Tensor | None, chunk: int) -> torch.Tensor:
     """Cache logits of every sample with the engine's fused kernel: sum over entries s alive at t
     (s <= t < end[s]) of weight(q_t, q_s) times the entry's value (one-hot of its label, or
-    `values[s]`); an entry not alive gets bias -inf, as an empty slot does online. [N, C]."""
+    `values[s]`); an entry not alive gets bias -inf, as an empty slot does online. Entries alive
+    over the whole chunk share one bias row; only the others get a per-sample mask. [N, C]."""
     n = q.shape[0]
     out = torch.zeros(n, num_classes, device=q.device)
     cached = np.nonzero(end >= 0)[0]
@@ -195,16 +197,21 @@ def _interval_logits(q: torch.Tensor, end: np.ndarray, labels: np.ndarray, num_c
     lab = torch.as_tensor(labels, device=q.device)
     for a in range(0, n, chunk):
         b = min(n, a + chunk)
-        alive = cached[(cached < b) & (ends > a)]
-        if alive.size == 0:
-            continue
-        s = torch.as_tensor(alive, device=q.device)
-        e = torch.as_tensor(end[alive], device=q.device)
-        t = torch.arange(a, b, device=q.device).unsqueeze(1)
-        bias = torch.where((s <= t) & (t < e), log_w, float("-inf"))
-        w = weights(q[a:b], q[s], bias)
-        if values is None:
-            out[a:b].index_add_(1, lab[s], w)
-        else:
-            out[a:b] += w @ values[s]
+        live = (cached < b) & (ends > a)
+        whole = live & (cached < a) & (ends >= b)
+        for s, bias in ((cached[whole], None), (cached[live & ~whole], True)):
+            if s.size == 0:
+                continue
+            idx = torch.as_tensor(s, device=q.device)
+            if bias is None:
+                bias = torch.full((len(s),), log_w, device=q.device)
+            else:
+                e = torch.as_tensor(end[s], device=q.device)
+                t = torch.arange(a, b, device=q.device).unsqueeze(1)
+                bias = torch.where((idx <= t) & (t < e), log_w, float("-inf"))
+            w = weights(q[a:b], q[idx], bias)
+            if values is None:
+                out[a:b].index_add_(1, lab[idx], w)
+            else:
+                out[a:b] += w @ values[idx]
     return out

@@ -6,8 +6,9 @@
   work, and under a competing load the threads wait on each other (2.6x slower).
 - Large ops (`large_ops`): the vectorised replay's batched GEMMs (and the sweeps that run it)
   use every core only while a measured probe shows they gain: a representative batched kNN is
-  timed on one thread and on all, and the faster count is kept for `PROBE_EVERY_S` seconds. On a
-  quiet machine that is all cores; with another process spinning on every core, one.
+  timed on one thread and on all, all are kept when they take under `GAIN` x the one-thread time,
+  and the decision holds for `PROBE_EVERY_S` seconds. On a quiet machine that is all cores; with
+  another process spinning on every core, one.
 
 The count is set for the calling thread only (OpenMP's and MKL's per-thread settings, the ones
 `torch.set_num_threads` sets besides its process-wide default), so an encoder running in another
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import threading
 import time
@@ -27,6 +29,7 @@ from pathlib import Path
 import torch
 
 PROBE_EVERY_S = 2.0   # a large-op decision is re-measured after this many seconds
+GAIN = 0.8            # all cores are used when the probe runs in under GAIN x the one-thread time
 _decision: dict[str, float] = {"threads": 0, "at": float("-inf")}
 _lock = threading.Lock()
 
@@ -108,17 +111,23 @@ def large_threads() -> int:
         return 1
     with _lock:
         if time.monotonic() - _decision["at"] > PROBE_EVERY_S:
-            _decision["threads"] = many if _probe(many) < _probe(1) else 1
+            _decision["threads"] = many if _probe(many) < GAIN * _probe(1) else 1
             _decision["at"] = time.monotonic()
         return int(_decision["threads"])
 
 
-def _probe(n: int, rows: int = 128, bank: int = 4096, dim: int = 512, repeat: int = 2) -> float:
-    """Seconds of a batched kNN like the replay's (a [rows, dim] x [dim, bank] GEMM and a top-k),
-    best of `repeat`, on `n` threads."""
-    from .functional import knn_indices  # late: functional does not import threads
+@functools.lru_cache(maxsize=1)
+def _probe_data(rows: int = 64, bank: int = 2048, dim: int = 512) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(0)
-    q, b = torch.randn(rows, dim, generator=g), torch.randn(bank, dim, generator=g)
+    with torch.inference_mode():
+        return torch.randn(rows, dim, generator=g), torch.randn(bank, dim, generator=g)
+
+
+def _probe(n: int, repeat: int = 2) -> float:
+    """Seconds of a batched kNN like the replay's (a [64, 512] x [512, 2048] GEMM and a top-k,
+    about 0.13 GFLOP) on `n` threads: the best of `repeat` after one untimed run."""
+    from .functional import knn_indices  # late: functional does not import threads
+    q, b = _probe_data()
     best = float("inf")
     with torch.inference_mode(), intra_op_threads(n):
         knn_indices(q @ b.T, 2)

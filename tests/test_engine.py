@@ -232,21 +232,6 @@ def test_default_bank_is_a_fixed_ring_buffer():
     assert grow.bank_len == 1030 and grow.bank.rows.shape[1] == 2048              # null: unbounded
 
 
-def test_cpu_step_runs_single_threaded_and_restores_the_threads(monkeypatch):
-    seen = []
-    real = Fn.mean_shift_step
-    monkeypatch.setattr(Fn, "mean_shift_step", lambda *a, **k: seen.append(torch.get_num_threads()) or real(*a, **k))
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        eng = Engine(TEXT, "ms-tta")
-        eng.step(E[0])
-        eng.step(E[1])
-        assert seen == [1] and torch.get_num_threads() == 2
-    finally:
-        torch.set_num_threads(before)
-
-
 def test_cuda_graph_needs_cuda_and_a_bounded_bank():
     with pytest.raises(UserError, match="cuda_graph=True needs a CUDA device"):
         Engine(TEXT, "ms-tta", cuda_graph=True)

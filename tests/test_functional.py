@@ -110,6 +110,21 @@ def test_knn_ties_by_age_match_a_sort(seed):
             assert got[r].tolist() == want
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_host_ties_top_k_picks_the_same_sets(seed):
+    """The replay's float top-k with the tie check: the same neighbour sets as the exact key,
+    with many exact ties, -inf columns and -0.0 against +0.0."""
+    g = torch.Generator().manual_seed(seed)
+    sims = torch.randint(-3, 4, (50, 40), generator=g).float() / 4
+    sims[:, ::7] = float("-inf")
+    sims[:5, 1:] = float("-inf")                      # rows with fewer usable columns than k
+    sims[sims == 0] = torch.where(torch.rand(int((sims == 0).sum()), generator=g) < 0.5, -0.0, 0.0)
+    sims[10:20] += torch.rand(10, 40, generator=g)    # rows without ties
+    for k in (1, 2, 3, 8):
+        fast, exact = Fn.knn_indices_host_ties(sims, k), Fn.knn_indices(sims, k)
+        assert [sorted(r) for r in fast.tolist()] == [sorted(r) for r in exact.tolist()]
+
+
 def test_mean_shift_step_masks_and_leaves_a_lonely_row():
     raw = torch.stack([E[1], 2 * E[2], E[3]])           # raw features, not unit (confident mode)
     q = Fn.normalize(torch.tensor([[0.0, 0.1, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0]]))
