@@ -106,7 +106,7 @@ class Cache:
             write_rows(self.values, at, ok, value)
 
     def logits(self, q: torch.Tensor, beta: float, kernel: str, a: float) -> torch.Tensor:
-        """Cache logits, Eq. (5)-(6): sum over live slots of the kernel's weight (fused, one batched
+        """Cache logits, Eq. (3)/(13): sum over live slots of the kernel's weight (fused, one batched
         GEMM + exp) times the slot's value. q [S, d] -> [S, C]."""
         w = Fn.cache_weights(q, self.keys, self.bias, beta, kernel, a)
         if self.values is None:

@@ -57,7 +57,7 @@ class Engine(Streams):
       2. mean shift toward the k nearest earlier raw features (MS methods; the bank gets the
          current feature afterwards);
       3. cache updates (positive; TDA's negative) before any cache logits are read;
-      4. final logits = CLIP + lam * (positive - negative cache logits), Eq. (13), with
+      4. final logits = CLIP + lam * (positive - negative cache logits), Eq. (14), with
          BoostAdapter's boosting views added to a throw-away copy of the positive cache.
 
     `cuda_graph`: None = capture the step as a CUDA graph when it can be (a CUDA device, a bounded

@@ -174,10 +174,11 @@ def log_weight(a: float, beta: float) -> float:
 
 def cache_weights(q: torch.Tensor, keys: torch.Tensor, bias: torch.Tensor, beta: float, kernel: str,
                   a: float) -> torch.Tensor:
-    """Per-entry cache weight, Eq. (5)-(6) with TDA's affinity (TDA `compute_cache_logits`):
-    kernel "exp": a * exp(-beta (1 - q k)) = exp(beta q k + ln a - beta), fused as one addmm + exp
-    with `bias` = ln a - beta on live entries and -inf elsewhere; kernel "linear": a * q k (§3.1,
-    the paper's literal zZ^T) on live entries (finite bias), 0 elsewhere.
+    """Per-entry cache weight of the cache logits, Eq. (3) and (13) (`z Z^T Y`): kernel "exp"
+    (default): TDA's affinity a * exp(-beta (1 - q k)) (TDA tda_runner.py `compute_cache_logits`:
+    `((-1) * (beta - beta * affinity)).exp()`, times `alpha`) = exp(beta q k + ln a - beta), fused
+    as one addmm + exp with `bias` = ln a - beta on live entries and -inf elsewhere; kernel
+    "linear": a * q k, the paper's literal formula (with a = 1), on live entries (finite bias).
 
     q [N, d], keys [E, d], bias [E] or [N, E] -> [N, E]; or per stream: q [S, d], keys [S, E, d],
     bias [S, E] -> [S, E].
@@ -193,7 +194,7 @@ def cache_weights(q: torch.Tensor, keys: torch.Tensor, bias: torch.Tensor, beta:
 
 
 def final_logits(clip: torch.Tensor, positive: torch.Tensor, negative: torch.Tensor | None, lam: float) -> torch.Tensor:
-    """Eq. (13): CLIP logits + lambda * (positive - negative cache logits); lambda weighs the whole
+    """Eq. (14): CLIP logits + lambda * (positive - negative cache logits); lambda weighs the whole
     cache term, so lambda = 0 gives the CLIP logits of the method's own prediction path."""
     cache = positive if negative is None else positive - negative
     return clip + lam * cache
