@@ -12,7 +12,8 @@ Parts (choose with --parts):
 - replay: the vectorised replay's samples/s for both methods (same stream), idle and under the
   same competing load, the ratio of the two, and under the load with the policy off (all cores).
 - multi: stream-steps/s of `MultiEngine` with S = 1, 8, 64 streams (`ms-tta`, --multi-n steps
-  per stream) against S separate engines stepped in turn, in the same run.
+  per stream, a bank of --multi-bank-size rows per stream: S x 65,536 rows would need S x 134 MB
+  twice) against S separate engines stepped in turn, in the same run.
 - bank_dtype: prediction agreement of a float16/bfloat16 bank with float32 on the stream
   (`ms-tta`, `tda+ms` replay); on CUDA also the CUDA-graph step time per dtype.
 - memory: peak RSS of a fresh process streaming --steps samples through `ms-tta` with the default
@@ -194,6 +195,7 @@ def part_multi(feats, text, cfg, device, steps: int) -> dict:
         rows = feats if feats.shape[0] >= streams * n else feats.repeat(streams * n // feats.shape[0] + 1, 1)
         out[f"S={streams}"] = {"steps_per_stream": n, **multi_rates(rows, text, cfg, device, streams, n)}
     out["method"] = "ms-tta"
+    out["bank_size_per_stream"] = cfg.bank_size
     return out
 
 
@@ -262,6 +264,7 @@ def main() -> None:
     ap.add_argument("--bank-size", type=int, default=DEFAULT_BANK_SIZE, help="bank of the online/replay runs (default 65536)")
     ap.add_argument("--steps", type=int, default=100_000, help="samples of the memory run (default 100000)")
     ap.add_argument("--multi-n", type=int, default=200, help="steps per stream of the multi part (default 200)")
+    ap.add_argument("--multi-bank-size", type=int, default=4096, help="bank rows per stream of the multi part (default 4096)")
     ap.add_argument("--parts", default=",".join(DEFAULT_PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
     ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     ap.add_argument("--child-long-stream", action="store_true", help=argparse.SUPPRESS)
@@ -288,7 +291,7 @@ def main() -> None:
     if "replay" in parts:
         out["replay"] = part_replay(feats, text, cfg, device)
     if "multi" in parts:
-        out["multi"] = part_multi(feats, text, cfg, device, args.multi_n)
+        out["multi"] = part_multi(feats, text, dataclasses.replace(cfg, bank_size=args.multi_bank_size), device, args.multi_n)
     if "bank_dtype" in parts:
         out["bank_dtype"] = part_bank_dtype(feats, text, cfg, device)
     if "memory" in parts and args.steps > 0:
