@@ -26,7 +26,6 @@ KERNELS = ("exp", "linear")
 # keeps flat memory and a flat step time.
 DEFAULT_BANK_SIZE = 65_536
 VIEW_MODES = ("confident", "original")
-BANK_DTYPES = ("float32", "float16", "bfloat16")  # float32: the exact path; the others halve the bank
 
 # Upper bounds of the values that memory or time grows with (docs/limits.md gives each reason).
 # Each is far above anything the paper or its peers use, and low enough that a typo (an extra
@@ -90,7 +89,8 @@ class EngineConfig:
         _int(self, "delta", 0, MAX_CAPACITY)
         _check(self.view_mode in VIEW_MODES, "view_mode", self.view_mode, f"one of {', '.join(VIEW_MODES)}")
         _num(self, "view_ratio", 0.0, 1.0, low_open=True)
-        _check(self.bank_dtype in BANK_DTYPES, "bank_dtype", self.bank_dtype, f"one of {', '.join(BANK_DTYPES)}")
+        _check(self.bank_dtype in ("float32", "float16", "bfloat16"), "bank_dtype", self.bank_dtype,
+               "one of float32 (exact), float16, bfloat16")
 
 
 @dataclass
