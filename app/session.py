@@ -58,7 +58,7 @@ class FrameResult:
     entropy: float                   # CLIP's prediction entropy (nats)
     cache_size: int                  # entries in the positive cache, all classes
     cache_capacity: int              # classes x capacity
-    bank_size: int                   # features in the mean-shift bank (bounded by bank_size)
+    bank_rows: int                   # features in the mean-shift bank now (at most EngineConfig.bank_size)
     latency_ms: float                # encode + adapt time for this frame
     method: str = "ms-tta"
     cache_per_class: list[int] = field(default_factory=list)
@@ -70,6 +70,12 @@ class FrameResult:
     @property
     def tta_label(self) -> str:
         return self.tta_topk[0].label
+
+    @property
+    def bank_size(self) -> int:
+        """The old name of `bank_rows`, still read by app/sinks.py and app/annotate.py (their owner
+        moves them to `bank_rows`; then this goes)."""
+        return self.bank_rows
 
     @property
     def disagree(self) -> bool:
@@ -101,7 +107,7 @@ class StreamSession:
         self.seed = seed
         self.cache_dir = cache_dir
         self.encoder = FrameEncoder(clip, views=views, seed=seed)
-        self.method = get_method(method).name
+        self.method = get_method(method)      # the registry's `Method` (name, title, what it uses)
         self.config = config if config is not None else EngineConfig(bank_size=DEFAULT_BANK_SIZE)
         self.labels: list[str] = []
         self.template = template
@@ -120,13 +126,13 @@ class StreamSession:
     def configure(self, method: str | None = None, config: EngineConfig | None = None) -> None:
         """Switch method and/or hyperparameters; the engine starts afresh."""
         if method is not None:
-            self.method = get_method(method).name
+            self.method = get_method(method)
         if config is not None:
             self.config = config
         self._new_engine()
 
     def _new_engine(self) -> None:
-        self.engine = Engine(self.text, method=self.method, config=self.config, device=self.clip.device)
+        self.engine = Engine(self.text, method=self.method.name, config=self.config, device=self.clip.device)
         self.encoder.reset(self.seed)
 
     def reset(self) -> None:
@@ -148,9 +154,9 @@ class StreamSession:
             entropy=float(step.entropy),
             cache_size=int(fill.sum()),
             cache_capacity=int(fill.shape[0] * self.config.capacity) if self.engine.method.cache else 0,
-            bank_size=int(self.engine.bank_len),
+            bank_rows=int(self.engine.bank_len),
             latency_ms=latency,
-            method=self.method,
+            method=self.method.name,
             cache_per_class=[int(v) for v in fill],
         )
 

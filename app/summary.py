@@ -1,12 +1,13 @@
 """Run statistics: what the demo prints at the end, accumulated frame by frame.
 
-`RunSummary.update(frame, result, truth)` per processed frame, `finish(...)` -> a flat dict:
-frame counts (received = read + dropped + unreadable = processed + skipped + dropped + unreadable),
-processing fps,
-latency percentiles, how often zero-shot CLIP and the adapted method agree, how often each
-changes its top-1 between processed frames (per minute of source time), and per-method accuracy
-on the frames a truth file labels. Percentages are in 0..100. Memory stays flat on an endless
-stream: counters only, and latency percentiles from a bounded uniform sample.
+`Tally.add(result, truth)` counts what every run counts (processed frames, agreement of zero-shot
+CLIP and the adapted method, top-1 switches, per-method accuracy on labelled frames); the headless
+`RunSummary` and the browser UI's `History` both hold one, so the page and the headless summary
+count alike. `RunSummary.update(frame, result, truth)` per processed frame, `finish(...)` -> a flat
+dict: frame counts (received = read + dropped + unreadable = processed + skipped + dropped +
+unreadable), processing fps, latency percentiles, agreement, switches per minute of source time
+and accuracy. Percentages are in 0..100. Memory stays flat on an endless stream: counters only,
+and latency percentiles from a bounded uniform sample.
 """
 from __future__ import annotations
 
@@ -17,11 +18,47 @@ from typing import Any
 
 import numpy as np
 
-LATENCY_SAMPLES = 10_000   # latency percentiles from a uniform sample of this many frames (flat memory)
-
 from .progress import plural
 from .session import FrameResult
 from .sources import Frame, SourceStats
+
+LATENCY_SAMPLES = 10_000   # latency percentiles from a uniform sample of this many frames (flat memory)
+SIDES = ("clip", "tta")    # zero-shot CLIP, the adapted method
+
+
+class Tally:
+    """Running counts of one run: processed, agree, switches and correct per side, labelled."""
+
+    def __init__(self) -> None:
+        self.processed = 0
+        self.agree = 0
+        self.switches = dict.fromkeys(SIDES, 0)
+        self.correct = dict.fromkeys(SIDES, 0)
+        self.labelled = 0
+        self._prev: tuple[int, int] | None = None
+
+    def add(self, result: FrameResult, truth: str | None = None) -> None:
+        """Count one processed frame; `truth` is its true class name (None: unlabelled)."""
+        clip, tta = result.clip_topk[0].index, result.tta_topk[0].index
+        self.processed += 1
+        self.agree += clip == tta
+        if self._prev is not None:
+            self.switches["clip"] += clip != self._prev[0]
+            self.switches["tta"] += tta != self._prev[1]
+        self._prev = (clip, tta)
+        if truth is not None:
+            self.labelled += 1
+            self.correct["clip"] += result.clip_label == truth
+            self.correct["tta"] += result.tta_label == truth
+
+    @property
+    def agreement(self) -> float | None:
+        """% of processed frames where both agree (None before the first frame)."""
+        return 100.0 * self.agree / self.processed if self.processed else None
+
+    def accuracy(self, side: str) -> float | None:
+        """Running accuracy in % of "clip" or "tta" on labelled frames (None before the first)."""
+        return 100.0 * self.correct[side] / self.labelled if self.labelled else None
 
 
 class FpsMeter:
@@ -39,38 +76,27 @@ class FpsMeter:
 
 
 class RunSummary:
-    """Accumulates per-frame results; `finish()` returns the summary dict."""
+    """Accumulates per-frame results (counts in a `Tally`); `finish()` returns the summary dict."""
 
     def __init__(self) -> None:
-        self.processed = 0
-        self.agree = 0
-        self.switches = {"clip": 0, "tta": 0}
-        self.correct = {"clip": 0, "tta": 0}
-        self.labelled = 0
+        self.tally = Tally()
         self.latencies: list[float] = []       # a uniform reservoir sample of per-frame latencies
         self._rng = random.Random(0)
         self.first_ts: float | None = None
         self.last_ts: float | None = None
         self.last: FrameResult | None = None
-        self._prev: tuple[int, int] | None = None
         self._start = time.perf_counter()
+
+    @property
+    def processed(self) -> int:
+        return self.tally.processed
 
     def update(self, frame: Frame, result: FrameResult, truth: str | None = None) -> None:
         """Count one processed frame; `truth` is its true class name (None: unlabelled)."""
-        clip, tta = result.clip_topk[0].index, result.tta_topk[0].index
         if self.processed == 0:
             self._start = time.perf_counter() - result.latency_ms / 1000.0
             self.first_ts = frame.timestamp
-        self.processed += 1
-        self.agree += clip == tta
-        if self._prev is not None:
-            self.switches["clip"] += clip != self._prev[0]
-            self.switches["tta"] += tta != self._prev[1]
-        self._prev = (clip, tta)
-        if truth is not None:
-            self.labelled += 1
-            self.correct["clip"] += result.clip_topk[0].label == truth
-            self.correct["tta"] += result.tta_topk[0].label == truth
+        self.tally.add(result, truth)
         if len(self.latencies) < LATENCY_SAMPLES:
             self.latencies.append(result.latency_ms)
         else:
@@ -86,9 +112,10 @@ class RunSummary:
         seconds = time.perf_counter() - self._start if self.processed else 0.0
         span_min = ((self.last_ts or 0.0) - (self.first_ts or 0.0)) / 60.0
         lat = np.asarray(self.latencies) if self.latencies else None
+        t = self.tally
 
-        def pct(n: int, d: int) -> float | None:
-            return round(100.0 * n / d, 2) if d else None
+        def pct(value: float | None) -> float | None:
+            return round(value, 2) if value is not None else None
 
         def per_min(n: int) -> float | None:
             return round(n / span_min, 2) if span_min > 0 else None
@@ -107,14 +134,14 @@ class RunSummary:
             "fps": round(self.processed / seconds, 2) if seconds > 0 else None,
             "latency_ms_p50": round(float(np.percentile(lat, 50)), 2) if lat is not None else None,
             "latency_ms_p95": round(float(np.percentile(lat, 95)), 2) if lat is not None else None,
-            "agreement": pct(self.agree, self.processed),
-            "switches_per_min_clip": per_min(self.switches["clip"]),
-            "switches_per_min_tta": per_min(self.switches["tta"]),
-            "labelled_frames": self.labelled if self.labelled else None,
-            "accuracy_clip": pct(self.correct["clip"], self.labelled),
-            "accuracy_tta": pct(self.correct["tta"], self.labelled),
+            "agreement": pct(t.agreement),
+            "switches_per_min_clip": per_min(t.switches["clip"]),
+            "switches_per_min_tta": per_min(t.switches["tta"]),
+            "labelled_frames": t.labelled if t.labelled else None,
+            "accuracy_clip": pct(t.accuracy("clip")),
+            "accuracy_tta": pct(t.accuracy("tta")),
             "cache_size": self.last.cache_size if self.last else 0,
-            "bank_size": self.last.bank_size if self.last else 0,
+            "bank_size": self.last.bank_rows if self.last else 0,
             "interrupted": interrupted,
         })
         return out

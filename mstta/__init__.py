@@ -9,14 +9,13 @@ The engine keeps its state on the text classifier's device and, on CUDA, capture
 CUDA graph (`Engine(..., cuda_graph=None|True|False)`); `list_methods()` gives the methods in the
 paper's order, `get_method(name).title` their human titles. Semantics: docs/engine.md.
 """
+from ._version import __version__
 from .config import BenchConfig, DatasetConfig, EngineConfig, load_dataset_config
 from .engine import Engine, StepResult
 from .errors import UserError
 from .features import FeatureSet, load_features, save_features
 from .methods import Method, get_method, list_methods
 from .replay import ReplayResult, mean_shifted, replay
-
-__version__ = "0.1.0"
 
 __all__ = [
     "BenchConfig", "DatasetConfig", "Engine", "EngineConfig", "FeatureSet", "Method", "ReplayResult",

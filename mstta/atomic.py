@@ -1,16 +1,34 @@
-"""Atomic file writes: a temp file beside the target, renamed into place only when complete."""
+"""Atomic file writes: a temp file beside the target, renamed into place only when complete; and
+an exclusive lock on an output, so two runs never write one output at once."""
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import os
 import re
 import secrets
 from pathlib import Path
 from typing import IO, Iterator
 
+from .errors import UserError
+
 # Every temp file a command writes is `.<target name>.<pid>-<token><suffix>` beside its target,
 # so a later run can tell a dead process's leftovers from a live one's (see `sweep_stale`).
 _TEMP_RE = re.compile(r"^\..+\.(\d+)-[0-9a-f]{8}(\.tmp|\.part(\.[A-Za-z0-9]+)?|\.work)$")
+LOCK_SUFFIX = ".mstta-lock"     # `.<target name>.mstta-lock`: see `output_lock`
+_LOCK_RE = re.compile(r"^\..+\.mstta-lock$")
+NAME_MAX = 255                  # bytes in one file name (Linux, macOS)
+
+
+def hidden_name(name: str, tail: str) -> str:
+    """`.<name><tail>` within NAME_MAX bytes: a long name is cut (on a character boundary), never the
+    tail, so a legal 255-byte output name still gets a legal temp or lock name beside it."""
+    room = NAME_MAX - 1 - len(tail.encode())
+    raw = name.encode()
+    if len(raw) > room:
+        name = raw[:room].decode("utf-8", "ignore")
+    return f".{name}{tail}"
 
 
 @contextlib.contextmanager
@@ -32,11 +50,12 @@ def atomic_open(path: str | Path, mode: str = "w", encoding: str | None = "utf-8
 
 def temp_path(target: str | Path, suffix: str = ".tmp") -> Path:
     """Create (empty, usual file mode) and return a hidden temp file beside `target`, named
-    `.<name>.<pid>-<token><suffix>` (e.g. suffix `.part.mp4` keeps a muxer's extension)."""
+    `.<name>.<pid>-<token><suffix>` (e.g. suffix `.part.mp4` keeps a muxer's extension; a name too
+    long for that is cut: `hidden_name`)."""
     p = Path(target)
     p.parent.mkdir(parents=True, exist_ok=True)
     while True:
-        tmp = p.parent / f".{p.name}.{os.getpid()}-{secrets.token_hex(4)}{suffix}"
+        tmp = p.parent / hidden_name(p.name, f".{os.getpid()}-{secrets.token_hex(4)}{suffix}")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         except FileExistsError:  # pragma: no cover - 2^32 tokens
@@ -82,13 +101,17 @@ def _stale(entry: Path, pid: int) -> bool:
 
 def sweep_stale(folder: str | Path) -> list[Path]:
     """Remove the temp files that a dead process left in `folder`: names of `temp_path`'s pattern
-    whose pid no longer runs (or was reused since). Returns what was removed. Called by a command
-    before it writes into a folder."""
+    whose pid no longer runs (or was reused since), and lock files no process holds. Returns what was
+    removed. Called by a command before it writes into a folder."""
     removed: list[Path] = []
     d = Path(folder)
     if not d.is_dir():
         return removed
     for entry in d.iterdir():
+        if _LOCK_RE.match(entry.name):
+            if _remove_unheld_lock(entry):
+                removed.append(entry)
+            continue
         m = _TEMP_RE.match(entry.name)
         try:
             if m is None or not entry.is_file() or entry.is_symlink() or not _stale(entry, int(m.group(1))):
@@ -98,3 +121,70 @@ def sweep_stale(folder: str | Path) -> list[Path]:
             continue
         removed.append(entry)
     return removed
+
+
+def _remove_unheld_lock(entry: Path) -> bool:
+    """Remove a lock file of `output_lock` that no process holds (a killed run's); a held one stays."""
+    try:
+        fd = os.open(entry, os.O_RDWR | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        entry.unlink()        # a waiter that opened it meanwhile sees another inode and retries
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def output_lock(target: str | Path, flag: str = "--out") -> Iterator[Path]:
+    """Hold an exclusive lock on the output `target` (a file or a folder) for the block, or refuse at
+    once with a one-line UserError naming the run that holds it. The lock is `flock` on the file
+    `.<name>.mstta-lock` beside `target`, holding the holder's pid; the kernel releases it when the
+    process ends (even on kill -9) and the file is removed on exit. Under torchrun only rank 0 (the
+    writer) locks. Usage: `with output_lock(path, "--out"): ...`."""
+    if os.environ.get("RANK", "0") != "0":
+        yield Path(target)
+        return
+    p = Path(target)
+    lock = p.parent / hidden_name(p.name, LOCK_SUFFIX)
+    made = [d for d in (lock.parent, *lock.parent.parents) if not d.exists()]
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = _acquire(lock, flag, p)
+    try:
+        yield lock
+    finally:
+        with contextlib.suppress(OSError):
+            lock.unlink()
+        os.close(fd)
+        for d in made:        # folders made only for the lock go again when nothing was written
+            with contextlib.suppress(OSError):
+                d.rmdir()
+
+
+def _acquire(lock: Path, flag: str, target: Path) -> int:
+    """Open, flock (non-blocking) and stamp `lock` with this pid; retry when the file was replaced
+    between open and flock (its holder removed it on exit)."""
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EACCES):
+                raise
+            raise UserError(f"{flag} {target}: another mstta run (pid {holder}) is writing it; wait for it to "
+                            f"finish or pass another {flag}") from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(lock).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            return fd
+        os.close(fd)

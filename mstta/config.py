@@ -12,7 +12,7 @@ import types
 import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import yaml
 
@@ -37,6 +37,9 @@ MAX_BANK_SIZE = 2**24       # 16,777,216 > 300x ImageNet's test set; the bank is
 MAX_VIEWS = 256             # TDA / BoostAdapter: 64 views; extraction time and [N, V, d] storage
 MAX_WEIGHT = 1e6            # lam, alphas, betas, logit_scale (TDA's are <= 10; CLIP's scale 100):
                             # keeps every logit far inside float32 (1e6 x 1e6 x 256 << 3.4e38)
+MIN_LOGIT_SCALE = 1e-3      # CLIP's is 100; below 1e-3 the scaled logits are ~0 (1e-320 underflows to 0
+                            # in float32) and every sample gets the same prediction
+MAX_SEED = 2**63 - 1        # torch.Generator.manual_seed takes a 64-bit integer; seeds are >= 0
 
 
 @dataclass
@@ -76,7 +79,7 @@ class EngineConfig:
         _check(self.kernel in KERNELS, "kernel", self.kernel, f"one of {', '.join(KERNELS)}")
         _num(self, "cache_alpha", 0.0, MAX_WEIGHT)
         _num(self, "beta", 0.0, MAX_WEIGHT)
-        _num(self, "logit_scale", 0.0, MAX_WEIGHT, low_open=True)
+        _num(self, "logit_scale", MIN_LOGIT_SCALE, MAX_WEIGHT)
         _int(self, "neg_capacity", 1, MAX_CAPACITY)
         _num(self, "neg_alpha", 0.0, MAX_WEIGHT)
         _num(self, "neg_beta", 0.0, MAX_WEIGHT)
@@ -140,8 +143,24 @@ _REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = _REPR.maxset = 4
 
 
 def _show(value: Any) -> str:
-    """A short repr for error messages (a YAML alias bomb or a huge string stays one short line)."""
+    """A short repr for error messages (a YAML alias bomb, a huge string or an integer of 10^5 digits
+    stays one short line)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
+        return f"{'-' if value < 0 else ''}an integer of {value.bit_length():,} bits"
     return _REPR.repr(value)
+
+
+def check_seed(value: Any, flag: str) -> int:
+    """A seed: an integer in [0, 2^63 - 1] (what torch.Generator.manual_seed takes), else a UserError."""
+    shown = _show(value)
+    if isinstance(value, str):
+        try:
+            value = int(value.strip()) if len(value) <= 40 else None
+        except ValueError:
+            value = None
+    if not (isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_SEED):
+        raise UserError(f"{flag} {shown}: expected an integer seed in [0, 2^63 - 1], e.g. {flag} 1")
+    return value
 
 
 def _hints(cls: type) -> dict[str, Any]:
@@ -249,7 +268,7 @@ class _StrictLoader(yaml.SafeLoader):
 
 def load_yaml_text(text: str) -> Any:
     """`yaml.safe_load` that refuses duplicate keys (raises a yaml.YAMLError)."""
-    return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    return yaml.load(text, Loader=_StrictLoader)  # safe: _StrictLoader is a SafeLoader subclass
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
@@ -268,6 +287,8 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         raise UserError(f"{p}: duplicate key {_show(exc.key)} (line {exc.line}); give each key once") from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise UserError(f"{p}: not valid YAML ({one_line_yaml(exc)})") from None
+    except ValueError:  # an integer of more than 4,300 digits (Python's conversion limit)
+        raise UserError(f"{p}: a number has too many digits; values are bounded (docs/limits.md)") from None
     except RecursionError:
         raise UserError(f"{p}: not valid YAML (nested too deeply)") from None
     if data is None:
@@ -282,7 +303,9 @@ def one_line_yaml(exc: Exception) -> str:
 
 
 def parse_overrides(pairs: Iterable[str]) -> dict[str, Any]:
-    """`["k=4", "alpha=0.7"]` -> {"k": 4, "alpha": 0.7} (values parsed as YAML scalars)."""
+    """`["k=4", "alpha=0.7"]` -> {"k": 4, "alpha": 0.7} (values parsed as YAML scalars; a value YAML
+    cannot read, e.g. an integer past Python's 4,300-digit limit, is kept as typed and refused by
+    the field's type check). The one place `--set` strings are parsed."""
     out: dict[str, Any] = {}
     for pair in pairs:
         key, sep, raw = pair.partition("=")
@@ -291,13 +314,15 @@ def parse_overrides(pairs: Iterable[str]) -> dict[str, Any]:
             raise UserError(f"--set {_show(pair)}: expected KEY=VALUE, e.g. --set k=4")
         try:
             out[key] = load_yaml_text(raw) if raw.strip() else None
-        except (yaml.YAMLError, RecursionError):
+        except (yaml.YAMLError, RecursionError, ValueError):
             out[key] = raw  # kept as typed; the field's type check names it
     return out
 
 
-def load_dataset_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -> DatasetConfig:
-    """Defaults, then the YAML file (sections `engine:` and `bench:`), then `--set` overrides.
+def load_dataset_config(path: str | Path | None = None,
+                        overrides: Iterable[str] | Mapping[str, Any] = ()) -> DatasetConfig:
+    """Defaults, then the YAML file (sections `engine:` and `bench:`), then `--set` overrides
+    (`KEY=VALUE` strings, or the mapping `parse_overrides` made of them).
 
     An override key is looked up in `engine` first, then `bench` (names are distinct).
     """
@@ -308,7 +333,8 @@ def load_dataset_config(path: str | Path | None = None, overrides: Iterable[str]
     bench_keys = {f.name for f in fields(BenchConfig)}
     eng: dict[str, Any] = {}
     bench: dict[str, Any] = {}
-    for key, value in parse_overrides(overrides).items():
+    settings = overrides if isinstance(overrides, Mapping) else parse_overrides(overrides)
+    for key, value in settings.items():
         if key in engine_keys:
             eng[key] = value
         elif key in bench_keys:

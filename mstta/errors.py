@@ -46,7 +46,7 @@ def run_cli(prog: str, main: Callable[[Sequence[str] | None], int], argv: Sequen
             signal.signal(signal.SIGTERM, previous)
 
 
-def _raise_interrupt(signum, frame) -> None:  # noqa: ANN001 - signal handler signature
+def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 

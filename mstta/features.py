@@ -3,13 +3,17 @@
 Arrays: `features` float16/32/64 [N, d] or [N, V, d] (view 0 = original image; N, V, d >= 1),
 `text` [C, d] (C >= 2), optional `labels` int [N] (-1 = unknown), optional `classnames` [C]
 strings, optional `meta` (a JSON string: model, dataset, views, seed, ...). Rows are
-L2-normalised on load. Headers are checked against the file and the machine before loading.
+L2-normalised on load, scale-invariantly: any finite, non-zero magnitude (1e-300 in float64, 3e38 in
+float32) gives the same unit rows. Headers are checked against the file and the machine before loading.
 """
 from __future__ import annotations
 
 import json
+import lzma
 import math
+import tokenize
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +27,11 @@ from .safety import check_memory, human_bytes
 
 ARRAYS = ("features", "text", "labels", "classnames", "meta")
 FLOAT_TYPES = (np.float16, np.float32, np.float64)  # float128/longdouble refused: torch has none
+COMPRESSIONS = {zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA}
+# What a damaged or hostile archive raises while its members are read: a bad zip, a bad stream of
+# its compression, a malformed `.npy` header dict (numpy parses it with ast/tokenize).
+_ARCHIVE_ERRORS = (OSError, EOFError, ValueError, SyntaxError, RuntimeError, NotImplementedError,
+                   zipfile.BadZipFile, zlib.error, lzma.LZMAError, tokenize.TokenError)
 
 
 @dataclass
@@ -52,42 +61,47 @@ def _first_bad_row(bad: np.ndarray) -> int:
     return int(np.argwhere(bad)[0][0])
 
 
-_F32_MAX = float(np.finfo(np.float32).max)
-
-
 def _check_rows(name: str, arr: np.ndarray, path: Path, chunk: int = 8192) -> None:
-    """Reject non-finite values, values beyond float32 (rows are normalised in float32) and zero
-    rows, naming the array and the first bad index (checked in chunks, so a 64-view ImageNet file
-    is never copied whole; no numpy warning ever adds a line to the error)."""
+    """Reject non-finite values, all-zero rows and rows whose every value is subnormal in the
+    stored dtype (below float32's 1.2e-38, e.g. 1e-45: too few bits left to carry a direction),
+    naming the array and the first bad index (checked in chunks, so a 64-view ImageNet file is
+    never copied whole; no numpy warning ever adds a line to the error)."""
     flat = arr.reshape(-1, arr.shape[-1])
+    tiny = float(np.finfo(arr.dtype).tiny)
     for a in range(0, flat.shape[0], chunk):
         block = flat[a:a + chunk]
         with np.errstate(all="ignore"):
             nonfinite = ~np.isfinite(block).all(-1)
-            huge = (np.abs(block) > _F32_MAX).any(-1) if block.dtype.itemsize > 4 else None
+            largest = np.abs(block).max(-1)
         if nonfinite.any():
             i = a + _first_bad_row(nonfinite)
             raise UserError(f"{path}: array '{name}' has a non-finite value at index {_row_index(arr, i)}; "
                             "re-extract the features or drop that sample")
-        if huge is not None and huge.any():
-            i = a + _first_bad_row(huge)
-            raise UserError(f"{path}: array '{name}' has a value beyond float32's range at index "
-                            f"{_row_index(arr, i)}; features must be finite float32 values (CLIP's are near 1)")
-        zero = ~(np.abs(block) > 0).any(-1)
-        if zero.any():
-            i = a + _first_bad_row(zero)
-            raise UserError(f"{path}: array '{name}' has an all-zero row at index {_row_index(arr, i)}; "
-                            "a feature must be non-zero to be L2-normalised")
+        small = ~(largest >= tiny)
+        if small.any():
+            i = _first_bad_row(small)
+            if largest[i] == 0:
+                raise UserError(f"{path}: array '{name}' has an all-zero row at index {_row_index(arr, a + i)}; "
+                                "a feature must be non-zero to be L2-normalised")
+            i += a
+            raise UserError(f"{path}: array '{name}' has a row of subnormal values at index {_row_index(arr, i)} "
+                            f"(all below {arr.dtype}'s {tiny:.3g}); too small to carry a direction: save the "
+                            "features at their usual scale (CLIP's are near 1) or as float64")
 
 
 def _normalized(arr: np.ndarray, chunk: int = 8192) -> torch.Tensor:
-    """L2-normalise rows in float32, chunk by chunk, keeping the stored dtype (fp16 stays fp16)."""
+    """L2-normalise rows chunk by chunk, keeping the stored dtype (fp16 stays fp16): each row is first
+    divided by its largest magnitude (in float64 for a float64 file), so 1e-300 or 3e38 neither
+    under- nor overflows, then normalised in float32 (values within [-1, 1])."""
     if not arr.dtype.isnative:  # a big-endian file: torch reads native byte order only
         arr = arr.astype(arr.dtype.newbyteorder("="))
     out = torch.from_numpy(np.ascontiguousarray(arr))
     flat = out.view(-1, arr.shape[-1])
+    wide = torch.promote_types(out.dtype, torch.float32)
     for a in range(0, flat.shape[0], chunk):
-        flat[a:a + chunk] = torch.nn.functional.normalize(flat[a:a + chunk].float(), dim=-1).to(out.dtype)
+        block = flat[a:a + chunk].to(wide)
+        block = block / block.abs().amax(-1, keepdim=True)
+        flat[a:a + chunk] = torch.nn.functional.normalize(block.float(), dim=-1).to(out.dtype)
     return out
 
 
@@ -130,6 +144,8 @@ def _read_header(zf: zipfile.ZipFile, info: zipfile.ZipInfo, p: Path, name: str)
         raise UserError(f"{p}: array '{name}' holds Python objects (pickled); a feature file holds numbers "
                         "and strings only")
     head = ArrayHeader(tuple(int(n) for n in shape), dtype)
+    if any(n < 0 for n in head.shape):
+        raise _bad_npz(p, f"array '{name}' declares a negative dimension in shape {head.shape}")
     if offset + head.nbytes != info.file_size:
         raise UserError(f"{p}: array '{name}' declares shape {head.shape} {dtype} ({human_bytes(head.nbytes)}) "
                         f"but holds {human_bytes(max(0, info.file_size - offset))}; the file is truncated or "
@@ -152,6 +168,7 @@ def _read_archive(p: Path) -> dict[str, np.ndarray]:
                 raise UserError(f"{p}: unknown array {name[:60]!r}; allowed arrays: {', '.join(ARRAYS)}")
             if name in members:
                 raise UserError(f"{p}: array '{name}' appears twice in the archive; re-extract the file")
+            _check_member(p, name, info)
             members[name] = info
         for key in ("features", "text"):
             if key not in members:
@@ -169,10 +186,19 @@ def _read_archive(p: Path) -> dict[str, np.ndarray]:
                 with zf.open(info) as fp:
                     out[name] = np.lib.format.read_array(fp, allow_pickle=False)
             return out
-        except (OSError, zipfile.BadZipFile, EOFError, ValueError) as exc:
-            if isinstance(exc, UserError):
-                raise
+        except UserError:
+            raise
+        except _ARCHIVE_ERRORS as exc:
             raise _bad_npz(p, exc) from None
+
+
+def _check_member(p: Path, name: str, info: zipfile.ZipInfo) -> None:
+    """A member numpy can read: not encrypted, stored or compressed with deflate, bzip2 or lzma."""
+    if info.flag_bits & 0x1:
+        raise UserError(f"{p}: array '{name}' is encrypted; save the file with np.savez (no password)")
+    if info.compress_type not in COMPRESSIONS:
+        raise UserError(f"{p}: array '{name}' uses zip compression method {info.compress_type}, which numpy cannot "
+                        "read; save the file with np.savez or np.savez_compressed")
 
 
 def _check_shapes(p: Path, feats: ArrayHeader, text: ArrayHeader) -> None:
@@ -222,6 +248,7 @@ def load_features(path: str | Path) -> FeatureSet:
         if names.ndim != 1 or names.shape[0] != c or names.dtype.kind not in "US":
             raise UserError(f"{p}: array 'classnames' must hold {c} strings (one per row of 'text'), got {names.dtype} {names.shape}")
         classnames = [s.decode("utf-8", "replace") if isinstance(s, bytes) else str(s) for s in names.tolist()]
+        _check_unique(p, classnames)
 
     meta: dict[str, Any] = {}
     if "meta" in data:
@@ -236,6 +263,16 @@ def load_features(path: str | Path) -> FeatureSet:
             raise UserError(f"{p}: array 'meta' must be a JSON object")
 
     return FeatureSet(_normalized(feats), _normalized(text).float(), labels, classnames, meta)
+
+
+def _check_unique(p: Path, classnames: list[str]) -> None:
+    """Class names are distinct (two rows of 'text' with one name make a prediction ambiguous)."""
+    seen: dict[str, int] = {}
+    for i, name in enumerate(classnames):
+        if name in seen:
+            raise UserError(f"{p}: array 'classnames' has {name[:60]!r} twice (classes {seen[name]} and {i}); "
+                            "give each class one name")
+        seen[name] = i
 
 
 def _numpy(x: np.ndarray | torch.Tensor, dtype: Any) -> np.ndarray:

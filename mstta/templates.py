@@ -28,11 +28,6 @@ def template_set(name: str) -> list[str]:
     return list(data["sets"][name])
 
 
-def template_datasets() -> list[str]:
-    """Dataset keys that have their own template set."""
-    return list(_data()["datasets"])
-
-
 def templates_for(dataset_key: str) -> list[str]:
     """The templates a dataset is prompted with (datasets.md); unknown keys get DEFAULT_TEMPLATES."""
     entry = _data()["datasets"].get(dataset_key)

@@ -1,4 +1,4 @@
-"""Shared fixtures: generated feature streams (no CLIP, no network)."""
+"""Shared fixtures: generated feature streams (no CLIP, no network) and the one tiny CLIP model."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,6 +11,15 @@ from synthetic import make_stream
 def _seed():
     torch.manual_seed(0)
     np.random.seed(0)
+
+
+@pytest.fixture(scope="session")
+def tiny_clip():
+    """The random-weight `mstta-tiny` CLIP (a `mstta.models.ClipModel`, 64x64 input, CPU, fp32), loaded
+    once per test session and shared: tests read it, never change it."""
+    from mstta.models import load_clip
+
+    return load_clip("mstta-tiny", "none", device="cpu")
 
 
 @pytest.fixture

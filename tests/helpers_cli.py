@@ -1,7 +1,9 @@
 """Run `mstta-bench` in-process, as a user would from the shell."""
 from __future__ import annotations
 
-from mstta.bench import main
+from pathlib import Path
+
+from mstta.cli import main
 
 
 def run_bench(capsys, *argv) -> tuple[int, str, str]:
@@ -9,3 +11,13 @@ def run_bench(capsys, *argv) -> tuple[int, str, str]:
     code = main([str(a) for a in argv])
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def default_model_dir(backbone: str = "mstta-tiny", pretrained: str = "none") -> str:
+    """The store folder a run writes with the default device and precision (fp16 on a GPU, fp32 on a
+    CPU), so a test of the default path passes on either."""
+    from mstta.benchmark.store import Backbone, FeatureKey, resolved_precision
+    from mstta.devices import resolve_device
+
+    precision = resolved_precision(resolve_device("auto"), None)
+    return FeatureKey("d", Backbone(backbone, pretrained), precision, 1, "crop", 1).path(Path(".")).parts[0]

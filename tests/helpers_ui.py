@@ -2,7 +2,9 @@
 gradio_client helpers, a Chromium for Playwright, generated webcam footage, screenshots.
 
 `python tests/helpers_ui.py --screenshot assets/ui.png` (`make screenshot`) makes the README's
-screenshot with the same tooling: the UI on the bundled demo clip, in Chromium at 1280x720.
+screenshot with the same tooling: the UI on the bundled demo clip, in Chromium at 1280x720; add
+`--model mstta-digits --video assets/digits.mp4 --labels assets/digits_labels.txt --truth
+assets/digits_truth.csv` for another model and clip.
 
 Nothing here touches the network beyond 127.0.0.1: the model is the random-weight `mstta-tiny`,
 videos are generated, Gradio's and the client's analytics are off.
@@ -67,7 +69,9 @@ def named(outputs: Sequence[Any]) -> dict[str, Any]:
 
     names = [n for n in OUTPUTS if n not in ("state", "drop_truth")]   # no State, no button value
     assert len(outputs) == len(names), f"expected {len(names)} outputs, got {len(outputs)}"
-    return dict(zip(names, outputs))
+    def value(v):   # an update (value and visibility) by its value
+        return v.get("value") if isinstance(v, dict) and v.get("__type__") == "update" else v
+    return {name: value(v) for name, v in zip(names, outputs)}
 
 
 def series_points(chart_html: str) -> dict[str, int]:
@@ -83,12 +87,13 @@ def bar_values(chart_html: str) -> dict[str, float]:
 
 
 def video_args(video: str | Path | None, labels: Sequence[str] = LABELS, *, truth: str | Path | None = None,
-               every: int = 1, keep: bool = False, template: str = "", settings: Sequence[Any] = SETTINGS) -> list[Any]:
-    """Positional inputs of /process_video."""
+               every: int = 1, keep: bool = False, realtime: bool = False, template: str = "",
+               settings: Sequence[Any] = SETTINGS) -> list[Any]:
+    """Positional inputs of /process_video (as fast as possible unless `realtime`)."""
     from gradio_client import handle_file
 
     return [handle_file(str(video)) if video else None, handle_file(str(truth)) if truth else None, every, keep,
-            "\n".join(labels), template, *settings]
+            realtime, "\n".join(labels), template, *settings]
 
 
 def settings_args(labels: Sequence[str] | str = LABELS, *, template: str = "",
@@ -97,7 +102,7 @@ def settings_args(labels: Sequence[str] | str = LABELS, *, template: str = "",
     from gradio_client import handle_file
 
     text = labels if isinstance(labels, str) else "\n".join(labels)
-    return [text, template, *settings, handle_file(str(truth)) if truth else None]
+    return [handle_file(str(truth)) if truth else None, text, template, *settings]
 
 
 def frame_args(image: str | Path, labels: Sequence[str] = LABELS, *, keep: bool = False,
@@ -369,22 +374,30 @@ def fake_frame(i: int = 0, size: tuple[int, int] = (96, 64)) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------- the README's screenshot
-def make_screenshot(out: Path, width: int = 1280, height: int = 720) -> Path:
-    """The UI at width x height on the bundled demo clip (random-weight `mstta-tiny`), after the run."""
+ASSETS = REPO / "assets"
+
+
+def make_screenshot(out: Path, *, model: str = "mstta-tiny", pretrained: str = "none",
+                    video: Path = ASSETS / "demo.mp4", labels: Path = ASSETS / "labels.txt",
+                    truth: Path | None = ASSETS / "truth.csv", every: int | None = None, settle: float = 1.0,
+                    width: int = 1280, height: int = 720) -> Path:
+    """The UI at width x height on a video (by default the bundled demo clip on the random-weight
+    `mstta-tiny`), screenshot after the run (real time: the clip takes its own length)."""
     import tempfile
 
-    assets = REPO / "assets"
+    args = ["--labels", str(labels), "--video", str(video), "--model", model, "--port", "0"]
+    args += ["--pretrained", pretrained] if pretrained else []
+    args += ["--truth", str(truth)] if truth else []
+    args += ["--every", str(every)] if every else []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        server = UIProcess(["--labels", str(assets / "labels.txt"), "--video", str(assets / "demo.mp4"),
-                            "--truth", str(assets / "truth.csv"), "--every", "15", "--model", "mstta-tiny",
-                            "--pretrained", "none", "--port", "0"], gradio_tmp=root / "gradio")
+        server = UIProcess(args, gradio_tmp=root / "gradio")
         try:
             with chromium(root, width=width, height=height) as context:
                 page = context.new_page()
                 page.goto(server.url, wait_until="load")
-                wait_for_text(page, "#mstta-status", r"Done: demo\.mp4", timeout=180)
-                time.sleep(1.0)   # the last page's picture
+                wait_for_text(page, "#mstta-status", rf"Done: {re.escape(Path(video).name)}", timeout=600)
+                time.sleep(settle)   # the last page's picture
                 part = out.with_name(f".{out.name}.{os.getpid()}.png")
                 page.screenshot(path=str(part))
                 os.replace(part, out)
@@ -398,7 +411,18 @@ if __name__ == "__main__":
 
     parser = argparse.ArgumentParser(description="make the README's UI screenshot with the browser tests' tooling")
     parser.add_argument("--screenshot", type=Path, required=True, metavar="PNG")
+    parser.add_argument("--model", default="mstta-tiny", help="model name, e.g. mstta-digits (default mstta-tiny)")
+    parser.add_argument("--pretrained", default=None,
+                        help="weights tag (default: none for mstta-tiny, the model's own otherwise)")
+    parser.add_argument("--video", type=Path, default=ASSETS / "demo.mp4")
+    parser.add_argument("--labels", type=Path, default=ASSETS / "labels.txt")
+    parser.add_argument("--truth", type=Path, default=None, help="ground truth CSV (default: assets/truth.csv "
+                        "with the demo clip, none otherwise)")
+    parser.add_argument("--every", type=int, default=None, help="process every N-th frame (default: ~5 per second)")
     args = parser.parse_args()
     if find_chromium() is None:
         sys.exit(f"helpers_ui.py: error: {NO_BROWSER}")
-    print(make_screenshot(args.screenshot))
+    truth = args.truth if args.truth else (ASSETS / "truth.csv" if args.video == ASSETS / "demo.mp4" else None)
+    pretrained = args.pretrained if args.pretrained is not None else ("none" if args.model == "mstta-tiny" else "")
+    print(make_screenshot(args.screenshot, model=args.model, pretrained=pretrained, video=args.video,
+                          labels=args.labels, truth=truth, every=args.every))

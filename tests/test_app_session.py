@@ -51,7 +51,7 @@ def test_process_returns_both_predictions(clip):
     r = session.process(scene(0))
     assert [s.label for s in r.clip_topk][0] in LABELS and len(r.clip_topk) == len(r.tta_topk) == 2
     assert r.clip_topk[0].prob >= r.clip_topk[1].prob and 0 <= r.tta_topk[1].prob <= r.tta_topk[0].prob <= 1
-    assert r.cache_size == 1 and r.bank_size == 1 and r.cache_capacity == 3 * 3 and r.latency_ms > 0
+    assert r.cache_size == 1 and r.bank_rows == 1 and r.cache_capacity == 3 * 3 and r.latency_ms > 0
     assert r.disagree == (r.clip_label != r.tta_label)
     assert r.to_dict()["disagree"] == r.disagree
 
@@ -66,9 +66,9 @@ def test_zero_lam_gives_clip_exactly(clip):
 def test_bank_is_bounded_and_reset_forgets(clip):
     session = StreamSession(clip, LABELS, config=EngineConfig(bank_size=5))
     results = [session.process(scene(i)) for i in range(9)]
-    assert [r.bank_size for r in results] == [1, 2, 3, 4, 5, 5, 5, 5, 5]
+    assert [r.bank_rows for r in results] == [1, 2, 3, 4, 5, 5, 5, 5, 5]
     session.reset()
-    assert session.process(scene(0)).bank_size == 1
+    assert session.process(scene(0)).bank_rows == 1
 
 
 def test_reset_replays_identically(clip):
@@ -83,7 +83,7 @@ def test_set_labels_rebuilds_and_configure_switches_method(clip):
     session.process(scene(0))
     session.set_labels(["cat", "dog", "bird", "fish"])
     r = session.process(scene(0))
-    assert {s.label for s in r.clip_topk} <= {"cat", "dog", "bird", "fish"} and r.bank_size == 1
+    assert {s.label for s in r.clip_topk} <= {"cat", "dog", "bird", "fish"} and r.bank_rows == 1
     session.configure(method="zero-shot")
     r = session.process(scene(1))
     assert r.cache_capacity == 0 and r.cache_size == 0 and r.tta_topk == r.clip_topk

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from mstta.atomic import atomic_open, sweep_stale, temp_path
+from mstta.atomic import NAME_MAX, atomic_open, hidden_name, output_lock, sweep_stale, temp_path
+from mstta.errors import UserError
 
 TEMP_NAME = re.compile(r"^\.p\.csv\.(\d+)-[0-9a-f]{8}\.tmp$")
 
@@ -82,3 +83,112 @@ def test_sweep_removes_a_temp_older_than_the_live_process_owning_its_pid(tmp_pat
 
 def test_sweep_of_a_missing_folder_is_a_no_op(tmp_path):
     assert sweep_stale(tmp_path / "nope") == []
+
+
+# ---------------------------------------------------------------------- names within NAME_MAX
+@pytest.mark.parametrize("length", [200, 229, 230, 240, 254, 255])
+def test_temp_and_lock_names_of_a_long_legal_name_stay_legal(tmp_path, length):
+    """A legal 240-byte output name used to be refused ("File name too long"): the temp name adds
+    `.`, `.<pid>-<token>` and a suffix. The hidden names are cut to NAME_MAX, never the tail."""
+    target = tmp_path / ("é" * (length // 2) + "x" * (length % 2))     # 2-byte characters: cut on a boundary
+    assert len(target.name.encode()) == length
+    with atomic_open(target) as fh:
+        fh.write("whole")
+        (temp,) = [p for p in tmp_path.iterdir()]
+        assert len(temp.name.encode()) <= NAME_MAX and temp.name.endswith(".tmp")
+    assert target.read_text() == "whole" and os.listdir(tmp_path) == [target.name]
+    part = temp_path(target, ".part.mp4")
+    assert len(part.name.encode()) <= NAME_MAX and part.name.endswith(".part.mp4")
+    part.unlink()
+    with output_lock(target) as lock:
+        assert len(lock.name.encode()) <= NAME_MAX and lock.name.endswith(".mstta-lock")
+    assert os.listdir(tmp_path) == [target.name]
+
+
+def test_a_cut_temp_name_is_still_swept_when_its_process_is_gone(tmp_path):
+    dead = _dead_pid()
+    name = hidden_name("y" * 255, f".{dead}-0badc0de.tmp")
+    assert len(name.encode()) == NAME_MAX
+    (tmp_path / name).write_text("half")
+    assert sweep_stale(tmp_path) == [tmp_path / name]
+
+
+# ---------------------------------------------------------------------- one writer per output
+HOLD = """
+import sys, time
+from mstta.atomic import output_lock
+with output_lock(sys.argv[1]):
+    print("locked", flush=True)
+    time.sleep(60)
+"""
+
+
+def _holder(target):
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(target)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+def test_a_second_writer_of_one_output_is_refused_naming_the_first(tmp_path):
+    target = tmp_path / "results" / "results.json"
+    proc = _holder(target)
+    try:
+        with pytest.raises(UserError) as err:
+            with output_lock(target, "--out"):
+                pass
+        msg = str(err.value)
+        assert f"--out {target}: another mstta run (pid {proc.pid}) is writing it" in msg and "\n" not in msg
+        assert sweep_stale(target.parent) == []                      # a held lock is never swept
+    finally:
+        proc.kill()
+        proc.communicate()          # reaps it and closes its pipe
+    with output_lock(target, "--out") as lock:                      # kill -9 released it: the kernel does
+        assert lock.read_text() == f"{os.getpid()}\n"
+    assert sorted(os.listdir(tmp_path / "results")) == []           # the lock file goes with its holder
+
+
+def test_a_killed_holders_lock_file_is_swept(tmp_path):
+    target = tmp_path / "f.npz"
+    proc = _holder(target)
+    proc.kill()
+    proc.communicate()          # reaps it and closes its pipe
+    lock = tmp_path / ".f.npz.mstta-lock"
+    assert lock.is_file()                                           # kill -9 cannot remove it...
+    assert sweep_stale(tmp_path) == [lock] and os.listdir(tmp_path) == []   # ...the next run's sweep does
+
+
+def test_a_lock_makes_no_folder_that_outlives_it(tmp_path):
+    with output_lock(tmp_path / "a" / "b" / "results.json"):
+        assert (tmp_path / "a" / "b").is_dir()
+    assert os.listdir(tmp_path) == []
+
+
+def test_under_torchrun_only_rank_0_locks(tmp_path, monkeypatch):
+    proc = _holder(tmp_path / "f.npz")
+    try:
+        monkeypatch.setenv("RANK", "1")
+        with output_lock(tmp_path / "f.npz"):                        # rank 1 writes nothing itself
+            pass
+    finally:
+        proc.kill()
+        proc.communicate()          # reaps it and closes its pipe
+
+
+def test_a_folder_output_is_locked_beside_it(tmp_path):
+    """`extract --out features/` locks the folder (`.features.mstta-lock` beside it); its contents stay."""
+    folder = tmp_path / "features"
+    folder.mkdir()
+    (folder / "keep.npz").write_bytes(b"x")
+    proc = _holder(folder)
+    try:
+        assert (tmp_path / ".features.mstta-lock").is_file()
+        with pytest.raises(UserError, match=rf"--out {folder}: another mstta run \(pid {proc.pid}\)"):
+            with output_lock(folder, "--out"):
+                pass
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert sorted(os.listdir(tmp_path)) == [".features.mstta-lock", "features"]   # kill -9: the file stays...
+    with output_lock(folder, "--out"):
+        pass
+    assert sorted(os.listdir(tmp_path)) == ["features"] and os.listdir(folder) == ["keep.npz"]   # ...until the next

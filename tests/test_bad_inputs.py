@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mstta.bench import main
+from mstta.cli import main
 from mstta.safety import machine_memory
 
 N, C, D = 40, 4, 8
@@ -49,6 +49,55 @@ def _lying_header(tmp: Path) -> Path:
         zf.writestr("features.npy", head.getvalue() + b"\0" * 64)
         zf.writestr("text.npy", text.getvalue())
     return tmp / "lie.npz"
+
+
+def _npy(a: np.ndarray) -> bytes:
+    b = io.BytesIO()
+    np.save(b, a)
+    return b.getvalue()
+
+
+def _base_arrays() -> dict[str, bytes]:
+    g = np.random.default_rng(0)
+    return {"features.npy": _npy(g.standard_normal((N, D)).astype(np.float32)),
+            "text.npy": _npy(g.standard_normal((C, D)).astype(np.float32))}
+
+
+def _zip_with_flags(tmp: Path, name: str, method: int | None = None, encrypted: bool = False) -> Path:
+    """An archive whose members claim another compression method, or to be encrypted (as a hostile
+    or foreign zip tool writes them): the fields of each local and central header, patched."""
+    with zipfile.ZipFile(tmp / name, "w", zipfile.ZIP_DEFLATED) as zf:
+        for member, data in _base_arrays().items():
+            zf.writestr(member, data)
+    raw = bytearray((tmp / name).read_bytes())
+    for sig, flags_at, method_at in ((b"PK\x03\x04", 6, 8), (b"PK\x01\x02", 8, 10)):
+        i = raw.find(sig)
+        while i >= 0:
+            if encrypted:
+                raw[i + flags_at] |= 1
+            if method is not None:
+                raw[i + method_at:i + method_at + 2] = method.to_bytes(2, "little")
+            i = raw.find(sig, i + 4)
+    (tmp / name).write_bytes(bytes(raw))
+    return tmp / name
+
+
+def _bad_header(tmp: Path, header: str, name: str = "h.npz") -> Path:
+    """features.npy with a hand-written (malformed) header dict."""
+    text = header.encode("latin1")
+    text += b" " * (15 - (10 + len(text)) % 16) + b"\n"
+    arrays = _base_arrays()
+    with zipfile.ZipFile(tmp / name, "w") as zf:
+        zf.writestr("features.npy", b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text + b"\0" * (4 * N * D))
+        zf.writestr("text.npy", arrays["text.npy"])
+    return tmp / name
+
+
+def _scaled(tmp: Path, feats: float = 1.0, text: float = 1.0, dtype=np.float32) -> Path:
+    """The base file with its features and text multiplied (random signs keep every row's direction)."""
+    g = np.random.default_rng(0)
+    return _feats(tmp, features=(g.standard_normal((N, D)) * feats).astype(dtype),
+                  text=(g.standard_normal((C, D)) * text).astype(dtype))
 
 
 def _truncated(tmp: Path) -> Path:
@@ -173,8 +222,6 @@ CASES = [
     ("pickled-objects", lambda t: ["--features", _feats(t, features=np.array([object()] * N))], ["f.npz: array 'features' holds Python objects"]),
     ("lone-npy-array", lambda t: (np.save(t / "a.npy", np.ones((N, D), np.float32)), ["--features", t / "a.npy"])[1], ["a.npy: not a valid .npz"]),
     ("features-nan", lambda t: ["--features", _feats(t, features=np.full((N, D), np.nan, np.float32))], ["f.npz: array 'features' has a non-finite value at index 0"]),
-    ("features-beyond-float32", lambda t: ["--features", _feats(t, features=np.full((N, D), 1e300))],
-     ["f.npz: array 'features' has a value beyond float32's range at index 0"]),
     ("features-zero-row", lambda t: ["--features", _feats(t, features=np.zeros((N, D), np.float32))], ["f.npz: array 'features' has an all-zero row"]),
     ("labels-out-of-range", lambda t: ["--features", _feats(t, labels=np.full(N, C))], ["f.npz: array 'labels' is out of range"]),
     ("labels-float", lambda t: ["--features", _feats(t, labels=np.zeros(N))], ["f.npz: array 'labels' must be a 1-D integer array"]),
@@ -183,6 +230,64 @@ CASES = [
     ("features-is-a-folder", lambda t: ["--features", t], ["feature file is not a file"]),
     ("features-is-a-fifo", lambda t: ["--features", _fifo(t, "f.npz")], ["feature file is not a file", "f.npz"]),
     ("features-missing", lambda t: ["--features", t / "none.npz"], ["feature file not found", "none.npz"]),
+
+    # Issue 18: archives numpy cannot read, malformed headers, long integers, magnitudes, names
+    ("npz-encrypted-member", lambda t: ["--features", _zip_with_flags(t, "e.npz", encrypted=True)],
+     ["e.npz: array 'features' is encrypted; save the file with np.savez"]),
+    *[(f"npz-compression-{m}", lambda t, m=m: ["--features", _zip_with_flags(t, "z.npz", method=m)],
+       [f"z.npz: array 'features' uses zip compression method {m}, which numpy cannot read"])
+      for m in (93, 95, 97, 98, 99, 1)],
+    *[(f"npy-header-{i}", lambda t, h=h: ["--features", _bad_header(t, h)], ["h.npz: not a valid .npz"])
+      for i, h in enumerate([
+          "garbage(",                                                                   # tokenize error
+          "{'descr': '<f4', 'fortran_order': False}",                                  # no shape
+          "[1, 2]",                                                                     # not a dict
+          "{'descr': 'zz', 'fortran_order': False, 'shape': (40, 8)}",                 # bad dtype
+          "{'descr': '<f4', 'fortran_order': False, 'shape': (-1, 8)}",                # negative dimension
+          "{'descr': '<f4', 'fortran_order': False, 'shape': (40, 8.5)}",
+          "{'descr': '<f4', 'fortran_order': 3, 'shape': (40, 8)}",
+          "{'descr': '<f4', 'fortran_order': False, 'shape': (10**400, 8)}",           # an expression
+          "{'descr': '<f4', 'fortran_order': False, 'shape': (" + "9" * 5000 + ", 8)}",  # 5,000 digits
+          "{'descr': '<f4', 'fortran_order': False, 'shape': (40, 8), 'x': 1}",
+          "{'descr': '<f4', 'fortran_order': False, 'shape': ((40, 8)",
+      ])],
+    *[(f"set-long-int-{key}-{form}", lambda t, key=key, v=v: ["--features", _feats(t), "--set", f"{key}={v}"],
+       ["--set: bad value for", key])
+      for key in ("k", "bank_size", "lam", "logit_scale", "capacity")
+      for form, v in (("dec", "9" * 5000), ("neg", "-" + "9" * 5000), ("hex", "0x" + "f" * 5000),
+                      ("underscores", "1_" + "0" * 5000))],
+    ("yaml-long-int", lambda t: ["--features", _feats(t), "--config", _write(t, "c.yaml", "engine:\n  k: " + "9" * 5000 + "\n")],
+     ["c.yaml: a number has too many digits"]),
+    ("yaml-long-negative-int", lambda t: ["--features", _feats(t), "--config", _write(t, "c.yaml", "engine:\n  lam: -" + "9" * 5000 + "\n")],
+     ["c.yaml: a number has too many digits"]),
+    ("yaml-long-hex-int", lambda t: ["--features", _feats(t), "--config", _write(t, "c.yaml", "engine:\n  k: 0x" + "f" * 5000 + "\n")],
+     ["c.yaml.engine: bad value for 'k': an integer of 20,000 bits; expected an integer in [1, 256]"]),
+    ("yaml-long-int-key", lambda t: ["--features", _feats(t), "--config", _write(t, "c.yaml", "engine:\n  ? " + "9" * 5000 + "\n  : 1\n")],
+     ["c.yaml: a number has too many digits"]),
+    *[(f"set-logit-scale-{v}", lambda t, v=v: ["--features", _feats(t), "--set", f"logit_scale={v}"],
+       ["--set: bad value for 'logit_scale'", "expected a finite number in [0.001, 1e+06]"])
+      for v in ("1e-320", "5e-324", "1e-300", "1e-45", "0.0009", "-1e-320")],
+    *[(f"features-subnormal-{v}", lambda t, v=v: ["--features", _scaled(t, feats=v)],
+       ["f.npz: array 'features' has a row of subnormal values at index 0", "below float32's 1.18e-38"])
+      for v in (1e-39, 1e-42)],
+    ("features-1e-45-rounds-to-zero-or-subnormal", lambda t: ["--features", _scaled(t, feats=1e-45)],
+     ["f.npz: array 'features' has a", "at index 0"]),
+    *[(f"text-subnormal-{v}", lambda t, v=v: ["--features", _scaled(t, text=v)],
+       ["f.npz: array 'text' has a row of subnormal values at index 0"]) for v in (1e-42, 1e-40)],
+    ("features-fp16-subnormal", lambda t: ["--features", _scaled(t, feats=1e-6, dtype=np.float16)],
+     ["f.npz: array 'features' has a row of subnormal values at index 0", "float16's 6.1e-05"]),
+    ("features-one-subnormal-row-among-good", lambda t: ["--features", _feats(t, features=np.vstack(
+        [np.ones((5, D), np.float32), np.full((1, D), 1e-40, np.float32), np.ones((N - 6, D), np.float32)]))],
+     ["f.npz: array 'features' has a row of subnormal values at index 5"]),
+    ("features-3d-subnormal-view", lambda t: ["--features", _feats(t, features=np.concatenate(
+        [np.ones((N, 2, D), np.float32), np.full((N, 1, D), 1e-40, np.float32)], axis=1))],
+     ["f.npz: array 'features' has a row of subnormal values at index [0, 2]"]),
+    ("classnames-duplicate", lambda t: ["--features", _feats(t, classnames=np.array(["cat", "dog", "cat", "eel"]))],
+     ["f.npz: array 'classnames' has 'cat' twice (classes 0 and 2); give each class one name"]),
+    ("classnames-duplicate-bytes", lambda t: ["--features", _feats(t, classnames=np.array([b"a", b"b", b"c", b"b"]))],
+     ["f.npz: array 'classnames' has 'b' twice (classes 1 and 3)"]),
+    *[(f"device-{d}", lambda t, d=d: ["--features", _feats(t), "--device", d], ["--device", d, "use auto, cpu, cuda or cuda:N"])
+      for d in ("meta", "mps", "xpu", "cuda:-1", "bogus")],
 
     # Flags
     ("unknown-method", lambda t: ["--features", _feats(t), "--method", "msta"], ["--method: unknown method 'msta'"]),
@@ -232,7 +337,7 @@ def test_bad_input_one_line_exit_2_inputs_unchanged(tmp_path, capsys, build, exp
 
 def test_case_count():
     """The suite's size is part of the result (reported in the hardening report)."""
-    assert len(CASES) == len({c[0] for c in CASES}) >= 70
+    assert len(CASES) == len({c[0] for c in CASES}) >= 140
 
 
 def test_control_the_good_file_replays_and_writes(tmp_path, capsys):
@@ -281,13 +386,38 @@ def test_memory_estimate_of_the_replay_is_one_line(tmp_path, capsys, monkeypatch
 
 
 def test_real_process_stderr_is_one_line(tmp_path):
-    """Out of process: what a shell user sees for an overflowing float64 file (numpy would warn)."""
-    f = _feats(tmp_path, features=np.full((N, D), 1e300))
-    proc = subprocess.run([sys.executable, "-m", "mstta.bench", "replay", "--features", str(f), "--set", "lam=2"],
+    """Out of process: what a shell user sees for a file of subnormal float32 values."""
+    f = _scaled(tmp_path, feats=1e-40)
+    proc = subprocess.run([sys.executable, "-m", "mstta.cli", "replay", "--features", str(f), "--set", "lam=2"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr == f"mstta-bench: error: {f}: array 'features' has a value beyond float32's range at index 0; " \
-                          "features must be finite float32 values (CLIP's are near 1)\n"
+    assert proc.stderr == f"mstta-bench: error: {f}: array 'features' has a row of subnormal values at index 0 " \
+                          "(all below float32's 1.18e-38); too small to carry a direction: save the features at " \
+                          "their usual scale (CLIP's are near 1) or as float64\n"
+
+
+@pytest.mark.parametrize("feats,text,dtype", [(1e-300, 1, np.float64), (1e-45, 1, np.float64), (1e20, 1, np.float32),
+                                              (3e38, 1, np.float32), (1, 1e25, np.float32), (1, 1e-300, np.float64),
+                                              (1e300, 1e300, np.float64), (1e-30, 1e30, np.float32)])
+def test_any_finite_scale_gives_the_unit_scale_predictions(tmp_path, capsys, feats, text, dtype):
+    """Magnitudes that used to under/overflow when normalised (every sample the same prediction):
+    rows are normalised scale-invariantly, so the predictions equal those of the file at scale 1."""
+    g = np.random.default_rng(0)
+    f = g.standard_normal((N, D))
+    f = f / np.abs(f).max(-1, keepdims=True)                    # |values| <= 1: x 3e38 stays finite in float32
+    t = g.standard_normal((C, D))
+    t = t / np.abs(t).max(-1, keepdims=True)
+    unit = tmp_path / "unit"
+    scaled = tmp_path / "scaled"
+    unit.mkdir()
+    scaled.mkdir()
+    _feats(unit, features=f.astype(np.float32), text=t.astype(np.float32))
+    _feats(scaled, features=(f * feats).astype(dtype), text=(t * text).astype(dtype))
+    for folder in (unit, scaled):
+        code, _, err, _ = run_case(folder, capsys, ["--features", folder / "f.npz", "--out", folder / "p.npy"])
+        assert code == 0, err
+    want, got = np.load(unit / "p.npy"), np.load(scaled / "p.npy")
+    assert len(set(want.tolist())) > 1 and np.array_equal(got, want)
 
 
 def test_machine_memory_is_known():

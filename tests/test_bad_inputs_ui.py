@@ -15,6 +15,7 @@ import json
 import re
 import struct
 import time
+import urllib.error
 import urllib.request
 import uuid
 import zlib
@@ -203,12 +204,12 @@ def test_anonymous_sessions_cannot_pile_up_engines(server):
     before = peak_mb(server.proc.pid)
     big = ["ms-tta", 2, 0.8, 1.0, 3, 65536]
     for _ in range(40):
-        status, outputs = call(server.url, "apply_settings", ["\n".join(LABELS), "", *big, None])
-        assert status == "error" and "greater than maximum" in str(outputs), outputs   # the control's own bound
+        status, outputs = call(server.url, "apply_settings", [None, "\n".join(LABELS), "", *big])
+        assert status == "complete" and "Bank size (features): 65536 is out of range" in status_of(outputs), outputs
     # valid anonymous calls: each is a new session; at most MAX_SESSIONS keep an engine
     dropped_before = sum("session dropped" in line for line in server.stderr)
     for _ in range(40):
-        status, outputs = call(server.url, "apply_settings", ["\n".join(LABELS), "", *SETTINGS, None])
+        status, outputs = call(server.url, "apply_settings", [None, "\n".join(LABELS), "", *SETTINGS])
         assert status == "complete" and status_of(outputs).startswith("Ready: 3 classes"), outputs
     dropped = sum("session dropped" in line for line in server.stderr) - dropped_before
     assert dropped >= 40 - MAX_SESSIONS, f"only {dropped} of 40 anonymous sessions were dropped"
@@ -245,7 +246,8 @@ def test_a_video_declaring_frames_above_the_limit_is_refused(server, tmp_path):
     writer.release()
     before = peak_mb(server.proc.pid)
     video = file_data(upload(server.url, "huge.avi", path.read_bytes()), "huge.avi")
-    status, outputs = call(server.url, "process_video", [video, None, 1, False, "\n".join(LABELS), "", *SETTINGS])
+    status, outputs = call(server.url, "process_video", [video, None, 1, False, False, "\n".join(LABELS), "",
+                                                         *SETTINGS])
     assert status == "complete" and "5000x4000" in status_of(outputs) and "above the limit" in status_of(outputs), \
         outputs
     assert peak_mb(server.proc.pid) - before < GROWTH_MB
@@ -259,7 +261,7 @@ def test_the_bank_bound_is_said_in_the_control(server):
 
 def test_an_anonymous_sessions_state_is_freed_after_its_time_to_live(server):
     mine = f"ttl-{uuid.uuid4().hex}"
-    status, _ = call(server.url, "apply_settings", ["\n".join(LABELS), "", *SETTINGS, None], session_hash=mine)
+    status, _ = call(server.url, "apply_settings", [None, "\n".join(LABELS), "", *SETTINGS], session_hash=mine)
     assert status == "complete"
     started = time.monotonic()
     deadline = started + 30   # --session-ttl 10, checked every second by Gradio
@@ -269,6 +271,128 @@ def test_an_anonymous_sessions_state_is_freed_after_its_time_to_live(server):
     assert time.monotonic() - started > 5, "freed long before its time to live"
 
 
+# ---------------------------------------------------------------------------- Gradio-level requests (issue 18)
+L = "\n".join(LABELS)
+REPO_FILE = str(Path(__file__).resolve().parent.parent / "app" / "cli.py")
+
+
+def apply_with(*, truth=None, labels=L, template="", method="ms-tta", k=2, alpha=0.8, lam=1.0, q=3, bank=4096):
+    return [truth, labels, template, method, k, alpha, lam, q, bank]
+
+
+# name -> (endpoint, data, what the client is told: "status" (a page whose status says it) or "error")
+GRADIO_CASES = {
+    "arity_too_few": ("apply_settings", [None, L], "error",
+                      "expected 9 input values (truth, labels, template, method, k, alpha, lam, capacity, bank)"),
+    "arity_too_many": ("apply_settings", apply_with() + [1, 2], "error", "expected 9 input values"),
+    "arity_none": ("process_frame", [], "error", "expected 10 input values (image, keep, labels"),
+    "k_abc": ("apply_settings", apply_with(k="abc"), "status", "k (mean-shift neighbours): 'abc' is not a number"),
+    "k_float": ("apply_settings", apply_with(k=1.5), "status", "k (mean-shift neighbours): 1.5 is not a whole"),
+    "k_huge_int": ("apply_settings", apply_with(k=10**400), "status", "k (mean-shift neighbours)"),
+    "alpha_NaN": ("apply_settings", apply_with(alpha="NaN"), "status", "α (mean-shift weight): 'NaN' is not a finite"),
+    "alpha_bool": ("apply_settings", apply_with(alpha=True), "status", "α (mean-shift weight): expected a number"),
+    "lam_null": ("apply_settings", apply_with(lam=None), "status", "λ (cache weight): enter a number"),
+    "lam_100": ("apply_settings", apply_with(lam=100), "status", "λ (cache weight): 100 is out of range"),
+    "q_list": ("apply_settings", apply_with(q=[3]), "status", "Q (cache size per class): expected a number, got list"),
+    "q_object": ("apply_settings", apply_with(q={"v": 3}), "status", "Q (cache size per class): expected a number"),
+    "bank_0": ("apply_settings", apply_with(bank=0), "status", "Bank size (features): 0 is out of range"),
+    "bank_minus_5": ("apply_settings", apply_with(bank=-5), "status", "Bank size (features): -5 is out of range"),
+    "bank_20000": ("apply_settings", apply_with(bank=20000), "status", "Bank size (features): 20000 is out of range"),
+    "labels_number": ("apply_settings", apply_with(labels=5), "status", "Labels"),
+    "labels_list": ("apply_settings", apply_with(labels=["a", "b"]), "status", "Labels: only one class name"),
+    "method_unknown": ("apply_settings", apply_with(method="nope"), "error", "Method"),
+    "method_list": ("apply_settings", apply_with(method=["ms-tta"]), "status", "Method: expected text, got list"),
+    "file_etc_passwd": ("apply_settings", apply_with(truth=file_data("/etc/passwd", "passwd")), "error",
+                        "/etc/passwd was not uploaded here"),
+    "file_dotdot_hostname": ("apply_settings", apply_with(truth=file_data("../../etc/hostname", "hostname")), "error",
+                             "was not uploaded here"),
+    "file_project_source": ("process_video", [file_data(REPO_FILE, "cli.py"), None, 1, False, False, L, "",
+                                              *SETTINGS], "error", "cli.py was not uploaded here"),
+    "file_not_filedata": ("apply_settings", apply_with(truth={"path": 3}), "error", "a file input must be a FileData"),
+    "file_a_string": ("apply_settings", apply_with(truth="/etc/passwd"), "error", "a file input must be a FileData"),
+    "frame_etc_shadow": ("process_frame", [file_data("/etc/shadow", "x.png"), False, L, "", *SETTINGS], "error",
+                         "was not uploaded here"),
+}
+HTTP_CASES = ["unknown_api_name", "bogus_event_id", "dropped_upload", "json_not_json", "data_not_a_list"]
+CSV_CASES = ["truth_field_200kb", "truth_field_5kb", "truth_nul_bytes", "truth_binary"]
+
+
+@pytest.mark.parametrize("name", list(GRADIO_CASES))
+def test_gradio_level_bad_requests_are_one_line_and_a_clear_message(server, name):
+    api, data, kind, message = GRADIO_CASES[name]
+    lines, before = refused_lines(server), len(server.stderr)
+    status, outputs = call(server.url, api, data)
+    if kind == "status":   # reached the handler: a page whose status names the control
+        assert status == "complete" and status_of(outputs).startswith("⚠️") and message in status_of(outputs), outputs
+    else:                  # refused before the handler: the client gets the one line as its error
+        assert status == "error" and message in str(outputs.get("error")), outputs
+    time.sleep(0.3)
+    assert refused_lines(server) == lines + 1, f"one server line per refusal: {server.stderr[before:]}"
+    assert not any("Traceback" in line or line.startswith("  File ") for line in server.stderr[before:])
+
+
+def raw(url: str, method: str, path: str, body: bytes | None = None, headers: dict | None = None):
+    req = urllib.request.Request(f"{url}{path}", data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read().decode(errors="replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace")
+
+
+def dropped_upload(url: str) -> tuple[int, str]:
+    """A multipart upload announcing 1 MB, cut off after 5 KB (the client goes away)."""
+    import socket
+
+    host, port = url.split("//")[1].rstrip("/").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(b"POST /gradio_api/upload HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=XX"
+                  b"\r\nContent-Length: 1000000\r\n\r\n--XX\r\nContent-Disposition: form-data; name=\"files\"; "
+                  b'filename="a.png"\r\n\r\n' + b"x" * 5000)
+    return 0, "dropped"
+
+
+@pytest.mark.parametrize("name", HTTP_CASES)
+def test_http_level_bad_requests_answer_and_log_without_traceback(server, name):
+    before = len(server.stderr)
+    if name == "unknown_api_name":
+        code, text = raw(server.url, "POST", "gradio_api/call/no_such_api", b'{"data": []}',
+                         {"Content-Type": "application/json"})
+        assert code == 404 and "no such API endpoint" in text, (code, text)
+    elif name == "bogus_event_id":
+        code, text = raw(server.url, "GET", "gradio_api/call/apply_settings/not-an-event")
+        assert "event: error" in text or code == 404, (code, text)
+    elif name == "dropped_upload":
+        dropped_upload(server.url)
+    elif name == "json_not_json":
+        code, _ = raw(server.url, "POST", "gradio_api/call/reset", b"{not json", {"Content-Type": "application/json"})
+        assert code == 422
+    else:
+        code, _ = raw(server.url, "POST", "gradio_api/call/reset", b'{"data": 5}', {"Content-Type": "application/json"})
+        assert code == 422
+    time.sleep(0.5)
+    new = server.stderr[before:]
+    assert not any("Traceback" in line or line.startswith("  File ") or line.startswith("ERROR") for line in new), new
+    assert len([line for line in new if "Warning" not in line and "pd." not in line]) <= 1, new
+    status, outputs = frame_call(server.url, file_data(upload(server.url, "ok.png", small_png()), "ok.png"))
+    assert status == "complete", "the server still serves"
+
+
+@pytest.mark.parametrize("name", CSV_CASES)
+def test_bad_truth_files_are_one_line_never_internal_error(server, name):
+    data = {"truth_field_200kb": b"0,10," + b"a" * 200_000 + b"\n",       # over the csv module's 131,072 limit
+            "truth_field_5kb": b"0,10," + b"a" * 5_000 + b"\n",           # within it, but no class name is that long
+            "truth_nul_bytes": b"0,10,red\x00circle\n",
+            "truth_binary": bytes(range(256)) * 20}[name]
+    truth = file_data(upload(server.url, f"{name}.csv", data), f"{name}.csv")
+    lines = refused_lines(server)
+    status, outputs = call(server.url, "apply_settings", apply_with(truth=truth))
+    text = status_of(outputs)
+    assert status == "complete" and text.startswith("⚠️") and "Internal error" not in text, text
+    assert "Ground truth" in text or "ground-truth" in text, text
+    assert refused_lines(server) == lines + 1 or "missing from the labels" in text
+
+
 def test_the_table_names_every_case():
     """The suite's size, for the report: each name is one case above."""
-    assert len(CASES) == 17
+    assert len(CASES) == 17 and len(GRADIO_CASES) == 25 and len(HTTP_CASES) == 5 and len(CSV_CASES) == 4

@@ -8,11 +8,11 @@ import shutil
 
 import numpy as np
 import pytest
-from helpers_cli import run_bench
+from helpers_cli import default_model_dir, run_bench
 from helpers_data import make_fake_dataset
 
-from mstta.bench import main
 from mstta.benchmark import runner
+from mstta.cli import main
 from mstta.features import load_features
 from mstta.methods import list_methods
 from mstta.replay import replay
@@ -20,7 +20,8 @@ from mstta.replay import replay
 DATASETS = ("imagenet_a", "dtd")
 # every method on both datasets, plus the +boost reading predicting from the original image on the
 # OOD dataset (on dtd it would repeat ms-tta+boost, whose view mode there is already `original`)
-CELLS = {(d, m) for d in DATASETS for m in list_methods()} | {("imagenet_a", "ms-tta+boost@original")}
+CELLS = {(d, m) for d in DATASETS for m in list_methods()} | {("imagenet_a", "ms-tta+boost@original"),
+                                                               ("imagenet_a", "baseline+boost@original")}
 N = len(CELLS)
 
 
@@ -50,7 +51,7 @@ def bench(tmp_path_factory):
 
 def test_every_cell_recorded_with_its_settings(bench):
     runs = bench["data"]["runs"]
-    assert len(runs) == N == 19
+    assert len(runs) == N == 20
     assert {(r["dataset"], r["method"]) for r in runs} == CELLS
     for r in runs:
         assert {"dataset", "backbone", "pretrained", "method", "seed", "accuracy", "zero_shot_accuracy", "fps",
@@ -75,9 +76,9 @@ def test_every_cell_recorded_with_its_settings(bench):
 
 def test_one_feature_file_per_dataset_and_accuracy_matches_replay(bench):
     files = sorted(p.relative_to(bench["store"]).as_posix() for p in bench["store"].rglob("*.npz"))
-    assert files == ["mstta-tiny-none-fp32/dtd/views4-crop-seed1.npz",
-                     "mstta-tiny-none-fp32/imagenet_a/views4-augmix-seed1.npz",
-                     "mstta-tiny-none-fp32/imagenet_a/views4-crop-seed1.npz"]
+    model = default_model_dir()                          # mstta-tiny-none-fp32 on a CPU, -fp16 on a GPU
+    assert files == [f"{model}/dtd/views4-crop-seed1.npz", f"{model}/imagenet_a/views4-augmix-seed1.npz",
+                     f"{model}/imagenet_a/views4-crop-seed1.npz"]
     run = next(r for r in bench["data"]["runs"] if r["dataset"] == "imagenet_a" and r["method"] == "ms-tta")
     fs = load_features(run["features"])
     assert fs.num_views == 4 and fs.num_samples == 9 and fs.classnames[0] == "class_0 name"
@@ -109,7 +110,7 @@ def test_report_files(bench):
     pngs = sorted(p.name for p in (out / "plots").rglob("*.png"))
     assert pngs == ["dtd-seed1.png", "imagenet_a-seed1.png"]
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in (out / "plots").rglob("*.png"))
-    assert len(bench["data"]["efficiency"]) == len(list_methods()) + 1       # timed on imagenet_a
+    assert len(bench["data"]["efficiency"]) == len(list_methods()) + 2       # timed on imagenet_a
     eff = {e["method"]: e for e in bench["data"]["efficiency"]}
     assert eff["zero-shot"]["views"] == 1 and eff["tda"]["views"] == 4 and eff["ms-tta"]["fps"] > 0
 
@@ -194,7 +195,7 @@ def test_dry_run_lists_and_writes_nothing(bench, tmp_path, capsys):
     assert "eurosat:" in text and "data MISSING" in text
     assert "views4-augmix-seed1.npz); zero-shot to run, tda to run, ms-tta to run" in text
     assert "views4-crop-seed1.npz); boostadapter to run, ms-tta+boost to run" in text
-    assert "features to extract" in text and f"{len(list_methods()) * 2 + 1} cell(s) to run" in text
+    assert "features to extract" in text and f"{len(list_methods()) * 2 + 2} cell(s) to run" in text
     assert not out.exists() and not store.exists()
     code, text, _ = _run(capsys, *_argv(bench["root"], bench["out"], bench["store"], "--dry-run"))
     assert "features cached" in text and "ms-tta done" in text and "0 cell(s) to run" in text
@@ -206,8 +207,9 @@ def test_dry_run_lists_and_writes_nothing(bench, tmp_path, capsys):
     (["--backbone", "ViT-Q-99"], "--backbone ViT-Q-99: unknown architecture"),
     (["--pretrained", "/nope/ckpt.pt"], "--pretrained /nope/ckpt.pt: checkpoint file not found"),
     (["--pretrained", "laion9"], "--pretrained laion9: 'laion9' is not a known pretrained tag for mstta-tiny"),
-    (["--seeds", "1,x"], "--seeds: 'x' is not an integer"),
-    (["--seeds", "-1"], "--seeds: '-1' is negative"),
+    (["--seeds", "1,x"], "--seeds 'x': expected an integer seed in [0, 2^63 - 1]"),
+    (["--seeds", "-1"], "--seeds '-1': expected an integer seed"),
+    (["--seeds", str(2**63)], f"--seeds '{2**63}': expected an integer seed"),
     (["--seeds", "1,,2"], "--seeds"),
     (["--set", "kk=1"], "unknown key 'kk'"),
     (["--views", "0"], "--views 0"),
@@ -238,7 +240,7 @@ def test_several_seeds_extract_per_seed_and_report_mean_std(bench, tmp_path, cap
     code, _, err = _run(capsys, *_argv(bench["root"], out, bench["store"], "--datasets", "imagenet_a",
                                        "--methods", "boostadapter,ms-tta", "--seeds", "1,2,3", "--fps-samples", "0"))
     assert code == 0, err
-    assert sorted(p.name for p in (bench["store"] / "mstta-tiny-none-fp32" / "imagenet_a").glob("*.npz")) == [
+    assert sorted(p.name for p in (bench["store"] / default_model_dir() / "imagenet_a").glob("*.npz")) == [
         f"views4-{kind}-seed{s}.npz" for kind in ("augmix", "crop") for s in (1, 2, 3)]
     runs = json.loads((out / "results.json").read_text())["runs"]
     assert sorted((r["method"], r["seed"]) for r in runs) == [(m, s) for m in ("boostadapter", "ms-tta") for s in (1, 2, 3)]

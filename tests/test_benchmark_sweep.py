@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from synthetic import make_stream
 
-from mstta.bench import main
 from mstta.benchmark.store import Backbone, FeatureKey
 from mstta.benchmark.sweep import expand, parse_param
+from mstta.cli import main
 from mstta.errors import UserError
 from mstta.features import save_features
 
@@ -96,8 +96,10 @@ def test_ms_steps_zero_is_the_baseline(store, tmp_path, capsys):
     code, _, err = _sweep(capsys, store, out, "--param", "ms_steps=0,1,2", "--datasets", "oxford_flowers")
     assert code == 0, err
     runs = json.loads((out / "sweep_ms_steps.json").read_text())["runs"]
-    # the default sweep runs the +boost reading; its ms_steps=0 is the baseline on the same pipeline
-    assert {r["value"]: r["method"] for r in runs} == {0: "baseline+boost", 1: "ms-tta+boost", 2: "ms-tta+boost"}
+    # the default sweep runs the reading held against the paper on OOD (the +boost pipeline predicting from
+    # the original image); its ms_steps=0 is the baseline on the same pipeline and path
+    assert {r["value"]: r["method"] for r in runs} == {0: "baseline+boost@original", 1: "ms-tta+boost@original",
+                                                       2: "ms-tta+boost@original"}
     md = (out / "sweep_ms_steps.md").read_text()
     assert "|  | paper | 72.23 | 65.81 | 12.33 |" in md      # the paper's baseline row: Flowers, average, FPS
     out2 = tmp_path / "tda-reading"
@@ -140,7 +142,7 @@ def test_sweep_dry_run_and_errors(store, tmp_path, capsys):
     out = tmp_path / "results"
     code, text, err = _sweep(capsys, store, out, "--param", "alpha=0,0.5,1", "--datasets", "imagenet_a", "--dry-run")
     assert code == 0, err
-    assert "features cached" in text and "sweep alpha = 0, 0.5, 1 with ms-tta+boost: 3 cell(s) to run" in text
+    assert "features cached" in text and "sweep alpha = 0, 0.5, 1 with ms-tta+boost@original: 3 cell(s) to run" in text
     assert not out.exists()
     for extra, message in ((["--param", "k=0,2"], "bad value for 'k'"),
                            (["--param", "k=2", "--method", "nope"], "unknown method 'nope'; choose from: zero-shot,"),
@@ -151,3 +153,19 @@ def test_sweep_dry_run_and_errors(store, tmp_path, capsys):
         code, _, err = _sweep(capsys, store, out, *extra)
         assert code == 2 and err.count("\n") == 1 and message in err, err
     assert not out.exists()
+
+
+def test_the_imagenet_a_ablation_predicts_from_the_original_image(tmp_path, capsys):
+    """Issue 18: the ablation sweeps on ImageNet-A follow the path held against the paper on OOD
+    (its λ = 0 equals CLIP on the original image), not the confident views of the dataset's config."""
+    store, out = tmp_path / "features", tmp_path / "results"
+    _stream(store, "imagenet_a", views=4, augment="crop")
+    code, _, err = _sweep(capsys, store, out, "--param", "lam=0,1", "--datasets", "imagenet_a", "--views", "4")
+    assert code == 0, err
+    runs = {r["value"]: r for r in json.loads((out / "sweep_lam.json").read_text())["runs"]}
+    assert {r["method"] for r in runs.values()} == {"ms-tta+boost@original"}
+    assert all(r["view_mode"] == "original" and r["protocol"] == "original image" for r in runs.values())
+    assert runs[0]["accuracy"] == runs[0]["zero_shot_accuracy"]            # λ = 0 is CLIP on the original image
+    md = (out / "sweep_lam.md").read_text()
+    assert "## MS-TTA + boost (original image) · ViT-B-16" in md
+    assert md.count("|  | paper | 49.86 |") == 1 and md.count("|  | paper | 64.63 |") == 1   # λ = 0 and λ = 1 rows

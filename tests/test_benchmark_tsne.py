@@ -6,9 +6,9 @@ import pytest
 import torch
 from synthetic import make_stream
 
-from mstta.bench import main
 from mstta.benchmark.plots import pick_classes, running_accuracy
 from mstta.benchmark.store import Backbone, FeatureKey
+from mstta.cli import main
 from mstta.config import EngineConfig
 from mstta.engine import Engine
 from mstta.features import save_features

@@ -93,7 +93,7 @@ def test_missing_required_flag_and_no_command(capsys):
 def test_console_script_no_traceback(tmp_path):
     bad = tmp_path / "bad.npz"
     np.savez(bad, features=np.full((3, 4), np.nan, dtype=np.float32), text=np.eye(4, dtype=np.float32)[:2])
-    proc = subprocess.run([sys.executable, "-m", "mstta.bench", "replay", "--features", str(bad)],
+    proc = subprocess.run([sys.executable, "-m", "mstta.cli", "replay", "--features", str(bad)],
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
@@ -104,14 +104,14 @@ def test_console_script_no_traceback(tmp_path):
 def test_a_command_with_a_missing_package_breaks_only_itself(tmp_path, feats, capsys, monkeypatch):
     import importlib
 
-    import mstta.bench as bench
+    import mstta.cli as cli
     real = importlib.import_module
 
     def fake(name, *a):
         if name == "mstta.commands.tsne":
             raise ModuleNotFoundError("No module named 'sklearn'", name="sklearn")
         return real(name, *a)
-    monkeypatch.setattr(bench.importlib, "import_module", fake)
+    monkeypatch.setattr(cli.importlib, "import_module", fake)
     code, _, err = _run(capsys, "replay", "--features", str(feats))
     assert code == 0, err
     code, _, err = _run(capsys, "tsne", "--dataset", "dtd")

@@ -1,10 +1,26 @@
 """Configs: YAML onto dataclasses, unknown keys rejected by name, overrides typed and validated."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import torch
 
 from mstta import UserError, load_dataset_config
-from mstta.config import CONFIG_DIR
+from mstta.config import (
+    CONFIG_DIR,
+    MAX_BANK_SIZE,
+    MAX_CAPACITY,
+    MAX_K,
+    MAX_MS_STEPS,
+    MAX_VIEWS,
+    MAX_WEIGHT,
+    MIN_LOGIT_SCALE,
+    BenchConfig,
+    EngineConfig,
+    check_seed,
+    parse_overrides,
+)
 
 DATASETS = ["imagenet", "imagenet_a", "imagenet_v2", "imagenet_r", "imagenet_sketch", "fgvc_aircraft",
             "caltech101", "stanford_cars", "dtd", "eurosat", "oxford_flowers", "food101", "oxford_pets",
@@ -59,17 +75,6 @@ def test_unknown_yaml_key_names_section_and_allowed(tmp_path):
     with pytest.raises(UserError, match="config file not found"):
         load_dataset_config(tmp_path / "missing.yaml")
 
-
-from mstta.config import (  # noqa: E402
-    MAX_BANK_SIZE,
-    MAX_CAPACITY,
-    MAX_K,
-    MAX_MS_STEPS,
-    MAX_VIEWS,
-    MAX_WEIGHT,
-    BenchConfig,
-    EngineConfig,
-)
 
 BOUNDS = [("k", MAX_K, 1), ("ms_steps", MAX_MS_STEPS, 1), ("capacity", MAX_CAPACITY, 1),
           ("neg_capacity", MAX_CAPACITY, 1), ("delta", MAX_CAPACITY, 0), ("bank_size", MAX_BANK_SIZE, 1),
@@ -133,3 +138,37 @@ def test_bad_values_in_a_file_name_the_file_and_section(tmp_path):
     p.write_text("bench:\n  views: 100000\n")
     with pytest.raises(UserError, match=r"c.yaml.bench: bad value for 'views': 100000"):
         load_dataset_config(p)
+
+
+@pytest.mark.parametrize("value,ok", [(0, True), ("7", True), (2**63 - 1, True), (str(2**63 - 1), True),
+                                      (2**63, False), (str(2**63), False), (2**64, False), (-1, False), ("-1", False),
+                                      ("9" * 5000, False), (True, False), (1.0, False), ("1e3", False), ("x", False)])
+def test_seeds_fit_torch_generators(value, ok):
+    """Seeds >= 2^63 used to crash torch.Generator.manual_seed with a traceback."""
+    if ok:
+        seed = check_seed(value, "--seed")
+        assert seed == int(value)
+        torch.Generator().manual_seed(seed)
+    else:
+        with pytest.raises(UserError, match=r"^--seed .*: expected an integer seed in \[0, 2\^63 - 1\]"):
+            check_seed(value, "--seed")
+
+
+def test_logit_scale_lower_bound_is_documented_and_inclusive():
+    assert EngineConfig(logit_scale=MIN_LOGIT_SCALE).logit_scale == MIN_LOGIT_SCALE
+    for bad in (1e-320, 5e-324, MIN_LOGIT_SCALE / 2):
+        with pytest.raises(UserError, match="logit_scale"):
+            EngineConfig(logit_scale=bad)
+    assert "`logit_scale` | finite, 0.001 … 10⁶" in (Path(__file__).parent.parent / "docs" / "limits.md").read_text()
+
+
+def test_overrides_parse_once_into_a_mapping_that_loads_alike():
+    """`--set` strings are parsed in one place; the parsed mapping gives the same config."""
+    pairs = ["k=4", "alpha=0.5", "views=8", "bank_size=none"]
+    assert load_dataset_config(None, parse_overrides(pairs)) == load_dataset_config(None, pairs)
+
+
+def test_an_integer_of_20000_bits_is_shown_short():
+    with pytest.raises(UserError) as err:
+        load_dataset_config(None, ["k=0x" + "f" * 5000])
+    assert "an integer of 20,000 bits" in str(err.value) and len(str(err.value)) < 200

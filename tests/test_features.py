@@ -98,7 +98,8 @@ def write_npy_member(path, name, header: dict, payload: bytes):
     (np.ones((3, 0, 4), np.float32), np.eye(4, dtype=np.float32)[:2], "N, V, d >= 1, got shape (3, 0, 4)"),
     (np.ones((0, 4), np.float32), np.eye(4, dtype=np.float32)[:2], "N, V, d >= 1, got shape (0, 4)"),
     (np.ones((3, 4), np.float32), np.eye(4, dtype=np.float32)[:1], "C >= 2 classes"),
-    (np.ones((3, 4), np.float64) * 1e300, np.eye(4)[:2], "'features' has a value beyond float32's range at index 0"),
+    (np.ones((3, 4), np.float32) * 1e-40, np.eye(4, dtype=np.float32)[:2], "'features' has a row of subnormal values at index 0"),
+    (np.ones((3, 4), np.float32), np.eye(4, dtype=np.float32)[:2] * 1e-42, "'text' has a row of subnormal values at index 0"),
     (np.ones((3, 4), np.complex64), np.eye(4, dtype=np.float32)[:2], "got complex64"),
 ])
 def test_dtypes_and_empty_axes_refused(tmp_path, recwarn, features, text, message):
@@ -154,3 +155,27 @@ def test_archives_that_are_not_feature_files(tmp_path, write, message):
         write(fh)
     with pytest.raises(UserError, match=message):
         load_features(p)
+
+
+@pytest.mark.parametrize("scale,dtype", [(1e-300, np.float64), (1e300, np.float64), (3e38, np.float32),
+                                         (1e-37, np.float32), (1e20, np.float32), (6e4, np.float16)])
+def test_rows_are_normalised_at_any_finite_scale(tmp_path, scale, dtype):
+    """Scale-invariant normalisation: the unit rows of a file at 1e-300 or 3e38 equal those at scale 1."""
+    g = np.random.default_rng(3)
+    f = g.standard_normal((6, 2, 4))
+    f /= np.abs(f).max(-1, keepdims=True)
+    text = (np.eye(4)[:3] + 0.1) / 1.1
+    np.savez(tmp_path / "one.npz", features=f.astype(dtype), text=text.astype(dtype))
+    np.savez(tmp_path / "big.npz", features=(f * scale).astype(dtype), text=(text * scale).astype(dtype))
+    one, big = load_features(tmp_path / "one.npz"), load_features(tmp_path / "big.npz")
+    tol = 1e-3 if dtype == np.float16 else 1e-6
+    assert torch.allclose(big.features.double(), one.features.double(), atol=tol)
+    assert torch.allclose(big.text, one.text, atol=tol)
+    assert torch.allclose(big.features.double().norm(dim=-1), torch.ones(6, 2, dtype=torch.float64), atol=tol)
+
+
+def test_the_shared_tiny_clip_is_loaded_once(tiny_clip, request):
+    """tests/conftest.py's session fixture: one model object for every test that asks for it."""
+    assert request.getfixturevalue("tiny_clip") is tiny_clip
+    assert (tiny_clip.name, tiny_clip.pretrained, tiny_clip.precision, str(tiny_clip.device)) == \
+        ("mstta-tiny", "none", "fp32", "cpu")

@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -54,7 +56,7 @@ def world(tmp_path_factory):
 
 
 def run_bench_plain(*argv) -> int:
-    from mstta.bench import main
+    from mstta.cli import main
 
     return main([str(a) for a in argv])
 
@@ -97,6 +99,32 @@ CASES = [
     ("tsne-out-folder", ["tsne", "--features", "T/feat.npz", "--out", "T/dir.png"], "is a folder"),
     ("tsne-store-fifo", ["tsne", "--dataset", "PHOTOS", "--backbone", "mstta-tiny", "--store", "T/fifo_dir",
                          "--out", "T/t.png"], "--store"),
+    # issue 18: seeds past torch's 64-bit generator, long integers, devices that hold no data
+    *[(f"run-seeds-{name}", ["run", "--data-root", "DATA", *RUN, "--out", "T/r", "--store", "T/st", "--seeds", v],
+       "--seeds") for name, v in (("2^63", str(2**63)), ("2^64", str(2**64)), ("in-a-list", f"1,{2**63}"),
+                                  ("5000-digits", "9" * 5000), ("negative", "-1"))],
+    ("sweep-seeds-2^63", ["sweep", "--param", "k=2", "--data-root", "DATA", *RUN[:-2], "--out", "T/r",
+                          "--store", "T/st", "--seeds", str(2**63)], "--seeds"),
+    ("tsne-class-seed-2^63", ["tsne", "--features", "T/feat.npz", "--out", "T/t.png", "--class-seed", str(2**63)],
+     "--class-seed"),
+    ("tsne-class-seed-negative", ["tsne", "--features", "T/feat.npz", "--out", "T/t.png", "--class-seed", "-1"],
+     "--class-seed"),
+    ("tsne-seed-2^63", ["tsne", "--dataset", "PHOTOS", "--backbone", "mstta-tiny", "--store", "T/st",
+                        "--out", "T/t.png", "--seed", str(2**63)], "--seed"),
+    ("tsne-set-long-int", ["tsne", "--features", "T/feat.npz", "--out", "T/t.png", "--set", "k=" + "9" * 5000],
+     "bad value for 'k'"),
+    ("run-set-long-int", ["run", "--data-root", "DATA", *RUN, "--out", "T/r", "--store", "T/st",
+                          "--set", "capacity=" + "9" * 5000], "bad value for 'capacity'"),
+    ("run-set-logit-scale-1e-320", ["run", "--data-root", "DATA", *RUN, "--out", "T/r", "--store", "T/st",
+                                    "--set", "logit_scale=1e-320"], "bad value for 'logit_scale'"),
+    ("sweep-param-long-int", ["sweep", "--param", "k=2," + "9" * 5000, "--data-root", "DATA", *RUN[:-2],
+                              "--out", "T/r", "--store", "T/st"], "--param"),
+    ("sweep-param-long-hex", ["sweep", "--param", "k=0x" + "f" * 5000, "--data-root", "DATA", *RUN[:-2],
+                              "--out", "T/r", "--store", "T/st"], "bad value for 'k'"),
+    ("run-device-meta", ["run", "--data-root", "DATA", *RUN, "--out", "T/r", "--store", "T/st", "--device", "meta"],
+     "--device meta: holds no data"),
+    ("tsne-device-meta", ["tsne", "--dataset", "PHOTOS", "--backbone", "mstta-tiny", "--store", "T/st",
+                          "--out", "T/t.png", "--device", "meta"], "--device meta: holds no data"),
 ]
 
 
@@ -113,6 +141,7 @@ def test_outputs_never_replace_inputs_or_special_files(world, capsys, argv, expe
     assert _digest(t) == before                       # every input (and everything else) byte-identical
     assert (t / "victim.txt").read_text() == "precious\n"
     assert not (t / "s").exists() and not (t / "r").exists() and not (t / "t.png").exists()
+    assert not (t / "st").exists()
 
 
 def test_one_class_folder_refused_at_extraction(tmp_path, capsys):
@@ -182,3 +211,84 @@ def test_dead_runs_leftovers_swept_before_writing(world, tmp_path, capsys):
                              "--no-progress", "--fps-samples", "0", "--no-plots")
     assert code == 0, err
     assert not stale.exists() and (results / "results.json").is_file()
+
+
+HOLD = """
+import sys, time
+from mstta.atomic import output_lock
+with output_lock(sys.argv[1]):
+    print("locked", flush=True)
+    time.sleep(120)
+"""
+
+
+@pytest.fixture
+def holder():
+    """Start a process holding `output_lock` on a path (as a concurrent run does); killed afterwards."""
+    procs = []
+
+    def start(target: Path) -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, "-c", HOLD, str(target)], stdout=subprocess.PIPE, text=True)
+        assert proc.stdout.readline().strip() == "locked"
+        procs.append(proc)
+        return proc
+    yield start
+    for proc in procs:
+        if proc.returncode is None:
+            proc.kill()
+            proc.communicate()      # reaps it and closes its pipe
+
+
+def test_a_second_run_on_one_out_is_refused_naming_the_first(world, tmp_path, capsys, holder):
+    """Two identical `run` commands at once: the second exits 2 before writing anything."""
+    out = tmp_path / "results"
+    first = holder(out / "results.json")
+    before = _digest(tmp_path, world["tmp"])
+    code, _, err = run_bench(capsys, "run", "--datasets", world["photos"], "--backbone", "mstta-tiny",
+                             "--methods", "zero-shot", "--out", out, "--store", tmp_path / "st", "--workers", "0",
+                             "--no-progress", "--fps-samples", "0", "--no-plots")
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"--out {out / 'results.json'}: another mstta run (pid {first.pid}) is writing it" in err
+    assert _digest(tmp_path, world["tmp"]) == before and not (tmp_path / "st").exists()
+
+
+def test_a_second_sweep_of_one_file_is_refused(world, tmp_path, capsys, holder):
+    out = tmp_path / "results"
+    first = holder(out / "sweep_k.json")
+    code, _, err = run_bench(capsys, "sweep", "--param", "k=1,2", "--datasets", world["photos"], "--backbone",
+                             "mstta-tiny", "--out", out, "--store", tmp_path / "st", "--workers", "0",
+                             "--no-progress", "--no-plots")
+    assert code == 2 and f"another mstta run (pid {first.pid})" in err and err.count("\n") == 1, err
+    assert sorted(p.name for p in out.iterdir()) == [".sweep_k.json.mstta-lock"]   # the holder's own lock only
+
+
+def test_two_runs_sharing_a_store_never_extract_one_file_at_once(world, tmp_path, capsys, holder):
+    """Another run extracting the same feature file: this run skips it, naming that run, leaves no
+    orphan work folder, and extracts it on the next try."""
+    from mstta.benchmark.context import feature_key
+    from mstta.benchmark.store import Backbone
+    from mstta.config import load_dataset_config
+
+    store = tmp_path / "st"
+    key = feature_key(world["photos"], Backbone("mstta-tiny", "none"), "fp32", load_dataset_config(), 1)
+    first = holder(key.path(store))
+    argv = ["run", "--datasets", world["photos"], "--backbone", "mstta-tiny", "--methods", "zero-shot",
+            "--out", tmp_path / "r", "--store", store, "--workers", "0", "--no-progress", "--fps-samples", "0",
+            "--no-plots", "--device", "cpu", "--precision", "fp32"]
+    code, _, err = run_bench(capsys, *argv)
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"no dataset could run: --store {key.path(store)}: another mstta run (pid {first.pid})" in err
+    assert not list(key.path(store).parent.glob("*.work")) and not key.path(store).exists()
+    first.kill()
+    first.communicate()
+    code, _, err = run_bench(capsys, *argv)
+    assert code == 0, err
+    assert key.path(store).is_file() and not list(key.path(store).parent.glob(".*"))   # no lock, no work folder
+
+
+def test_a_240_byte_output_name_is_written(world, tmp_path, capsys):
+    """A legal long name used to be refused ("File name too long") because of its temp name."""
+    out = tmp_path / ("t" * 236 + ".png")
+    code, _, err = run_bench(capsys, "tsne", "--features", world["tmp"] / "feat.npz", "--out", out, "--classes", "0")
+    assert code == 0, err
+    assert out.is_file() and os.listdir(tmp_path) == [out.name]

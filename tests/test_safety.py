@@ -26,10 +26,16 @@ def _refused(message, outputs, inputs=None, stdout_ok=()):
 
 
 def test_fresh_and_existing_regular_outputs_pass(files):
+    """A fresh path (in a folder still to be made) and an existing regular file pass, and checking
+    them touches nothing; the same call with one output on an input is refused."""
     tmp, inp, cfg = files
     (tmp / "old.csv").write_text("x")
-    check_outputs({"--out": tmp / "new" / "p.csv", "--log": tmp / "old.csv", "--plot": None},
-                  {"--features": inp, "--config": cfg, "--labels": None})
+    before = sorted(os.listdir(tmp))
+    outputs = {"--out": tmp / "new" / "p.csv", "--log": tmp / "old.csv", "--plot": None}
+    inputs = {"--features": inp, "--config": cfg, "--labels": None}
+    assert check_outputs(outputs, inputs) is None
+    assert sorted(os.listdir(tmp)) == before and (tmp / "old.csv").read_text() == "x"   # nothing made or written
+    _refused("--log", {**outputs, "--log": cfg}, inputs)
 
 
 def test_same_path_and_relative_spelling(files, monkeypatch):

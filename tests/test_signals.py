@@ -36,7 +36,7 @@ def _sha(p: Path) -> str:
 
 
 def _start(*argv) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "mstta.bench", "replay", *map(str, argv)],
+    return subprocess.Popen([sys.executable, "-m", "mstta.cli", "replay", *map(str, argv)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

@@ -96,6 +96,24 @@ def upload_video(page, path) -> None:
     wait_for_file(page, "#mstta-video", path.name)
 
 
+def tab(page, name: str) -> None:
+    """Open a tab of the side panel (Video, Webcam, Settings)."""
+    page.get_by_role("tab", name=name).click()
+
+
+def fast(page, on: bool = True) -> None:
+    """Untick (or tick) Real time: as fast as possible."""
+    tab(page, "Video")
+    box = page.locator("#mstta-realtime input[type=checkbox]")
+    if box.is_checked() == on:
+        box.click()
+
+
+def set_every(page, n: int) -> None:
+    tab(page, "Video")
+    page.locator("#mstta-every input[type=number]").fill(str(n))
+
+
 def frames_done(page) -> int:
     m = re.search(r"(\d+)\s+frames?\b", page.inner_text("#mstta-stats"))
     return int(m.group(1)) if m else 0
@@ -139,11 +157,14 @@ def test_preloaded_video_then_an_upload_then_reset_and_apply_empty_the_plots(ui,
         wait_for_plots(page, frames=15)
         assert page_series(page, "#mstta-accuracy") == {"CLIP zero-shot": 15, "MS-TTA": 15}, "truth: accuracy"
         assert re.search(r"accuracy CLIP [\d.]+%", page.inner_text("#mstta-stats"))
+        tab(page, "Settings")
         assert page.input_value("#mstta-labels textarea") == "\n".join(LABELS)
         save_shot(page, tmp_path, "ui_01_preloaded_video.png")
 
+        tab(page, "Video")
         upload_video(page, upload)
-        page.locator("#mstta-video-tab input[type=number]").fill("1")
+        set_every(page, 1)
+        fast(page)
         page.click("#mstta-run")
         status = wait_for_text(page, "#mstta-status", r"Done: upload\.avi, 120 frames processed", timeout=90)
         assert status.startswith("Fresh stream: empty cache and bank."), status
@@ -153,20 +174,23 @@ def test_preloaded_video_then_an_upload_then_reset_and_apply_empty_the_plots(ui,
         assert page.locator("#mstta-frame img").count() == 1, "the annotated frame is shown"
         assert frames_done(page) == 120
         assert page_series(page, "#mstta-accuracy") == {"CLIP zero-shot": 0, "MS-TTA": 0}, "no truth: no accuracy"
-        assert "load a ground-truth CSV" in page.inner_text("#mstta-accuracy")
+        assert "no ground-truth CSV for this run" in page.inner_text("#mstta-accuracy")
         assert sum(page_bars(page, "#mstta-cache").values()) > 0
         assert colour_pixels(page.locator("#mstta-confidence svg").screenshot(), ORANGE) > 50
         save_shot(page, tmp_path, "ui_02_upload_done.png")
 
+        tab(page, "Settings")
         page.click("#mstta-reset")
         wait_for_text(page, "#mstta-status", r"Adaptation state cleared")
         assert page.inner_text("#mstta-verdict").strip() == "No frame processed yet"
         assert_plots_empty(page)
         save_shot(page, tmp_path, "ui_03_after_reset.png")
 
+        tab(page, "Video")
         page.click("#mstta-run")   # fill the plots again, then Apply a changed setting
         wait_for_text(page, "#mstta-status", r"Done: upload\.avi, 120 frames processed", timeout=90)
         wait_for_plots(page, frames=120)
+        tab(page, "Settings")
         page.locator("#mstta-capacity input[type=number]").fill("5")
         page.locator("#mstta-capacity input[type=number]").press("Enter")
         page.click("#mstta-apply")
@@ -180,6 +204,7 @@ def test_bad_labels_show_a_message_and_keep_the_results(ui, tmp_path):
     with chromium(tmp_path) as context:
         page = open_page(context, ui.url)
         before = page.inner_text("#mstta-stats")
+        tab(page, "Settings")
         page.fill("#mstta-labels textarea", "red circle\ngreen square\nred circle")
         page.click("#mstta-apply")
         status = wait_for_text(page, "#mstta-status", r"duplicate class name")
@@ -188,6 +213,7 @@ def test_bad_labels_show_a_message_and_keep_the_results(ui, tmp_path):
         assert page.inner_text("#mstta-stats") == before, "the session's results are untouched"
         save_shot(page, tmp_path, "ui_04_bad_labels.png")
         page.fill("#mstta-labels textarea", "")
+        tab(page, "Video")
         page.click("#mstta-run")
         wait_for_text(page, "#mstta-status", r"no class names found")
         assert page.inner_text("#mstta-stats") == before
@@ -197,9 +223,13 @@ def test_bad_labels_show_a_message_and_keep_the_results(ui, tmp_path):
 def test_truth_naming_other_classes_offers_to_drop_it_and_the_empty_box_shows_its_icon(ui, tmp_path):
     with chromium(tmp_path) as context:
         page = open_page(context, ui.url)
+        assert "Running accuracy (labelled frames)" in page.inner_text("#mstta-accuracy")
+        tab(page, "Settings")
         page.fill("#mstta-labels textarea", "cat\ndog\nbird")
         page.click("#mstta-apply")
         status = wait_for_text(page, "#mstta-status", r"missing from the labels")
+        assert "names classes the labels lack" in page.inner_text("#mstta-accuracy"), "the plot says accuracy is off"
+        tab(page, "Video")
         assert "'red circle', 'green square', 'blue triangle'" in status, status
         page.locator("#mstta-drop-truth").wait_for(state="visible", timeout=10_000)
         save_shot(page, tmp_path, "ui_05_truth_mismatch.png")
@@ -211,9 +241,13 @@ def test_truth_naming_other_classes_offers_to_drop_it_and_the_empty_box_shows_it
         icon = page.locator("#mstta-truth svg").last.bounding_box()
         label = page.locator("#mstta-truth label, #mstta-truth [data-testid=block-label]").first.bounding_box()
         assert icon and label and icon["y"] >= label["y"] + label["height"] - 1, (icon, label)
+        tab(page, "Settings")
+        page.fill("#mstta-labels textarea", "\n".join(LABELS))
+        tab(page, "Video")
         page.click("#mstta-run")
         done = wait_for_text(page, "#mstta-status", r"Done: preloaded\.mp4", timeout=90)
         assert "Accuracy off" not in done and "accuracy CLIP" not in page.inner_text("#mstta-stats")
+        assert "no ground-truth CSV for this run" in page.inner_text("#mstta-accuracy")
         save_shot(page, tmp_path, "ui_06_truth_dropped.png")
         assert_clean(page, context)
 
@@ -221,21 +255,22 @@ def test_truth_naming_other_classes_offers_to_drop_it_and_the_empty_box_shows_it
 def test_method_dropdown_titles_and_unused_controls_are_disabled(ui, tmp_path):
     with chromium(tmp_path) as context:
         page = open_page(context, ui.url, preloaded=False)
+        tab(page, "Settings")
         assert "kNN mean shift" in page.inner_text("#mstta-method")   # the description of MS-TTA
         page.locator("#mstta-method input").click()
         options = page.locator("ul[role=listbox] li").all_inner_texts()
         assert {"MS-TTA", "TDA", "BoostAdapter", "CLIP (zero-shot)"} <= {o.replace("✓", "").strip() for o in options}, options
         page.get_by_role("option", name="TDA", exact=True).click()
         wait_for_text(page, "#mstta-method", r"positive \+ negative caches")
-        page.wait_for_function("() => document.querySelector('#mstta-k input[type=range]').disabled")
-        assert page.locator("#mstta-alpha input[type=range]").is_disabled()
+        page.wait_for_function("() => document.querySelector('#mstta-k input').disabled")
+        assert page.locator("#mstta-alpha input").is_disabled()
         assert "no mean shift" in page.inner_text("#mstta-k")
         assert "no mean shift" in (page.get_attribute("#mstta-k", "title") or "")
-        assert not page.locator("#mstta-lam input[type=range]").is_disabled(), "TDA has a cache: λ is used"
+        assert not page.locator("#mstta-lam input").is_disabled(), "TDA has a cache: λ is used"
         save_shot(page, tmp_path, "ui_07_tda_disables_k.png")
         page.locator("#mstta-method input").click()
         page.get_by_role("option", name="MS-TTA", exact=True).click()
-        page.wait_for_function("() => !document.querySelector('#mstta-k input[type=range]').disabled")
+        page.wait_for_function("() => !document.querySelector('#mstta-k input').disabled")
         assert not page.get_attribute("#mstta-k", "title")
         assert_clean(page, context)
 
@@ -258,9 +293,11 @@ def test_the_demo_clip_button_loads_clip_labels_and_truth(ui, tmp_path):
         wait_for_file(page, "#mstta-video", "demo.mp4")
         if truth:
             wait_for_file(page, "#mstta-truth", "truth.csv")
+        tab(page, "Settings")
         assert page.input_value("#mstta-labels textarea") == labels_text
         every = max(1, frames // 40)
-        page.locator("#mstta-video-tab input[type=number]").fill(str(every))
+        set_every(page, every)
+        fast(page)
         page.click("#mstta-run")
         expected = -(-frames // every)
         wait_for_text(page, "#mstta-status", rf"Done: demo\.mp4, {expected} frames processed", timeout=120)
@@ -276,7 +313,8 @@ def test_plots_never_blank_while_streaming_then_stop(ui, tmp_path):
     with chromium(tmp_path) as context:
         page = open_page(context, ui.url)
         upload_video(page, long_video)
-        page.locator("#mstta-video-tab input[type=number]").fill("1")
+        set_every(page, 1)
+        fast(page)
         page.click("#mstta-run")
         wait_for_text(page, "#mstta-status", r"Processing long\.avi: frame \d+ of ~10000")
         # once a plot has drawn 2 frames, every sampled screenshot of every line plot has its lines
@@ -308,7 +346,7 @@ def test_webcam_with_chromiums_fake_camera_then_its_summary(ui, tmp_path):
     footage = write_y4m(tmp_path / "camera.y4m", n=40)
     with chromium(tmp_path, camera="granted", camera_file=footage) as context:
         page = open_page(context, ui.url)
-        page.get_by_role("tab", name="Webcam").click()
+        tab(page, "Webcam")
         page.get_by_text("Click to Access Webcam").click()
         page.locator("#mstta-webcam button", has_text="Record").click(timeout=30_000)
         status = wait_for_text(page, "#mstta-status", r"Webcam: frame ([5-9]|\d\d+) processed", timeout=60)
@@ -318,7 +356,12 @@ def test_webcam_with_chromiums_fake_camera_then_its_summary(ui, tmp_path):
         assert not page.locator("#mstta-camera-message").is_visible()
         save_shot(page, tmp_path, "ui_10_webcam.png")
         page.locator("#mstta-webcam button", has_text="Stop").click()
+        stopped = time.monotonic()
         summary = wait_for_text(page, "#mstta-status", r"Webcam stopped: \d+ frames? processed in", timeout=20)
+        assert time.monotonic() - stopped < 3.0, "the summary comes at Stop, not seconds later"
+        assert "the webcam has no ground truth" in page.inner_text("#mstta-accuracy")
+        names = page.locator("#mstta-downloads").inner_text()
+        assert "webcam-annotated.mp4" in names.replace("\n", "") or "webcam" in names, names
         assert re.search(r"agreement [\d.]+%; switches CLIP \d+, MS-TTA \d+", summary), summary
         assert re.search(r"\([\d.]+ fps\)", summary), summary
         assert_clean(page, context)
@@ -337,17 +380,29 @@ def test_webcam_denied_shows_why(ui, tmp_path):
 
 
 def test_first_screen_at_1280x720_and_the_random_weights_banner(ui, tmp_path):
+    """Frame (>= 480 px wide), banner, both top-k charts and the running agreement and accuracy in one
+    1280x720 screen, without scrolling; class names in the banner do not look like links."""
     with chromium(tmp_path, width=1280, height=720) as context:
         page = open_page(context, ui.url)
         wait_for_plots(page, frames=15)
         banner = page.locator("#mstta-random-weights")
         assert banner.is_visible() and "Random weights — predictions are meaningless" in banner.inner_text()
-        for sel in ("#mstta-frame", "#mstta-verdict", "#mstta-clip-topk", "#mstta-tta-topk", "#mstta-random-weights"):
+        assert page.evaluate("() => [window.scrollX, window.scrollY]") == [0, 0]
+        for sel in ("#mstta-frame img", "#mstta-verdict", "#mstta-clip-topk", "#mstta-tta-topk", "#mstta-agreement",
+                    "#mstta-accuracy", "#mstta-random-weights", "#mstta-status", "#mstta-run"):
             box = page.locator(sel).bounding_box()
-            assert box and box["y"] >= 0 and box["y"] + box["height"] <= 720, f"{sel} not in the first screen: {box}"
+            assert box and box["x"] >= 0 and box["y"] >= 0, f"{sel}: {box}"
+            assert box["x"] + box["width"] <= 1280 and box["y"] + box["height"] <= 720, f"{sel} not in the first screen: {box}"
+        frame = page.locator("#mstta-frame img").bounding_box()
+        assert frame["width"] >= 480, f"the frame is {frame['width']:.0f} px wide"
+        assert drawn_lines(page, "#mstta-agreement") == 1 and drawn_lines(page, "#mstta-accuracy") == 2
+        decorations = page.evaluate("""() => Array.from(document.querySelectorAll('#mstta-verdict .name'))
+            .map(e => [getComputedStyle(e).textDecorationLine, getComputedStyle(e).cursor, e.closest('a') === null])""")
+        assert decorations and all(d == ["none", "auto", True] for d in decorations), decorations
         for sel in LINE_PLOTS:
             text = page.inner_text(sel)
             assert "processed frames" in text, f"{sel} has no x-axis title"
+        assert "(every " not in page.inner_text("#mstta-status"), "no jargon"
         save_shot(page, tmp_path, "ui_12_first_screen_1280x720.png", full_page=False)
         assert_clean(page, context)
 
@@ -377,3 +432,141 @@ def test_closing_the_page_frees_its_session(ui, tmp_path):
         while sum("freed" in line for line in ui.stderr) <= freed_before and time.monotonic() < deadline:
             time.sleep(0.25)
         assert sum("freed" in line for line in ui.stderr) > freed_before, ui.log()
+
+
+def method_walk(methods: list[str]) -> list[str]:
+    """A walk through every ordered pair of distinct methods (an Euler circuit of the complete directed
+    graph): each of the n x (n - 1) changes happens once; with staying put, all n x n transitions."""
+    out: list[str] = []
+    used: set[tuple[str, str]] = set()
+
+    def visit(a: str) -> None:
+        for b in methods:
+            if a != b and (a, b) not in used:
+                used.add((a, b))
+                visit(b)
+        out.append(a)
+
+    visit(methods[0])
+    return out[::-1]
+
+
+def test_notes_match_the_method_after_every_method_change(ui, tmp_path):
+    """All 9 x 9 transitions: after each change every control's note and state are the new method's
+    (never the previous method's "Unused: ..." on a control that is enabled again)."""
+    from app.ui.handlers import method_info
+    from mstta.methods import get_method, list_methods
+
+    names = list(list_methods())
+    other_notes = [method_info(m)[1] for m in names]
+    walk = method_walk(names)
+    assert len(walk) == len(names) * (len(names) - 1) + 1
+    with chromium(tmp_path) as context:
+        page = open_page(context, ui.url, preloaded=False)
+        tab(page, "Settings")
+        seen = set()
+        for before, after in zip(walk, walk[1:]):
+            page.locator("#mstta-method input").click()
+            page.get_by_role("option", name=get_method(after).title, exact=True).click()
+            summary, notes = method_info(after)
+            expected = {n: [note, not used] for n, (note, used) in notes.items()}
+            page.wait_for_function(
+                """([expected, summary]) => document.querySelector('#mstta-method').innerText.includes(summary)
+                   && Object.entries(expected).every(([n, [note, off]]) => {
+                       const box = document.querySelector('#mstta-' + n);
+                       return box && box.innerText.includes(note) && box.querySelector('input').disabled === off
+                           && (off ? box.getAttribute('title') === note : !box.getAttribute('title'));
+                   })""", arg=[expected, summary], timeout=10_000)
+            texts = {n: page.inner_text(f"#mstta-{n}") for n in notes}
+            stale = [n for n in notes if any(other[n][0] != notes[n][0] and other[n][0] in texts[n]
+                                             for other in other_notes)]
+            assert not stale, f"{before} -> {after}: stale notes on {stale}"
+            seen.add((before, after))
+        assert len(seen) == 72, "every change between the 9 methods (and 9 x staying put: nothing to change)"
+        save_shot(page, tmp_path, "ui_13_notes_after_changes.png")
+        assert_clean(page, context)
+
+
+def test_real_time_playback_and_as_fast_as_possible(ui, tmp_path):
+    """A 10 s clip takes 9-12 s in real time (watchable: the page refreshes >= 4 times a second) and
+    under 3 s as fast as possible."""
+    clip = write_h264(tmp_path / "ten.mp4", n=100, size=(160, 120), fps=10.0)   # 10 s
+    with chromium(tmp_path) as context:
+        page = open_page(context, ui.url)
+        upload_video(page, clip)
+        set_every(page, 0)   # about 5 frames per second of video
+        page.evaluate("""() => { window.__frames = []; let last = null; setInterval(() => {   // what the plot shows
+            const s = document.querySelector('#mstta-agreement .series');
+            const n = s ? s.getAttribute('data-points') : null;
+            if (n !== last) { last = n; window.__frames.push(performance.now()); } }, 20); }""")
+        started = time.monotonic()
+        page.click("#mstta-run")
+        wait_for_text(page, "#mstta-status", r"Done: ten\.mp4.*real time", timeout=60)
+        real = time.monotonic() - started
+        refreshes = page.evaluate("() => window.__frames")
+        assert 9.0 <= real <= 12.0, f"real time took {real:.1f} s for a 10 s clip"
+        span = (refreshes[-1] - refreshes[0]) / 1000 if len(refreshes) > 1 else 0
+        assert span > 0 and len(refreshes) / span >= 4.0 * 0.9, f"{len(refreshes)} plot refreshes in {span:.1f} s"
+        assert "real time" in page.inner_text("#mstta-status")
+        fast(page)
+        started = time.monotonic()
+        page.click("#mstta-run")
+        wait_for_text(page, "#mstta-status", r"Done: ten\.mp4.*as fast as possible", timeout=60)
+        quick = time.monotonic() - started
+        assert quick < 3.0, f"as fast as possible took {quick:.1f} s"
+        assert "as fast as possible" in page.inner_text("#mstta-status")
+        assert_clean(page, context)
+
+
+def test_downloads_give_a_playable_mp4_and_the_jsonl_of_the_run(ui, tmp_path):
+    import json
+
+    import av
+
+    with chromium(tmp_path) as context:
+        page = open_page(context, ui.url)   # the preloaded run: 15 processed frames
+        processed = frames_done(page)
+        box = page.locator("#mstta-downloads")
+        box.wait_for(state="visible", timeout=10_000)
+        links = page.evaluate("""() => Array.from(document.querySelectorAll('#mstta-downloads a'))
+            .map(a => [a.textContent.trim(), a.href])""")
+        by_name = {}
+        for _, href in links:
+            for name in ("preloaded-annotated.mp4", "preloaded-predictions.jsonl"):
+                if name in href:
+                    by_name[name] = href
+        assert set(by_name) == {"preloaded-annotated.mp4", "preloaded-predictions.jsonl"}, links
+        files = {}
+        for name, href in by_name.items():
+            response = context.request.get(href)
+            assert response.ok, (name, response.status)
+            files[name] = tmp_path / name
+            files[name].write_bytes(response.body())
+        with av.open(str(files["preloaded-annotated.mp4"])) as container:
+            stream = container.streams.video[0]
+            assert stream.codec_context.name == "h264" and stream.codec_context.pix_fmt == "yuv420p"
+            assert sum(1 for _ in container.decode(stream)) == processed == 15
+        rows = [json.loads(line) for line in files["preloaded-predictions.jsonl"].read_text().splitlines()]
+        assert len(rows) == processed and all({"frame", "clip", "tta", "truth"} <= set(r) for r in rows)
+        video_ok = page.evaluate("""async (href) => { const v = document.createElement('video'); v.muted = true;
+            v.src = href; try { await new Promise((ok, no) => { v.onloadeddata = ok; v.onerror = no;
+            setTimeout(no, 10000); }); return [v.videoWidth, v.videoHeight, v.duration]; } catch (e) { return null; } }""",
+                                 by_name["preloaded-annotated.mp4"])
+        assert video_ok is None or video_ok[0] > 0, video_ok   # Chromium without proprietary codecs may not decode H.264
+        assert_clean(page, context)
+
+
+def test_a_new_video_drops_the_truth_file_and_says_so(ui, tmp_path):
+    other = write_h264(tmp_path / "other.mp4", n=10)
+    with chromium(tmp_path) as context:
+        page = open_page(context, ui.url)
+        wait_for_file(page, "#mstta-truth", "truth.csv")
+        upload_video(page, other)
+        status = wait_for_text(page, "#mstta-status", r"ground-truth file 'truth\.csv' belonged to the previous")
+        assert "dropped" in status
+        page.locator("#mstta-truth input[type=file]").wait_for(state="attached", timeout=10_000)
+        fast(page)
+        page.click("#mstta-run")
+        wait_for_text(page, "#mstta-status", r"Done: other\.mp4", timeout=60)
+        assert "no ground-truth CSV for this run" in page.inner_text("#mstta-accuracy")
+        assert_clean(page, context)

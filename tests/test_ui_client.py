@@ -41,7 +41,7 @@ def app():
     """One app for the module: labels preloaded, every processed frame and its plots sent to the page."""
     from app.ui import build_app
 
-    demo = build_app(tiny_clip(), labels=LABELS, update_interval=0, plot_interval=0, offer_demo_clip=False)
+    demo = build_app(tiny_clip(), labels=LABELS, update_interval=0, offer_demo_clip=False)
     with launched(demo) as url:
         yield SimpleNamespace(demo=demo, url=url)
 
@@ -92,7 +92,7 @@ def test_video_streams_per_frame_results(app_url, video, tmp_path):
     assert series_points(final["accuracy"]) == {"CLIP zero-shot": 12, "MS-TTA": 12}
     assert list(bar_values(final["clip_topk"]))[0] == outs[-2]["result"]["clip_topk"][0]["label"]
     assert "**12 frames**" in final["stats"] and "accuracy CLIP" in final["stats"]
-    assert final["result"]["bank_size"] == 12
+    assert final["result"]["bank_rows"] == 12
 
 
 def test_two_clients_at_once_keep_separate_adaptation(app, video):
@@ -114,12 +114,12 @@ def test_two_clients_at_once_keep_separate_adaptation(app, video):
         seen = {s["label"] for o in outs[:-1] for s in o["result"]["clip_topk"] + o["result"]["tta_topk"]}
         assert seen <= set(labels), f"client {name} saw another session's classes: {seen - set(labels)}"
         assert list(bar_values(outs[-1]["cache"])) == labels
-        assert outs[-1]["result"]["bank_size"] == 12, "each engine saw its own 12 frames only"
+        assert outs[-1]["result"]["bank_rows"] == 12, "each engine saw its own 12 frames only"
     # with "keep adapting", a's adaptation continues on its next video; b's is untouched by it
-    assert last_result(a, video, keep=True)["result"]["bank_size"] == 24
+    assert last_result(a, video, keep=True)["result"]["bank_rows"] == 24
     assert named(b.predict(api_name="/reset"))["status"].startswith("Adaptation state cleared")
-    assert last_result(a, video, keep=True)["result"]["bank_size"] == 36
-    assert last_result(b, video, keep=True)["result"]["bank_size"] == 12
+    assert last_result(a, video, keep=True)["result"]["bank_rows"] == 36
+    assert last_result(b, video, keep=True)["result"]["bank_rows"] == 12
     live = app.demo.mstta_context.sessions._live   # one engine per browser session, none shared
     assert len({id(s) for s in live.values()}) == len(live) >= 2
 
@@ -133,21 +133,32 @@ def test_two_clients_at_once_keep_separate_adaptation(app, video):
 ])
 def test_bad_labels_show_a_message_and_leave_the_session_alone(app_url, video, labels_text, message):
     c = client(app_url)
-    assert last_result(c, video)["result"]["bank_size"] == 12
+    assert last_result(c, video)["result"]["bank_rows"] == 12
     out = named(c.predict(*settings_args(labels_text), api_name="/apply_settings"))
     assert out["status"].startswith("⚠️") and message in out["status"], out["status"]
-    outs = run_video(c, *video_args(video, [], every=2)[:4], labels_text, "", *SETTINGS)
+    outs = run_video(c, *video_args(video, [], every=2)[:5], labels_text, "", *SETTINGS)
     assert len(outs) == 1 and message in outs[0]["status"], "no frame processed with bad labels"
     again = last_result(c, video, keep=True)   # the good labels again: same classifier, the engine went on
-    assert again["result"]["bank_size"] == 24
+    assert again["result"]["bank_rows"] == 24
     assert list(bar_values(again["cache"])) == LABELS
 
 
 @pytest.mark.parametrize("settings, message", [
-    (["ms-tta", 2.5, 0.8, 1.0, 3, 4096], "⚠️ k: 2.5 is not a whole number"),
+    (["ms-tta", 2.5, 0.8, 1.0, 3, 4096], "⚠️ k (mean-shift neighbours): 2.5 is not a whole number"),
+    (["ms-tta", 2, 1.5, 1.0, 3, 4096], "⚠️ α (mean-shift weight): 1.5 is out of range; enter a number from 0 to 1"),
+    (["ms-tta", 2, 0.8, 100, 3, 4096], "⚠️ λ (cache weight): 100 is out of range"),   # refused, never clamped
+    (["ms-tta", 2, 0.8, 1.0, 3, 0], "⚠️ Bank size (features): 0 is out of range"),
+    (["ms-tta", 2, 0.8, 1.0, 3, -5], "⚠️ Bank size (features): -5 is out of range"),
+    (["ms-tta", 2, 0.8, 1.0, 3, 20000], "⚠️ Bank size (features): 20000 is out of range; enter a whole number "
+                                        "from 1 to 16,384"),   # the UI's per-session bound
+    (["ms-tta", 2, 0.8, 1.0, 3, 10**9], "⚠️ Bank size (features): 1e+09 is out of range"),
+    (["tda", "abc", 0.8, 1.0, 3, 4096], "⚠️ k (mean-shift neighbours): 'abc' is not a number"),
+    (["tda", 2, "NaN", 1.0, 3, 4096], "⚠️ α (mean-shift weight): 'NaN' is not a finite number"),
+    (["tda", 2, 0.8, None, 3, 4096], "⚠️ λ (cache weight): enter a number"),
+    (["tda", 2, 0.8, 1.0, [3], 4096], "⚠️ Q (cache size per class): expected a number, got list"),
     (["tda", 16, 0.0, 0.0, 16, 16384], None),   # extreme but valid
 ])
-def test_settings_are_checked_by_the_handler(app_url, settings, message):
+def test_settings_are_checked_by_the_handler_and_name_the_control(app_url, settings, message):
     out = named(client(app_url).predict(*settings_args(settings=settings), api_name="/apply_settings"))
     if message is None:
         assert out["status"] == "Ready: 3 classes, TDA.", out["status"]
@@ -155,34 +166,30 @@ def test_settings_are_checked_by_the_handler(app_url, settings, message):
         assert out["status"].startswith(message), out["status"]
 
 
-@pytest.mark.parametrize("settings, message", [
-    (["ms-tta", 2, 1.5, 1.0, 3, 4096], "greater than maximum"),
-    (["ms-tta", 2, 0.8, 1.0, 3, 0], "less than minimum"),
-    (["ms-tta", 2, 0.8, 1.0, 3, 10**9], "greater than maximum"),   # a bank that would not fit in memory
-    (["ms-tta", 2, 0.8, 1.0, 3, 16385], "greater than maximum"),   # the UI's per-session bound
-    (["no-such-method", 2, 0.8, 1.0, 3, 4096], "no-such-method"),
-])
-def test_out_of_range_controls_are_refused_by_gradio(app_url, settings, message):
-    """Values a control cannot hold never reach the handler: Gradio refuses them with a one-line error."""
+def test_a_method_not_among_the_choices_is_refused_in_one_line(app_url):
     from gradio_client.exceptions import AppError
 
-    with pytest.raises(AppError, match=message):
-        client(app_url).predict(*settings_args(settings=settings), api_name="/apply_settings")
+    with pytest.raises(AppError, match="Method: .*no-such-method"):
+        client(app_url).predict(*settings_args(settings=["no-such-method", 2, 0.8, 1.0, 3, 4096]),
+                                api_name="/apply_settings")
 
 
 def test_bad_template_and_settings_changes(app_url, video):
     c = client(app_url)
     out = named(c.predict(*settings_args(template="a photo"), api_name="/apply_settings"))
-    assert "Template" in out["status"] and "{}" in out["status"]
+    assert "Prompt template" in out["status"] and "{}" in out["status"]
     ready = named(c.predict(*settings_args(), api_name="/apply_settings"))
     assert ready["status"] == "Ready: 3 classes, MS-TTA."
-    assert named(c.predict(*settings_args(), api_name="/apply_settings"))["status"] == "Labels and settings unchanged."
+    run_video(c, *video_args(video, every=2))
+    same = named(c.predict(*settings_args(), api_name="/apply_settings"))   # Apply always starts over (docs/ui.md)
+    assert same["status"] == "Same labels and settings: the adaptation started afresh (empty cache and bank)."
+    assert set(series_points(same["confidence"]).values()) == {0} and set(bar_values(same["cache"]).values()) == {0}
     tda = ["tda", 3, 0.5, 2.0, 4, 64]
     changed = named(c.predict(*settings_args(settings=tda), api_name="/apply_settings"))
     assert changed["status"] == "New TDA settings: the adaptation started afresh."
     assert "TDA: top-3" in changed["tta_topk"]
     r = run_video(c, *video_args(video, every=2, settings=tda))[-1]["result"]   # the controls of a run win
-    assert r["method"] == "tda" and r["cache_capacity"] == 3 * 4 and r["bank_size"] == 0   # tda: no bank
+    assert r["method"] == "tda" and r["cache_capacity"] == 3 * 4 and r["bank_rows"] == 0   # tda: no bank
 
 
 def test_unreadable_video_and_bad_truth_give_messages(app_url, video, tmp_path):
@@ -206,6 +213,38 @@ def test_unreadable_video_and_bad_truth_give_messages(app_url, video, tmp_path):
     assert "No video yet" in outs[0]["status"]
 
 
+def test_a_run_offers_its_annotated_mp4_and_jsonl_log(app_url, video, tmp_path):
+    """The downloads, fetched over HTTP as the browser does: an H.264 MP4 with one frame per processed
+    frame, and a JSONL log with one valid line per processed frame; a new run replaces them."""
+    import json
+
+    import av
+
+    c = client(app_url)
+    truth = write_truth(tmp_path / "truth.csv", n=24)
+    outs = run_video(c, *video_args(video, truth=truth, every=2))
+    assert outs[0]["downloads"] is None, "nothing to download while the run goes on"
+    files = {f["orig_name"]: f for f in outs[-1]["downloads"]}
+    assert set(files) == {"clip-annotated.mp4", "clip-predictions.jsonl"}, files
+    fetched = {}
+    for name, f in files.items():
+        with urllib.request.urlopen(f["url"], timeout=30) as r:
+            (tmp_path / name).write_bytes(r.read())
+            fetched[name] = tmp_path / name
+    with av.open(str(fetched["clip-annotated.mp4"])) as container:
+        stream = container.streams.video[0]
+        assert stream.codec_context.name == "h264", "browsers play H.264"
+        decoded = sum(1 for _ in container.decode(stream))
+    assert decoded == 12
+    lines = fetched["clip-predictions.jsonl"].read_text(encoding="utf-8").splitlines()
+    rows = [json.loads(line) for line in lines]
+    assert len(rows) == 12 and [r["frame"] for r in rows] == list(range(0, 24, 2))
+    assert all(r["method"] == "ms-tta" and len(r["tta"]) == 3 and "truth" in r for r in rows)
+    again = {f["orig_name"]: f for f in run_video(c, *video_args(video, every=3))[-1]["downloads"]}
+    with urllib.request.urlopen(again["clip-predictions.jsonl"]["url"], timeout=30) as r:
+        assert len(r.read().decode().splitlines()) == 8, "the new run's log: 24 frames, every 3rd"
+
+
 def test_single_frames_go_through_the_webcam_handler(app_url, tmp_path):
     import cv2
 
@@ -218,7 +257,7 @@ def test_single_frames_go_through_the_webcam_handler(app_url, tmp_path):
     assert [r["result"]["frame"] for r in results] == [0, 1, 2]
     assert results[0]["status"] == "Webcam: frame 1 processed."   # a new session: nothing to empty
     assert results[-1]["status"] == "Webcam: frame 3 processed."
-    assert results[-1]["result"]["bank_size"] == 3
+    assert results[-1]["result"]["bank_rows"] == 3
     assert series_points(results[-1]["confidence"]) == {"CLIP zero-shot": 3, "MS-TTA": 3}
 
 
@@ -226,17 +265,17 @@ def test_a_new_source_starts_a_fresh_stream_unless_kept(app_url, video, tmp_path
     import cv2
 
     c = client(app_url)
-    assert last_result(c, video)["result"]["bank_size"] == 12
+    assert last_result(c, video)["result"]["bank_rows"] == 12
     again = last_result(c, video)
-    assert again["status"].startswith("Fresh stream: empty cache and bank.") and again["result"]["bank_size"] == 12
+    assert again["status"].startswith("Fresh stream: empty cache and bank.") and again["result"]["bank_rows"] == 12
     kept = last_result(c, video, keep=True)
-    assert kept["status"].startswith("Kept adapting across sources") and kept["result"]["bank_size"] == 24
+    assert kept["status"].startswith("Kept adapting across sources") and kept["result"]["bank_rows"] == 24
     path = str(tmp_path / "frame.png")
     cv2.imwrite(path, cv2.cvtColor(fake_frame(0), cv2.COLOR_RGB2BGR))
     cam = named(c.predict(*frame_args(path), api_name="/process_frame"))   # switching source: fresh again
-    assert cam["status"].startswith("Fresh stream") and cam["result"]["bank_size"] == 1
+    assert cam["status"].startswith("Fresh stream") and cam["result"]["bank_rows"] == 1
     cam = named(c.predict(*frame_args(path, keep=True), api_name="/process_frame"))
-    assert cam["status"] == "Webcam: frame 2 processed." and cam["result"]["bank_size"] == 2
+    assert cam["status"] == "Webcam: frame 2 processed." and cam["result"]["bank_rows"] == 2
 
 
 def test_reset_and_apply_after_a_run_empty_every_plot(app_url, video):
@@ -306,10 +345,10 @@ def test_the_oldest_idle_session_is_dropped_beyond_the_cap(tmp_path):
         assert len(sessions) == 2
         expired = named(a.predict(*frame_args(path), api_name="/process_frame"))
         assert "Session expired" in expired["status"] and "Press **Reset**" in expired["status"]
-        assert named(b.predict(*frame_args(path), api_name="/process_frame"))["result"]["bank_size"] == 1
+        assert named(b.predict(*frame_args(path), api_name="/process_frame"))["result"]["bank_rows"] == 1
         assert named(a.predict(api_name="/reset"))["status"].startswith("Adaptation state cleared")
         back = named(a.predict(*frame_args(path), api_name="/process_frame"))
-        assert back["result"]["bank_size"] == 1 and len(sessions) == 2
+        assert back["result"]["bank_rows"] == 1 and len(sessions) == 2
 
 
 def test_upload_limit_and_only_the_demos_files_are_served(tmp_path):
@@ -406,3 +445,29 @@ def test_the_ui_can_start_empty(tmp_path):
         assert run_video(c, *video_args(video))[-1]["status"].startswith("Done: **clip.avi**, 6 frames processed")
     finally:
         assert ui.stop() == 0, ui.log()
+
+
+def test_the_page_shows_the_view_count_and_the_per_frame_cost(tmp_path):
+    """`--views N` > 1: the title and the numbers under the charts say how many views each frame is
+    and what a frame costs; with one view only the cost."""
+    import urllib.request as request
+
+    import cv2
+
+    from app.ui import build_app
+
+    frame = tmp_path / "frame.png"
+    cv2.imwrite(str(frame), cv2.cvtColor(fake_frame(0), cv2.COLOR_RGB2BGR))
+    for views in (1, 4):
+        demo = build_app(tiny_clip(), labels=LABELS, views=views, offer_demo_clip=False)
+        with launched(demo) as url:
+            out = named(client(url).predict(*frame_args(frame), api_name="/process_frame"))
+            with request.urlopen(f"{url}config", timeout=30) as r:
+                config = r.read().decode()
+        cost = f"{out['result']['latency_ms']:.1f} ms per frame"
+        if views == 1:
+            assert cost in out["stats"] and "views per frame" not in out["stats"], out["stats"]
+            assert "views per frame" not in config
+        else:
+            assert f"4 views per frame, {cost}" in out["stats"], out["stats"]
+            assert "4 views per frame" in config, "the title says it too"

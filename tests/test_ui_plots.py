@@ -8,6 +8,7 @@ from helpers_ui import bar_values, series_points
 
 from app.session import FrameResult, Scored
 from app.ui import plots
+from app.ui.state import History
 
 LABELS = ["cat", "dog", "bird"]
 
@@ -16,23 +17,11 @@ def result(clip: int, tta: int, prob: float = 0.6, fill=(0, 0, 0)) -> FrameResul
     def top(i):
         return [Scored(LABELS[i], i, prob), Scored(LABELS[(i + 1) % 3], (i + 1) % 3, 1 - prob)]
     return FrameResult(clip_topk=top(clip), tta_topk=top(tta), entropy=0.5, cache_size=sum(fill),
-                       cache_capacity=9, bank_size=1, latency_ms=1.0, method="ms-tta", cache_per_class=list(fill))
-
-
-def test_history_counts_agreement_switches_and_accuracy():
-    h = plots.History()
-    for clip, tta, truth in ((0, 0, "cat"), (1, 0, "cat"), (1, 1, None), (2, 1, "dog")):
-        h.update(result(clip, tta), truth)
-    assert h.processed == 4 and h.agree == 2 and h.agreement == 50.0
-    assert h.switches == [2, 1]                      # CLIP 0->1->1->2, adapted 0->0->1->1
-    assert h.labelled == 3 and h.correct == [1, 3]   # cat/cat/dog: CLIP right once, adapted every time
-    assert [p.x for p in h.points] == [1, 2, 3, 4]   # x = processed frames, 1-based
-    h.clear()
-    assert h.processed == 0 and not h.points and h.last is None
+                       cache_capacity=9, bank_rows=1, latency_ms=1.0, method="ms-tta", cache_per_class=list(fill))
 
 
 def test_history_keeps_a_bounded_window_but_counts_everything():
-    h = plots.History(limit=5)
+    h = History(limit=5)
     for i in range(12):
         h.update(result(i % 3, 0))
     assert len(h.points) == 5 and h.processed == 12 and [p.x for p in h.points] == [8, 9, 10, 11, 12]
@@ -51,7 +40,7 @@ def test_nice_ticks(low, high, integer, expected):
 
 
 def test_line_charts_carry_their_data_and_axis_titles():
-    h = plots.History()
+    h = History()
     empty = plots.confidence_chart(h, "MS-TTA")
     assert series_points(empty) == {"CLIP zero-shot": 0, "MS-TTA": 0}, "an empty history draws axes only"
     assert "processed frames" in empty and "top-1 probability" in empty
@@ -71,13 +60,13 @@ def test_line_charts_carry_their_data_and_axis_titles():
 
 
 def test_switch_and_cache_ticks_are_whole_numbers():
-    h = plots.History()
+    h = History()
     for i in range(7):
         h.update(result(i % 3, 0))
     switches = plots.switches_chart(h, "MS-TTA")
     ticks = re.findall(r'class="tick y"[^>]*>([^<]+)<', switches)
     assert ticks and all(t.isdigit() for t in ticks), ticks
-    assert int(ticks[-1]) >= max(h.switches), "the axis reaches the largest count"
+    assert int(ticks[-1]) >= max(h.tally.switches.values()), "the axis reaches the largest count"
     cache = plots.cache_chart(LABELS, [3, 1, 0], 3, "cache")
     assert bar_values(cache) == {"cat": 3.0, "dog": 1.0, "bird": 0.0}
     assert re.findall(r'class="tick"[^>]*>([^<]+)<', cache) == ["0", "1", "2", "3"]
@@ -94,9 +83,33 @@ def test_cache_chart_shows_the_fullest_classes_when_there_are_many():
 def test_page_text():
     assert "No frame processed yet" in plots.verdict_html(None)
     assert "DISAGREE" in plots.verdict_html(result(0, 1)) and "Agree" in plots.verdict_html(result(1, 1))
-    h = plots.History()
+    h = History()
     h.update(result(0, 0), "cat")
     summary = plots.run_summary(h, 0.5, "MS-TTA")
     assert summary.startswith("1 frame processed in 0.5 s (2.0 fps)") and "accuracy CLIP 100.0%" in summary
     assert plots.progress_bar(5, 10).endswith("50%") and plots.progress_bar(5, None) == ""
     assert "Random weights — predictions are meaningless" in plots.RANDOM_WEIGHTS_HTML
+    assert "<u>" not in plots.verdict_html(result(0, 1)), "class names must not look like links"
+
+
+def test_the_accuracy_plot_says_what_ground_truth_the_run_has():
+    h = History()
+    assert "no ground-truth CSV for this run" in plots.accuracy_chart(h, "MS-TTA", "none")
+    assert "ground truth loaded, no labelled frame yet" in plots.accuracy_chart(h, "MS-TTA", "loaded")
+    assert "names classes the labels lack" in plots.accuracy_chart(h, "MS-TTA", "off")
+    assert "the webcam has no ground truth" in plots.accuracy_chart(h, "MS-TTA", "webcam")
+    h.update(result(0, 0), "cat")
+    assert "Running accuracy (labelled frames)" in plots.accuracy_chart(h, "MS-TTA", "loaded")
+
+
+def test_stats_show_views_and_the_per_frame_cost():
+    class Stream:
+        method = __import__("mstta.methods", fromlist=["get_method"]).get_method("ms-tta")
+        config = __import__("mstta.config", fromlist=["EngineConfig"]).EngineConfig(bank_size=16)
+
+    h = History()
+    h.update(result(0, 0))
+    one = plots.stats_markdown(h, Stream(), 10.0)
+    assert "1.0 ms per frame" in one and "views" not in one
+    four = plots.stats_markdown(h, Stream(), 10.0, views=4, skipped=3)
+    assert "4 views per frame, 1.0 ms per frame" in four and "3 frames skipped to keep real time" in four

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from app.ui.state import MAX_BANK_SIZE, ModelSlots, Sessions, UISession, read_settings
-from mstta.config import EngineConfig
+from app.ui.state import SESSION_BANK_LIMIT, ModelSlots, Sessions, Settings, UISession
+from mstta.config import MAX_BANK_SIZE, EngineConfig
 from mstta.errors import UserError
 
 
@@ -62,25 +62,120 @@ def test_sessions_beyond_the_cap_drop_the_oldest_idle_one():
     assert c.stream is None and c.closed and len(sessions) == 1
 
 
+def form(**changes):
+    return dict(labels="cat\ndog", template="", method="ms-tta", k=2, alpha=0.5, lam=1.0, capacity=3,
+                bank=16) | changes
+
+
 def test_settings_bound_the_bank_and_name_the_control():
     base = EngineConfig(bank_size=4096)
-    ok = read_settings("cat\ndog", "", "ms-tta", 2, 0.5, 1.0, 3, MAX_BANK_SIZE, base)
-    assert ok.labels == ("cat", "dog") and ok.config.bank_size == MAX_BANK_SIZE
-    with pytest.raises(UserError, match=f"Bank size {MAX_BANK_SIZE + 1}: the UI keeps 1 to 16,384"):
-        read_settings("cat\ndog", "", "ms-tta", 2, 0.5, 1.0, 3, MAX_BANK_SIZE + 1, base)
-    with pytest.raises(UserError, match="k: 2.5 is not a whole number"):
-        read_settings("cat\ndog", "", "ms-tta", 2.5, 0.5, 1.0, 3, 16, base)
-    with pytest.raises(UserError, match="alpha: 'nan' is not a finite number"):
-        read_settings("cat\ndog", "", "ms-tta", 2, "nan", 1.0, 3, 16, base)
+    ok = Settings.from_controls(form(bank=SESSION_BANK_LIMIT), base)
+    assert ok.labels == ("cat", "dog") and ok.config.bank_size == SESSION_BANK_LIMIT
+    assert SESSION_BANK_LIMIT < MAX_BANK_SIZE, "the UI's own, smaller bound"
+    for bank in (0, -5, 20000, SESSION_BANK_LIMIT + 1):
+        with pytest.raises(UserError, match=rf"^Bank size \(features\): {bank} is out of range; enter a whole "
+                                            r"number from 1 to 16,384$"):
+            Settings.from_controls(form(bank=bank), base)
 
 
-def test_controls_that_do_nothing_for_a_method_say_why():
+@pytest.mark.parametrize("name, value, message", [
+    ("lam", 100, r"λ \(cache weight\): 100 is out of range; enter a number from 0 to 10"),   # refused, not clamped
+    ("lam", -0.5, r"λ \(cache weight\): -0.5 is out of range"),
+    ("lam", None, r"λ \(cache weight\): enter a number"),
+    ("k", "abc", r"k \(mean-shift neighbours\): 'abc' is not a number"),
+    ("k", 2.5, r"k \(mean-shift neighbours\): 2.5 is not a whole number"),
+    ("k", 17, r"k \(mean-shift neighbours\): 17 is out of range; enter a whole number from 1 to 16"),
+    ("k", True, r"k \(mean-shift neighbours\): expected a number, got bool"),
+    ("alpha", "NaN", r"α \(mean-shift weight\): 'NaN' is not a finite number"),
+    ("alpha", "inf", r"α \(mean-shift weight\): 'inf' is not a finite number"),
+    ("alpha", 1.5, r"α \(mean-shift weight\): 1.5 is out of range"),
+    ("capacity", [3], r"Q \(cache size per class\): expected a number, got list"),
+    ("capacity", {"a": 1}, r"Q \(cache size per class\): expected a number, got dict"),
+    ("capacity", "1e400", r"Q \(cache size per class\): '1e400' is not a finite number"),
+    ("bank", "", r"Bank size \(features\): enter a number"),
+    ("labels", 5, r"Labels: expected text, got int"),
+    ("template", ["a {}"], r"Prompt template: expected text, got list"),
+    ("method", "nope", r"unknown method 'nope'"),
+    ("method", None, r"unknown method ''"),
+])
+def test_every_control_is_checked_by_name_and_never_clamped(name, value, message):
+    with pytest.raises(UserError, match=message):
+        Settings.from_controls(form(**{name: value}), EngineConfig(bank_size=4096))
+
+
+def test_controls_that_do_nothing_for_a_method_say_why_and_the_others_their_range():
     from app.ui.handlers import method_info
 
-    summary, unused = method_info("ms-tta")
-    assert "mean shift" in summary and not any(unused.values())
-    _, unused = method_info("tda")
-    assert unused["k"] == unused["alpha"] == unused["bank"] == "Unused: TDA has no mean shift"
-    assert unused["lam"] == unused["capacity"] == ""
-    _, unused = method_info("zero-shot")
-    assert unused["lam"] == unused["capacity"] == "Unused: CLIP (zero-shot) keeps no cache"
+    summary, notes = method_info("ms-tta")
+    assert "mean shift" in summary and all(used for _, used in notes.values())
+    assert notes["k"][0] == "whole number, 1 to 16" and notes["lam"][0] == "0 to 10"
+    _, notes = method_info("tda")
+    assert notes["k"] == notes["alpha"] == notes["bank"] == ("Unused: TDA has no mean shift", False)
+    assert notes["lam"] == ("0 to 10", True) and notes["capacity"][1]
+    _, notes = method_info("zero-shot")
+    assert notes["lam"] == notes["capacity"] == ("Unused: CLIP (zero-shot) keeps no cache", False)
+
+
+def test_history_counts_like_the_headless_summary():
+    """The UI's History and the headless RunSummary hold the same Tally: same counts for the same frames."""
+    import numpy as np
+
+    from app.session import FrameResult, Scored
+    from app.sources import Frame
+    from app.summary import RunSummary
+    from app.ui.state import History
+
+    labels = ["cat", "dog", "bird"]
+
+    def result(clip, tta):
+        def top(i):
+            return [Scored(labels[i], i, 0.6), Scored(labels[(i + 1) % 3], (i + 1) % 3, 0.4)]
+        return FrameResult(top(clip), top(tta), 0.5, 0, 9, 1, 1.0)
+
+    h, s = History(), RunSummary()
+    for i, (clip, tta, truth) in enumerate(((0, 0, "cat"), (1, 0, "cat"), (1, 1, None), (2, 1, "dog"))):
+        h.update(result(clip, tta), truth)
+        s.update(Frame(i, i / 5, np.zeros((2, 2, 3), np.uint8), "x"), result(clip, tta), truth)
+    assert vars(h.tally) == vars(s.tally)
+    t = h.tally
+    assert t.processed == 4 and t.agree == 2 and h.agreement == 50.0
+    assert t.switches == {"clip": 2, "tta": 1}                        # CLIP 0->1->1->2, adapted 0->0->1->1
+    assert t.labelled == 3 and t.correct == {"clip": 1, "tta": 3}     # cat/cat/dog
+    assert [p.x for p in h.points] == [1, 2, 3, 4]                    # x = processed frames, 1-based
+    out = s.finish(__import__("app.sources", fromlist=["SourceStats"]).SourceStats(read=4, received=4))
+    assert out["agreement"] == 50.0 and out["accuracy_tta"] == 100.0 and out["accuracy_clip"] == round(100 / 3, 2)
+    h.clear()
+    assert h.processed == 0 and not h.points and h.last is None
+
+
+def test_a_sessions_downloads_are_whole_files_and_go_with_the_session(tmp_path):
+    """A run's MP4 and JSONL (written with the headless sinks) appear whole when it finishes; a new run
+    replaces them; closing the session removes its folder."""
+    import json
+
+    import av
+    import numpy as np
+
+    from app.session import FrameResult, Scored
+    from app.sources import Frame
+    from app.ui.recording import Downloads
+
+    top = [Scored("cat", 0, 0.7), Scored("dog", 1, 0.3)]
+    ui = UISession()
+    ui.downloads = Downloads(tmp_path)
+    rec = ui.downloads.start("my clip (1).mp4", fps=5.0)
+    for i in range(7):
+        image = np.full((48, 64, 3), i * 30, np.uint8)
+        rec.write(Frame(i * 6, i / 5, image, "x"), FrameResult(top, top, 0.1, 0, 0, i, 1.0), "cat", image)
+    assert all(p.name.startswith(".") for p in ui.downloads.folder.iterdir()), "only hidden temp files yet"
+    files = ui.downloads.finish()
+    assert [p.rsplit("/", 1)[1] for p in files] == ["my_clip_1-annotated.mp4", "my_clip_1-predictions.jsonl"]
+    rows = [json.loads(line) for line in open(files[1], encoding="utf-8")]
+    assert [r["frame"] for r in rows] == [0, 6, 12, 18, 24, 30, 36] and rows[3]["bank_size"] == 3
+    with av.open(files[0]) as container:
+        assert sum(1 for _ in container.decode(video=0)) == 7
+    ui.downloads.start("next.mp4", fps=5.0)
+    assert not any(__import__("os").path.exists(p) for p in files), "a new run replaces the last run's files"
+    folder = ui.downloads.folder
+    ui.close()
+    assert not folder.exists(), "the session's files go with it"

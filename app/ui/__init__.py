@@ -7,11 +7,13 @@
 `run_ui(args)` to run: the flags are checked by the headless pipeline's `prepare`, the model loads
 once, the app binds 127.0.0.1:7860 by default, the URL is printed and the server runs until Ctrl-C.
 
-The package: `state` (one `UISession` per browser session, the session cap, the shared model
-slots, the controls as `Settings`), `handlers` (what each control does: functions over a `Context`
-and a session, returning the page by output name; video runs use the pipeline's `iter_steps`),
-`plots` (history and server-drawn SVG charts), `layout` (the components, as one `Components`),
-`events` (`build_app`: layout + wiring) and `serving` (flags, launch options, the serve loop).
+The package: `state` (one `UISession` per browser session with its `History`, the session cap,
+the shared model slots, the settings form as `Settings`), `handlers` (what each control does:
+functions over a `Context`, a session and its named inputs), `video` (a video run: the pipeline's
+`iter_steps` over a paced source, `app.pacing`), `recording` (the run's MP4 and JSONL downloads),
+`page` (the page's content by output name), `plots` (server-drawn SVG charts), `layout` (the
+components, as one `Components`), `events` (`build_app`: layout + wiring by concern), `guard`
+(Gradio-level and HTTP-level refusals in one line) and `serving` (flags, launch options, serving).
 Gradio is imported only when the UI is built, so the headless demo and `--help` stay fast.
 """
 from .serving import add_ui_arguments, launch_options, resolve_port, run_ui
@@ -19,10 +21,9 @@ from .serving import add_ui_arguments, launch_options, resolve_port, run_ui
 __all__ = ["OUTPUTS", "add_ui_arguments", "build_app", "launch_options", "resolve_port", "run_ui"]
 
 
-
 def __getattr__(name: str):
     if name == "OUTPUTS":   # the page's output names, in order (gradio_client users get them so)
-        from .handlers import OUTPUTS
+        from .page import OUTPUTS
 
         return OUTPUTS
     raise AttributeError(name)

@@ -1,12 +1,12 @@
 """The app: `build_app` lays the page out (`layout`) and wires each control to its handler
-(`handlers`), mapping the handlers' pages (dicts by output name) onto components.
+(`handlers`, `video`), mapping the handlers' pages (dicts by output name) onto components. Inputs
+travel by name (Gradio's `inputs_kwargs`): every handler gets one form, the settings by name.
 
 Concurrency: video runs, webcam frames and API frames are "streams" (at most `streams` at once,
 Gradio's queue holds the rest); Apply, Reset, Stop, the demo-clip button and the truth/method
 controls run at once (no queue limit). Every model call, in any of them, takes one of the
 `concurrency` shared model slots (`state.ModelSlots`), a video run frame by frame.
 """
-import inspect
 import json
 import logging
 from typing import Any, Callable, Iterator, Sequence
@@ -19,18 +19,20 @@ from mstta.methods import get_method
 
 from ..frames import MAX_PIXELS
 from ..session import DEFAULT_BANK_SIZE
-from . import handlers
-from .handlers import OUTPUTS, Context
+from . import handlers, video
+from .guard import guard_api
+from .handlers import Context
 from .layout import Components, build_layout
-from .state import ModelSlots, Sessions, UISession
+from .page import OUTPUTS, message, warn
+from .state import CONTROLS, ModelSlots, Sessions, UISession
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CONCURRENCY = 2          # model calls running at once, all users together (one GPU)
 DEFAULT_MAX_SESSIONS = 16        # live sessions with an engine; beyond, the oldest idle one is dropped
 SESSION_TTL_S = 900              # a session's state is freed this long after its last event (or at page close)
-UPDATE_INTERVAL_S = 0.25         # a video run refreshes the frame, verdict and bars at most 4 times a second
-PLOT_INTERVAL_S = 1.0            # ... and the plots over time at most once a second (every frame is in them)
+UPDATE_INTERVAL_S = 0.15         # a run refreshes the frame, bars and plots at most every 0.15 s (>= 4 a second
+                                 # when frames come that often: 5 per second by default)
 WEBCAM_EVERY_S = 0.2             # webcam: a frame to the server every 0.2 s
 WEBCAM_TIME_LIMIT_S = 600        # webcam: one stream lasts at most this long
 CACHE_CLEANUP_S = (300, 900)     # every 5 min, delete uploads and shown frames older than 15 min
@@ -43,6 +45,14 @@ CAMERA_JS = """
     const box = document.getElementById("mstta-camera-message");
     if (box) { box.textContent = text; box.style.display = "block"; }
   };
+  // the webcam's own Stop button: ask the server for the run's summary and downloads at once
+  // (after the frames in flight), instead of waiting for frames to stop coming
+  document.addEventListener("click", (event) => {
+    const button = event.target.closest && event.target.closest("#mstta-webcam button");
+    if (button && /stop/i.test(button.textContent || "")) {
+      setTimeout(() => { const b = document.getElementById("mstta-webcam-stop"); if (b) b.click(); }, 400);
+    }
+  }, true);
   const md = navigator.mediaDevices;
   if (!md || !md.getUserMedia) {
     show("This page cannot use a webcam: browsers allow cameras only on https:// or http://localhost / " +
@@ -83,10 +93,10 @@ TOOLTIP_JS = """
 def build_app(clip: Any, *, labels: Sequence[str] | None = None, video: str | None = None,
               truth: str | None = None, template: str | None = None, method: str = "ms-tta",
               config: EngineConfig | None = None, every: int | None = None, topk: int = 3, views: int = 1,
-              max_frames: int | None = None, autostart: bool | None = None, concurrency: int = DEFAULT_CONCURRENCY,
-              streams: int | None = None, max_sessions: int = DEFAULT_MAX_SESSIONS,
-              session_ttl: float = SESSION_TTL_S, max_pixels: int = MAX_PIXELS,
-              update_interval: float = UPDATE_INTERVAL_S, plot_interval: float = PLOT_INTERVAL_S,
+              max_frames: int | None = None, autostart: bool | None = None, realtime: bool = True,
+              concurrency: int = DEFAULT_CONCURRENCY, streams: int | None = None,
+              max_sessions: int = DEFAULT_MAX_SESSIONS, session_ttl: float = SESSION_TTL_S,
+              max_pixels: int = MAX_PIXELS, update_interval: float = UPDATE_INTERVAL_S,
               webcam_every: float = WEBCAM_EVERY_S, webcam_time_limit: float = WEBCAM_TIME_LIMIT_S,
               offer_demo_clip: bool = True) -> gr.Blocks:
     """The UI as a `gr.Blocks` (not launched) around the shared `clip`.
@@ -94,188 +104,202 @@ def build_app(clip: Any, *, labels: Sequence[str] | None = None, video: str | No
     `labels` fill the labels box; `video` (a file) and `truth` (its CSV) are preloaded, and with
     `autostart` (default: when both video and labels are given) each new page starts processing
     the video at once. `method`, `config`, `every`, `topk`, `views` and `max_frames` are the
-    defaults of the controls and of every session, as in the headless demo. `concurrency` model
-    calls run at once (all users together), `streams` video/webcam runs (default 4 x concurrency);
-    `max_sessions` sessions keep an engine and each lives `session_ttl` s after its last event;
-    frames above `max_pixels` are refused. A video run refreshes the page at most every
-    `update_interval` s and its plots over time every `plot_interval` s (0: every frame).
-    `offer_demo_clip` adds a button that loads assets/demo.mp4 with its labels and ground truth.
+    defaults of the controls and of every session, as in the headless demo; `realtime` the default
+    of the Real time box. `concurrency` model calls run at once (all users together), `streams`
+    video/webcam runs (default 4 x concurrency); `max_sessions` sessions keep an engine and each
+    lives `session_ttl` s after its last event; frames above `max_pixels` are refused. A run
+    refreshes the page at most every `update_interval` s (0: every frame). `offer_demo_clip` adds a
+    button that loads assets/demo.mp4 with its labels and ground truth.
     """
     base = config if config is not None else EngineConfig(bank_size=DEFAULT_BANK_SIZE)
     method = get_method(method).name
     autostart = bool(video and labels) if autostart is None else autostart
     ctx = Context(clip=clip, base=base, slots=ModelSlots(concurrency), sessions=Sessions(max_sessions), views=views,
                   topk=topk, max_frames=max_frames, max_pixels=max_pixels, update_interval=update_interval,
-                  plot_interval=plot_interval, demo_clip=handlers.demo_clip() if offer_demo_clip else None)
-    random_weights = str(getattr(clip, "pretrained", "")).lower() == "none"
-    title_md = ("# MS-TTA live: zero-shot CLIP vs test-time adaptation\n"
-                "Each frame's CLIP features are classified twice, by zero-shot CLIP and by the adapted method. "
-                f"Model **{getattr(clip, 'name', '?')}** ({getattr(clip, 'pretrained', '?')}) on "
-                f"{getattr(clip, 'device', '?')}.")
-    if autostart:
-        hello = "Processing the preloaded video…"
-    elif video:
-        hello = "A video is loaded: press **Process video**, or open the **Webcam** tab."
-    else:
-        hello = ("Upload a video" + (" (or use the demo clip)" if ctx.demo_clip else "")
-                 + " and press **Process video**, or open the **Webcam** tab.")
+                  demo_clip=handlers.demo_clip() if offer_demo_clip else None)
 
     def state_deleted(ui: Any) -> None:   # Gradio's time to live ran out (or its own capacity)
         if isinstance(ui, UISession):
             ctx.sessions.forget(ui.session_hash, ui)
 
     with gr.Blocks(title="MS-TTA live: CLIP vs test-time adaptation", analytics_enabled=False,
-                   delete_cache=CACHE_CLEANUP_S) as demo:
-        c = build_layout(title_md=title_md, random_weights=random_weights, labels=labels, video=video, truth=truth,
-                         template=template, method=method, base=base, every=every, topk=topk, hello=hello,
-                         demo_clip=ctx.demo_clip is not None, session_ttl=session_ttl,
-                         on_state_deleted=state_deleted)
-        _wire(demo, c, ctx, autostart=autostart, streams=streams or 4 * concurrency, webcam_every=webcam_every,
-              webcam_time_limit=webcam_time_limit)
+                   delete_cache=CACHE_CLEANUP_S, fill_width=True) as demo:
+        c = build_layout(title_md=_title(clip, views), random_weights=str(getattr(clip, "pretrained", "")).lower()
+                         == "none", labels=labels, video=video, truth=truth, template=template, method=method,
+                         base=base, every=every, realtime=realtime, hello=_hello(ctx, video, autostart),
+                         demo_clip=ctx.demo_clip is not None, session_ttl=session_ttl, on_state_deleted=state_deleted)
+        wiring = Wiring(c, ctx)
+        wiring.video(demo, autostart=autostart, streams=streams or 4 * concurrency)
+        wiring.webcam(streams=streams or 4 * concurrency, every=webcam_every, time_limit=webcam_time_limit)
+        wiring.controls(demo)
     for dep in demo.fns.values():   # the State's per-page-load factory is no API endpoint
         if getattr(dep, "fn", None) is UISession:
             dep.api_visibility = "private"
+    guard_api(demo)
     demo.mstta_context = ctx        # the live sessions and slots (for tests and debugging)
     return demo
 
 
-def _wire(demo: gr.Blocks, c: Components, ctx: Context, *, autostart: bool, streams: int, webcam_every: float,
-          webcam_time_limit: float) -> None:
-    """Connect every control to its handler."""
-    out = [getattr(c, name) for name in OUTPUTS]
-    by_name = dict(zip(OUTPUTS, out)) | {"timer": c.webcam_timer}
+def _title(clip: Any, views: int) -> str:
+    shown = f", {views} views per frame" if views > 1 else ""
+    return (f"**MS-TTA live** · zero-shot CLIP vs test-time adaptation · model **{getattr(clip, 'name', '?')}** "
+            f"({getattr(clip, 'pretrained', '?')}) on {getattr(clip, 'device', '?')}{shown}")
 
-    def session_of(ui: Any, request: gr.Request | None) -> UISession:
+
+def _hello(ctx: Context, video: str | None, autostart: bool) -> str:
+    if autostart:
+        return "Processing the preloaded video…"
+    if video:
+        return "A video is loaded: press **Process video**, or open the **Webcam** tab."
+    return ("Upload a video" + (" (or use the demo clip)" if ctx.demo_clip else "")
+            + " and press **Process video**, or open the **Webcam** tab.")
+
+
+class Wiring:
+    """Connects the controls to their handlers: every handler gets `(ui, form)` (the session and its
+    named inputs) and returns a page by output name; errors become one status line."""
+
+    def __init__(self, c: Components, ctx: Context):
+        self.c, self.ctx = c, ctx
+        self.out = [getattr(c, name) for name in OUTPUTS]
+        self.by_name = dict(zip(OUTPUTS, self.out)) | {"timer": c.webcam_timer}
+
+    def session_of(self, ui: Any, request: gr.Request | None) -> UISession:
         ui = ui if isinstance(ui, UISession) else UISession()
         key = getattr(request, "session_hash", None) or f"anonymous-{id(ui)}"
         ui.session_hash = key
-        ctx.sessions.touch(ui, key)
+        self.ctx.sessions.touch(ui, key)
         return ui
 
-    def page(result: dict[str, Any] | None) -> dict[Any, Any]:
-        return {by_name[name]: value for name, value in (result or {}).items()}
+    def page(self, result: dict[str, Any] | None) -> dict[Any, Any]:
+        return {self.by_name[name]: value for name, value in (result or {}).items()}
 
-    def refused(ui: UISession, exc: Exception, toast: bool = True) -> dict[Any, Any]:
+    def refused(self, ui: UISession, exc: Exception, toast: bool = True) -> dict[Any, Any]:
         text = one_line(exc)
         log.info("refused (session %s): %s", ui.session_hash, text)   # one server line, no traceback
         if toast:
             gr.Warning(text)
-        return page(handlers.message(ui, handlers.warn(text)))
+        return self.page(message(ui, warn(text)))
 
-    def crashed(fn: Callable, ui: UISession | None, exc: Exception) -> dict[Any, Any]:
+    def crashed(self, fn: Callable, exc: Exception) -> dict[Any, Any]:
         log.exception("UI handler %s failed", fn.__name__)
-        text = handlers.warn(f"Internal error ({type(exc).__name__}: {one_line(exc)[:200]}); details are in "
-                             "the server log.")
-        return {c.status: text}
+        return {self.c.status: warn(f"Internal error ({type(exc).__name__}: {one_line(exc)[:200]}); details are "
+                                    "in the server log.")}
 
-    def with_request(run: Callable, fn: Callable) -> Callable:
-        """`run(*inputs, state, request)` with the signature Gradio reads: fn's inputs (after `ui`),
-        the state, then the request (Gradio passes a `gr.Request`-annotated parameter)."""
-        names = list(inspect.signature(fn).parameters)[1:] + ["state"]
-        params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_ONLY) for n in names]
-        params.append(inspect.Parameter("request", inspect.Parameter.POSITIONAL_ONLY, annotation=gr.Request))
-        run.__signature__ = inspect.Signature(params)
-        run.__annotations__ = {"request": gr.Request}   # what Gradio's special_args reads
+    def guarded(self, fn: Callable, once: bool = False) -> Callable:
+        """fn(ui, form) -> page, with the session looked up and errors shown as one line (`once`: a
+        stream's repeated error toasts once, then stays in the status line)."""
+        def run(request: gr.Request, **form: Any) -> dict[Any, Any]:
+            ui = self.session_of(form.pop("state", None), request)
+            try:
+                return self.page(fn(ui, form))
+            except UserError as exc:
+                repeated, ui.last_error = ui.last_error == one_line(exc), one_line(exc) if once else None
+                return self.refused(ui, exc, toast=not (once and repeated))
+            except Exception as exc:  # noqa: BLE001 - logged with its traceback, shown as one line
+                return self.crashed(fn, exc)
         run.__name__ = fn.__name__
         return run
 
-    def guarded(fn: Callable, once: bool = False) -> Callable:
-        """fn(ui, *inputs) -> page, with the session looked up and errors shown as one line (`once`:
-        a stream's repeated error toasts once, then stays in the status line)."""
-        def run(*args: Any) -> dict[Any, Any]:
-            *args, request = args
-            ui = session_of(args[-1], request)
+    def guarded_stream(self, fn: Callable) -> Callable:
+        def run(request: gr.Request, **form: Any) -> Iterator[dict[Any, Any]]:
+            ui = self.session_of(form.pop("state", None), request)
             try:
-                return page(fn(ui, *args[:-1]))
+                for result in fn(ui, form):
+                    yield self.page(result)
             except UserError as exc:
-                repeated, ui.last_error = ui.last_error == one_line(exc), one_line(exc) if once else None
-                return refused(ui, exc, toast=not (once and repeated))
+                yield self.refused(ui, exc)
             except Exception as exc:  # noqa: BLE001 - logged with its traceback, shown as one line
-                return crashed(fn, ui, exc)
-        return with_request(run, fn)
+                yield self.crashed(fn, exc)
+        run.__name__ = fn.__name__
+        return run
 
-    def guarded_stream(fn: Callable) -> Callable:
-        def run(*args: Any) -> Iterator[dict[Any, Any]]:
-            *args, request = args
-            ui = session_of(args[-1], request)
-            try:
-                for result in fn(ui, *args[:-1]):
-                    yield page(result)
-            except UserError as exc:
-                yield refused(ui, exc)
-            except Exception as exc:  # noqa: BLE001 - logged with its traceback, shown as one line
-                yield crashed(fn, ui, exc)
-        return with_request(run, fn)
+    def video(self, demo: gr.Blocks, *, autostart: bool, streams: int) -> None:
+        """Process video (and the preloaded one at page load), Stop, a new upload, the demo clip."""
+        c, ctx = self.c, self.ctx
 
-    # ------------------------------------------------------------------ handlers over (ui, inputs...)
-    def on_apply(ui, labels, template, method, k, alpha, lam, cap, bank, truth):
-        return handlers.apply(ctx, ui, (labels, template, method, k, alpha, lam, cap, bank), truth)
+        def process_video(ui, form):
+            return video.process_video(ctx, ui, form)
 
-    def on_reset(ui):
-        return handlers.reset(ctx, ui)
+        form = c.form(video=c.video, truth=c.truth, every=c.every, keep=c.keep, realtime=c.realtime)
+        run = self.guarded_stream(process_video)
+        stream = dict(concurrency_limit=streams, concurrency_id="mstta-streams", show_progress="hidden")
+        c.run.click(run, None, self.out, inputs_kwargs=form, api_name="process_video", **stream)
+        if autostart:
+            demo.load(run, None, self.out, inputs_kwargs=form, api_name=False, **stream)
+        # Stop is a flag the video loop reads after each frame, not an event cancel: the run then ends
+        # with a last, complete page (summary, downloads) instead of being cut off between two updates.
+        c.stop.click(self.guarded(lambda ui, form: handlers.stop(ui)), None, self.out,
+                     inputs_kwargs={"state": c.state}, api_name="stop", queue=False)
+        c.video.upload(self.guarded(lambda ui, form: handlers.video_changed(ui, form["truth"])), None, self.out,
+                       inputs_kwargs={"truth": c.truth, "state": c.state}, api_name=False, queue=False)
+        if ctx.demo_clip is not None:
+            c.demo_clip.click(lambda: ctx.demo_clip, None, [c.video, c.labels, c.truth], api_name=False, queue=False)
 
-    def on_stop(ui):
-        return handlers.stop(ui)
+    def webcam(self, *, streams: int, every: float, time_limit: float) -> None:
+        """Webcam frames, its Stop (summary and downloads at once), the timer for runs without a Stop,
+        and the per-frame API (`process_frame`)."""
+        c, ctx = self.c, self.ctx
+        timer_out = [*self.out, c.webcam_timer]
+        stream = dict(concurrency_limit=streams, concurrency_id="mstta-streams", show_progress="hidden")
 
-    def on_drop_truth(ui):
-        return handlers.drop_truth(ui)
+        def webcam(ui, form):
+            result = handlers.process_frame(ctx, ui, form)
+            if ui.webcam_frames == 1 and ui.source == "webcam":   # a run starts: watch for its end
+                result = result | {"timer": gr.Timer(active=True)}
+            return result
 
-    def on_video(ui, video, truth, every, keep, labels, template, method, k, alpha, lam, cap, bank):
-        return handlers.process_video(ctx, ui, video, truth, every, keep,
-                                      (labels, template, method, k, alpha, lam, cap, bank))
+        def ended(how: Callable) -> Callable:
+            def run(ui, form):
+                result = how(ctx, ui)
+                return result | {"timer": gr.Timer(active=False)} if result is not None else {"timer": gr.skip()}
+            run.__name__ = how.__name__
+            return run
 
-    def on_frame(ui, image, keep, labels, template, method, k, alpha, lam, cap, bank):
-        return handlers.process_frame(ctx, ui, image, keep, (labels, template, method, k, alpha, lam, cap, bank))
+        c.webcam.stream(self.guarded(webcam, once=True), None, timer_out,
+                        inputs_kwargs=c.form(image=c.webcam, keep=c.keep), api_name="webcam",
+                        stream_every=every, time_limit=time_limit, **stream)
+        c.webcam_stop.click(self.guarded(ended(handlers.webcam_stop)), None, timer_out,
+                            inputs_kwargs={"state": c.state}, api_name=False, concurrency_limit=None,
+                            show_progress="hidden")
+        c.webcam_timer.tick(self.guarded(ended(handlers.webcam_tick)), None, timer_out,
+                            inputs_kwargs={"state": c.state}, api_name=False, concurrency_limit=None,
+                            show_progress="hidden")
+        c.api_button.click(self.guarded(lambda ui, form: handlers.process_frame(ctx, ui, form), once=True), None,
+                           self.out, inputs_kwargs=c.form(image=c.api_frame, keep=c.keep), api_name="process_frame",
+                           **stream)
 
-    def on_webcam(ui, image, keep, labels, template, method, k, alpha, lam, cap, bank):
-        result = on_frame(ui, image, keep, labels, template, method, k, alpha, lam, cap, bank)
-        if ui.webcam_frames == 1:   # a webcam run starts: watch for its end (no frame for a while)
-            result = result | {"timer": gr.Timer(active=True)}
-        return result
+    def controls(self, demo: gr.Blocks) -> None:
+        """Apply, Reset, dropping the truth file, the method's notes on the controls, page close."""
+        c, ctx = self.c, self.ctx
+        light = dict(concurrency_limit=None, show_progress="minimal", show_progress_on=[c.status])
+        c.apply.click(self.guarded(lambda ui, form: handlers.apply(ctx, ui, form)), None, self.out,
+                      inputs_kwargs=c.form(truth=c.truth), api_name="apply_settings", **light)
+        c.reset.click(self.guarded(lambda ui, form: handlers.reset(ctx, ui)), None, self.out,
+                      inputs_kwargs={"state": c.state}, api_name="reset", **light)
+        c.drop_truth.click(self.guarded(lambda ui, form: handlers.drop_truth(ui)), None, self.out,
+                           inputs_kwargs={"state": c.state}, api_name=False, **light)
+        numbers = [getattr(c, name) for name in CONTROLS]
+        reasons = gr.Textbox(_reasons(c.method.value), visible=False)
+        c.method.change(_method_changed, [c.method], [c.method, *numbers, reasons], api_name=False,
+                        queue=False).then(None, [reasons], None, js=TOOLTIP_JS)
+        demo.load(None, [reasons], None, js=TOOLTIP_JS)
 
-    def on_tick(ui):
-        result = handlers.webcam_tick(ui)
-        return result | {"timer": gr.Timer(active=False)} if result is not None else {"timer": gr.skip()}
+        def on_unload(request: gr.Request) -> None:
+            ctx.sessions.forget(getattr(request, "session_hash", None))
 
-    settings = c.settings
-    light = dict(concurrency_limit=None, show_progress="minimal", show_progress_on=[c.status])
-    stream = dict(concurrency_limit=streams, concurrency_id="mstta-streams", show_progress="hidden")
-    video_inputs = [c.video, c.truth, c.every, c.keep, *settings, c.state]
-    c.run.click(guarded_stream(on_video), video_inputs, out, api_name="process_video", **stream)
-    if autostart:
-        demo.load(guarded_stream(on_video), video_inputs, out, api_name=False, **stream)
-    # Stop is a flag the video loop reads after each frame, not an event cancel: the run then ends
-    # with a last, complete page instead of being cut off between two updates.
-    c.stop.click(guarded(on_stop), [c.state], out, api_name="stop", queue=False)
-    c.apply.click(guarded(on_apply), [*settings, c.truth, c.state], out, api_name="apply_settings", **light)
-    c.reset.click(guarded(on_reset), [c.state], out, api_name="reset", **light)
-    c.drop_truth.click(guarded(on_drop_truth), [c.state], out, api_name=False, **light)
+        demo.load(None, None, None, js=CAMERA_JS)
+        demo.unload(on_unload)
 
-    timer_out = [*out, c.webcam_timer]
-    c.webcam.stream(guarded(on_webcam, once=True), [c.webcam, c.keep, *settings, c.state], timer_out,
-                    api_name="webcam", stream_every=webcam_every, time_limit=webcam_time_limit, **stream)
-    c.webcam_timer.tick(guarded(on_tick), [c.state], timer_out, api_name=False, concurrency_limit=None,
-                        show_progress="hidden")
-    c.api_button.click(guarded(on_frame, once=True), [c.api_frame, c.keep, *settings, c.state], out,
-                       api_name="process_frame", **stream)
 
-    controls = ("k", "alpha", "lam", "capacity", "bank")
+def _reasons(method: str) -> str:
+    """Why each unused control is off ("" when used), for the hover text (TOOLTIP_JS)."""
+    _, notes = handlers.method_info(method)
+    return json.dumps({name: "" if used else note for name, (note, used) in notes.items()})
 
-    def method_changed(method: str):
-        summary, unused = handlers.method_info(method)
-        updates = [gr.update(interactive=not unused[n], info=unused[n] or None) for n in controls]
-        return gr.update(info=summary), *updates, json.dumps(unused)
 
-    reasons = gr.Textbox(json.dumps(handlers.method_info(c.method.value)[1]), visible=False)
-    c.method.change(method_changed, [c.method], [c.method, *(getattr(c, n) for n in controls), reasons],
-                    api_name=False, queue=False).then(None, [reasons], None, js=TOOLTIP_JS)
-    demo.load(None, [reasons], None, js=TOOLTIP_JS)
-    c.video.upload(lambda: None, None, c.truth, api_name=False, queue=False)   # a truth file belongs to one video
-    if ctx.demo_clip is not None:
-        c.demo_clip.click(lambda: ctx.demo_clip, None, [c.video, c.labels, c.truth], api_name=False, queue=False)
-
-    def on_unload(request: gr.Request) -> None:
-        ctx.sessions.forget(getattr(request, "session_hash", None))
-
-    demo.load(None, None, None, js=CAMERA_JS)
-    demo.unload(on_unload)
+def _method_changed(method: str):
+    """Every numeric control's note and state for the chosen method (each one set: none goes stale)."""
+    summary, notes = handlers.method_info(method)
+    updates = [gr.update(interactive=used, info=note) for note, used in (notes[name] for name in CONTROLS)]
+    return gr.update(info=summary), *updates, _reasons(method)

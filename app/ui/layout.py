@@ -1,7 +1,9 @@
 """The page: every component, placed, returned as one `Components` object (no behaviour here).
 
-At 1280x720 the frame, the agreement banner and both top-k charts sit in the first screen (right
-column); the controls are on the left; the plots over time follow below, two per row.
+One screen at 1280x720: a side panel of tabs on the left (Video, Webcam, Settings) with the run's
+downloads under it; in the middle the agreement banner, the annotated frame and its numbers; on the
+right both top-k charts and the running agreement and accuracy. The other plots over time follow
+below the fold.
 """
 from __future__ import annotations
 
@@ -14,54 +16,66 @@ from typing import Any, Sequence
 import gradio as gr
 
 from mstta.config import EngineConfig
+from mstta.errors import one_line
 from mstta.methods import get_method, list_methods
 
 from . import plots
-from .handlers import VIDEO_TYPES, empty_page, method_info
-from .state import MAX_BANK_SIZE, UISession
+from .handlers import method_info
+from .page import empty_page
+from .state import CONTROLS, FORM, SESSION_BANK_LIMIT, UISession
+from .video import VIDEO_TYPES
 
 log = logging.getLogger(__name__)
 
 CSS = """
-.gradio-container {max-width: 1600px !important; padding-top: 6px !important}
-#mstta-title h1 {font-size: 1.2rem; margin: 0; display: inline}
-#mstta-title p {margin: 0; font-size: .85rem}
-#mstta-random-weights {padding: 5px 12px; border-radius: 8px; background: #fef3c7; color: #92400e;
-  font-weight: 600; border: 1px solid #f59e0b}
+.gradio-container {max-width: 100% !important}
+.gradio-container > main, .gradio-container .main {padding-top: 0 !important; padding-bottom: 0 !important}
+.gradio-container .contain {gap: 8px !important}
+#mstta-header {align-items: center; gap: 8px; flex-wrap: nowrap}
+#mstta-title p {margin: 0; font-size: .85rem; white-space: nowrap; overflow: hidden; text-overflow: ellipsis}
+#mstta-title strong:first-child {font-size: 1.05rem}
+#mstta-random-weights {padding: 2px 10px; border-radius: 8px; background: #fef3c7; color: #92400e;
+  font-weight: 600; border: 1px solid #f59e0b; font-size: .8rem; white-space: nowrap; overflow: hidden;
+  text-overflow: ellipsis}
 #mstta-random-weights span {font-weight: 400}
-#mstta-verdict-box {padding: 6px 12px; border-radius: 8px; font-size: 1.05rem; font-weight: 600; color: white;
-  background: #6b7280}
+#mstta-right {gap: 6px}
+#mstta-verdict-box {padding: 5px 12px; border-radius: 8px; font-size: 1rem; font-weight: 600; color: white;
+  background: #6b7280; white-space: nowrap; overflow: hidden; text-overflow: ellipsis}
 #mstta-verdict-box.agree {background: #16a34a}
 #mstta-verdict-box.disagree {background: #dc2626}
-#mstta-status {min-height: 0; padding: 6px 12px !important}
+#mstta-verdict-box .name {font-weight: 800; text-decoration: none; color: inherit}
+#mstta-status {min-height: 0; padding: 3px 10px !important; font-size: .85rem; line-height: 1.25}
 #mstta-status p {margin: 0}
+#mstta-stats p {margin: 0; font-size: .85rem}
+.mstta-hidden {display: none !important}
 .mstta-chart {margin: 0}
-.mstta-chart figcaption {font-size: .85rem; display: flex; gap: 2px 12px; flex-wrap: wrap; align-items: center;
-  margin-bottom: 2px}
+.mstta-chart figcaption {font-size: .8rem; display: flex; gap: 2px 12px; flex-wrap: wrap; align-items: center;
+  margin-bottom: 1px}
 .mstta-chart .key i {display: inline-block; width: 18px; height: 4px; border-radius: 2px; margin-right: 4px;
   vertical-align: middle}
 .mstta-chart svg {width: 100%; height: auto; display: block}
 .mstta-chart .axis-title {font-weight: 600}
-.mstta-bars .row {display: flex; align-items: center; gap: 6px; font-size: .8rem; line-height: 1.15rem}
+.mstta-bars .row {display: flex; align-items: center; gap: 6px; font-size: .8rem; line-height: 1.1rem}
 .mstta-bars .name {flex: 0 0 32%; text-align: right; overflow: hidden; text-overflow: ellipsis; white-space: nowrap}
 .mstta-bars .track {flex: 1 1 auto; position: relative; height: .8rem; background: #f3f4f6; border-radius: 2px}
 .mstta-bars .bar {position: absolute; left: 0; top: 0; bottom: 0; border-radius: 2px}
 .mstta-bars .val {flex: 0 0 2.6rem; font-variant-numeric: tabular-nums}
 .mstta-bars .axis .track {background: none; height: .9rem; border-top: 1px solid #9ca3af; border-radius: 0}
 .mstta-bars .tick {position: absolute; top: 0; transform: translateX(-50%); font-size: .7rem; color: #6b7280}
-.mstta-bars .axis-title {text-align: center; font-size: .75rem; color: #6b7280; padding-left: 32%}
+.mstta-bars .axis-title {text-align: center; font-size: .7rem; color: #6b7280; padding-left: 32%}
 """
 
 
 @dataclasses.dataclass
 class Components:
-    """Every component the handlers read or write (names as in `handlers.OUTPUTS`, plus inputs)."""
+    """Every component the handlers read or write (names as in `page.OUTPUTS`, plus inputs)."""
 
     state: Any
     # inputs
     video: Any
     truth: Any
     every: Any
+    realtime: Any
     keep: Any
     webcam: Any
     api_frame: Any
@@ -81,6 +95,7 @@ class Components:
     drop_truth: Any
     demo_clip: Any | None
     api_button: Any
+    webcam_stop: Any
     webcam_timer: Any
     # outputs
     status: Any
@@ -95,11 +110,12 @@ class Components:
     cache: Any
     accuracy: Any
     result: Any
+    downloads: Any
 
-    @property
-    def settings(self) -> list[Any]:
-        """The controls `read_settings` takes, in its order."""
-        return [self.labels, self.template, self.method, self.k, self.alpha, self.lam, self.capacity, self.bank]
+    def form(self, **extra: Any) -> dict[str, Any]:
+        """The settings form by name (`state.FORM`) after the `extra` named inputs, then the session:
+        the handlers' keyword inputs (and the API's parameters, in this order)."""
+        return extra | {name: getattr(self, name) for name in FORM} | {"state": self.state}
 
 
 # Gradio writes a .pyi stub beside any module that subclasses a component, so the two adaptations
@@ -131,27 +147,29 @@ def frame_input(image: gr.Image) -> gr.Image:
 
 
 def quiet(component: Any) -> Any:
-    """`component` whose refusals (a value out of its range, not among its choices) are one server
-    line: Gradio's own check raises an error that it would print with a full traceback."""
+    """`component` whose refusals (a value of the wrong type, out of its range, not among its
+    choices) are one server line and a message naming the control: Gradio's own checks raise errors
+    that it would print with a full traceback."""
     checked = component.preprocess
 
     def preprocess(payload):  # noqa: ANN001 - the component's payload
         try:
             return checked(payload)
-        except gr.Error as exc:
-            log.info("refused %s: %s", component.label, exc.message)
-            raise gr.Error(exc.message, print_exception=False) from None
+        except Exception as exc:  # noqa: BLE001 - any refusal of the payload becomes one line
+            text = f"{component.label}: {exc.message if isinstance(exc, gr.Error) else one_line(exc)[:200]}"
+            log.info("refused %s", text)
+            raise gr.Error(text, print_exception=False) from None
 
     component.preprocess = preprocess
     return component
 
 
 def Number(*args: Any, **kwargs: Any) -> gr.Number:  # noqa: N802 - stands for the component
-    return quiet(gr.Number(*args, **kwargs))
-
-
-def Slider(*args: Any, **kwargs: Any) -> gr.Slider:  # noqa: N802
-    return quiet(gr.Slider(*args, **kwargs))
+    """A number box whose value reaches the handler as sent: `state.number_control` checks it and
+    names the control (a typed 100 is refused, never clamped; "abc", NaN, null or [3] likewise)."""
+    box = gr.Number(*args, **kwargs)
+    box.preprocess = lambda payload: payload
+    return box
 
 
 def Dropdown(*args: Any, **kwargs: Any) -> gr.Dropdown:  # noqa: N802
@@ -162,102 +180,123 @@ def method_choices() -> list[tuple[str, str]]:
     return [(get_method(name).title, name) for name in list_methods()]
 
 
+def _header(title_md: str, random_weights: bool) -> None:
+    with gr.Row(elem_id="mstta-header"):
+        gr.Markdown(title_md, elem_id="mstta-title")
+        if random_weights:
+            gr.HTML(plots.RANDOM_WEIGHTS_HTML, elem_id="mstta-random-weights-banner")
+
+
+def _video_tab(video: str | None, truth: str | None, every: int | None, realtime: bool, demo_clip: bool) -> dict:
+    with gr.Tab("Video", id="video-tab", elem_id="mstta-video-tab"):
+        with gr.Row():
+            c = dict(run=gr.Button("▶ Process video", variant="primary", elem_id="mstta-run", scale=2, min_width=150,
+                                   size="md"),
+                     stop=gr.Button("■ Stop", variant="stop", elem_id="mstta-stop", scale=1, min_width=70, size="md"))
+        c["demo_clip"] = (gr.Button("Use the demo clip (with labels and ground truth)", size="sm",
+                                    elem_id="mstta-demo-clip") if demo_clip else None)
+        c |= dict(
+            video=gr.File(value=video, label="Video file (mp4, avi, mov, mkv, webm, ...)", file_types=list(VIDEO_TYPES),
+                          height=150, elem_id="mstta-video", elem_classes=["mstta-file"]),
+            truth=quiet(gr.File(value=truth, label="Ground truth CSV (adds accuracy)",
+                                file_types=[".csv", ".txt"], height=150, elem_id="mstta-truth",
+                                elem_classes=["mstta-file"])),
+            drop_truth=gr.Button("Drop the ground-truth file", size="sm", visible=False, elem_id="mstta-drop-truth"),
+            realtime=quiet(gr.Checkbox(realtime, label="Real time (off: as fast as possible)",
+                                       info="Plays at the video's own rate; frames the model cannot keep up with "
+                                            "are skipped and counted", elem_id="mstta-realtime")),
+            every=Number(value=every or 0, precision=0, label="Process every N-th frame",
+                         info="0 = about 5 frames per second of video", elem_id="mstta-every"))
+    return c
+
+
+def _webcam_tab() -> dict:
+    with gr.Tab("Webcam", id="webcam-tab", elem_id="mstta-webcam-tab"):
+        webcam = frame_input(gr.Image(
+            sources=["webcam"], streaming=True, type="filepath", image_mode=None, label="Webcam",
+            height=240, elem_id="mstta-webcam", webcam_options=gr.WebcamOptions(mirror=False)))
+        gr.HTML('<div id="mstta-camera-message" role="alert" style="display:none;padding:10px 12px;'
+                'border-radius:8px;background:#fee2e2;color:#991b1b;font-weight:600"></div>',
+                elem_id="mstta-camera-error")
+        gr.Markdown("Click the camera, allow access, then press **Record**: frames stream to the model while it "
+                    "records; **Stop** ends the run with its summary and downloads. If the browser blocked the "
+                    "camera, allow it from the address bar and reload the page.")
+        stop = gr.Button("webcam stopped", elem_id="mstta-webcam-stop", elem_classes=["mstta-hidden"])
+    return dict(webcam=webcam, webcam_stop=stop)
+
+
+def _settings_tab(labels: Sequence[str] | None, template: str | None, method: str, base: EngineConfig) -> dict:
+    summary, notes = method_info(method)
+    values = dict(k=base.k, alpha=base.alpha, lam=base.lam, capacity=base.capacity,
+                  bank=min(base.bank_size or SESSION_BANK_LIMIT, SESSION_BANK_LIMIT))
+    with gr.Tab("Settings", id="settings-tab", elem_id="mstta-settings-tab"):
+        c = dict(
+            keep=quiet(gr.Checkbox(False, label="Keep adapting across videos", elem_id="mstta-keep",
+                                   info="Off: each new video or source starts a fresh stream (empty cache and bank)")),
+            labels=quiet(gr.Textbox(value="\n".join(labels or []), lines=4, max_lines=12, elem_id="mstta-labels",
+                                    label="Labels (one class per line)", placeholder="cat\ndog\nbird")),
+            template=quiet(gr.Textbox(value=template or "", label="Prompt template (empty: built-in ensemble)",
+                                      placeholder="a photo of a {}.", elem_id="mstta-template")),
+            method=Dropdown(method_choices(), value=method, label="Method", info=summary, elem_id="mstta-method"))
+        with gr.Row():
+            for name in ("k", "alpha", "lam", "capacity"):
+                note, used = notes[name]
+                c[name] = Number(value=values[name], label=CONTROLS[name][0], info=note, interactive=used,
+                                 elem_id=f"mstta-{name}", min_width=120)
+        note, used = notes["bank"]
+        c["bank"] = Number(value=values["bank"], label=f"Bank size (features; at most {SESSION_BANK_LIMIT:,} per "
+                           "session)", info=note, interactive=used, elem_id="mstta-bank")
+        with gr.Row():
+            c["apply"] = gr.Button("Apply labels and settings", elem_id="mstta-apply")
+            c["reset"] = gr.Button("↺ Reset adaptation", elem_id="mstta-reset")
+    return c
+
+
+def _results(first: dict[str, Any]) -> dict:
+    """The middle (banner, frame, numbers) and right (top-k, agreement, accuracy) columns."""
+    with gr.Column(scale=5, min_width=480):
+        c = dict(verdict=gr.HTML(first["verdict"], elem_id="mstta-verdict"),
+                 frame=gr.Image(label="Current frame, both predictions drawn", type="numpy", format="jpeg",
+                                interactive=False, height=505, elem_id="mstta-frame"),
+                 stats=gr.Markdown("", elem_id="mstta-stats"))
+    with gr.Column(scale=4, min_width=340, elem_id="mstta-right"):
+        for name in ("clip_topk", "tta_topk", "agreement", "accuracy"):
+            c[name] = gr.HTML(first[name], elem_id=f"mstta-{name.replace('_', '-')}", padding=False)
+    return c
+
+
+def _below(first: dict[str, Any]) -> dict:
+    """Below the fold: the other plots over time, the raw result, the API's hidden frame input."""
+    gr.Markdown("### More over time", elem_id="mstta-over-time")
+    with gr.Row():
+        c = {name: gr.HTML(first[name], elem_id=f"mstta-{name}", padding=False) for name in ("confidence", "switches")}
+    c["cache"] = gr.HTML(first["cache"], elem_id="mstta-cache", padding=False)
+    with gr.Accordion("Raw result of the last frame (JSON)", open=False):
+        c["result"] = gr.JSON(elem_id="mstta-result")
+    # the per-frame handler for API clients (gradio_client cannot join a browser stream)
+    c["api_frame"] = frame_input(gr.Image(type="filepath", image_mode=None, visible=False))
+    c["api_button"] = gr.Button(visible=False)
+    c["webcam_timer"] = gr.Timer(1.0, active=False)
+    return c
+
+
 def build_layout(*, title_md: str, random_weights: bool, labels: Sequence[str] | None, video: str | None,
                  truth: str | None, template: str | None, method: str, base: EngineConfig, every: int | None,
-                 topk: int, hello: str, demo_clip: bool, session_ttl: float, on_state_deleted) -> Components:
+                 realtime: bool, hello: str, demo_clip: bool, session_ttl: float, on_state_deleted) -> Components:
     """Create and place every component (inside an open `gr.Blocks`)."""
-    state = gr.State(UISession, time_to_live=session_ttl, delete_callback=on_state_deleted)
-    gr.Markdown(title_md, elem_id="mstta-title")
-    if random_weights:
-        gr.HTML(plots.RANDOM_WEIGHTS_HTML, elem_id="mstta-random-weights-banner")
+    c: dict[str, Any] = {"state": gr.State(UISession, time_to_live=session_ttl, delete_callback=on_state_deleted)}
     first = empty_page(status=hello)
-    summary, unused = method_info(method)
-
-    def off(name: str) -> dict:   # a control that does nothing for the method: disabled, saying why
-        return dict(interactive=not unused[name], info=unused[name] or None, elem_id=f"mstta-{name}")
-
+    _header(title_md, random_weights)
+    c["status"] = gr.Markdown(hello, elem_id="mstta-status", container=True)
     with gr.Row(equal_height=False):
-        with gr.Column(scale=2, min_width=330):
+        with gr.Column(scale=0, min_width=290, elem_id="mstta-side"):
+            c["downloads"] = gr.File(label="Downloads: the last run's annotated video and log",
+                                     file_count="multiple", interactive=False, height=125, visible=False,
+                                     elem_id="mstta-downloads")
             with gr.Tabs():
-                with gr.Tab("Video", id="video-tab", elem_id="mstta-video-tab"):
-                    video_in = gr.File(value=video, label="Video file (mp4, avi, mov, mkv, webm, ...)",
-                                       file_types=list(VIDEO_TYPES), height=150, elem_id="mstta-video",
-                                       elem_classes=["mstta-file"])
-                    truth_in = gr.File(value=truth, label="Ground truth CSV (optional: adds accuracy)",
-                                       file_types=[".csv", ".txt"], height=150, elem_id="mstta-truth",
-                                       elem_classes=["mstta-file"])
-                    drop_truth = gr.Button("Drop the ground-truth file", size="sm", visible=False,
-                                           elem_id="mstta-drop-truth")
-                    every_in = Number(value=every or 0, precision=0, minimum=0,
-                                         label="Process every N-th frame (0 = about 5 per second of video)")
-                    with gr.Row():
-                        run_btn = gr.Button("▶ Process video", variant="primary", elem_id="mstta-run")
-                        stop_btn = gr.Button("■ Stop", variant="stop", elem_id="mstta-stop")
-                    clip_btn = (gr.Button("Use the demo clip (with labels and ground truth)", size="sm",
-                                          elem_id="mstta-demo-clip") if demo_clip else None)
-                with gr.Tab("Webcam", id="webcam-tab", elem_id="mstta-webcam-tab"):
-                    cam_in = frame_input(gr.Image(
-                        sources=["webcam"], streaming=True, type="filepath", image_mode=None, label="Webcam",
-                        height=260, elem_id="mstta-webcam", webcam_options=gr.WebcamOptions(mirror=False)))
-                    gr.HTML('<div id="mstta-camera-message" role="alert" style="display:none;padding:10px 12px;'
-                            'border-radius:8px;background:#fee2e2;color:#991b1b;font-weight:600"></div>',
-                            elem_id="mstta-camera-error")
-                    gr.Markdown("Click the camera, allow access, then press **Record**: frames stream to the "
-                                "model while it records; **Stop** ends the run with its summary. If the browser "
-                                "blocked the camera, allow it from the address bar and reload the page.")
-            keep_in = gr.Checkbox(False, label="Keep adapting across videos",
-                                  info="Off: each new video or source starts a fresh stream (empty cache and bank)",
-                                  elem_id="mstta-keep")
-            labels_in = gr.Textbox(value="\n".join(labels or []), lines=4, max_lines=20,
-                                   label="Labels (one class per line)", elem_id="mstta-labels",
-                                   placeholder="cat\ndog\nbird")
-            template_in = gr.Textbox(value=template or "", label="Prompt template (empty: built-in ensemble)",
-                                     placeholder="a photo of a {}.", elem_id="mstta-template")
-            with gr.Accordion("Adaptation settings", open=True):
-                method_in = Dropdown(method_choices(), value=method, label="Method", info=summary,
-                                        elem_id="mstta-method")
-                with gr.Row():
-                    k_in = Slider(1, 16, value=base.k, step=1, label="k (mean-shift neighbours)", **off("k"))
-                    alpha_in = Slider(0.0, 1.0, value=base.alpha, step=0.05, label="α (mean-shift weight)",
-                                      **off("alpha"))
-                with gr.Row():
-                    lam_in = Slider(0.0, 5.0, value=base.lam, step=0.1, label="λ (cache weight)", **off("lam"))
-                    cap_in = Slider(1, 16, value=base.capacity, step=1, label="Q (cache size per class)",
-                                    **off("capacity"))
-                bank_in = Number(value=min(base.bank_size or MAX_BANK_SIZE, MAX_BANK_SIZE), precision=0,
-                                 minimum=1, maximum=MAX_BANK_SIZE, **off("bank"),
-                                 label=f"Bank size (features; at most {MAX_BANK_SIZE:,} per session)")
-                with gr.Row():
-                    apply_btn = gr.Button("Apply labels and settings", elem_id="mstta-apply")
-                    reset_btn = gr.Button("↺ Reset adaptation", elem_id="mstta-reset")
-        with gr.Column(scale=3, min_width=420):
-            status_out = gr.Markdown(hello, elem_id="mstta-status", container=True)
-            verdict_out = gr.HTML(first["verdict"], elem_id="mstta-verdict")
-            frame_out = gr.Image(label="Current frame, both predictions drawn", type="numpy", format="jpeg",
-                                 interactive=False, height=270, elem_id="mstta-frame")
-            with gr.Row(equal_height=True):
-                clip_bars = gr.HTML(first["clip_topk"], elem_id="mstta-clip-topk", padding=False)
-                tta_bars = gr.HTML(first["tta_topk"], elem_id="mstta-tta-topk", padding=False)
-            stats_out = gr.Markdown("", elem_id="mstta-stats")
-    gr.Markdown("## Over time", elem_id="mstta-over-time")
-    with gr.Row():
-        conf_plot = gr.HTML(first["confidence"], elem_id="mstta-confidence", padding=False)
-        agree_plot = gr.HTML(first["agreement"], elem_id="mstta-agreement", padding=False)
-    with gr.Row():
-        switch_plot = gr.HTML(first["switches"], elem_id="mstta-switches", padding=False)
-        acc_plot = gr.HTML(first["accuracy"], elem_id="mstta-accuracy", padding=False)
-    cache_plot = gr.HTML(first["cache"], elem_id="mstta-cache", padding=False)
-    with gr.Accordion("Raw result of the last frame (JSON)", open=False):
-        result_out = gr.JSON(elem_id="mstta-result")
-    # the per-frame handler for API clients (gradio_client cannot join a browser stream)
-    api_frame = frame_input(gr.Image(type="filepath", image_mode=None, visible=False))
-    api_button = gr.Button(visible=False)
-    timer = gr.Timer(1.0, active=False)
-    return Components(
-        state=state, video=video_in, truth=truth_in, every=every_in, keep=keep_in, webcam=cam_in,
-        api_frame=api_frame, labels=labels_in, template=template_in, method=method_in, k=k_in, alpha=alpha_in,
-        lam=lam_in, capacity=cap_in, bank=bank_in, run=run_btn, stop=stop_btn, apply=apply_btn, reset=reset_btn,
-        drop_truth=drop_truth, demo_clip=clip_btn, api_button=api_button, webcam_timer=timer, status=status_out,
-        verdict=verdict_out, frame=frame_out, clip_topk=clip_bars, tta_topk=tta_bars, stats=stats_out,
-        confidence=conf_plot, agreement=agree_plot, switches=switch_plot, cache=cache_plot, accuracy=acc_plot,
-        result=result_out)
+                c |= _video_tab(video, truth, every, realtime, demo_clip)
+                c |= _webcam_tab()
+                c |= _settings_tab(labels, template, method, base)
+        c |= _results(first)
+    c |= _below(first)
+    return Components(**c)

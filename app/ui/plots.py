@@ -1,8 +1,6 @@
-"""What the browser UI shows, as data and markup: the per-stream `History` and pure functions that
-draw it as self-contained SVG/HTML strings (no Gradio here; `app.ui.layout` puts them on the page).
+"""What the browser UI shows, as markup: pure functions that draw a stream's `History`
+(`app.ui.state`) as self-contained SVG/HTML strings (no Gradio here; `app.ui.layout` places them).
 
-    history = History()
-    history.update(result, truth="cat")        # after every processed frame
     confidence_chart(history, "MS-TTA")        # <figure> with one <polyline> per series
     agreement_chart(history), switches_chart(history, ...), accuracy_chart(history, ...)
     topk_chart(result.tta_topk, ADAPTED_COLOR, "MS-TTA: top-3")
@@ -22,93 +20,25 @@ from __future__ import annotations
 
 import html
 import math
-from collections import deque
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-from mstta.methods import get_method
-
-from ..session import FrameResult, Scored
+from ..progress import plural
+from ..session import FrameResult, Scored, method_title
 
 if TYPE_CHECKING:
     from ..session import StreamSession
+    from .state import History
 
 CLIP_NAME = "CLIP zero-shot"
 CLIP_COLOR = "#3b82f6"         # blue, as app.annotate draws CLIP
 ADAPTED_COLOR = "#f59e0b"      # orange, as app.annotate draws the adapted method
 AGREEMENT_COLOR = "#8b5cf6"    # violet: agreement belongs to neither method
-HISTORY_POINTS = 600           # plotted frames kept per stream (the counters cover every frame)
 MAX_CACHE_BARS = 40            # classes shown in the cache plot (the fullest ones when there are more)
 X_TITLE = "processed frames"
 
 
-def method_title(method: str | None) -> str:
-    """'ms-tta' -> 'MS-TTA' (the registry's human title)."""
-    return get_method(method).title if method else "adapted"
-
-
-@dataclass(frozen=True)
-class Point:
-    """One processed frame as plotted; `x` is its number among processed frames (1-based)."""
-
-    x: int
-    clip_conf: float
-    tta_conf: float
-    agreement: float               # running %, all frames so far
-    switches_clip: int             # running counts
-    switches_tta: int
-    accuracy_clip: float | None    # running %, labelled frames so far; None before the first
-    accuracy_tta: float | None
-
-
-class History:
-    """Running counters of one stream plus its last `limit` points for the plots."""
-
-    def __init__(self, limit: int = HISTORY_POINTS):
-        self.limit = limit
-        self.clear()
-
-    def clear(self) -> None:
-        """Start over (a new video, new labels, new settings, Reset)."""
-        self.points: deque[Point] = deque(maxlen=self.limit)
-        self.processed = 0
-        self.agree = 0
-        self.switches = [0, 0]
-        self.correct = [0, 0]
-        self.labelled = 0
-        self.last: FrameResult | None = None
-        self._prev: tuple[int, int] | None = None
-
-    def update(self, result: FrameResult, truth: str | None = None) -> None:
-        """Add one processed frame (its result, and its true class name when a truth file has one)."""
-        clip, tta = result.clip_topk[0].index, result.tta_topk[0].index
-        self.processed += 1
-        self.agree += clip == tta
-        if self._prev is not None:
-            self.switches[0] += clip != self._prev[0]
-            self.switches[1] += tta != self._prev[1]
-        self._prev = (clip, tta)
-        if truth is not None:
-            self.labelled += 1
-            self.correct[0] += result.clip_label == truth
-            self.correct[1] += result.tta_label == truth
-        self.points.append(Point(self.processed, float(result.clip_topk[0].prob), float(result.tta_topk[0].prob),
-                                 self.agreement, self.switches[0], self.switches[1],
-                                 self.accuracy(0), self.accuracy(1)))
-        self.last = result
-
-    @property
-    def agreement(self) -> float:
-        """% of processed frames where CLIP and the adapted method agree (0 before any frame)."""
-        return 100.0 * self.agree / self.processed if self.processed else 0.0
-
-    def accuracy(self, which: int) -> float | None:
-        """Running accuracy in % of CLIP (0) or the adapted method (1) on labelled frames."""
-        return 100.0 * self.correct[which] / self.labelled if self.labelled else None
-
-
 # ---------------------------------------------------------------------------- SVG charts
-W, H = 560, 190                   # a chart's drawing size (it scales to its box)
+W, H = 560, 160                   # a chart's drawing size (it scales to its box)
 LEFT, RIGHT, TOP, BOTTOM = 52, 12, 10, 38
 
 
@@ -212,7 +142,8 @@ def hbar_chart(chart_id: str, title: str, rows: Sequence[tuple[str, float, str]]
     ticks = "".join(f'<span class="tick" style="left:{pct(t):.1f}%">{shown(t) if not percent else f"{t * 100:.0f}"}'
                     "</span>" for t in nice_ticks(0, x_max, 5, integer_x))
     axis = (f'<div class="row axis"><span class="name"></span><span class="track ticks">{ticks}</span>'
-            f'<span class="val"></span></div><div class="axis-title">{html.escape(x_title)}</div>')
+            f'<span class="val"></span></div>'
+            + (f'<div class="axis-title">{html.escape(x_title)}</div>' if x_title else ""))
     return (f'<figure class="mstta-chart mstta-bars" id="{chart_id}-chart"><figcaption><b>{html.escape(title)}'
             f"</b></figcaption>{''.join(lines)}{axis}</figure>")
 
@@ -247,10 +178,19 @@ def switches_chart(history: History, title: str) -> str:
                       y_title="switches", integer_y=True)
 
 
-def accuracy_chart(history: History, title: str) -> str:
+ACCURACY_HEADINGS = {   # the accuracy plot says what ground truth the run shown has
+    "loaded": "Running accuracy: ground truth loaded, no labelled frame yet",
+    "off": "Running accuracy: off (the ground truth names classes the labels lack)",
+    "none": "Running accuracy: no ground-truth CSV for this run",
+    "webcam": "Running accuracy: the webcam has no ground truth",
+}
+
+
+def accuracy_chart(history: History, title: str, truth_state: str = "none") -> str:
+    """Running accuracy; `truth_state` ("loaded", "off", "none", "webcam") titles a plot without points."""
     clip, tta = _pairs(history, lambda p: p.accuracy_clip, lambda p: p.accuracy_tta)
-    heading = ("Running accuracy on labelled frames" if history.labelled
-               else "Running accuracy: load a ground-truth CSV with the video to see it")
+    heading = ("Running accuracy (labelled frames)" if history.labelled
+               else ACCURACY_HEADINGS.get(truth_state, ACCURACY_HEADINGS["none"]))
     return line_chart("mstta-accuracy", heading, [(CLIP_NAME, CLIP_COLOR, clip), (title, ADAPTED_COLOR, tta)],
                       y_title="accuracy (%)", y_range=(0, 100))
 
@@ -258,7 +198,7 @@ def accuracy_chart(history: History, title: str) -> str:
 def topk_chart(chart_id: str, items: Sequence[Scored], color: str, title: str) -> str:
     """One method's top-k for the current frame, best first."""
     rows = [(s.label, float(s.prob), color if i == 0 else "#9ca3af") for i, s in enumerate(items)]
-    return hbar_chart(chart_id, title, rows, x_max=1.0, x_title="probability (%)", percent=True)
+    return hbar_chart(chart_id, f"{title} (probability, %)", rows, x_max=1.0, x_title="", percent=True)
 
 
 def cache_chart(labels: Sequence[str], per_class: Sequence[int], capacity: int | None, title: str,
@@ -275,8 +215,8 @@ def cache_title(stream: StreamSession | None) -> str:
     """The cache plot's title: the method, its Q, or that it keeps no cache."""
     if stream is None:
         return "Cache occupancy per class"
-    title = method_title(stream.method)
-    if not get_method(stream.method).cache:
+    title = stream.method.title
+    if not stream.method.cache:
         return f"Cache occupancy per class: none, {title} keeps no cache"
     return f"{title} cache occupancy per class (Q = {stream.config.capacity})"
 
@@ -289,47 +229,65 @@ def verdict_html(result: FrameResult | None) -> str:
     clip, tta = html.escape(result.clip_label), html.escape(result.tta_label)
     title = html.escape(method_title(result.method))
     if result.disagree:
-        return (f'<div id="mstta-verdict-box" class="disagree">✗ DISAGREE: CLIP says <u>{clip}</u>, '
-                f"{title} says <u>{tta}</u></div>")
-    return f'<div id="mstta-verdict-box" class="agree">✓ Agree: CLIP and {title} both say <u>{clip}</u></div>'
+        text = f'✗ DISAGREE: CLIP says <b class="name">{clip}</b>, {title} says <b class="name">{tta}</b>'
+        return f'<div id="mstta-verdict-box" class="disagree" title="{_plain(text)}">{text}</div>'
+    text = f'✓ Agree: CLIP and {title} both say <b class="name">{clip}</b>'
+    return f'<div id="mstta-verdict-box" class="agree" title="{_plain(text)}">{text}</div>'
+
+
+def _plain(markup: str) -> str:
+    """The banner's text without its tags (the hover text when it is cut short), attribute-safe."""
+    import re
+
+    return re.sub(r"<[^>]+>", "", markup).replace('"', "&quot;")
 
 
 RANDOM_WEIGHTS_HTML = ('<div id="mstta-random-weights" role="alert">⚠️ Random weights — predictions are '
                        "meaningless <span>(<code>--pretrained none</code>: for trying the UI only)</span></div>")
 
 
-def plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+def frames(n: int) -> str:
+    """'1 frame', '12 frames'."""
+    return f"{n} {plural(n, 'frame')}"
 
 
-def stats_markdown(h: History, s: StreamSession | None, fps: float | None) -> str:
-    """The one-line summary under the bar charts (Markdown): counts, rates, cache, bank, accuracy."""
+def stats_markdown(h: History, s: StreamSession | None, fps: float | None, views: int = 1,
+                   skipped: int = 0) -> str:
+    """The one-line summary under the bar charts (Markdown): counts, rates, per-frame cost (with the
+    views per frame when more than one), cache, bank, accuracy, frames skipped to keep real time."""
     if h.processed == 0 or s is None or h.last is None:
         return ""
-    title = method_title(s.method)
-    last = h.last
-    parts = [f"**{plural(h.processed, 'frame')}**", f"agreement **{h.agreement:.1f}%**",
-             f"switches CLIP **{h.switches[0]}**, {title} **{h.switches[1]}**"]
+    title, last, t = s.method.title, h.last, h.tally
+    parts = [f"**{frames(h.processed)}**", f"agreement **{h.agreement:.1f}%**",
+             f"switches CLIP **{t.switches['clip']}**, {title} **{t.switches['tta']}**"]
     if fps:
         parts.append(f"{fps:.1f} fps")
+    cost = f"{last.latency_ms:.1f} ms per frame"
+    parts.append(f"{views} views per frame, {cost}" if views > 1 else cost)
+    if skipped:
+        parts.append(f"{frames(skipped)} skipped to keep real time")
     if last.cache_capacity:
         parts.append(f"cache {last.cache_size}/{last.cache_capacity}")
-    if last.bank_size:
-        parts.append(f"bank {last.bank_size}/{s.config.bank_size or '∞'}")
+    if last.bank_rows:
+        parts.append(f"bank {last.bank_rows}/{s.config.bank_size or '∞'}")
     if h.labelled:
-        parts.append(f"accuracy CLIP **{h.accuracy(0):.1f}%**, {title} **{h.accuracy(1):.1f}%** "
+        parts.append(f"accuracy CLIP **{t.accuracy('clip'):.1f}%**, {title} **{t.accuracy('tta'):.1f}%** "
                      f"({h.labelled} labelled)")
     return " · ".join(parts)
 
 
-def run_summary(h: History, seconds: float, title: str) -> str:
+def run_summary(h: History, seconds: float, title: str, skipped: int = 0) -> str:
     """The end-of-run summary, the same for a video and the webcam: frames, agreement, switches,
-    fps and accuracy when frames were labelled."""
+    fps, frames skipped to keep real time, and accuracy when frames were labelled."""
+    t = h.tally
     fps = h.processed / seconds if seconds > 0 else 0.0
-    text = (f"{plural(h.processed, 'frame')} processed in {seconds:.1f} s ({fps:.1f} fps); agreement "
-            f"{h.agreement:.1f}%; switches CLIP {h.switches[0]}, {title} {h.switches[1]}")
+    text = (f"{frames(h.processed)} processed in {seconds:.1f} s ({fps:.1f} fps); agreement "
+            f"{h.agreement:.1f}%; switches CLIP {t.switches['clip']}, {title} {t.switches['tta']}")
+    if skipped:
+        text += f"; {frames(skipped)} skipped to keep real time"
     if h.labelled:
-        text += f"; accuracy CLIP {h.accuracy(0):.1f}%, {title} {h.accuracy(1):.1f}% ({h.labelled} labelled)"
+        text += (f"; accuracy CLIP {t.accuracy('clip'):.1f}%, {title} {t.accuracy('tta'):.1f}% "
+                 f"({h.labelled} labelled)")
     return text + "."
 
 

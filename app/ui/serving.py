@@ -18,7 +18,7 @@ from mstta.errors import UserError
 
 from ..frames import MAX_PIXELS, parse_max_pixels
 from ..session import DEFAULT_BANK_SIZE
-from .state import MAX_BANK_SIZE
+from .state import SESSION_BANK_LIMIT
 
 log = logging.getLogger(__name__)
 
@@ -104,11 +104,11 @@ def ui_config(args: argparse.Namespace):
     _check_range(_opt(args, "max_sessions", DEFAULT_MAX_SESSIONS), "--max-sessions", 1, MAX_SESSIONS_LIMIT)
     _check_range(_opt(args, "session_ttl", SESSION_TTL_S), "--session-ttl", *TTL_RANGE_S, number=float)
     bank = _opt(args, "bank_size", DEFAULT_BANK_SIZE)
-    if isinstance(bank, int) and not isinstance(bank, bool) and bank > MAX_BANK_SIZE:
+    if isinstance(bank, int) and not isinstance(bank, bool) and bank > SESSION_BANK_LIMIT:
         if bank != DEFAULT_BANK_SIZE:   # the engine's default is larger than the UI's bound: lowered quietly
-            raise UserError(f"--bank-size {bank}: the browser UI keeps at most {MAX_BANK_SIZE:,} features per "
+            raise UserError(f"--bank-size {bank}: the browser UI keeps at most {SESSION_BANK_LIMIT:,} features per "
                             "session (each session has its own bank); lower it")
-        bank = MAX_BANK_SIZE
+        bank = SESSION_BANK_LIMIT
     video = _opt(args, "video")
     cfg = pipeline.DemoConfig(
         video=video, camera=None, labels=_opt(args, "labels"),
@@ -120,7 +120,7 @@ def ui_config(args: argparse.Namespace):
         max_pixels=parse_max_pixels(_opt(args, "max_pixels", MAX_PIXELS)))
     prep = pipeline.prepare(cfg)   # labels and the source may be absent: the UI starts empty
     if video is not None:
-        from .handlers import open_video
+        from .video import open_video
 
         open_video(video, cfg.max_pixels).close()    # readable now, or a one-line error before the model loads
     return cfg, prep
@@ -160,7 +160,9 @@ def launch_options(host: str = DEFAULT_HOST, port: int | None = None, *, share: 
     """`demo.launch(**launch_options(...))`: loopback by default, bounded uploads and stored sessions,
     only the demo's files served, nothing fetched from the network."""
     import gradio as gr
+    from starlette.middleware import Middleware
 
+    from .guard import QuietErrors
     from .layout import CSS
 
     _quiet_pil()
@@ -168,6 +170,7 @@ def launch_options(host: str = DEFAULT_HOST, port: int | None = None, *, share: 
                 allowed_paths=[str(ASSETS_DIR)], prevent_thread_lock=True, quiet=True, show_error=False,
                 inbrowser=False, enable_monitoring=False, run_history=False, mcp_server=False, ssr_mode=False,
                 footer_links=["api", "gradio"], css=CSS, state_session_capacity=4 * max_sessions,
+                app_kwargs={"middleware": [Middleware(QuietErrors)]},
                 theme=gr.themes.Default(font=["system-ui", "Liberation Sans", "DejaVu Sans", "sans-serif"],
                                         font_mono=["ui-monospace", "DejaVu Sans Mono", "monospace"]))
 

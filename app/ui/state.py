@@ -19,21 +19,31 @@ import logging
 import math
 import threading
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 from mstta.config import EngineConfig
 from mstta.errors import UserError
 from mstta.methods import get_method
 
 from ..labels import parse_labels
-from ..session import StreamSession
-from ..summary import FpsMeter
-from .plots import History, method_title
+from ..session import FrameResult, StreamSession
+from ..summary import FpsMeter, Tally
+from .recording import Downloads
 
 log = logging.getLogger(__name__)
 
-MAX_BANK_SIZE = 16384            # a bank is [bank_size, d] floats per session (32 MB at d = 512): bounded in the UI
+SESSION_BANK_LIMIT = 16384       # the UI's bound on a session's bank: [rows, d] floats (32 MB at d = 512)
 MAX_CLASSES = 1000               # classes in the labels box (ImageNet fits)
+HISTORY_POINTS = 600             # plotted frames kept per stream (the counters cover every frame)
+# The numeric controls: name -> (label, whole number, low, high). The page says each range.
+CONTROLS = {
+    "k": ("k (mean-shift neighbours)", True, 1, 16),
+    "alpha": ("α (mean-shift weight)", False, 0.0, 1.0),
+    "lam": ("λ (cache weight)", False, 0.0, 10.0),
+    "capacity": ("Q (cache size per class)", True, 1, 16),
+    "bank": ("Bank size (features)", True, 1, SESSION_BANK_LIMIT),
+}
+FORM = ("labels", "template", "method", *CONTROLS)   # the settings form, by name
 
 
 class ModelSlots:
@@ -65,6 +75,57 @@ class ModelSlots:
                 self._cond.notify_all()
 
 
+@dataclasses.dataclass(frozen=True)
+class Point:
+    """One processed frame as plotted; `x` is its number among processed frames (1-based)."""
+
+    x: int
+    clip_conf: float
+    tta_conf: float
+    agreement: float               # running %, all frames so far
+    switches_clip: int             # running counts
+    switches_tta: int
+    accuracy_clip: float | None    # running %, labelled frames so far; None before the first
+    accuracy_tta: float | None
+
+
+class History:
+    """One stream's running counts (an `app.summary.Tally`, as the headless summary keeps) plus its
+    last `limit` points for the plots."""
+
+    def __init__(self, limit: int = HISTORY_POINTS):
+        self.limit = limit
+        self.clear()
+
+    def clear(self) -> None:
+        """Start over (a new video, new labels, new settings, Reset)."""
+        self.points: collections.deque[Point] = collections.deque(maxlen=self.limit)
+        self.tally = Tally()
+        self.last: FrameResult | None = None
+
+    def update(self, result: FrameResult, truth: str | None = None) -> None:
+        """Add one processed frame (its result, and its true class name when a truth file has one)."""
+        t = self.tally
+        t.add(result, truth)
+        self.points.append(Point(t.processed, float(result.clip_topk[0].prob), float(result.tta_topk[0].prob),
+                                 self.agreement, t.switches["clip"], t.switches["tta"],
+                                 t.accuracy("clip"), t.accuracy("tta")))
+        self.last = result
+
+    @property
+    def processed(self) -> int:
+        return self.tally.processed
+
+    @property
+    def labelled(self) -> int:
+        return self.tally.labelled
+
+    @property
+    def agreement(self) -> float:
+        """% of processed frames where CLIP and the adapted method agree (0 before any frame)."""
+        return self.tally.agreement or 0.0
+
+
 class UISession:
     """One browser session: its StreamSession (made once labels are known), plot history, lock.
 
@@ -85,10 +146,12 @@ class UISession:
         self.last_plots = 0.0                # when the webcam last redrew the plots over time
         self.runs = 0                        # videos being processed now (normally 0 or 1)
         self.stop_at = 0.0                   # when Stop was last pressed (monotonic clock)
-        self.last_used = time.monotonic()
+        self.webcam_stopped = 0.0            # when the webcam's Stop was pressed (frames in flight are dropped)
         self.expired = False                 # dropped by the session cap: the user must press Reset
         self.closed = False                  # the page closed or the state's time to live ran out
         self.session_hash: str | None = None
+        self.truth_state = "none"            # the ground truth of the run shown: "none", "loaded" or "off"
+        self.downloads = Downloads()         # the last run's annotated MP4 and JSONL log
 
     def __deepcopy__(self, memo: dict) -> "UISession":
         return UISession()
@@ -109,6 +172,7 @@ class UISession:
         with self.lock:
             self.stream = None
             self.history.clear()
+            self.downloads.close()
             self.expired = expired
             self.closed = not expired
 
@@ -127,7 +191,6 @@ class Sessions:
 
     def touch(self, ui: UISession, key: str) -> None:
         """`ui` (session `key`) is in use now: (re)register it, drop the oldest idle ones beyond the limit."""
-        ui.last_used = time.monotonic()
         ui.closed = False
         if ui.expired:   # dropped: not live again until its user presses Reset
             return
@@ -155,65 +218,81 @@ class Sessions:
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """What the controls ask for, validated."""
+    """What the settings form asks for, validated."""
 
     labels: tuple[str, ...]
     template: str | None
     method: str
     config: EngineConfig
 
+    @classmethod
+    def from_controls(cls, form: Mapping[str, Any], base: EngineConfig) -> "Settings":
+        """Validate the form (values by name, `FORM`) into Settings; a one-line UserError names the
+        control and its range otherwise (nothing is clamped)."""
+        from mstta.templates import check_templates
 
-def int_control(value: Any, name: str) -> int:
+        labels = parse_labels(text_control(form.get("labels"), "Labels"), where="Labels")
+        if len(labels) > MAX_CLASSES:
+            raise UserError(f"Labels: {len(labels)} class names; the UI takes at most {MAX_CLASSES}")
+        template = text_control(form.get("template"), "Prompt template").strip() or None
+        if template is not None:
+            check_templates([template], "Prompt template")
+        method = get_method(text_control(form.get("method"), "Method")).name
+        k, alpha, lam, capacity, bank = (number_control(form.get(name), name) for name in CONTROLS)
+        try:
+            config = dataclasses.replace(base, k=k, alpha=alpha, lam=lam, capacity=capacity, bank_size=bank)
+        except (TypeError, ValueError) as exc:   # the config's own bounds
+            raise UserError(str(exc)) from None
+        return cls(tuple(labels), template, method, config)
+
+
+def text_control(value: Any, label: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise UserError(f"{label}: expected text, got {type(value).__name__}")
+    return value
+
+
+def _number(value: Any, label: str) -> float:
     if value is None or value == "":
-        raise UserError(f"{name}: enter a whole number")
+        raise UserError(f"{label}: enter a number")
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise UserError(f"{label}: expected a number, got {type(value).__name__}")
     try:
         number = float(value)
-    except (TypeError, ValueError):
-        raise UserError(f"{name}: {value!r} is not a number") from None
-    if not math.isfinite(number) or number != int(number):
-        raise UserError(f"{name}: {value!r} is not a whole number")
-    return int(number)
-
-
-def float_control(value: Any, name: str) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise UserError(f"{name}: {value!r} is not a number") from None
+    except (TypeError, ValueError, OverflowError):
+        raise UserError(f"{label}: {str(value)[:40]!r} is not a number") from None
     if not math.isfinite(number):
-        raise UserError(f"{name}: {value!r} is not a finite number")
+        raise UserError(f"{label}: {str(value)[:40]!r} is not a finite number")
     return number
 
 
-def read_settings(labels_text: str | None, template: str | None, method: str, k: Any, alpha: Any, lam: Any,
-                  capacity: Any, bank_size: Any, base: EngineConfig) -> Settings:
-    """Validate the controls into Settings (one-line UserError naming the control otherwise)."""
-    from mstta.templates import check_templates
-
-    labels = parse_labels(labels_text or "", where="Labels")
-    if len(labels) > MAX_CLASSES:
-        raise UserError(f"Labels: {len(labels)} class names; the UI takes at most {MAX_CLASSES}")
-    template = (template or "").strip() or None
-    if template is not None:
-        check_templates([template], "Template")
-    method = get_method(str(method)).name
-    bank = int_control(bank_size, "Bank size")
-    if not 1 <= bank <= MAX_BANK_SIZE:
-        raise UserError(f"Bank size {bank}: the UI keeps 1 to {MAX_BANK_SIZE:,} features per session")
-    try:
-        config = dataclasses.replace(
-            base, k=int_control(k, "k"), alpha=float_control(alpha, "alpha"), lam=float_control(lam, "lambda"),
-            capacity=int_control(capacity, "Q (cache size per class)"), bank_size=bank)
-    except (TypeError, ValueError) as exc:   # the config's own bounds
-        raise UserError(str(exc)) from None
-    return Settings(tuple(labels), template, method, config)
+def int_control(value: Any, label: str) -> int:
+    """A whole number from a control (a one-line UserError naming `label` otherwise)."""
+    number = _number(value, label)
+    if number != int(number):
+        raise UserError(f"{label}: {value!r} is not a whole number")
+    return int(number)
 
 
-def apply_settings(ui: UISession, settings: Settings, new_stream: Callable[[Settings], StreamSession]) -> str | None:
+def number_control(value: Any, name: str) -> int | float:
+    """The numeric control `name` (see `CONTROLS`), checked against its range (never clamped)."""
+    label, whole, low, high = CONTROLS[name]
+    number = int_control(value, label) if whole else _number(value, label)
+    if not low <= number <= high:
+        raise UserError(f"{label}: {number:g} is out of range; enter {'a whole number' if whole else 'a number'} "
+                        f"from {low:,g} to {high:,g}")
+    return number
+
+
+def apply_settings(ui: UISession, settings: Settings, new_stream: Callable[[Settings], StreamSession],
+                   restart: bool = False) -> str | None:
     """Bring the session in line with `settings`; returns a note when the engine restarted.
 
-    The new classifier is built before anything is replaced, so a failure leaves the session as
-    it was. `new_stream(settings)` makes the first StreamSession of a session.
+    `restart` (the Apply button) restarts the engine even when nothing changed. The new classifier
+    is built before anything is replaced, so a failure leaves the session as it was.
+    `new_stream(settings)` makes the first StreamSession of a session.
     """
     if ui.stream is None:
         ui.stream = new_stream(settings)
@@ -223,10 +302,14 @@ def apply_settings(ui: UISession, settings: Settings, new_stream: Callable[[Sett
     if list(settings.labels) != stream.labels or settings.template != stream.template:
         stream.set_labels(settings.labels, settings.template)
         changed.append(f"{len(settings.labels)} classes")
-    if settings.method != stream.method or settings.config != stream.config:
+    if settings.method != stream.method.name or settings.config != stream.config:
         stream.configure(settings.method, settings.config)
-        changed.append(f"{method_title(settings.method)} settings")
-    if not changed:
+        changed.append(f"{stream.method.title} settings")
+    if not changed and not restart:
         return None
+    if not changed:
+        stream.reset()
     ui.restart_history(ui.source)
+    if not changed:
+        return "Same labels and settings: the adaptation started afresh (empty cache and bank)."
     return "New " + " and ".join(changed) + ": the adaptation started afresh."

@@ -41,7 +41,7 @@ def versions() -> dict[str, str]:
     import open_clip
     import torch
 
-    from .. import __version__
+    from .._version import __version__
 
     return {"mstta": __version__, "torch": torch.__version__, "open_clip": open_clip.__version__,
             "numpy": np.__version__, "python": platform.python_version()}

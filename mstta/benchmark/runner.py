@@ -13,35 +13,30 @@ import dataclasses
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
-from ..config import DatasetConfig
+from ..config import DatasetConfig, check_seed
 from ..devices import resolve_device
 from ..errors import UserError, one_line
 from ..features import FeatureSet
 from ..replay import replay
 from . import paper
 from .context import (
-    RESULTS_FILE,
     BenchmarkConfig,
     Cell,
     Row,
     RunContext,
-    cell_fingerprint,
-    cell_key,
     dataset_config,
-    engine_config,
     feature_key,
     load_stream,
     protocol,
     redundant,
-    view_kind,
 )
 from .memory import MemoryMeter
-from .results import ResultsStore, predictions_path, save_predictions
+from .results import predictions_path, save_predictions
 from .store import Backbone, FeatureKey, Models, ensure_features, resolve_backbone, resolved_precision, weights_status
 
 log = logging.getLogger(__name__)
@@ -88,16 +83,8 @@ def parse_methods(spec: str) -> list[str]:
 
 
 def parse_seeds(spec: str) -> list[int]:
-    seeds = []
-    for s in parse_list(spec, "--seeds"):
-        try:
-            v = int(s)
-        except ValueError:
-            raise UserError(f"--seeds: '{s}' is not an integer; pass e.g. --seeds 1,2,3,4,5") from None
-        if v < 0:
-            raise UserError(f"--seeds: '{s}' is negative; seeds are integers >= 0")
-        seeds.append(v)
-    return seeds
+    """`1,2,3` -> [1, 2, 3]: each an integer seed in [0, 2^63 - 1] (`config.check_seed`)."""
+    return [check_seed(s, "--seeds") for s in parse_list(spec, "--seeds")]
 
 
 def parse_backbones(spec: str, pretrained: str | None = None) -> list[Backbone]:
@@ -161,10 +148,8 @@ def replay_cell(fs: FeatureSet, cell: Cell, path: Path, zs: float, device: torch
 
 def _run_dataset(run: RunContext, backbone: Backbone, dataset: str) -> None:
     """Every unfinished cell of one dataset: per seed, per feature file (loaded once), per row."""
-    dcfg = run.configs[dataset]
-    rows = [r for r in map(Row.parse, run.cfg.methods) if not redundant(r, dcfg)]
     for seed in run.cfg.seeds:
-        todo = run.pending(run.cell(dataset, backbone, row, seed) for row in rows)
+        todo = run.pending(_row_cells(run, dataset, backbone, seed))
         for cells, path, fs in run.streams(todo):
             zs = zero_shot_accuracy(fs)
             for cell in run.bar(cells, desc=f"{dataset} seed {seed}", leave=False, unit="method"):
@@ -206,7 +191,7 @@ def stream_features(cfg: BenchmarkConfig, dataset: str, backbone: Backbone, seed
                     ) -> tuple[Path, FeatureSet, DatasetConfig]:
     """One stream from the store (extracted first when absent), in the dataset's own view kind
     (or --augment): (path, features, dataset config)."""
-    dcfg = dataset_config(dataset, cfg.overrides)
+    dcfg = dataset_config(dataset, cfg.settings)
     device = resolve_device(cfg.device)
     fkey = feature_key(dataset, backbone, resolved_precision(device, cfg.precision), dcfg, seed, cfg.limit,
                        cfg.listing, cfg.augment)
@@ -216,48 +201,52 @@ def stream_features(cfg: BenchmarkConfig, dataset: str, backbone: Backbone, seed
 
 
 # ---------------------------------------------------------------------- dry run
-def plan_benchmark(cfg: BenchmarkConfig) -> list[str]:
+def plan_benchmark(cfg: BenchmarkConfig, run: RunContext | None = None,
+                   cells: Callable[[RunContext, str, Backbone, int], list[Cell]] | None = None) -> list[str]:
     """What `run_benchmark(cfg)` would do, as lines: per backbone its weights, per dataset its
-    data, per seed its feature files (cached or to extract) and cells (done or to run). Writes nothing."""
-    from ..data import load_split
-
-    configs = {d: dataset_config(d, cfg.overrides) for d in cfg.datasets}
-    device = resolve_device(cfg.device)
-    precision = resolved_precision(device, cfg.precision)
-    path = Path(cfg.out) / RESULTS_FILE
-    results = ResultsStore(path) if path.exists() else None
-    lines = [f"out: {cfg.out} ({'resuming: ' + str(len(results.runs)) + ' cells recorded' if results else 'new'}); "
-             f"feature store: {cfg.store}; device: {device} ({precision}); listing: {cfg.listing}"]
+    data, per seed its feature files (cached or to extract) and cells (done or to run), each cell as
+    `RunContext.cell` builds it (`cells` makes a sweep's). Writes nothing."""
+    run = run or RunContext(cfg)
+    cells = cells or _row_cells
+    lines = [f"out: {cfg.out} ({'resuming: ' + str(len(run.results.runs)) + ' cells recorded' if run.results.path.exists() else 'new'}); "
+             f"feature store: {cfg.store}; device: {run.device} ({run.precision}); listing: {cfg.listing}"]
     todo = 0
     data_status: dict[str, str] = {}
-    rows = [Row.parse(m) for m in cfg.methods]
     for backbone in cfg.backbones:
         lines.append(f"backbone {backbone.label} [{backbone.name} / {backbone.pretrained}]: weights {weights_status(backbone)}")
         for dataset in cfg.datasets:
-            dcfg = configs[dataset]
+            dcfg = run.configs[dataset]
             if dataset not in data_status:
-                try:
-                    split = load_split(dataset, cfg.data_root, cfg.listing)
-                    data_status[dataset] = f"data ok ({len(split)} images, {split.num_classes} classes)"
-                except UserError as exc:
-                    data_status[dataset] = f"data MISSING: {one_line(exc)}"
+                data_status[dataset] = _data_status(dataset, cfg)
             lines.append(f"  {dataset}: views {dcfg.bench.views}, view_mode {dcfg.engine.view_mode}; "
                          f"{data_status[dataset]}")
             for seed in cfg.seeds:
                 files: dict[FeatureKey, list[str]] = {}
-                for row in rows:
-                    if redundant(row, dcfg):
-                        continue
-                    ecfg = engine_config(row, dcfg)
-                    fkey = feature_key(dataset, backbone, precision, dcfg, seed, cfg.limit, cfg.listing,
-                                       view_kind(row.method, dcfg, cfg.augment))
-                    key = cell_key(dataset, backbone, row.name, seed)
-                    done = results is not None and results.is_done(key, cell_fingerprint(ecfg, fkey))
+                for cell in cells(run, dataset, backbone, seed):
+                    done = run.results.is_done(cell.key, cell.fingerprint)
                     todo += not done
-                    files.setdefault(fkey, []).append(f"{row.name} {'done' if done else 'to run'}")
-                for fkey, cells in files.items():
+                    name = cell.row.name if "value" not in cell.key else f"{cell.row.name}={cell.key['value']}"
+                    files.setdefault(cell.fkey, []).append(f"{name} {'done' if done else 'to run'}")
+                for fkey, names in files.items():
                     fpath = fkey.path(cfg.store)
                     lines.append(f"    seed {seed}: features {'cached' if fpath.is_file() else 'to extract'} "
-                                 f"({fpath}); " + ", ".join(cells))
+                                 f"({fpath}); " + ", ".join(names))
     lines.append(f"{todo} cell(s) to run")
     return lines
+
+
+def _row_cells(run: RunContext, dataset: str, backbone: Backbone, seed: int) -> list[Cell]:
+    """The cells of `run`'s rows on one dataset and seed (a forced view mode that changes nothing skipped)."""
+    dcfg = run.configs[dataset]
+    return [run.cell(dataset, backbone, row, seed) for row in map(Row.parse, run.cfg.methods)
+            if not redundant(row, dcfg)]
+
+
+def _data_status(dataset: str, cfg: BenchmarkConfig) -> str:
+    from ..data import load_split
+
+    try:
+        split = load_split(dataset, cfg.data_root, cfg.listing)
+        return f"data ok ({len(split)} images, {split.num_classes} classes)"
+    except UserError as exc:
+        return f"data MISSING: {one_line(exc)}"

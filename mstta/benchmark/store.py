@@ -156,8 +156,10 @@ def ensure_features(key: FeatureKey, store: str | Path, models: Models, data_roo
                     batch_size: int | None = None, workers: int | None = None, progress: bool = False) -> Path:
     """The feature file of `key` in the store, extracted first when absent (the store is a cache:
     an existing file is used as is; delete it to re-extract). The backbone's model is shared
-    through `models`, so it loads once per backbone."""
+    through `models`, so it loads once per backbone. Another run extracting the same file at the
+    same time is refused (`output_lock`), naming its pid."""
     from .. import extract
+    from ..atomic import output_lock
 
     path = key.path(Path(store))
     if path.is_file():
@@ -165,11 +167,11 @@ def ensure_features(key: FeatureKey, store: str | Path, models: Models, data_roo
     kwargs: dict[str, Any] = dict(model=key.backbone.name, pretrained=key.backbone.pretrained,
                                   precision=key.precision, device=str(models.device), views=key.views,
                                   augment=key.augment, seed=key.seed, limit=key.limit, listing=key.listing,
-                                  cache_dir=Path(store) / "text", progress=progress,
-                                  clip=models.get(key.backbone))
+                                  cache_dir=Path(store) / "text", progress=progress)
     if batch_size is not None:
         kwargs["batch_size"] = batch_size
     if workers is not None:
         kwargs["workers"] = workers
-    log.info("extracting %s for %s into %s", key.dataset, key.backbone.label, path)
-    return extract.run_extraction(key.dataset, path, data_root, **kwargs).path
+    with output_lock(path, "--store"):
+        log.info("extracting %s for %s into %s", key.dataset, key.backbone.label, path)
+        return extract.run_extraction(key.dataset, path, data_root, clip=models.get(key.backbone), **kwargs).path

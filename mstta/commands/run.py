@@ -138,7 +138,7 @@ def warn(message: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ..atomic import sweep_stale
+    from ..atomic import output_lock, sweep_stale
     from ..benchmark.report import write_reports
     from ..benchmark.runner import parse_datasets, parse_methods, plan_benchmark, run_benchmark
 
@@ -157,8 +157,9 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print("\n".join(plan_benchmark(cfg)))
         return 0
-    sweep_stale(cfg.out)
-    summary = run_benchmark(cfg)
+    with output_lock(cfg.out / "results.json", "--out"):   # two runs on one --out: the second is refused
+        sweep_stale(cfg.out)
+        summary = run_benchmark(cfg)
     missing = f", {len(summary['missing'])} dataset(s) missing" if summary["missing"] else ""
     print(f"ran {summary['ran']} cell(s), skipped {summary['skipped']} finished{missing}; report: {summary['report']}")
     return 0

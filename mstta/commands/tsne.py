@@ -51,6 +51,7 @@ def _class_ids(spec: str | None) -> list[int] | None:
 def run(args: argparse.Namespace) -> int:
     from ..atomic import sweep_stale
     from ..benchmark.plots import tsne_figure
+    from ..config import check_seed
     from ..safety import check_output_dir, check_outputs
 
     out = Path(args.out)
@@ -59,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
     check_outputs({"--out": out}, {"--features": args.features, "--config": args.config})
     if args.dataset:
         check_output_dir("--store", args.store, {"--data-root": args.data_root})
+    check_seed(args.class_seed, "--class-seed")
+    check_seed(args.seed, "--seed")
     if args.classes < 0:
         raise UserError(f"--classes {args.classes}: expected an integer >= 0 (0 = all classes)")
     ids = _class_ids(args.class_ids)
@@ -105,8 +108,6 @@ def _from_store(args):
     for flag, v in (("--views", args.views), ("--limit", args.limit)):
         if v is not None and v < 1:
             raise UserError(f"{flag} {v}: expected an integer >= 1")
-    if args.seed < 0:
-        raise UserError(f"--seed {args.seed}: expected an integer >= 0")
     backbone = resolve_backbone(args.backbone, args.pretrained)
     cfg = BenchmarkConfig(datasets=datasets, backbones=[backbone], seeds=[args.seed],
                           data_root=Path(args.data_root).expanduser() if args.data_root else None,

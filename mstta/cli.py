@@ -1,5 +1,5 @@
-"""`mstta-bench`: the benchmark CLI. Each subcommand lives in `mstta/commands/<name>.py` and
-exposes `add_arguments(parser)` and `run(args) -> int`; this file only dispatches."""
+"""`mstta-bench`, the command line: each subcommand lives in `mstta/commands/<name>.py` and exposes
+`add_arguments(parser)` and `run(args) -> int`; this file only dispatches (`python -m mstta.cli`)."""
 from __future__ import annotations
 
 import argparse
@@ -26,14 +26,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _load(name: str):
-    """The command's module; None if it does not exist; the ImportError if a package it needs is
-    missing (so one command's missing dependency never breaks the others)."""
+    """The command's module, or the ImportError if a package it needs is missing (so one command's
+    missing dependency never breaks the others)."""
     try:
-        return importlib.import_module(f"mstta.commands.{name.replace('-', '_')}")
-    except ModuleNotFoundError as exc:
-        if exc.name == f"mstta.commands.{name}":
-            return None
-        return exc
+        return importlib.import_module(f"mstta.commands.{name}")
     except ImportError as exc:
         return exc
 
@@ -48,10 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
             p = sub.add_parser(name, help=f"{help_text} (unavailable: {module})", description=help_text)
             p.set_defaults(_module=module, _name=name)
             continue
-        p = sub.add_parser(name, help=help_text if module else f"{help_text} (not yet available)",
-                           description=(module.__doc__ or help_text) if module else help_text)
-        if module is not None:
-            module.add_arguments(p)
+        p = sub.add_parser(name, help=help_text, description=module.__doc__ or help_text)
+        module.add_arguments(p)
         p.set_defaults(_module=module, _name=name)
     return parser
 
@@ -66,8 +60,6 @@ def _main(argv: Sequence[str] | None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
     if args.command is None:
         raise UserError(f"no command given; choose one of: {', '.join(SUBCOMMANDS)} (see {PROG} --help)")
-    if args._module is None:
-        raise UserError(f"'{args._name}' is not yet available in this version")
     return args._module.run(args)
 
 
