@@ -11,6 +11,7 @@ where Gradio is not installed. Without --headless the browser UI opens (`app.ui`
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import logging
 import sys
@@ -104,12 +105,15 @@ def build_parser(ui: bool = True, add_help: bool = True) -> argparse.ArgumentPar
 
 def _add_ui_arguments(p: argparse.ArgumentParser) -> None:
     """The UI's flags; where the UI stack is not installed, a note in --help instead (`p.ui_missing`)."""
-    try:
-        from .ui import add_ui_arguments
+    from .ui import add_ui_arguments  # Gradio-free: the flags and their defaults only
 
-        add_ui_arguments(p)
-    except ImportError as exc:   # the UI stack is an install extra the headless demo does not need
-        p.ui_missing = exc.name or "gradio"
+    add_ui_arguments(p)
+    try:   # the UI stack is an install extra the headless demo does not need; look for it without importing it
+        found = importlib.util.find_spec("gradio") is not None
+    except ImportError:
+        found = False
+    if not found:
+        p.ui_missing = "gradio"
         p.epilog = f"{p.epilog or ''} The browser UI and its flags are unavailable here: {p.ui_missing} is not " \
                    "installed (pip install -e .)."
 

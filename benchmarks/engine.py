@@ -1,24 +1,32 @@
 """Engine speed and memory; prints one JSON object.
 
     .venv/bin/python benchmarks/engine.py [--classes 1000 --dim 512 --n 5000 --steps 100000]
-    .venv/bin/python benchmarks/engine.py --device cuda --bank-size 4096
+    .venv/bin/python benchmarks/engine.py --device cuda --parts online,multi,bank_dtype
 
-Parts (each can be switched off with --parts):
+Parts (choose with --parts):
 - online: `Engine.step()` samples/s for `baseline` and `ms-tta` on a generated stream of N samples
   (C classes, d dims, the default bank), idle and under a competing CPU load that the benchmark
   starts itself (one spinning process per core, ended afterwards); on the CPU also with the
-  step's single-thread guard off (torch's own intra-op threads), the choice the engine makes.
+  thread policy off (torch's own intra-op threads), to show the choice `mstta.threads` makes.
   On CUDA: eager and with the step captured as a CUDA graph, and the per-step time.
-- replay: the vectorised replay's samples/s for both methods (same stream).
-Rates are the best of 3 runs (the machine may be shared); the 1-minute load average at start and
-end is printed with them.
+- replay: the vectorised replay's samples/s for both methods (same stream), idle and under the
+  same competing load, the ratio of the two, and under the load with the policy off (all cores).
+- multi: stream-steps/s of `MultiEngine` with S = 1, 8, 64 streams (`ms-tta`, --multi-n steps
+  per stream, a bank of --multi-bank-size rows per stream: S x 65,536 rows would need S x 134 MB
+  twice) against S separate engines stepped in turn, in the same run.
+- bank_dtype: prediction agreement of a float16/bfloat16 bank with float32 on the stream
+  (`ms-tta`, `tda+ms` replay); on CUDA also the CUDA-graph step time per dtype.
 - memory: peak RSS of a fresh process streaming --steps samples through `ms-tta` with the default
   bounded bank (65,536), and the step time over the first and last 2,000 steps (flat = bounded).
+Rates are the best of 3 runs (the machine may be shared); the 1-minute load average at start and
+end is printed with them.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import importlib
 import json
 import os
 import platform
@@ -29,11 +37,15 @@ import time
 
 import torch
 
-import mstta.engine as engine_mod
-from mstta import Engine, EngineConfig, replay
+import mstta.streams as streams_mod
+from mstta import Engine, EngineConfig, replay, threads
 from mstta.config import DEFAULT_BANK_SIZE
+from mstta.multi import MultiEngine
 
-PARTS = ("online", "replay", "memory")
+replay_mod = importlib.import_module("mstta.replay")  # the module (`mstta.replay` is the function)
+
+PARTS = ("online", "replay", "multi", "bank_dtype", "memory")
+DEFAULT_PARTS = ("online", "replay", "multi", "bank_dtype", "memory")
 
 
 def stream(n: int, classes: int, dim: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -87,19 +99,19 @@ def cpu_load(processes: int):
 
 
 @contextlib.contextmanager
-def threads_guard_off():
-    """The engine's step without its single-thread guard (torch's intra-op threads)."""
-    saved = engine_mod._single_threaded
-    engine_mod._single_threaded = lambda device: contextlib.nullcontext()
+def policy_off():
+    """The library without its thread policy: torch's own intra-op threads everywhere."""
+    saved = streams_mod.small_ops, replay_mod.large_ops
+    streams_mod.small_ops = replay_mod.large_ops = lambda device: contextlib.nullcontext()
     try:
         yield
     finally:
-        engine_mod._single_threaded = saved
+        streams_mod.small_ops, replay_mod.large_ops = saved
 
 
 def part_online(feats, text, cfg, device) -> dict:
     out: dict = {}
-    load = os.cpu_count() or 1
+    load = threads.cores()
     for method in ("baseline", "ms-tta"):
         r = out[method] = {}
         if device.type == "cuda":
@@ -108,22 +120,98 @@ def part_online(feats, text, cfg, device) -> dict:
             r["cuda_graph_step_ms"] = round(1000 / r["cuda_graph_samples_per_s"], 4)
             continue
         r["idle_samples_per_s"] = round(online_rate(feats, text, method, cfg, device), 1)
-        with threads_guard_off():
+        with policy_off():
             r[f"idle_samples_per_s_{torch.get_num_threads()}_threads"] = round(online_rate(feats, text, method, cfg, device), 1)
         with cpu_load(load):
             r["loaded_samples_per_s"] = round(online_rate(feats, text, method, cfg, device), 1)
-            with threads_guard_off():
+            with policy_off():
                 r[f"loaded_samples_per_s_{torch.get_num_threads()}_threads"] = round(online_rate(feats, text, method, cfg, device), 1)
     out["competing_load"] = f"{load} busy-looping processes (one per core)"
     return out
 
 
+def replay_rate(feats, text, method, cfg, device) -> float:
+    replay(feats[:300], text, method, cfg, device=device)  # warm-up
+    return max(replay(feats, text, method, cfg, device=device).samples_per_s for _ in range(REPEAT))
+
+
 def part_replay(feats, text, cfg, device) -> dict:
-    out = {}
+    out: dict = {}
+    load = threads.cores()
     for method in ("baseline", "ms-tta"):
-        replay(feats[:300], text, method, cfg, device=device)  # warm-up
-        best = max(replay(feats, text, method, cfg, device=device).samples_per_s for _ in range(REPEAT))
-        out[method] = {"replay_samples_per_s": round(best, 1)}
+        r = out[method] = {"replay_samples_per_s": round(replay_rate(feats, text, method, cfg, device), 1)}
+        if device.type != "cpu":
+            continue
+        r["idle_threads_chosen"] = threads.large_threads()
+        with cpu_load(load):
+            time.sleep(threads.PROBE_EVERY_S)  # the policy's next decision sees the load
+            r["loaded_replay_samples_per_s"] = round(replay_rate(feats, text, method, cfg, device), 1)
+            r["loaded_threads_chosen"] = threads.large_threads()
+            with policy_off():
+                r[f"loaded_replay_samples_per_s_{torch.get_num_threads()}_threads"] = round(
+                    replay_rate(feats, text, method, cfg, device), 1)
+        r["loaded_to_idle"] = round(r["loaded_replay_samples_per_s"] / r["replay_samples_per_s"], 3)
+        time.sleep(threads.PROBE_EVERY_S)
+    if device.type == "cpu":
+        out["competing_load"] = f"{load} busy-looping processes (one per core)"
+        out["per_thread_controls"] = threads.PER_THREAD
+    return out
+
+
+def multi_rates(feats, text, cfg, device, streams: int, steps: int) -> dict:
+    """Stream-steps/s of one MultiEngine with `streams` streams and of as many separate engines
+    stepped in turn (each stream its own slice of the stream's samples), best of REPEAT."""
+    x = feats[: streams * steps].reshape(streams, steps, -1).to(device)
+    multi = MultiEngine(text.to(device), "ms-tta", cfg, streams=streams)
+    single = [Engine(text.to(device), "ms-tta", cfg) for _ in range(streams)]
+    fresh_m, fresh_s = multi.state_dict(), single[0].state_dict()
+    best_m = best_s = 0.0
+    for _ in range(REPEAT):
+        multi.load_state_dict(fresh_m)
+        _sync(device)
+        t0 = time.perf_counter()
+        for t in range(steps):
+            r = multi.step(x[:, t])
+        _ = r.predictions
+        _sync(device)
+        best_m = max(best_m, streams * steps / (time.perf_counter() - t0))
+        for e in single:
+            e.load_state_dict(fresh_s)
+        _sync(device)
+        t0 = time.perf_counter()
+        for t in range(steps):
+            rs = [e.step(x[s, t]) for s, e in enumerate(single)]
+        _ = rs[-1].prediction
+        _sync(device)
+        best_s = max(best_s, streams * steps / (time.perf_counter() - t0))
+    return {"multi_stream_steps_per_s": round(best_m, 1), "separate_stream_steps_per_s": round(best_s, 1),
+            "speedup": round(best_m / best_s, 2)}
+
+
+def part_multi(feats, text, cfg, device, steps: int) -> dict:
+    out = {}
+    for streams in (1, 8, 64):
+        n = max(10, min(steps, feats.shape[0] // streams))
+        rows = feats if feats.shape[0] >= streams * n else feats.repeat(streams * n // feats.shape[0] + 1, 1)
+        out[f"S={streams}"] = {"steps_per_stream": n, **multi_rates(rows, text, cfg, device, streams, n)}
+    out["method"] = "ms-tta"
+    out["bank_size_per_stream"] = cfg.bank_size
+    return out
+
+
+def part_bank_dtype(feats, text, cfg, device) -> dict:
+    out: dict = {}
+    for method in ("ms-tta", "tda+ms"):
+        exact = replay(feats, text, method, cfg, device=device).predictions
+        r = out[method] = {}
+        for dtype in ("float16", "bfloat16"):
+            half = replay(feats, text, method, dataclasses.replace(cfg, bank_dtype=dtype), device=device).predictions
+            r[f"{dtype}_agreement"] = round(float((half == exact).mean()), 5)
+    if device.type == "cuda":
+        for dtype in ("float32", "float16", "bfloat16"):
+            rate = online_rate(feats, text, "ms-tta", dataclasses.replace(cfg, bank_dtype=dtype), device, cuda_graph=True)
+            out[f"ms-tta_cuda_graph_step_ms_{dtype}"] = round(1000 / rate, 4)
+    out["n"] = int(feats.shape[0])
     return out
 
 
@@ -175,7 +263,9 @@ def main() -> None:
     ap.add_argument("--capacity", type=int, default=3)
     ap.add_argument("--bank-size", type=int, default=DEFAULT_BANK_SIZE, help="bank of the online/replay runs (default 65536)")
     ap.add_argument("--steps", type=int, default=100_000, help="samples of the memory run (default 100000)")
-    ap.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
+    ap.add_argument("--multi-n", type=int, default=200, help="steps per stream of the multi part (default 200)")
+    ap.add_argument("--multi-bank-size", type=int, default=4096, help="bank rows per stream of the multi part (default 4096)")
+    ap.add_argument("--parts", default=",".join(DEFAULT_PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
     ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     ap.add_argument("--child-long-stream", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -200,6 +290,10 @@ def main() -> None:
         out["online"] = part_online(feats, text, cfg, device)
     if "replay" in parts:
         out["replay"] = part_replay(feats, text, cfg, device)
+    if "multi" in parts:
+        out["multi"] = part_multi(feats, text, dataclasses.replace(cfg, bank_size=args.multi_bank_size), device, args.multi_n)
+    if "bank_dtype" in parts:
+        out["bank_dtype"] = part_bank_dtype(feats, text, cfg, device)
     if "memory" in parts and args.steps > 0:
         out["memory"] = part_memory(args)
     out["loadavg_1min_at_end"] = round(os.getloadavg()[0], 2)

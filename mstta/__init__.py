@@ -7,7 +7,8 @@
 
 The engine keeps its state on the text classifier's device and, on CUDA, captures its step as a
 CUDA graph (`Engine(..., cuda_graph=None|True|False)`); `list_methods()` gives the methods in the
-paper's order, `get_method(name).title` their human titles. Semantics: docs/engine.md.
+paper's order, `get_method(name).title` their human titles. `MultiEngine(text, method, config,
+streams=S)` steps S independent streams together, equal to S engines. Semantics: docs/engine.md.
 """
 from ._version import __version__
 from .config import BenchConfig, DatasetConfig, EngineConfig, load_dataset_config
@@ -15,10 +16,11 @@ from .engine import Engine, StepResult
 from .errors import UserError
 from .features import FeatureSet, load_features, save_features
 from .methods import Method, get_method, list_methods
+from .multi import MultiEngine
 from .replay import ReplayResult, mean_shifted, replay
 
 __all__ = [
-    "BenchConfig", "DatasetConfig", "Engine", "EngineConfig", "FeatureSet", "Method", "ReplayResult",
+    "BenchConfig", "DatasetConfig", "Engine", "EngineConfig", "FeatureSet", "Method", "MultiEngine", "ReplayResult",
     "StepResult", "UserError", "get_method", "list_methods", "load_dataset_config", "load_features",
     "mean_shifted", "replay", "save_features", "__version__",
 ]

@@ -152,6 +152,9 @@ def output_lock(target: str | Path, flag: str = "--out") -> Iterator[Path]:
     p = Path(target)
     lock = p.parent / hidden_name(p.name, LOCK_SUFFIX)
     made = [d for d in (lock.parent, *lock.parent.parents) if not d.exists()]
+    near = next((d for d in (lock.parent, *lock.parent.parents) if d.exists()), None)
+    if near is not None and not near.is_dir():
+        raise UserError(f"{flag} {target}: {near} is a file, not a folder; pass a path inside a folder")
     lock.parent.mkdir(parents=True, exist_ok=True)
     fd = _acquire(lock, flag, p)
     try:

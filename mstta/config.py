@@ -66,6 +66,7 @@ class EngineConfig:
     delta: int = 0                  # BoostAdapter: extra per-class capacity of the boosted cache
     view_mode: str = "confident"    # multi-view samples: "confident" (TDA, OOD) or "original" (view 0)
     view_ratio: float = 0.1         # fraction of views kept by confidence (floor(0.1*64) = 6)
+    bank_dtype: str = "float32"     # storage of the kNN bank: float32 (exact) or float16/bfloat16 (half the bytes; sums in float32)
 
     def __post_init__(self) -> None:
         _int(self, "k", 1, MAX_K)
@@ -91,6 +92,8 @@ class EngineConfig:
         _int(self, "delta", 0, MAX_CAPACITY)
         _check(self.view_mode in VIEW_MODES, "view_mode", self.view_mode, f"one of {', '.join(VIEW_MODES)}")
         _num(self, "view_ratio", 0.0, 1.0, low_open=True)
+        _check(self.bank_dtype in ("float32", "float16", "bfloat16"), "bank_dtype", self.bank_dtype,
+               "one of float32 (exact), float16, bfloat16")
 
 
 @dataclass

@@ -29,7 +29,8 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
-from .atomic import atomic_open, sweep_stale
+from ._version import __version__
+from .atomic import atomic_open, hidden_name, sweep_stale
 from .config import MAX_VIEWS
 from .data import FOLDER_PREFIX, TestSplit, check_listing, load_split
 from .devices import resolve_device
@@ -393,7 +394,7 @@ def run_extraction(dataset: str, out: str | Path, data_root: str | Path | None =
         t0 = time.perf_counter()                                    # images/s: encoding and merging only
         shard_size = shard_size or max(1, SHARD_IMAGES // views)
         n_shards = math.ceil(len(order) / shard_size)
-        work = out_path.parent / f".{out_path.name}.work"
+        work = out_path.parent / hidden_name(out_path.name, ".work")
         if dist.rank == 0:
             sweep_stale(out_path.parent)
             _prepare_work(work, s)
@@ -408,8 +409,6 @@ def run_extraction(dataset: str, out: str | Path, data_root: str | Path | None =
         dist.barrier()
         kept, skipped = len(order), 0
         if dist.rank == 0:
-            from . import __version__
-
             meta = {**asdict(s), "templates": len(tmpl), "version": __version__,
                     "stream": f"torch.randperm(n, seed={s.seed})", "data_root": str(data_root or ""),
                     "views_on": where}

@@ -84,6 +84,20 @@ def knn_indices(sims: torch.Tensor, k: int, age: torch.Tensor | None = None) -> 
     return key.topk(m, dim=-1).indices
 
 
+def knn_indices_host_ties(sims: torch.Tensor, k: int) -> torch.Tensor:
+    """`knn_indices(sims, k)` (ties: the lower column first) for large batches, in fewer passes: a
+    float top-k, and the exact (similarity, older) key only for the rows whose k-th value ties
+    with a column left out. Reads one bool on the host (the replay's batches; never the online
+    step). sims [N, M] -> [N, min(k, M)], the same neighbour sets."""
+    vals, idx = sims.topk(min(k, sims.shape[-1]), dim=-1)
+    kth = vals[:, -1:]
+    tied = (sims == kth).sum(-1) > (vals == kth).sum(-1)
+    if bool(tied.any()):
+        rows = tied.nonzero().squeeze(-1)
+        idx[rows] = knn_indices(sims[rows], k)
+    return idx
+
+
 def mean_shift(f: torch.Tensor, neighbour_sum: torch.Tensor, m: torch.Tensor | int, alpha: float) -> torch.Tensor:
     """Single-step kNN mean shift, Eq. (10)-(11): normalise((1-a) f + a/m sum_nn f_j).
 
@@ -94,25 +108,63 @@ def mean_shift(f: torch.Tensor, neighbour_sum: torch.Tensor, m: torch.Tensor | i
     return normalize((1.0 - alpha) * f + (alpha / m) * neighbour_sum)
 
 
-def mean_shift_step(q: torch.Tensor, bank: torch.Tensor, bank_norm: torch.Tensor, age: torch.Tensor | None,
-                    k: int, alpha: float, usable: torch.Tensor | None = None) -> torch.Tensor:
+def similarities(q: torch.Tensor, bank: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """Cosine numerators q . b against unit bank rows, Eq. (9), in float32, plus an additive `bias`
+    (0 = usable, -inf = not) fused into the product where the backend can.
+
+    A float16/bfloat16 bank (`bank_dtype`) is read as stored, the query rounded to it and the
+    products accumulated in float32 (CUDA: one GEMM with a float32 output; elsewhere the bank is
+    widened). q [..., n, d] float32, bank [..., M, d], bias broadcastable to [..., n, M] -> [..., n, M].
+    """
+    if bank.dtype != torch.float32:
+        q = q.to(bank.dtype)
+        if not bank.is_cuda:
+            q, bank = q.float(), bank.float()
+    if q.dim() == 2:
+        if bank.dtype == torch.float32:
+            return q @ bank.T if bias is None else torch.addmm(bias, q, bank.T)
+        out = torch.mm(q, bank.T, out_dtype=torch.float32)
+    elif bank.dtype == torch.float32:
+        return torch.bmm(q, bank.mT) if bias is None else torch.baddbmm(bias, q, bank.mT)
+    else:
+        out = torch.bmm(q, bank.mT, out_dtype=torch.float32)
+    return out if bias is None else out + bias
+
+
+def mean_shift_step(q: torch.Tensor, bank: torch.Tensor, norm: torch.Tensor, age: torch.Tensor | None,
+                    k: int, alpha: float, bias: torch.Tensor | None = None, host_ties: bool = False) -> torch.Tensor:
     """One mean-shift step, Eq. (9)-(11): each query moves toward its k nearest bank features by
     cosine (ties: the older first); a row with no usable bank feature stays as it is.
 
-    q [N, d], bank [M, d] raw features, bank_norm [M] (their norms, > 0), age [M], usable
-    [M] or [N, M] bool (default: all, and M >= 1) -> [N, d].
+    The bank holds each raw feature f as its direction f/|f| (`bank`, any float dtype) and its
+    norm |f| (`norm`, float32), so the similarity is one product and the neighbour sum rebuilds
+    the raw features. q [..., n, d], bank [..., M, d], norm [..., M], age broadcastable to
+    [..., n, M] (None: the column index), bias broadcastable to [..., n, M] (-inf = a column the
+    row may not use; None: all usable and M >= 1) -> [..., n, d]. `host_ties` (2-D, age None):
+    the top-k of `knn_indices_host_ties`, for the replay's large batches.
     """
-    sims = (q @ bank.T) / bank_norm
-    if usable is None:  # every column usable: m = min(k, M) neighbours for every row
-        idx = knn_indices(sims, k, age)
-        return mean_shift(q, bank[idx].sum(-2), idx.shape[-1], alpha)
-    sims = sims.masked_fill(~usable, float("-inf"))
-    idx = knn_indices(sims, k, age)
+    sims = similarities(q, bank, bias)
+    idx = knn_indices_host_ties(sims, k) if host_ties else knn_indices(sims, k, age)
+    batched = bank.dim() == 3
+    rows = _gather_rows(bank, idx, batched).float() * _gather_rows(norm.unsqueeze(-1), idx, batched)
+    if bias is None:  # every column usable: m = min(k, M) neighbours for every row
+        return mean_shift(q, rows.sum(-2), idx.shape[-1], alpha)
     use = torch.isfinite(sims.gather(-1, idx))
     count = use.sum(-1)
-    nsum = (bank[idx] * use.unsqueeze(-1)).sum(-2)
-    shifted = mean_shift(q, nsum, count.clamp_min(1), alpha)
+    shifted = mean_shift(q, (rows * use.unsqueeze(-1)).sum(-2), count.clamp_min(1), alpha)
     return torch.where((count > 0).unsqueeze(-1), shifted, q)
+
+
+def _gather_rows(table: torch.Tensor, idx: torch.Tensor, batched: bool) -> torch.Tensor:
+    """table [M, e] with idx [n, m], or table [S, M, e] with idx [S, n, m] (each stream its own
+    table) -> [(S,) n, m, e]."""
+    if not batched:
+        return table[idx]
+    S, M = table.shape[:2]
+    if S == 1:
+        return table[0][idx]
+    offset = torch.arange(S, device=idx.device).view(S, *([1] * (idx.dim() - 1))) * M
+    return table.reshape(S * M, -1)[idx + offset]
 
 
 def log_weight(a: float, beta: float) -> float:
@@ -122,20 +174,27 @@ def log_weight(a: float, beta: float) -> float:
 
 def cache_weights(q: torch.Tensor, keys: torch.Tensor, bias: torch.Tensor, beta: float, kernel: str,
                   a: float) -> torch.Tensor:
-    """Per-entry cache weight, Eq. (5)-(6) with TDA's affinity (TDA `compute_cache_logits`):
-    kernel "exp": a * exp(-beta (1 - q k)) = exp(beta q k + ln a - beta), fused as one addmm + exp
-    with `bias` = ln a - beta on live entries and -inf elsewhere; kernel "linear": a * q k (§3.1)
-    on live entries (finite bias), 0 elsewhere.
+    """Per-entry cache weight of the cache logits, Eq. (3) and (13) (`z Z^T Y`): kernel "exp"
+    (default): TDA's affinity a * exp(-beta (1 - q k)) (TDA tda_runner.py `compute_cache_logits`:
+    `((-1) * (beta - beta * affinity)).exp()`, times `alpha`) = exp(beta q k + ln a - beta), fused
+    as one addmm + exp with `bias` = ln a - beta on live entries and -inf elsewhere; kernel
+    "linear": a * q k, the paper's literal formula (with a = 1), on live entries (finite bias).
 
-    q [N, d], keys [E, d], bias [E] or [N, E] -> [N, E].
+    q [N, d], keys [E, d], bias [E] or [N, E] -> [N, E]; or per stream: q [S, d], keys [S, E, d],
+    bias [S, E] -> [S, E].
     """
+    if keys.dim() == 3:
+        qk = q.unsqueeze(1)
+        if kernel == "exp":
+            return torch.exp(torch.baddbmm(bias.unsqueeze(1), qk, keys.mT, alpha=beta)).squeeze(1)
+        return torch.where(torch.isfinite(bias), a * torch.bmm(qk, keys.mT).squeeze(1), 0.0)
     if kernel == "exp":
         return torch.exp(torch.addmm(bias, q, keys.T, alpha=beta))
     return torch.where(torch.isfinite(bias), a * (q @ keys.T), 0.0)
 
 
 def final_logits(clip: torch.Tensor, positive: torch.Tensor, negative: torch.Tensor | None, lam: float) -> torch.Tensor:
-    """Eq. (13): CLIP logits + lambda * (positive - negative cache logits); lambda weighs the whole
+    """Eq. (14): CLIP logits + lambda * (positive - negative cache logits); lambda weighs the whole
     cache term, so lambda = 0 gives the CLIP logits of the method's own prediction path."""
     cache = positive if negative is None else positive - negative
     return clip + lam * cache

@@ -12,12 +12,12 @@ class Method:
 
     name: str            # the key used on command lines and in result files
     title: str           # human title, as the reports and the demo print it
-    cache: bool          # positive cache of low-entropy samples (§3.1)
-    mean_shift: bool     # kNN mean shift of every key and query against the raw-feature bank (§4.1)
-    negative: bool       # TDA's negative cache
-    boost: bool          # BoostAdapter's throw-away boosted cache from the lowest-entropy views
-    neg_policy: str      # negative-cache replacement: "entropy" (TDA) or "fifo" (BoostAdapter)
     summary: str         # one line: what the method is
+    cache: bool = False       # positive cache of low-entropy samples (§3.1)
+    mean_shift: bool = False  # kNN mean shift of every key and query against the raw-feature bank (§4.1)
+    negative: bool = False    # TDA's negative cache
+    boost: bool = False       # BoostAdapter's throw-away boosted cache from the lowest-entropy views
+    neg_policy: str = "entropy"  # negative-cache replacement: "entropy" (TDA) or "fifo" (BoostAdapter)
 
 
 # The paper's order: its main tables (CLIP, TDA, BoostAdapter, MS-TTA), then the ablation against
@@ -26,24 +26,24 @@ class Method:
 _METHODS = {
     m.name: m
     for m in (
-        Method("zero-shot", "CLIP (zero-shot)", False, False, False, False, "entropy",
-               "CLIP zero-shot logits, no adaptation (Eq. 1)"),
-        Method("tda", "TDA", True, False, True, False, "entropy",
-               "TDA: positive + negative caches"),
-        Method("boostadapter", "BoostAdapter", True, False, True, True, "fifo",
-               "BoostAdapter: TDA's caches + the lowest-entropy views in a throw-away boosted cache"),
-        Method("ms-tta", "MS-TTA", True, True, False, False, "entropy",
-               "MS-TTA: kNN mean shift + a cache of shifted embeddings (Alg. 1), on TDA's views"),
-        Method("ms-tta+boost", "MS-TTA + boost", True, True, False, True, "entropy",
-               "MS-TTA on BoostAdapter's pipeline: shifted keys, queries and boosting views"),
-        Method("baseline", "Baseline (cache)", True, False, False, False, "entropy",
-               "the paper's training-free cache baseline: one positive cache (§3.1)"),
-        Method("baseline+boost", "Baseline + boost", True, False, False, True, "entropy",
-               "the §3.1 baseline with BoostAdapter's boosting views"),
-        Method("tda+ms", "TDA + MS", True, True, True, False, "entropy",
-               "TDA with mean-shifted keys and queries (plug-in)"),
-        Method("boostadapter+ms", "BoostAdapter + MS", True, True, True, True, "fifo",
-               "BoostAdapter with mean-shifted keys and queries (plug-in)"),
+        Method(name="zero-shot", title="CLIP (zero-shot)",
+               summary="CLIP zero-shot logits, no adaptation (Eq. 1)"),
+        Method(name="tda", title="TDA", cache=True, negative=True,
+               summary="TDA: positive + negative caches"),
+        Method(name="boostadapter", title="BoostAdapter", cache=True, negative=True, boost=True, neg_policy="fifo",
+               summary="BoostAdapter: TDA's caches + the lowest-entropy views in a throw-away boosted cache"),
+        Method(name="ms-tta", title="MS-TTA", cache=True, mean_shift=True,
+               summary="MS-TTA: kNN mean shift + a cache of shifted embeddings (Alg. 1), on TDA's views"),
+        Method(name="ms-tta+boost", title="MS-TTA + boost", cache=True, mean_shift=True, boost=True,
+               summary="MS-TTA on BoostAdapter's pipeline: shifted keys, queries and boosting views"),
+        Method(name="baseline", title="Baseline (cache)", cache=True,
+               summary="the paper's training-free cache baseline: one positive cache (§3.1)"),
+        Method(name="baseline+boost", title="Baseline + boost", cache=True, boost=True,
+               summary="the §3.1 baseline with BoostAdapter's boosting views"),
+        Method(name="tda+ms", title="TDA + MS", cache=True, mean_shift=True, negative=True,
+               summary="TDA with mean-shifted keys and queries (plug-in)"),
+        Method(name="boostadapter+ms", title="BoostAdapter + MS", cache=True, mean_shift=True, negative=True, boost=True, neg_policy="fifo",
+               summary="BoostAdapter with mean-shifted keys and queries (plug-in)"),
     )
 }
 

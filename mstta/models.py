@@ -1,9 +1,11 @@
 """CLIP models over open_clip: one loader for pretrained tags, local checkpoints and `mstta-tiny`.
 
 A model is named by the open_clip pair (architecture, pretrained): `ViT-B-16 openai`,
-`RN50 openai`, any pair `open_clip.list_pretrained()` knows, a local checkpoint path, or `none`
-(random weights: meaningless predictions, for tests and speed measurements; the init is seeded, so
-every process builds the same random model). Tags whose weights were trained with QuickGELU (all
+`RN50 openai`, any pair `open_clip.list_pretrained()` knows, a local checkpoint path, `bundled`
+(a checkpoint the project trains and ships under assets/: `mstta-digits`, see assets/README.md;
+its default tag, so the CLIs' default `openai` means it too) or `none` (random weights:
+meaningless predictions, for tests and speed measurements; the init is seeded, so every process
+builds the same random model). Tags whose weights were trained with QuickGELU (all
 `openai` ones) get it forced; a local OpenAI checkpoint needs the `-quickgelu` name (ViT-B-16-quickgelu).
 Weights that are neither cached nor reachable fail in about a second instead of retrying for a minute.
 """
@@ -39,6 +41,11 @@ INIT_SEED = 0                   # random init (`--pretrained none`) is seeded: s
 PROBE_TIMEOUT_S = 3.0           # how long to wait for the download host before calling it offline
 TEXT_CHUNK = 1024               # prompts per text-encoder forward
 _CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".ckpt")
+ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
+BUNDLED_TAG = "bundled"
+# Models whose weights the project trains and ships (repository checkout / editable install only:
+# a wheel carries neither configs/ nor assets/). Made by assets/make_digits.py.
+BUNDLED_CHECKPOINTS = {"mstta-digits": ASSETS_DIR / "mstta-digits.pt"}
 _registered = False
 
 
@@ -50,6 +57,16 @@ def _register_configs() -> None:
 
         open_clip.add_model_config(MODEL_CONFIG_DIR)
         _registered = True
+
+
+def bundled_checkpoint(name: str) -> Path | None:
+    """The shipped checkpoint of a project-trained model (`--pretrained bundled`), or None if it has none."""
+    return BUNDLED_CHECKPOINTS.get(name)
+
+
+def default_pretrained(name: str) -> str:
+    """The weights a model loads when none are named: `bundled` for project-trained ones, else `openai`."""
+    return BUNDLED_TAG if name in BUNDLED_CHECKPOINTS else "openai"
 
 
 def list_models() -> list[str]:
@@ -125,6 +142,8 @@ def load_clip(name: str = "ViT-B-16", pretrained: str = "openai", device: str | 
         raise UserError(f"--model {name}: unknown architecture; choose one open_clip knows "
                         f"(e.g. ViT-B-16, RN50, mstta-tiny; full list: python -c 'import open_clip; print(open_clip.list_models())')")
     tag = None if pretrained in (None, "", "none") else str(pretrained)
+    if tag is not None and name in BUNDLED_CHECKPOINTS:
+        pretrained, tag = _bundled_tag(name, tag)
     offline, quick_gelu = False, False
     if tag is None:
         log.warning("%s --pretrained none: RANDOM weights, predictions are meaningless (tests and speed runs only)", name)
@@ -138,7 +157,8 @@ def load_clip(name: str = "ViT-B-16", pretrained: str = "openai", device: str | 
             raise UserError(f"--pretrained {tag}: checkpoint file not found; pass an existing .pt/.bin/.safetensors file")
         tag = str(path)
     else:
-        known = ", ".join(open_clip.list_pretrained_tags_by_model(name)) or "none known"
+        known = ", ".join(open_clip.list_pretrained_tags_by_model(name)
+                          + ([BUNDLED_TAG] if name in BUNDLED_CHECKPOINTS else [])) or "none known"
         raise UserError(f"--pretrained {tag}: not a known tag for {name} (known: {known}); or pass a local checkpoint path")
     try:
         with _hub_offline(offline), _quiet_open_clip(), _seeded(INIT_SEED):
@@ -146,11 +166,25 @@ def load_clip(name: str = "ViT-B-16", pretrained: str = "openai", device: str | 
                 name, pretrained=tag, device=dev, precision=precision if dev.type == "cuda" else "fp32",
                 force_quick_gelu=quick_gelu)
     except Exception as exc:  # noqa: BLE001 - any loader failure becomes one actionable line
-        raise UserError(_weights_error(name, pretrained, exc)) from None
+        raise UserError(_weights_error(name, tag if pretrained == BUNDLED_TAG else pretrained, exc)) from None
     if dev.type != "cuda" and precision != "fp32":
         model = model.to(_DTYPES[precision])
     model.eval()
     return ClipModel(model, preprocess, open_clip.get_tokenizer(name), name, pretrained or "none", dev, precision)
+
+
+def _bundled_tag(name: str, tag: str) -> tuple[str, str]:
+    """(pretrained, tag) of a project-trained model: `bundled` (and the CLIs' default `openai`, which
+    no such model has) becomes the shipped checkpoint's path; a missing file is a UserError."""
+    if tag not in (BUNDLED_TAG, "openai"):
+        return tag, tag
+    path = BUNDLED_CHECKPOINTS[name]
+    if not path.is_file():
+        raise UserError(f"--model {name} --pretrained {BUNDLED_TAG}: its checkpoint {path} is missing; run "
+                        "python assets/make_digits.py in a repository checkout, or pass --pretrained /path/to/checkpoint")
+    if tag != BUNDLED_TAG:
+        log.info("%s has no '%s' weights; loading its bundled checkpoint %s", name, tag, path)
+    return BUNDLED_TAG, str(path)
 
 
 def _looks_like_path(tag: str) -> bool:
@@ -338,6 +372,8 @@ def pretrained_id(name: str, pretrained: str | None) -> str:
     p = str(pretrained or "none")
     if p == "none":
         return f"none:seed{INIT_SEED}:torch{torch.__version__}:open_clip{open_clip.__version__}"
+    if p == BUNDLED_TAG and name in BUNDLED_CHECKPOINTS:
+        p = str(BUNDLED_CHECKPOINTS[name])      # the shipped file's identity: a regenerated one is new weights
     path = Path(p).expanduser()
     if path.is_file() and not _is_known_tag(name, p):
         st = path.stat()

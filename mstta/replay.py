@@ -23,6 +23,7 @@ from .cache_rules import EMPTY_TIME, entropy_gate, entropy_slot, fifo_slot
 from .config import EngineConfig
 from .engine import Engine
 from .methods import Method, get_method
+from .threads import large_ops
 
 
 @dataclass
@@ -55,10 +56,11 @@ def replay(features: torch.Tensor, text: torch.Tensor, method: str | Method = "m
     feats = feats.to(dev)     # kept in its stored dtype; converted to float32 per chunk
     t0 = time.perf_counter()
     with torch.inference_mode():
-        if online or m.boost:
+        if online or m.boost:  # the engine's step: small ops, one thread (mstta.threads)
             out = _replay_online(feats, text, m, cfg, dev)
         else:
-            out = _replay_vectorised(feats, Fn.normalize(torch.as_tensor(text).to(dev, torch.float32)), m, cfg, chunk)
+            with large_ops(dev):  # batched GEMMs: the threads a measured probe says gain now
+                out = _replay_vectorised(feats, Fn.normalize(torch.as_tensor(text).to(dev, torch.float32)), m, cfg, chunk)
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
     seconds = time.perf_counter() - t0
@@ -73,7 +75,7 @@ def mean_shifted(features: torch.Tensor, text: torch.Tensor, config: EngineConfi
     cfg = config if config is not None else EngineConfig()
     feats = _as_views(features)
     t = Fn.normalize(torch.as_tensor(text).to(feats.device, torch.float32))
-    with torch.inference_mode():
+    with torch.inference_mode(), large_ops(feats.device):
         f = _queries(feats, t, cfg)[0]
         return f, _shift_all(f, cfg, chunk)
 
@@ -134,22 +136,27 @@ def _replay_vectorised(feats, text, m, cfg, chunk):
 
 def _shift_all(f: torch.Tensor, cfg: EngineConfig, chunk: int) -> torch.Tensor:
     """Mean shift of every sample toward its k nearest *earlier* raw features, Eq. (9)-(11), by the
-    engine's own `mean_shift_step`. Row i sees columns [i - bank_size, i) (all earlier ones when
-    the bank is unbounded); columns are in stream order, so a tie goes to the earlier sample."""
+    engine's own `mean_shift_step` over a bank stored as the engine stores it (unit rows in
+    `bank_dtype`, norms). Row i sees columns [i - bank_size, i) (all earlier ones when the bank is
+    unbounded); columns are in stream order, so a tie goes to the earlier sample. Only the
+    chunk's own diagonal block (and, bounded, its first columns) needs a mask."""
     n = f.shape[0]
     norms = f.norm(dim=-1)
+    bank = Fn.normalize(f).to(getattr(torch, cfg.bank_dtype))
     z = f.clone()
     for a in range(1, n, chunk):
         b = min(n, a + chunk)
         lo = 0 if cfg.bank_size is None else max(0, a - cfg.bank_size)
+        bias = torch.zeros(b - a, b - 1 - lo, device=f.device)
         rows = torch.arange(a, b, device=f.device).unsqueeze(1)
-        cols = torch.arange(lo, b - 1, device=f.device).unsqueeze(0)
-        usable = cols < rows
-        if cfg.bank_size is not None:
-            usable &= cols >= rows - cfg.bank_size
+        diag = torch.arange(a, b - 1, device=f.device).unsqueeze(0)   # the chunk's own columns
+        bias[:, a - lo:].masked_fill_(diag >= rows, float("-inf"))
+        if cfg.bank_size is not None and lo < b - 1 - cfg.bank_size:   # columns that left the bank
+            old = torch.arange(lo, b - 1 - cfg.bank_size, device=f.device).unsqueeze(0)
+            bias[:, :old.shape[1]].masked_fill_(old < rows - cfg.bank_size, float("-inf"))
         q = f[a:b]
         for _ in range(cfg.ms_steps):
-            q = Fn.mean_shift_step(q, f[lo:b - 1], norms[lo:b - 1], None, cfg.k, cfg.alpha, usable)
+            q = Fn.mean_shift_step(q, bank[lo:b - 1], norms[lo:b - 1], None, cfg.k, cfg.alpha, bias, host_ties=True)
         z[a:b] = q
     return z
 
@@ -181,7 +188,8 @@ def _interval_logits(q: torch.Tensor, end: np.ndarray, labels: np.ndarray, num_c
                      weights, log_w: float, values: torch.Tensor | None, chunk: int) -> torch.Tensor:
     """Cache logits of every sample with the engine's fused kernel: sum over entries s alive at t
     (s <= t < end[s]) of weight(q_t, q_s) times the entry's value (one-hot of its label, or
-    `values[s]`); an entry not alive gets bias -inf, as an empty slot does online. [N, C]."""
+    `values[s]`); an entry not alive gets bias -inf, as an empty slot does online. Entries alive
+    over the whole chunk share one bias row; only the others get a per-sample mask. [N, C]."""
     n = q.shape[0]
     out = torch.zeros(n, num_classes, device=q.device)
     cached = np.nonzero(end >= 0)[0]
@@ -189,16 +197,21 @@ def _interval_logits(q: torch.Tensor, end: np.ndarray, labels: np.ndarray, num_c
     lab = torch.as_tensor(labels, device=q.device)
     for a in range(0, n, chunk):
         b = min(n, a + chunk)
-        alive = cached[(cached < b) & (ends > a)]
-        if alive.size == 0:
-            continue
-        s = torch.as_tensor(alive, device=q.device)
-        e = torch.as_tensor(end[alive], device=q.device)
-        t = torch.arange(a, b, device=q.device).unsqueeze(1)
-        bias = torch.where((s <= t) & (t < e), log_w, float("-inf"))
-        w = weights(q[a:b], q[s], bias)
-        if values is None:
-            out[a:b].index_add_(1, lab[s], w)
-        else:
-            out[a:b] += w @ values[s]
+        live = (cached < b) & (ends > a)
+        whole = live & (cached < a) & (ends >= b)
+        for s, bias in ((cached[whole], None), (cached[live & ~whole], True)):
+            if s.size == 0:
+                continue
+            idx = torch.as_tensor(s, device=q.device)
+            if bias is None:
+                bias = torch.full((len(s),), log_w, device=q.device)
+            else:
+                e = torch.as_tensor(end[s], device=q.device)
+                t = torch.arange(a, b, device=q.device).unsqueeze(1)
+                bias = torch.where((idx <= t) & (t < e), log_w, float("-inf"))
+            w = weights(q[a:b], q[idx], bias)
+            if values is None:
+                out[a:b].index_add_(1, lab[idx], w)
+            else:
+                out[a:b] += w @ values[idx]
     return out

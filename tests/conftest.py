@@ -17,9 +17,9 @@ def _seed():
 def tiny_clip():
     """The random-weight `mstta-tiny` CLIP (a `mstta.models.ClipModel`, 64x64 input, CPU, fp32), loaded
     once per test session and shared: tests read it, never change it."""
-    from mstta.models import load_clip
+    from helpers_video import tiny_clip as load_tiny  # one cached model, also for tests that call the helper
 
-    return load_clip("mstta-tiny", "none", device="cpu")
+    return load_tiny()
 
 
 @pytest.fixture

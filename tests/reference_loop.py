@@ -2,7 +2,7 @@
 BoostAdapter's cache code as they write it. Lists and dicts, float64 NumPy, one sample at a
 time, no fusion, no vectorisation, no code shared with `mstta` (only the config's values).
 
-Sources: MS-TTA §3.1 (baseline cache, Eq. 5-6), §4.1 (Eq. 9-11 mean shift), Eq. (13), Alg. 1;
+Sources: MS-TTA §3.1 (baseline cache, Eq. 3-4), §4.1 (Eq. 9-11 mean shift), Eq. (13)-(14), Alg. 1;
 TDA tda_runner.py `update_cache`, `compute_cache_logits`, `run_test_tda` and utils.py
 `get_clip_logits`; BoostAdapter runner.py `update_cache(fifo=...)`, `run_test_tda` (the boosted
 `cur_pos_cache`) and utils.py `select_confident_samples`, `avg_entropy`.
@@ -146,7 +146,7 @@ class Reference:
             for key, _, p in items:
                 w = cfg.neg_alpha * math.exp(-cfg.neg_beta * (1 - float(np.dot(q, key))))
                 neg += w * ((p > cfg.neg_mask_lower) & (p < cfg.neg_mask_upper))
-        return clip + cfg.lam * (pos - neg), clip  # Eq. (13)
+        return clip + cfg.lam * (pos - neg), clip  # Eq. (14)
 
 
 def run(features, text, method, cfg):

@@ -27,11 +27,6 @@ from mstta.errors import UserError
 ROW_KEYS = {"frame", "timestamp", "clip", "tta", "method", "disagree", "entropy", "cache_size", "bank_size", "latency_ms"}
 
 
-@pytest.fixture(scope="module")
-def clip():
-    return tiny_clip()
-
-
 @pytest.fixture
 def media(tmp_path):
     labels = write_labels(tmp_path / "labels.txt")
@@ -56,9 +51,9 @@ def _switches(labels: list[str]) -> int:
     return sum(a != b for a, b in zip(labels, labels[1:]))
 
 
-def test_outputs_complete_and_summary_matches_the_log(clip, media):
+def test_outputs_complete_and_summary_matches_the_log(tiny_clip, media):
     cfg = _cfg(media, truth=media["truth"], topk=2)
-    s = run_pipeline(cfg, clip=clip)
+    s = run_pipeline(cfg, clip=tiny_clip)
     rows = _rows(cfg.log)
     frames, times, _ = read_video(cfg.out)
 
@@ -98,32 +93,32 @@ def test_outputs_complete_and_summary_matches_the_log(clip, media):
     assert json.loads(json.dumps(s)) == s
 
 
-def test_every_and_max_frames(clip, media):
-    s = run_pipeline(_cfg(media, every=1, max_frames=7, out=None), clip=clip)
+def test_every_and_max_frames(tiny_clip, media):
+    s = run_pipeline(_cfg(media, every=1, max_frames=7, out=None), clip=tiny_clip)
     assert s["frames_processed"] == 7 and s["every"] == 1 and s["out"] is None
     assert [r["frame"] for r in _rows(media["dir"] / "out" / "p.jsonl")] == list(range(7))
 
 
-def test_corrupt_frames_are_counted_not_fatal(clip, media):
+def test_corrupt_frames_are_counted_not_fatal(tiny_clip, media):
     video = corrupt_mjpeg_frames(write_video(media["dir"] / "bad.avi", n=30), [3, 4, 20])
-    s = run_pipeline(_cfg(media, video=str(video), every=2), clip=clip)
+    s = run_pipeline(_cfg(media, video=str(video), every=2), clip=tiny_clip)
     assert s["frames_unreadable"] == 3 and s["frames_read"] == 27
     assert s["frames_processed"] == 13   # even indices 0..28 minus 4 and 20
     assert s["frames_read"] == s["frames_processed"] + s["frames_skipped"]
     assert s["frames_received"] == 30 == s["frames_read"] + s["frames_unreadable"]
 
 
-def test_image_folder_source(clip, media):
+def test_image_folder_source(tiny_clip, media):
     folder = write_image_folder(media["dir"] / "imgs", n=8, broken=[2])
-    s = run_pipeline(_cfg(media, video=str(folder)), clip=clip)
+    s = run_pipeline(_cfg(media, video=str(folder)), clip=tiny_clip)
     assert s["source_kind"] == "folder" and s["every"] == 1
     assert s["frames_processed"] == 7 and s["frames_unreadable"] == 1
     assert len(read_video(media["dir"] / "out" / "a.mp4")[0]) == 7
 
 
-def test_live_source_drops_are_counted(clip, media):
+def test_live_source_drops_are_counted(tiny_clip, media):
     src = LiveSource("fake", opener(FakeCapture(60, period=0.002)), retries=0)
-    s = run_pipeline(_cfg(media, video=None), clip=clip, source=src)
+    s = run_pipeline(_cfg(media, video=None), clip=tiny_clip, source=src)
     assert s["source_kind"] == "stream" and s["every"] == 1
     assert s["frames_processed"] > 0
     assert s["frames_read"] == s["frames_processed"]
@@ -132,21 +127,21 @@ def test_live_source_drops_are_counted(clip, media):
     assert len(_rows(media["dir"] / "out" / "p.jsonl")) == s["frames_processed"]
 
 
-def test_interruption_leaves_valid_outputs(clip, media):
+def test_interruption_leaves_valid_outputs(tiny_clip, media):
     def stop_at(frame, result):
         if frame.index == 24:
             raise KeyboardInterrupt
 
-    s = run_pipeline(_cfg(media, every=3), clip=clip, on_frame=stop_at)
+    s = run_pipeline(_cfg(media, every=3), clip=tiny_clip, on_frame=stop_at)
     assert s["interrupted"] and s["frames_processed"] == 9
     assert len(_rows(media["dir"] / "out" / "p.jsonl")) == 9
     assert len(read_video(media["dir"] / "out" / "a.mp4")[0]) == 9
     assert [p.name for p in (media["dir"] / "out").iterdir() if p.name.startswith(".")] == []
 
 
-def test_memory_source_and_other_methods(clip, media):
+def test_memory_source_and_other_methods(tiny_clip, media):
     src = IterableSource((scene(i) for i in range(10)), fps=5)
-    s = run_pipeline(_cfg(media, video=None, out=None, method="tda", overrides=["k=3"]), clip=clip, source=src)
+    s = run_pipeline(_cfg(media, video=None, out=None, method="tda", overrides=["k=3"]), clip=tiny_clip, source=src)
     assert s["frames_processed"] == 10 and s["method"] == "tda"
 
 
@@ -169,10 +164,10 @@ def test_memory_source_and_other_methods(clip, media):
     ({"out": "x.avi"}, "--out x.avi: must end in"),
     ({"truth": "missing.csv"}, "--truth missing.csv: no such file"),
 ])
-def test_bad_config_fails_before_any_work(clip, media, kw, match):
+def test_bad_config_fails_before_any_work(tiny_clip, media, kw, match):
     start = time.perf_counter()
     with pytest.raises(UserError, match=match):
-        run_pipeline(_cfg(media, **kw), clip=clip)
+        run_pipeline(_cfg(media, **kw), clip=tiny_clip)
     assert time.perf_counter() - start < 2
     assert not (media["dir"] / "out" / "p.jsonl").exists()
 
@@ -243,7 +238,7 @@ def test_demo_assets_match_their_labels_and_truth(monkeypatch):
 
 
 # ---------------------------------------------------------------------------- the one frame loop
-def test_iter_steps_yields_each_processed_frame_inside_the_model_slot(clip, media):
+def test_iter_steps_yields_each_processed_frame_inside_the_model_slot(tiny_clip, media):
     from contextlib import contextmanager
 
     from app.pipeline import iter_steps
@@ -251,7 +246,7 @@ def test_iter_steps_yields_each_processed_frame_inside_the_model_slot(clip, medi
     from app.truth import read_truth
 
     labels = LABELS
-    session = StreamSession(clip, labels)
+    session = StreamSession(tiny_clip, labels)
     truth = read_truth(media["truth"], labels)
     events = []
 
@@ -278,7 +273,7 @@ def test_iter_steps_yields_each_processed_frame_inside_the_model_slot(clip, medi
     assert all(s.result.clip_topk and s.result.tta_topk for s in steps)
 
 
-def test_iter_steps_matches_the_headless_run(clip, media):
+def test_iter_steps_matches_the_headless_run(tiny_clip, media):
     """The UI's loop and run_pipeline are the same loop: same predictions frame by frame."""
     from app.pipeline import iter_steps
     from app.sampling import Sampler
@@ -286,9 +281,9 @@ def test_iter_steps_matches_the_headless_run(clip, media):
     from app.sources import open_source
 
     cfg = _cfg(media, every=3, out=None)
-    run_pipeline(cfg, clip=clip)
+    run_pipeline(cfg, clip=tiny_clip)
     logged = [(r["frame"], r["clip"][0]["label"], r["tta"][0]["label"]) for r in _rows(cfg.log)]
-    session = StreamSession(clip, LABELS, config=with_model_scale(demo_engine_config(cfg.bank_size, []), clip, []))
+    session = StreamSession(tiny_clip, LABELS, config=with_model_scale(demo_engine_config(cfg.bank_size, []), tiny_clip, []))
     with open_source(media["video"]) as src:
         ours = [(s.frame.index, s.result.clip_label, s.result.tta_label) for s in iter_steps(Sampler(3)(src), session)]
     assert ours == logged and len(ours) == 30
@@ -318,7 +313,7 @@ def _run_cli_in_process(media, capsys, monkeypatch, frames, *extra):
     return code, out, err
 
 
-def test_progress_lines_on_a_non_tty_stderr_and_quiet_silences_them(clip, media, capsys, monkeypatch):
+def test_progress_lines_on_a_non_tty_stderr_and_quiet_silences_them(tiny_clip, media, capsys, monkeypatch):
     import re
 
     code, out, err = _run_cli_in_process(media, capsys, monkeypatch, 24)

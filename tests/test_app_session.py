@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from helpers_video import LABELS, scene, tiny_clip
+from helpers_video import LABELS, scene
 from PIL import Image
 
 from app.encoder import FrameEncoder
@@ -13,41 +13,36 @@ from mstta.config import EngineConfig
 from mstta.errors import UserError
 
 
-@pytest.fixture(scope="module")
-def clip():
-    return tiny_clip()
-
-
 @pytest.mark.parametrize("size", [(96, 64), (64, 96), (64, 64), (300, 50)])
-def test_batched_preprocessing_matches_clip_preprocess(clip, size):
+def test_batched_preprocessing_matches_clip_preprocess(tiny_clip, size):
     img = scene(3, *size)
-    ours = FrameEncoder(clip).pixels([img])
-    ref = clip.preprocess(Image.fromarray(img)).unsqueeze(0)
+    ours = FrameEncoder(tiny_clip).pixels([img])
+    ref = tiny_clip.preprocess(Image.fromarray(img)).unsqueeze(0)
     assert ours.shape == ref.shape
     assert torch.allclose(ours, ref, atol=1e-5)   # the model's own open_clip transform, not a look-alike
 
 
-def test_encoder_batches_mixed_sizes_and_views(clip):
-    enc = FrameEncoder(clip, views=3, seed=1)
+def test_encoder_batches_mixed_sizes_and_views(tiny_clip):
+    enc = FrameEncoder(tiny_clip, views=3, seed=1)
     feats = enc.encode([scene(0, 96, 64), scene(1, 80, 60), scene(2, 96, 64)])
     assert feats.shape == (3, 3, 64)
     assert torch.allclose(feats.norm(dim=-1), torch.ones(3, 3), atol=1e-4)
-    single = FrameEncoder(clip).encode([scene(1, 80, 60)])[0]
+    single = FrameEncoder(tiny_clip).encode([scene(1, 80, 60)])[0]
     assert torch.allclose(feats[1, 0], single, atol=1e-5)    # view 0 is the plain frame
     enc.reset(1)
     assert torch.allclose(enc.encode([scene(0, 96, 64), scene(1, 80, 60), scene(2, 96, 64)]), feats)
 
 
-def test_encoder_rejects_bad_frames(clip):
+def test_encoder_rejects_bad_frames(tiny_clip):
     with pytest.raises(UserError, match="RGB uint8"):
-        FrameEncoder(clip).encode([np.zeros((4, 4), np.uint8)])
+        FrameEncoder(tiny_clip).encode([np.zeros((4, 4), np.uint8)])
     for views in (0, 257, True, 2.5):
         with pytest.raises(UserError, match="--views"):
-            FrameEncoder(clip, views=views)
+            FrameEncoder(tiny_clip, views=views)
 
 
-def test_process_returns_both_predictions(clip):
-    session = StreamSession(clip, LABELS, template="a photo of a {}.", topk=2)
+def test_process_returns_both_predictions(tiny_clip):
+    session = StreamSession(tiny_clip, LABELS, template="a photo of a {}.", topk=2)
     r = session.process(scene(0))
     assert [s.label for s in r.clip_topk][0] in LABELS and len(r.clip_topk) == len(r.tta_topk) == 2
     assert r.clip_topk[0].prob >= r.clip_topk[1].prob and 0 <= r.tta_topk[1].prob <= r.tta_topk[0].prob <= 1
@@ -56,30 +51,30 @@ def test_process_returns_both_predictions(clip):
     assert r.to_dict()["disagree"] == r.disagree
 
 
-def test_zero_lam_gives_clip_exactly(clip):
-    session = StreamSession(clip, LABELS, config=EngineConfig(lam=0.0, bank_size=16))
+def test_zero_lam_gives_clip_exactly(tiny_clip):
+    session = StreamSession(tiny_clip, LABELS, config=EngineConfig(lam=0.0, bank_size=16))
     for i in range(12):
         r = session.process(scene(i))
         assert r.tta_topk == r.clip_topk and not r.disagree
 
 
-def test_bank_is_bounded_and_reset_forgets(clip):
-    session = StreamSession(clip, LABELS, config=EngineConfig(bank_size=5))
+def test_bank_is_bounded_and_reset_forgets(tiny_clip):
+    session = StreamSession(tiny_clip, LABELS, config=EngineConfig(bank_size=5))
     results = [session.process(scene(i)) for i in range(9)]
     assert [r.bank_rows for r in results] == [1, 2, 3, 4, 5, 5, 5, 5, 5]
     session.reset()
     assert session.process(scene(0)).bank_rows == 1
 
 
-def test_reset_replays_identically(clip):
-    session = StreamSession(clip, LABELS, views=2)
+def test_reset_replays_identically(tiny_clip):
+    session = StreamSession(tiny_clip, LABELS, views=2)
     first = [session.process(scene(i)).tta_topk for i in range(6)]
     session.reset()
     assert [session.process(scene(i)).tta_topk for i in range(6)] == first
 
 
-def test_set_labels_rebuilds_and_configure_switches_method(clip):
-    session = StreamSession(clip, LABELS)
+def test_set_labels_rebuilds_and_configure_switches_method(tiny_clip):
+    session = StreamSession(tiny_clip, LABELS)
     session.process(scene(0))
     session.set_labels(["cat", "dog", "bird", "fish"])
     r = session.process(scene(0))

@@ -18,12 +18,13 @@ def test_static_shape_step_equals_eager_on_cpu(method, views, mode):
     static, eager = Engine(t, method, cfg), Engine(t, method, cfg)
     for x in f:
         with torch.inference_mode():
-            a = static._step(x.reshape(-1, x.shape[-1]), static._bank.shape[0])[0]
-        static.n_seen += 1
+            rows = static.bank.rows.shape[1] if static.bank is not None else 0
+            a = static._step(x.reshape(1, -1, x.shape[-1]), None, (rows, True))[0][0]
+        static.seen += 1
         b = eager.step(x).logits
         assert torch.equal(a.argmax(), b.argmax())
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(static._pos_ent, eager._pos_ent)
+    torch.testing.assert_close(static.pos.ent, eager.pos.ent)
 
 
 @pytest.mark.parametrize("method", ["zero-shot", "baseline", "ms-tta", "tda", "tda+ms"])
@@ -41,8 +42,8 @@ def test_graph_equals_eager(method, views, mode):
     b = torch.stack([eager.step(x.cuda()).logits for x in f])
     assert torch.equal(a.argmax(1), b.argmax(1))
     torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
-    assert graph._graphs  # the graph was really captured and replayed
-    torch.testing.assert_close(graph.state_dict()["_pos_ent"], eager.state_dict()["_pos_ent"])
+    assert graph.graphs  # the graph was really captured and replayed
+    torch.testing.assert_close(graph.state_dict()["pos.ent"], eager.state_dict()["pos.ent"])
 
 
 @pytest.mark.gpu

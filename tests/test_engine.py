@@ -218,33 +218,18 @@ def test_memory_is_checked_before_allocating():
 def test_default_bank_is_a_fixed_ring_buffer():
     from mstta.config import DEFAULT_BANK_SIZE
     eng = Engine(TEXT, "ms-tta")
-    assert eng.config.bank_size == DEFAULT_BANK_SIZE and eng._bank.shape[0] == DEFAULT_BANK_SIZE
+    assert eng.config.bank_size == DEFAULT_BANK_SIZE and eng.bank.rows.shape[1] == DEFAULT_BANK_SIZE
     small = Engine(TEXT, "ms-tta", EngineConfig(bank_size=5))
-    ptrs = {small._bank.data_ptr()}
+    ptrs = {small.bank.rows.data_ptr()}
     for f in Fn.normalize(torch.randn(23, 4)):
         small.step(f)
-        ptrs.add(small._bank.data_ptr())
-    assert ptrs == {small._bank.data_ptr()} and small._bank.shape[0] == 5    # never reallocated
-    assert sorted(small._bank_time.tolist()) == [18, 19, 20, 21, 22]          # the 5 most recent
+        ptrs.add(small.bank.rows.data_ptr())
+    assert ptrs == {small.bank.rows.data_ptr()} and small.bank.rows.shape[1] == 5    # never reallocated
+    assert sorted(small.bank.time[0].tolist()) == [18, 19, 20, 21, 22]          # the 5 most recent
     grow = Engine(TEXT, "ms-tta", EngineConfig(bank_size=None))
     for f in Fn.normalize(torch.randn(1030, 4)):
         grow.step(f)
-    assert grow.bank_len == 1030 and grow._bank.shape[0] == 2048              # null: unbounded
-
-
-def test_cpu_step_runs_single_threaded_and_restores_the_threads(monkeypatch):
-    seen = []
-    real = Fn.mean_shift_step
-    monkeypatch.setattr(Fn, "mean_shift_step", lambda *a, **k: seen.append(torch.get_num_threads()) or real(*a, **k))
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        eng = Engine(TEXT, "ms-tta")
-        eng.step(E[0])
-        eng.step(E[1])
-        assert seen == [1] and torch.get_num_threads() == 2
-    finally:
-        torch.set_num_threads(before)
+    assert grow.bank_len == 1030 and grow.bank.rows.shape[1] == 2048              # null: unbounded
 
 
 def test_cuda_graph_needs_cuda_and_a_bounded_bank():
@@ -280,9 +265,9 @@ def test_state_of_a_grown_unbounded_bank_loads_into_a_fresh_engine():
     same = Engine(TEXT, "ms-tta", EngineConfig(bank_size=None))
     for f in feats[:1030]:
         same.step(f)
-    keep = same._bank
+    keep = same.bank.rows
     same.load_state_dict(a.state_dict())                         # same shapes: copied in place
-    assert same._bank is keep
+    assert same.bank.rows is keep
     for f in feats[1030:]:
         ra = a.step(f)
         assert torch.equal(ra.logits, b.step(f).logits) and torch.equal(ra.logits, same.step(f).logits)

@@ -20,7 +20,7 @@ from mstta.data import load_split
 from mstta.errors import UserError
 from mstta.extract import ExtractSettings, default_file_name, run_extraction, stream_order
 from mstta.features import load_features
-from mstta.models import build_text_classifier, load_clip
+from mstta.models import build_text_classifier
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = {"model": "mstta-tiny", "pretrained": "none", "device": "cpu", "workers": 0}
@@ -33,11 +33,6 @@ def data(tmp_path_factory):
     return root
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    return load_clip("mstta-tiny", "none", device="cpu")
-
-
 def _run(data, out, tmp_path, **kw):
     opts = {**TINY, "views": 4, "augment": "crop", "shard_size": 4, "batch_size": 8, "cache_dir": tmp_path / "cache", **kw}
     return run_extraction("oxford_pets", out, data, **opts)
@@ -48,7 +43,7 @@ def _arrays(path: Path) -> dict:
         return {k: z[k] for k in z.files}
 
 
-def test_feature_file_in_replay_format(data, tmp_path, tiny):
+def test_feature_file_in_replay_format(data, tmp_path, tiny_clip):
     res = _run(data, tmp_path / "out", tmp_path)
     assert res.path == tmp_path / "out" / "oxford_pets_mstta-tiny_none_v4_s1.npz" and not res.reused
     fs = load_features(res.path)
@@ -62,12 +57,12 @@ def test_feature_file_in_replay_format(data, tmp_path, tiny):
                        "augment": "crop", "seed": 1, "n": 9, "skipped": 0, "precision": "fp32"}.items():
         assert meta[key] == value, key
     assert {"template_hash", "version", "stream_hash", "weights"} <= set(meta)
-    text = build_text_classifier(tiny, split.classnames, split.templates)
+    text = build_text_classifier(tiny_clip, split.classnames, split.templates)
     assert torch.allclose(fs.text.float(), text, atol=2e-3)
     # view 0 of stream position j is CLIP's preprocessing of item order[j]
     for j in (0, 5):
         img = Image.open(split.items[order[j]][0]).convert("RGB")
-        want = tiny.encode_images(tiny.preprocess(img)[None])[0]
+        want = tiny_clip.encode_images(tiny_clip.preprocess(img)[None])[0]
         assert torch.allclose(fs.features[j, 0].float(), want, atol=3e-3)
     assert not list((tmp_path / "out").glob(".*"))  # no temp file or work folder left behind
 
@@ -119,12 +114,12 @@ def test_interrupted_run_resumes_from_its_last_shard(data, tmp_path, monkeypatch
     assert all(np.array_equal(a[k], b[k]) for k in ("features", "text", "labels", "classnames"))
 
 
-def test_preloaded_model_is_used(data, tmp_path, tiny, monkeypatch):
+def test_preloaded_model_is_used(data, tmp_path, tiny_clip, monkeypatch):
     monkeypatch.setattr(ex, "load_clip", lambda *a, **k: pytest.fail("model loaded although one was given"))
-    a = _run(data, tmp_path / "pre.npz", tmp_path, clip=tiny)
+    a = _run(data, tmp_path / "pre.npz", tmp_path, clip=tiny_clip)
     assert load_features(a.path).num_samples == 9
     with pytest.raises(UserError, match="the loaded model is mstta-tiny none fp32"):
-        _run(data, tmp_path / "pre2.npz", tmp_path, clip=tiny, precision="bf16")
+        _run(data, tmp_path / "pre2.npz", tmp_path, clip=tiny_clip, precision="bf16")
 
 
 def test_stale_work_folder_of_other_settings_is_discarded(data, tmp_path):

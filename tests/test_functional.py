@@ -110,13 +110,56 @@ def test_knn_ties_by_age_match_a_sort(seed):
             assert got[r].tolist() == want
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_host_ties_top_k_picks_the_same_sets(seed):
+    """The replay's float top-k with the tie check: the same neighbour sets as the exact key,
+    with many exact ties, -inf columns and -0.0 against +0.0."""
+    g = torch.Generator().manual_seed(seed)
+    sims = torch.randint(-3, 4, (50, 40), generator=g).float() / 4
+    sims[:, ::7] = float("-inf")
+    sims[:5, 1:] = float("-inf")                      # rows with fewer usable columns than k
+    sims[sims == 0] = torch.where(torch.rand(int((sims == 0).sum()), generator=g) < 0.5, -0.0, 0.0)
+    sims[10:20] += torch.rand(10, 40, generator=g)    # rows without ties
+    for k in (1, 2, 3, 8):
+        fast, exact = Fn.knn_indices_host_ties(sims, k), Fn.knn_indices(sims, k)
+        assert [sorted(r) for r in fast.tolist()] == [sorted(r) for r in exact.tolist()]
+
+
 def test_mean_shift_step_masks_and_leaves_a_lonely_row():
-    bank = torch.stack([E[1], 2 * E[2], E[3]])          # raw features, not unit (confident mode)
+    raw = torch.stack([E[1], 2 * E[2], E[3]])           # raw features, not unit (confident mode)
     q = Fn.normalize(torch.tensor([[0.0, 0.1, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0]]))
-    usable = torch.tensor([[True, True, False], [False, False, False]])
-    out = Fn.mean_shift_step(q, bank, bank.norm(dim=-1), None, 1, 0.5, usable)
-    assert torch.allclose(out[0], Fn.normalize(0.5 * q[0] + 0.5 * 2 * E[2]))  # nearest by cosine
+    bias = torch.tensor([[0.0, 0.0, float("-inf")], [float("-inf")] * 3])
+    out = Fn.mean_shift_step(q, Fn.normalize(raw), raw.norm(dim=-1), None, 1, 0.5, bias)
+    assert torch.allclose(out[0], Fn.normalize(0.5 * q[0] + 0.5 * 2 * E[2]))  # nearest by cosine, raw sum
     assert torch.equal(out[1], q[1])                                            # no usable neighbour
+
+
+def test_batched_mean_shift_equals_one_stream_at_a_time():
+    """Streams [S, n, d] against their own banks [S, M, d] give each stream's own result."""
+    g = torch.Generator().manual_seed(1)
+    q, raw = Fn.normalize(torch.randn(3, 2, 8, generator=g)), torch.randn(3, 6, 8, generator=g)
+    bias = torch.zeros(3, 1, 6)
+    bias[1, 0, 4:] = float("-inf")                      # stream 1 holds only 4 rows
+    age = torch.arange(6).expand(3, 1, 6)
+    out = Fn.mean_shift_step(q, Fn.normalize(raw), raw.norm(dim=-1), age, 2, 0.7, bias)
+    for s in range(3):
+        n = 4 if s == 1 else 6
+        one = Fn.mean_shift_step(q[s], Fn.normalize(raw[s, :n]), raw[s, :n].norm(dim=-1), None, 2, 0.7)
+        torch.testing.assert_close(out[s], one)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_bank_similarities_accumulate_in_float32(dtype):
+    """The query rounded to the bank's dtype, products summed in float32: equal to widening both."""
+    g = torch.Generator().manual_seed(2)
+    q, bank = Fn.normalize(torch.randn(5, 64, generator=g)), Fn.normalize(torch.randn(30, 64, generator=g)).to(dtype)
+    sims = Fn.similarities(q, bank)
+    assert sims.dtype == torch.float32
+    torch.testing.assert_close(sims, q.to(dtype).double() @ bank.double().T, rtol=0, atol=1e-6, check_dtype=False)
+    assert (sims - q @ bank.float().T).abs().max() > 0          # the query really was rounded
+    bias = torch.zeros(30)
+    bias[3] = float("-inf")
+    assert torch.isneginf(Fn.similarities(q, bank, bias)[:, 3]).all()
 
 
 @pytest.mark.parametrize("kernel", ["exp", "linear"])

@@ -5,7 +5,6 @@ import logging
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,16 +19,34 @@ from mstta.templates import DEFAULT_TEMPLATES, check_templates, fill, template_s
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    return load_clip("mstta-tiny", "none", device="cpu")
-
-
 def _no_network(monkeypatch) -> list:
     """Replace the reachability probe; the list records the hosts it was asked about."""
     calls: list = []
     monkeypatch.setattr(models, "network_reachable", lambda host, port=443, timeout=0: calls.append(host) or False)
     return calls
+
+
+def _no_sockets(monkeypatch) -> list:
+    """Refuse every outgoing connection; the list records the addresses something tried to reach."""
+    import socket
+
+    tried: list = []
+
+    def refuse(self, address, *args, **kwargs):
+        tried.append(address)
+        raise OSError("network disabled by the test")
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    return tried
+
+
+def _no_model_build(monkeypatch) -> list:
+    """Record (instead of running) open_clip's model factory: an empty list = no download was tried."""
+    import open_clip
+
+    built: list = []
+    monkeypatch.setattr(open_clip, "create_model_and_transforms", lambda *a, **k: built.append(a) or 1 / 0)
+    return built
 
 
 # --- loading -------------------------------------------------------------------------------------
@@ -46,10 +63,11 @@ def test_tiny_random_init_warns_once_and_is_reproducible(caplog):
         assert torch.equal(va, vb), k
 
 
-def test_tiny_encoders(tiny):
-    assert (tiny.image_size, tiny.embed_dim, tiny.device.type, tiny.dtype) == (64, 64, "cpu", torch.float32)
-    img = tiny.encode_images(torch.randn(3, 3, 64, 64))
-    txt = tiny.encode_text(["a photo of a dog.", "a cat"])
+def test_tiny_encoders(tiny_clip):
+    clip = tiny_clip
+    assert (clip.image_size, clip.embed_dim, clip.device.type, clip.dtype) == (64, 64, "cpu", torch.float32)
+    img = tiny_clip.encode_images(torch.randn(3, 3, 64, 64))
+    txt = tiny_clip.encode_text(["a photo of a dog.", "a cat"])
     assert img.shape == (3, 64) and txt.shape == (2, 64)
     assert torch.allclose(img.norm(dim=-1), torch.ones(3), atol=1e-5)
     assert torch.allclose(txt.norm(dim=-1), torch.ones(2), atol=1e-5)
@@ -60,21 +78,21 @@ def test_bf16_precision_on_cpu():
     assert clip.dtype == torch.bfloat16 and clip.encode_images(torch.randn(2, 3, 64, 64)).dtype == torch.float32
 
 
-def test_local_checkpoint_round_trip(tmp_path, tiny):
+def test_local_checkpoint_round_trip(tmp_path, tiny_clip):
     path = tmp_path / "tiny.pt"
-    torch.save(tiny.model.state_dict(), path)
+    torch.save(tiny_clip.model.state_dict(), path)
     again = load_clip("mstta-tiny", str(path), device="cpu")
     x = torch.randn(2, 3, 64, 64)
-    assert torch.equal(again.encode_images(x), tiny.encode_images(x))
+    assert torch.equal(again.encode_images(x), tiny_clip.encode_images(x))
 
 
 @pytest.mark.parametrize("case", ["garbage", "other-architecture"])
-def test_bad_checkpoint_is_one_line_user_error(tmp_path, tiny, case):
+def test_bad_checkpoint_is_one_line_user_error(tmp_path, tiny_clip, case):
     path = tmp_path / "bad.pt"
     if case == "garbage":
         path.write_bytes(b"definitely not a checkpoint")
     else:  # same keys, another width: a checkpoint of a different architecture
-        sd = dict(tiny.model.state_dict())
+        sd = dict(tiny_clip.model.state_dict())
         sd["visual.proj"] = torch.zeros(32, 48)
         torch.save(sd, path)
     with pytest.raises(UserError) as err:
@@ -99,12 +117,11 @@ def test_missing_weights_offline_fail_fast(monkeypatch):
     monkeypatch.setattr(models, "weights_cached", lambda name, tag: False)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
-    t0 = time.perf_counter()
+    built = _no_model_build(monkeypatch)
     with pytest.raises(UserError) as err:
         load_clip("RN50", "openai", device="cpu")
-    assert time.perf_counter() - t0 < 5
     msg = str(err.value)
-    assert calls == ["huggingface.co"]
+    assert calls == ["huggingface.co"] and built == []   # one probe, then no download attempt (no retries)
     assert "\n" not in msg and "RN50" in msg and "openai" in msg and "could not be downloaded" in msg
     assert models.hub_cache_dir() in msg and "--pretrained /path/to/checkpoint" in msg
 
@@ -148,26 +165,25 @@ def test_cached_weights_load_offline_without_probing(tmp_path, monkeypatch):
     assert not weights_cached("RN50", "openai")
     _fake_hub_cache(tmp_path, "timm/resnet50_clip.openai", "open_clip_model.safetensors", b"corrupt")
     assert weights_cached("RN50", "openai")
-    calls = _no_network(monkeypatch)
+    calls, tried = _no_network(monkeypatch), _no_sockets(monkeypatch)
     import huggingface_hub.constants as hc
     before = hc.HF_HUB_OFFLINE
-    t0 = time.perf_counter()
     with pytest.raises(UserError, match="RN50"):  # the fake file is not loadable, but fails without any network
         load_clip("RN50", "openai", device="cpu")
-    assert calls == [] and time.perf_counter() - t0 < 10
+    assert calls == [] and tried == []  # no probe, and no connection attempted (no HTTP retries)
     assert hc.HF_HUB_OFFLINE == before  # offline mode is restored after the load
 
 
 def test_cli_missing_weights_exit_2_no_traceback(tmp_path):
-    """A real process: weights not cached while offline -> exit 2, one line naming model and tag, fast."""
+    """A real process: weights not cached while offline -> exit 2, one line naming model and tag
+    (that HF_HUB_OFFLINE skips the probe is test_hf_offline_env_skips_the_probe; the timeout only stops a hang)."""
     fake = make_fake_dataset(tmp_path, "imagefolder", classes=2, per_class=1)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub")}
-    t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "mstta.bench", "extract", "--dataset", fake.dataset,
+    proc = subprocess.run([sys.executable, "-m", "mstta.cli", "extract", "--dataset", fake.dataset,
                            "--model", "RN50", "--pretrained", "openai", "--out", str(tmp_path / "o.npz"),
                            "--cache-dir", str(tmp_path / "cache")],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and time.perf_counter() - t0 < 30
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr
     assert lines[0].startswith("mstta-bench: error: weights for --model RN50 --pretrained openai could not be downloaded")
@@ -177,32 +193,32 @@ def test_cli_missing_weights_exit_2_no_traceback(tmp_path):
 # --- text classifier -----------------------------------------------------------------------------
 
 
-def test_classifier_is_mean_of_normalised_prompts(tiny):
+def test_classifier_is_mean_of_normalised_prompts(tiny_clip):
     names, templates = ["golden_retriever", "tabby cat"], ["a photo of a {}.", "art of the {}."]
-    w = build_text_classifier(tiny, names, templates)
+    w = build_text_classifier(tiny_clip, names, templates)
     ref = []
     for n in names:
-        e = tiny.encode_text([t.format(n.replace("_", " ")) for t in templates])
+        e = tiny_clip.encode_text([t.format(n.replace("_", " ")) for t in templates])
         ref.append(torch.nn.functional.normalize(e.mean(0), dim=-1))
     assert w.shape == (2, 64) and torch.allclose(w, torch.stack(ref), atol=1e-6)
 
 
-def test_classifier_disk_cache(tmp_path, tiny, monkeypatch):
+def test_classifier_disk_cache(tmp_path, tiny_clip, monkeypatch):
     names, templates = ["dog", "cat", "bird"], ["a photo of a {}."]
-    first = build_text_classifier(tiny, names, templates, cache_dir=tmp_path)
+    first = build_text_classifier(tiny_clip, names, templates, cache_dir=tmp_path)
     files = list(tmp_path.glob("text-*.npy"))
     assert len(files) == 1
 
     def boom(*a, **k):
         raise AssertionError("text encoder called despite a cache hit")
-    monkeypatch.setattr(type(tiny), "encode_text", boom)
-    assert torch.equal(build_text_classifier(tiny, names, templates, cache_dir=tmp_path), first)
+    monkeypatch.setattr(type(tiny_clip), "encode_text", boom)
+    assert torch.equal(build_text_classifier(tiny_clip, names, templates, cache_dir=tmp_path), first)
     monkeypatch.undo()
-    build_text_classifier(tiny, names, templates + ["art of the {}."], cache_dir=tmp_path)
-    build_text_classifier(tiny, names[::-1], templates, cache_dir=tmp_path)
+    build_text_classifier(tiny_clip, names, templates + ["art of the {}."], cache_dir=tmp_path)
+    build_text_classifier(tiny_clip, names[::-1], templates, cache_dir=tmp_path)
     assert len(list(tmp_path.glob("text-*.npy"))) == 3
     files[0].write_bytes(b"corrupt")
-    assert torch.allclose(build_text_classifier(tiny, names, templates, cache_dir=tmp_path), first)
+    assert torch.allclose(build_text_classifier(tiny_clip, names, templates, cache_dir=tmp_path), first)
 
 
 @pytest.mark.parametrize("names, templates, expected", [
@@ -211,9 +227,9 @@ def test_classifier_disk_cache(tmp_path, tiny, monkeypatch):
     (["a", "b"], ["{} and {}"], "exactly one"),
     (["a", "b"], [], "no templates"),
 ])
-def test_classifier_bad_inputs(tiny, names, templates, expected):
+def test_classifier_bad_inputs(tiny_clip, names, templates, expected):
     with pytest.raises(UserError, match=expected):
-        build_text_classifier(tiny, names, templates)
+        build_text_classifier(tiny_clip, names, templates)
 
 
 # --- templates -----------------------------------------------------------------------------------

@@ -67,3 +67,18 @@ def test_boosting_views_are_the_documented_exception(monkeypatch):
         _forbid(mp)
         with pytest.raises(HostSync):
             engine.step(f[1])
+
+
+@pytest.mark.parametrize("method", [m for m in list_methods() if not get_method(m).boost])
+def test_multi_engine_step_has_no_host_sync(method, monkeypatch):
+    """Several streams, some skipping the step: still no Python number read from a tensor."""
+    from mstta.multi import MultiEngine
+    f, t, _ = as_tensors(make_stream(n=30, classes=5, dim=12, seed=5, noise=1.5))
+    engine = MultiEngine(t, method, EngineConfig(bank_size=16, k=3, **CFG), streams=3)
+    for i in range(WARM):
+        engine.step(f[i:i + 3])
+    with monkeypatch.context() as mp:
+        _forbid(mp)
+        for i in range(WARM, 25):
+            out = engine.step(f[i:i + 3], active=[True, i % 2 == 0, i % 3 != 0])
+    assert out.logits.shape == (3, 5)

@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from mstta.errors import UserError
-from mstta.models import load_clip
 from mstta.views import (
     AUGMENTS,
     OP_VALUES,
@@ -24,11 +23,6 @@ from mstta.views import (
 )
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    return load_clip("mstta-tiny", "none", device="cpu")
-
-
 def _image(w=50, h=37, seed=0) -> Image.Image:
     rng = np.random.default_rng(seed)
     return Image.fromarray(rng.integers(0, 256, size=(h, w, 3), dtype=np.uint8))
@@ -40,8 +34,8 @@ def _vit_b16_preprocess():
 
 
 @pytest.mark.parametrize("which", ["tiny", "vit-b-16"])
-def test_view0_equals_clip_preprocessing(tiny, which):
-    pre = tiny.preprocess if which == "tiny" else _vit_b16_preprocess()
+def test_view0_equals_clip_preprocessing(tiny_clip, which):
+    pre = tiny_clip.preprocess if which == "tiny" else _vit_b16_preprocess()
     geometry, size, mean, std = split_preprocess(pre)
     img = _image(300, 211)
     views = ViewMaker(geometry, size, views=3, augment="augmix", seed=1)(img, 0)
@@ -49,8 +43,8 @@ def test_view0_equals_clip_preprocessing(tiny, which):
 
 
 @pytest.mark.parametrize("augment", AUGMENTS)
-def test_views_shape_and_determinism(tiny, augment):
-    geometry, size, _, _ = split_preprocess(tiny.preprocess)
+def test_views_shape_and_determinism(tiny_clip, augment):
+    geometry, size, _, _ = split_preprocess(tiny_clip.preprocess)
     make = ViewMaker(geometry, size, views=8, augment=augment, seed=1)
     img = _image()
     a = make(img, 5)
@@ -63,14 +57,14 @@ def test_views_shape_and_determinism(tiny, augment):
     assert len({v.numpy().tobytes() for v in a}) == 8         # every view differs
 
 
-def test_single_view_is_the_original_only(tiny):
-    geometry, size, _, _ = split_preprocess(tiny.preprocess)
+def test_single_view_is_the_original_only(tiny_clip):
+    geometry, size, _, _ = split_preprocess(tiny_clip.preprocess)
     assert ViewMaker(geometry, size, views=1)(_image(), 0).shape == (1, 3, size, size)
 
 
 @pytest.mark.parametrize("views, augment, expected", [(0, "crop", "--views 0"), (2, "cutout", "--augment cutout")])
-def test_bad_view_settings(tiny, views, augment, expected):
-    geometry, size, _, _ = split_preprocess(tiny.preprocess)
+def test_bad_view_settings(tiny_clip, views, augment, expected):
+    geometry, size, _, _ = split_preprocess(tiny_clip.preprocess)
     with pytest.raises(UserError, match=expected):
         ViewMaker(geometry, size, views=views, augment=augment)
 
@@ -120,19 +114,19 @@ def test_to_pixels_matches_totensor_normalize():
     assert torch.allclose(to_pixels(u8, mean, std), want, atol=1e-6)
 
 
-def test_one_forward_for_all_views_equals_one_by_one(tiny):
-    geometry, size, mean, std = split_preprocess(tiny.preprocess)
+def test_one_forward_for_all_views_equals_one_by_one(tiny_clip):
+    geometry, size, mean, std = split_preprocess(tiny_clip.preprocess)
     views = ViewMaker(geometry, size, views=6, augment="augmix", seed=3)(_image(), 0)
     pixels = to_pixels(views, mean, std)
-    batched = tiny.encode_images(pixels)
-    single = torch.cat([tiny.encode_images(pixels[i:i + 1]) for i in range(6)])
+    batched = tiny_clip.encode_images(pixels)
+    single = torch.cat([tiny_clip.encode_images(pixels[i:i + 1]) for i in range(6)])
     assert batched.shape == (6, 64) and torch.allclose(batched, single, atol=1e-5)
 
 
 @pytest.mark.parametrize("augment", AUGMENTS)
-def test_views_from_drawn_parameters_equal_the_seeded_views(tiny, augment):
+def test_views_from_drawn_parameters_equal_the_seeded_views(tiny_clip, augment):
     """`ViewMaker.params` draws every random choice first; `make` with them is `ViewMaker(img, index)`."""
-    geometry, size, _, _ = split_preprocess(tiny.preprocess)
+    geometry, size, _, _ = split_preprocess(tiny_clip.preprocess)
     maker = ViewMaker(geometry, size, views=6, augment=augment, seed=2)
     img = _image(90, 70)
     params = maker.params(90, 70, 4)

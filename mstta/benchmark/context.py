@@ -156,7 +156,6 @@ def redundant(row: Row, dcfg: DatasetConfig) -> bool:
     return row.view_mode is not None and row_engine_config(row, dcfg) == row_engine_config(Row(row.method), dcfg)
 
 
-engine_config = row_engine_config   # the old name, still imported by efficiency.py: remove once it switches
 
 
 def view_kind(method: str, dcfg: DatasetConfig, forced: str | None = None) -> str:

@@ -37,7 +37,7 @@ from ..features import load_features
 from ..methods import get_method
 from ..tensor_views import TensorViewMaker
 from ..views import ViewMaker, split_preprocess, to_pixels
-from .context import Row, RunContext, engine_config, feature_key, redundant, view_kind
+from .context import Row, RunContext, feature_key, redundant, row_engine_config, view_kind
 from .memory import MemoryMeter
 from .results import fingerprint
 from .store import Backbone
@@ -179,7 +179,7 @@ def measure_backbone(run: RunContext, backbone: Backbone, dataset: str) -> None:
     for row in map(Row.parse, cfg.methods):
         if redundant(row, dcfg):
             continue
-        ecfg = engine_config(row, dcfg)
+        ecfg = row_engine_config(row, dcfg)
         augment = view_kind(row.method, dcfg, cfg.augment)
         setups.append((row.name, row.method, ecfg, augment))
         fps[row.name] = fingerprint({"dataset": dataset, "samples": n, "listing": cfg.listing,

@@ -19,7 +19,7 @@ from ..errors import UserError
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PRETRAINED = {"ViT-B-16": "openai", "RN50": "openai", "mstta-tiny": "none"}
+DEFAULT_PRETRAINED = {"ViT-B-16": "openai", "RN50": "openai", "mstta-tiny": "none", "mstta-digits": "bundled"}
 BACKBONE_ALIASES = {"vit-b/16": "ViT-B-16", "vit_b16": "ViT-B-16", "vit-b-16": "ViT-B-16", "vitb16": "ViT-B-16",
                     "rn50": "RN50", "resnet50": "RN50", "resnet-50": "RN50"}
 

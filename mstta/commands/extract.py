@@ -7,7 +7,8 @@ import argparse
 import json
 import os
 
-from ..config import MAX_VIEWS, BenchConfig, dataset_config_path, load_dataset_config
+from ..atomic import output_lock
+from ..config import MAX_VIEWS, BenchConfig, check_seed, dataset_config_path, load_dataset_config
 from ..data import FOLDER_PREFIX, LISTINGS, list_datasets, resolve_key
 from ..extract import run_extraction
 from ..extract_views import VIEWS_ON
@@ -58,13 +59,15 @@ def bench_defaults(dataset: str) -> BenchConfig:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_seed(args.seed, "--seed")
     bench = bench_defaults(args.dataset)
-    result = run_extraction(
-        args.dataset, args.out, args.data_root, model=args.model, pretrained=args.pretrained,
-        precision=args.precision, device=args.device, views=bench.views if args.views is None else args.views,
-        augment=args.augment or bench.augment, seed=args.seed, batch_size=args.batch_size, workers=args.workers,
-        limit=args.limit, templates=args.template, cache_dir=args.cache_dir, shard_size=args.shard_size,
-        progress=True, listing=args.listing, views_on=args.views_on)
+    with output_lock(args.out, "--out"):   # a second extraction into the same output is refused, naming this one
+        result = run_extraction(
+            args.dataset, args.out, args.data_root, model=args.model, pretrained=args.pretrained,
+            precision=args.precision, device=args.device, views=bench.views if args.views is None else args.views,
+            augment=args.augment or bench.augment, seed=args.seed, batch_size=args.batch_size,
+            workers=args.workers, limit=args.limit, templates=args.template, cache_dir=args.cache_dir,
+            shard_size=args.shard_size, progress=True, listing=args.listing, views_on=args.views_on)
     if int(os.environ.get("RANK", "0")) != 0:
         return 0
     report = {"out": str(result.path), "reused": result.reused, "n": result.n, "skipped": result.skipped,

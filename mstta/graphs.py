@@ -1,0 +1,65 @@
+"""The streams' step captured once per input shape as a CUDA graph and replayed per step.
+
+The graph runs the static-shape step (the whole ring buffer, its empty rows masked by the bank's
+bias; every stream, the skipped ones' writes masked), so it reads and writes the same tensors on
+every replay; outputs are copied out of its buffers.
+"""
+from __future__ import annotations
+
+import logging
+
+import torch
+
+log = logging.getLogger(__name__)
+
+GRAPH_WARMUP = 3  # eager steps on a side stream before a CUDA graph is captured
+
+
+def run(streams, x: torch.Tensor, ok: torch.Tensor | None):
+    """Replay (capturing first if needed) the graph of x's shape; falls back to the eager step
+    when an automatic capture fails (logged), re-raises when the graph was required."""
+    key = (x.shape[1], ok is None)
+    g = streams.graphs.get(key)
+    if g is None:
+        try:
+            g = streams.graphs[key] = _capture(streams, x, ok)
+        except RuntimeError as exc:
+            if streams._graph_required:
+                raise
+            log.warning("CUDA graph capture failed (%s); the engine runs eagerly", exc)
+            streams.cuda_graph = False
+            return streams._step(x, ok, (streams.bank.rows.shape[1] if streams.bank is not None else 0, True))
+    static_x, static_ok, graph, static_out = g
+    static_x.copy_(x)
+    if ok is not None:
+        static_ok.copy_(ok)
+    graph.replay()
+    return tuple(t.clone() for t in static_out)
+
+
+def _capture(streams, x: torch.Tensor, ok: torch.Tensor | None):
+    saved = streams.state_dict()
+    try:
+        return _record(streams, x, ok, saved)
+    except BaseException:
+        streams._restore(saved)
+        raise
+
+
+def _record(streams, x: torch.Tensor, ok: torch.Tensor | None, saved):
+    static_x = x.clone()
+    static_ok = None if ok is None else ok.clone()
+    rows = (streams.bank.rows.shape[1] if streams.bank is not None else 0, True)
+    dev = streams.device
+    side = torch.cuda.Stream(dev)
+    side.wait_stream(torch.cuda.current_stream(dev))
+    with torch.cuda.stream(side):
+        for _ in range(GRAPH_WARMUP):
+            streams._step(static_x, static_ok, rows)
+    torch.cuda.current_stream(dev).wait_stream(side)
+    streams._restore(saved)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = streams._step(static_x, static_ok, rows)
+    streams._restore(saved)  # capture records the kernels without running them; keep state exact
+    return static_x, static_ok, graph, static_out
