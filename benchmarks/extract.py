@@ -9,8 +9,8 @@ Per model, on `--samples` generated 500x375 JPEGs (ImageNet-A's typical size) wi
   a CPU: tensor views in the workers);
 - `*_vs_encoder`: each extraction rate over the encoder-only rate;
 - `view_making_ms_per_view`: one process making the 63 augmented views of one image, PIL against
-  `mstta.tensor_views` on the device's tensors (no encoder; on a CPU one torch thread, as in a
-  data-loader worker, and the fast path of `mstta.fast_views`); `view_making_224px_ms_per_view`: the
+  `mstta.tensor_views` on the device's tensors (no encoder; on a CPU one thread each, the fast path
+  of `mstta.fast_views`); `view_making_224px_ms_per_view`: the
   same at 224 px (ViT-B/16's Resize + CenterCrop), whatever the model's size.
 
     .venv/bin/python benchmarks/extract.py [--models mstta-tiny,ViT-B-16] [--samples 64] [--views 64]
@@ -86,10 +86,8 @@ def view_making(clip, path: Path, views: int, augment: str, repeats: int = 5, vi
     with Image.open(path) as im:
         img = im.convert("RGB")
     pixels = pil_tensor(img).to(clip.device)
-    threads = torch.get_num_threads()
-    if clip.device.type == "cpu":
-        torch.set_num_threads(1)                # as in a data-loader worker; PIL uses one core too
-    out = {"threads": torch.get_num_threads(), "loadavg_1m": round(os.getloadavg()[0], 2)}
+    # on a CPU both run on one core: PIL always, tensor views by the library's policy (threads.small_ops)
+    out = {"threads": 1 if clip.device.type == "cpu" else None, "loadavg_1m": round(os.getloadavg()[0], 2)}
     paths = (("pil", maker, img), ("tensor", tensor, pixels))
     times = {name: [] for name, _, _ in paths}
     for _, make, x in paths:
@@ -104,7 +102,6 @@ def view_making(clip, path: Path, views: int, augment: str, repeats: int = 5, vi
     for name in times:
         out[name] = round(statistics.median(times[name]) / (views - 1) * 1000, 3)
     out["tensor_vs_pil_speed"] = round(out["pil"] / out["tensor"], 2)
-    torch.set_num_threads(threads)
     return out
 
 
