@@ -54,8 +54,9 @@ def _pil_edges(crop: np.ndarray, pixels: np.ndarray, tx: tuple, ty: tuple, box: 
     cols = np.flatnonzero(((wx != 0) & ((ix < left) | (ix >= left + w))).any(1))
     rows = np.flatnonzero(((wy != 0) & ((iy < top) | (iy >= top + h))).any(1))
     if len(rows):                   # vertical pass first here (PIL: horizontal first): within 1 level, far less work
-        vert = _shift8((pixels[:, iy[rows]] * wy[rows][None, :, :, None]).sum(2))  # [3, r, W]
-        crop[:, rows] = _shift8((vert[..., ix] * wx).sum(-1))
+        x0, x1 = int(ix.min()), int(ix.max()) + 1
+        vert = _shift8((pixels[:, iy[rows], x0:x1] * wy[rows][None, :, :, None]).sum(2))  # [3, r, x1 - x0]
+        crop[:, rows] = _shift8((vert[..., ix - x0] * wx).sum(-1))
     if len(cols):
         y0, y1 = int(iy.min()), int(iy.max()) + 1
         horiz = _shift8((pixels[:, y0:y1][:, :, ix[cols]] * wx[cols]).sum(-1))  # [3, h, c]
