@@ -82,7 +82,7 @@ def view_making(clip, path: Path, views: int, augment: str, repeats: int = 5, vi
 
         geometry, size = T.Compose([T.Resize(view_size, T.InterpolationMode.BICUBIC), T.CenterCrop(view_size)]), view_size
     maker = ViewMaker(geometry, size, views, augment, 1)
-    tensor = TensorViewMaker(maker)
+    tensor = TensorViewMaker(maker, exact=False)                 # fast path on CPU tensors, exact on CUDA
     with Image.open(path) as im:
         img = im.convert("RGB")
     pixels = pil_tensor(img).to(clip.device)

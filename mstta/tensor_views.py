@@ -15,11 +15,11 @@ value, Dirichlet weight and Beta mix from `sample_rng(seed, index)` exactly as t
   `mstta.views.augmix_pil`;
 - view 0: the model's torchvision Resize/CenterCrop as PIL computes them (bicubic or bilinear
   weights, the same two passes), through PIL for any other transform.
-That exact arithmetic is the default on CUDA and `TensorViewMaker(..., exact=True)` anywhere (the
-equivalence tests' reference). On CPU tensors the default is `mstta.fast_views` (torch's uint8
-antialiased resize with PIL's edge rows, float32 grid, lookup tables; within the issue's tolerance
-and faster than PIL per view), with the AugMix chains in cache-sized chunks; view 0 there goes through
-PIL's own resize (exact, one per sample).
+That exact arithmetic is the default (always on CUDA; the equivalence tests' reference). On CPU
+tensors `TensorViewMaker(..., exact=False)` (extraction's workers use it) runs `mstta.fast_views`
+instead (torch's uint8 antialiased resize with PIL's edge rows, float32 grid, lookup tables; within
+the issue's tolerance and faster than PIL per view), with the AugMix chains in cache-sized chunks;
+view 0 there goes through PIL's own resize (exact, one per sample).
 Measured against PIL in tests/test_tensor_views.py and docs/benchmark.md ("Views on tensors").
 """
 from __future__ import annotations
@@ -344,9 +344,9 @@ class TensorViewMaker:
     """uint8 image [3, H, W] on any device + sample index -> the views of `maker` ([V, 3, S, S] on that
     device, uint8 or float32 as `ViewMaker`), the random parameters drawn by `maker.params`."""
 
-    def __init__(self, maker: ViewMaker, chunk: int = 64, exact: bool | None = None):
+    def __init__(self, maker: ViewMaker, chunk: int = 64, exact: bool = True):
         self.maker = maker
-        self.exact = exact                      # None: exact on CUDA, `mstta.fast_views` on a CPU
+        self.exact = exact                      # False: `mstta.fast_views` on CPU tensors (exact on CUDA)
         self.chunk = chunk                      # views per batched call; halved on GPU out-of-memory
         self._steps = _tensor_geometry(maker.geometry)
         self._warned = False
@@ -363,8 +363,8 @@ class TensorViewMaker:
         return resized_view0(img, plan)
 
     def _exact(self, img: torch.Tensor) -> bool:
-        """PIL's exact arithmetic (`exact`, default on CUDA) or `mstta.fast_views` (CPU tensors only)."""
-        return img.device.type != "cpu" or bool(self.exact)
+        """PIL's exact arithmetic (the default, and always on CUDA) or `mstta.fast_views` (CPU tensors, exact=False)."""
+        return img.device.type != "cpu" or self.exact
 
     def _views(self, img: torch.Tensor, params: Sequence[ViewParams]) -> torch.Tensor:
         exact = self._exact(img)
