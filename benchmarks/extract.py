@@ -9,7 +9,9 @@ Per model, on `--samples` generated 500x375 JPEGs (ImageNet-A's typical size) wi
   a CPU: tensor views in the workers);
 - `*_vs_encoder`: each extraction rate over the encoder-only rate;
 - `view_making_ms_per_view`: one process making the 63 augmented views of one image, PIL against
-  `mstta.tensor_views` on the device's tensors (no encoder).
+  `mstta.tensor_views` on the device's tensors (no encoder; on a CPU one thread each, the fast path
+  of `mstta.fast_views`); `view_making_224px_ms_per_view`: the
+  same at 224 px (ViT-B/16's Resize + CenterCrop), whatever the model's size.
 
     .venv/bin/python benchmarks/extract.py [--models mstta-tiny,ViT-B-16] [--samples 64] [--views 64]
         [--augment augmix|crop] [--device cuda] [--batch-size 256] [--workers N]
@@ -69,27 +71,36 @@ def extraction(model: str, data: Path, out: Path, views: int, augment: str, samp
     return {"views": res.n * views, "seconds": round(res.seconds, 2), "views_per_s": round(res.images_per_s, 1)}
 
 
-def view_making(clip, path: Path, views: int, augment: str, repeats: int = 3) -> dict:
-    """ms per augmented view, one process: PIL (the reference) vs tensor views on the model's device."""
+def view_making(clip, path: Path, views: int, augment: str, repeats: int = 5, view_size: int = 0) -> dict:
+    """ms per augmented view, one process (one thread on a CPU): PIL (the reference) vs tensor views on
+    the model's device (on a CPU the fast path, `mstta.fast_views`), median of `repeats` samples."""
     from PIL import Image
 
     geometry, size, _, _ = split_preprocess(clip.preprocess)
+    if view_size:                               # ViT-B/16's own preprocessing at that size
+        from torchvision import transforms as T
+
+        geometry, size = T.Compose([T.Resize(view_size, T.InterpolationMode.BICUBIC), T.CenterCrop(view_size)]), view_size
     maker = ViewMaker(geometry, size, views, augment, 1)
-    tensor = TensorViewMaker(maker)
+    tensor = TensorViewMaker(maker, exact=False)                 # fast path on CPU tensors, exact on CUDA
     with Image.open(path) as im:
         img = im.convert("RGB")
     pixels = pil_tensor(img).to(clip.device)
-    out = {}
-    for name, make, x in (("pil", maker, img), ("tensor", tensor, pixels)):
+    # on a CPU both run on one core: PIL always, tensor views by the library's policy (threads.small_ops)
+    out = {"threads": 1 if clip.device.type == "cpu" else None, "loadavg_1m": round(os.getloadavg()[0], 2)}
+    paths = (("pil", maker, img), ("tensor", tensor, pixels))
+    times = {name: [] for name, _, _ in paths}
+    for _, make, x in paths:
         make(x, 0)                                                                   # warm-up
-        times = []
-        for i in range(repeats):
+    for i in range(repeats):                                                         # interleaved: same load
+        for name, make, x in paths:
             _sync(clip.device)
             t0 = time.perf_counter()
             make(x, i + 1)
             _sync(clip.device)
-            times.append(time.perf_counter() - t0)
-        out[name] = round(statistics.median(times) / (views - 1) * 1000, 3)
+            times[name].append(time.perf_counter() - t0)
+    for name in times:
+        out[name] = round(statistics.median(times[name]) / (views - 1) * 1000, 3)
     out["tensor_vs_pil_speed"] = round(out["pil"] / out["tensor"], 2)
     return out
 
@@ -101,7 +112,9 @@ def bench_model(model: str, data: Path, tmp: Path, args) -> dict:
            "precision": clip.precision, "batch_size": args.batch_size, "workers": args.workers,
            "encoder_only": encoder_only(clip, args.batch_size, images),
            "view_making_ms_per_view": view_making(clip, load_split("oxford_pets", data).items[0][0], args.views,
-                                                  args.augment)}
+                                                  args.augment),
+           "view_making_224px_ms_per_view": view_making(clip, load_split("oxford_pets", data).items[0][0], args.views,
+                                                        args.augment, view_size=224)}
     del clip
     for where in ("cpu", "device"):
         out[f"extract_{where}_views"] = extraction(model, data, tmp / f"{model}-{where}.npz", args.views, args.augment,

@@ -1,8 +1,8 @@
 """The view side of extraction: stream position -> the sample's views, made where `--views-on` says.
 
 - `cpu`: data-loader workers decode with PIL and make the views with PIL (`ViewMaker`, the reference).
-- `device` on a CPU: the workers make them with `TensorViewMaker` on CPU tensors (JPEG via
-  torchvision's decoder), one process per core.
+- `device` on a CPU: the workers make them with `TensorViewMaker(exact=False)` on CPU tensors
+  (JPEG via torchvision's decoder; the fast path, within the tolerance of PIL), one process per core.
 - `device` on CUDA: the workers read the files (JPEG bytes left undecoded) and draw each sample's
   parameters; the main process decodes the JPEGs on the GPU (nvjpeg) and makes every view there.
 `auto` is `device` on CUDA, else `cpu`. Both paths draw the same parameters from
@@ -44,7 +44,7 @@ class ViewSource(torch.utils.data.Dataset):
         self.order = list(order)
         self.maker = maker
         self.mode = "pil" if where == "cpu" else "raw" if torch.device(device).type == "cuda" else "tensor"
-        self.tensor = TensorViewMaker(maker)
+        self.tensor = TensorViewMaker(maker, exact=False)   # CPU tensors: the fast path (mstta.fast_views)
 
     def __len__(self) -> int:
         return len(self.order)

@@ -15,6 +15,11 @@ value, Dirichlet weight and Beta mix from `sample_rng(seed, index)` exactly as t
   `mstta.views.augmix_pil`;
 - view 0: the model's torchvision Resize/CenterCrop as PIL computes them (bicubic or bilinear
   weights, the same two passes), through PIL for any other transform.
+That exact arithmetic is the default (always on CUDA; the equivalence tests' reference). On CPU
+tensors `TensorViewMaker(..., exact=False)` (extraction's workers use it) runs `mstta.fast_views`
+instead (torch's uint8 antialiased resize with PIL's edge rows, float32 grid, lookup tables; within
+the issue's tolerance and faster than PIL per view), with the AugMix chains in cache-sized chunks;
+view 0 there goes through PIL's own resize (exact, one per sample).
 Measured against PIL in tests/test_tensor_views.py and docs/benchmark.md ("Views on tensors").
 """
 from __future__ import annotations
@@ -29,12 +34,15 @@ import torch.nn.functional as F
 from PIL import Image
 
 from .errors import UserError
+from .fast_views import affine32, autocontrast_lut, equalize_lut, fast_crops, translate
+from .threads import small_ops
 from .views import ViewMaker, ViewParams
 
 log = logging.getLogger(__name__)
 
 PRECISION_BITS = 22              # PIL's fixed-point resize weights (Resample.c: 32 - 8 - 2)
 CHUNK_BYTES = 256 * 2**20        # largest intermediate of one batched crop call (views are chunked to fit)
+CPU_CHUNK_BYTES = 16 * 2**20     # CPU tensors: float32 AugMix chains per call kept near the caches (measured fastest)
 GEOMETRIC = ("rotate", "shear_x", "shear_y", "translate_x", "translate_y")
 
 
@@ -136,6 +144,15 @@ def resized_crops(img: torch.Tensor, boxes: Sequence[tuple[int, int, int, int]],
                     resize_taps(height, b[:, 1], b[:, 1] + b[:, 3], size), np.asarray(flips, bool))
 
 
+def resized_crops_fast(img: torch.Tensor, boxes: Sequence[tuple[int, int, int, int]], flips: Sequence[bool],
+                       size: int) -> torch.Tensor:
+    """`resized_crops` by `mstta.fast_views.fast_crops` (CPU tensors): within 1 level of PIL."""
+    _, height, width = img.shape
+    b = np.asarray(boxes, np.float64).reshape(-1, 4)
+    return fast_crops(img, boxes, flips, size, resize_taps(width, b[:, 0], b[:, 0] + b[:, 2], size),
+                      resize_taps(height, b[:, 1], b[:, 1] + b[:, 3], size))
+
+
 def geometry_plan(steps: list, width: int, height: int) -> tuple | None:
     """torchvision Resize/CenterCrop steps on a width x height image -> (filter, resized (w, h), crop
     (left, top, w, h)), the integer geometry PIL runs; None for what this does not cover (max_size,
@@ -199,7 +216,7 @@ def posterize(x: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
 
 def solarize(x: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
     """PIL ImageOps.solarize: invert every value >= threshold."""
-    return torch.where(x.long() >= threshold.view(-1, 1, 1, 1), 255 - x, x)
+    return torch.where(x.short() >= threshold.short().view(-1, 1, 1, 1), 255 - x, x)
 
 
 def affine_coeffs(op: str, value: float, size: int) -> tuple[float, ...]:
@@ -238,43 +255,70 @@ def affine(x: torch.Tensor, coeffs: torch.Tensor) -> torch.Tensor:
 
 
 TENSOR_OPS = {"autocontrast": autocontrast, "equalize": equalize, "posterize": posterize, "solarize": solarize}
+FAST_OPS = {**TENSOR_OPS, "autocontrast": autocontrast_lut, "equalize": equalize_lut}     # CPU tensors
 
 
-def _apply_step(x: torch.Tensor, steps: list[tuple[int, str, float]]) -> None:
-    """Apply one chain step in place: `steps` = (row of x, op, value); rows grouped by op, all
-    geometric ops in one grid_sample."""
+def _step(x: torch.Tensor, steps: list[tuple[int, str, float]], exact: bool = True) -> tuple:
+    """One chain step: `steps` = (row of x, op, value) -> (rows after the step, the rows of x they
+    come from): rows grouped by op, each group's rows contiguous (no scatter), the geometric ops in
+    one grid_sample (float64; `exact=False`: float32, translate as a pixel shift)."""
     size = x.shape[-1]
     groups: dict[str, list[tuple[int, float]]] = {}
     for row, op, value in steps:
-        groups.setdefault("affine" if op in GEOMETRIC else op, []).append(
-            (row, affine_coeffs(op, value, size) if op in GEOMETRIC else value))
+        if op == "rotate" and value % 360 == 0:                               # PIL's rotate(0) is a copy
+            continue
+        name = "affine" if op in GEOMETRIC and (exact or not op.startswith("translate")) else op
+        groups.setdefault(name, []).append((row, affine_coeffs(op, value, size) if name == "affine" else value))
+    parts, order = [], []
     for name, items in groups.items():
-        rows = torch.tensor([r for r, _ in items], device=x.device)
+        rows = [r for r, _ in items]
+        part = x.index_select(0, torch.tensor(rows, device=x.device))
         if name == "affine":
-            x[rows] = affine(x[rows], torch.tensor([c for _, c in items], dtype=torch.float64))
+            coeffs = torch.tensor([c for _, c in items], dtype=torch.float64)
+            part = affine(part, coeffs) if exact else affine32(part, coeffs)
+        elif name.startswith("translate"):
+            shifts, zero = [int(v) for _, v in items], [0] * len(items)
+            part = translate(part, *((shifts, zero) if name == "translate_x" else (zero, shifts)))
         else:
-            values = torch.tensor([int(v) for _, v in items], device=x.device)
-            x[rows] = TENSOR_OPS[name](x[rows], values)
+            part = (TENSOR_OPS if exact else FAST_OPS)[name](part, torch.tensor([int(v) for _, v in items],
+                                                                                device=x.device))
+        parts.append(part.to(x.device))
+        order += rows
+    done = set(order)
+    rest = [r for r in range(len(x)) if r not in done]
+    if rest:
+        parts.append(x.index_select(0, torch.tensor(rest, device=x.device)))
+    return torch.cat(parts), torch.tensor(order + rest, device=x.device)
 
 
-def augmix_batch(crops: torch.Tensor, params: Sequence[ViewParams]) -> torch.Tensor:
+def _apply_step(x: torch.Tensor, steps: list[tuple[int, str, float]], exact: bool = True) -> None:
+    """`_step` in place."""
+    y, rows = _step(x, steps, exact)
+    x[rows] = y
+
+
+def augmix_batch(crops: torch.Tensor, params: Sequence[ViewParams], exact: bool = True) -> torch.Tensor:
     """uint8 crops [B, 3, S, S] + their AugMix parameters -> float32 mixes [B, 3, S, S] in 0..255,
-    every view's chains batched (`mstta.views.augmix_pil` on tensors)."""
+    every view's chains batched (`mstta.views.augmix_pil` on tensors; `exact` as `_apply_step`)."""
     chains = len(params[0].weights)
     if any(len(p.weights) != chains for p in params):
         raise ValueError("every view needs the same number of AugMix chains")
-    x = crops.repeat_interleave(chains, 0)                                     # row = view * chains + chain
+    x = crops.repeat_interleave(chains, 0)                     # chain k = view * chains + chain, at row where[k]
+    origin = torch.arange(len(x), device=x.device)             # the chain each row of x holds
     depth = max(len(c) for p in params for c in p.chains)
     for t in range(depth):
-        _apply_step(x, [(i * chains + j, *chain[t]) for i, p in enumerate(params)
-                        for j, chain in enumerate(p.chains) if t < len(chain)])
+        where = torch.empty_like(origin).index_copy_(0, origin, torch.arange(len(x), device=x.device)).tolist()
+        x, rows = _step(x, [(where[i * chains + j], *chain[t]) for i, p in enumerate(params)
+                            for j, chain in enumerate(p.chains) if t < len(chain)], exact)
+        origin = origin[rows]
+    x = x.index_select(0, torch.argsort(origin))
     w = torch.tensor([p.weights for p in params], dtype=torch.float32, device=x.device)
     m = torch.tensor([p.mix for p in params], dtype=torch.float32, device=x.device).view(-1, 1, 1, 1)
-    x = x.view(len(params), chains, *x.shape[1:]).float()
-    mix = torch.zeros_like(x[:, 0])
-    for j in range(chains):
-        mix += w[:, j].view(-1, 1, 1, 1) * x[:, j]
-    return m * crops.float() + (1 - m) * mix
+    x = x.view(len(params), chains, *x.shape[1:])
+    mix = x[:, 0].float().mul_(w[:, 0].view(-1, 1, 1, 1))                     # augmix_pil's order of sums
+    for j in range(1, chains):
+        mix.add_(x[:, j].float().mul_(w[:, j].view(-1, 1, 1, 1)))
+    return crops.float().mul_(m).add_(mix.mul_(1 - m))
 
 
 def _tensor_geometry(geometry) -> list | None:
@@ -300,8 +344,9 @@ class TensorViewMaker:
     """uint8 image [3, H, W] on any device + sample index -> the views of `maker` ([V, 3, S, S] on that
     device, uint8 or float32 as `ViewMaker`), the random parameters drawn by `maker.params`."""
 
-    def __init__(self, maker: ViewMaker, chunk: int = 64):
+    def __init__(self, maker: ViewMaker, chunk: int = 64, exact: bool = True):
         self.maker = maker
+        self.exact = exact                      # False: `mstta.fast_views` on CPU tensors (exact on CUDA)
         self.chunk = chunk                      # views per batched call; halved on GPU out-of-memory
         self._steps = _tensor_geometry(maker.geometry)
         self._warned = False
@@ -313,24 +358,39 @@ class TensorViewMaker:
         """CLIP's own resize + center crop of the image (uint8 [3, S, S]): PIL's arithmetic on the
         tensor for torchvision Resize/CenterCrop steps, else the model's transform through PIL."""
         plan = geometry_plan(self._steps, img.shape[2], img.shape[1]) if self._steps is not None else None
-        if plan is None:
+        if plan is None or not self._exact(img):         # on CPU tensors PIL's own resize is the fast exact one
             return torch.from_numpy(np.array(self.maker.geometry(to_pil(img)))).permute(2, 0, 1).to(img.device)
         return resized_view0(img, plan)
 
+    def _exact(self, img: torch.Tensor) -> bool:
+        """PIL's exact arithmetic (the default, and always on CUDA) or `mstta.fast_views` (CPU tensors, exact=False)."""
+        return img.device.type != "cpu" or self.exact
+
     def _views(self, img: torch.Tensor, params: Sequence[ViewParams]) -> torch.Tensor:
-        crops = resized_crops(img, [p.box for p in params], [p.flip for p in params], self.maker.size)
-        return augmix_batch(crops, params) if params[0].augmix else crops
+        exact = self._exact(img)
+        crop = resized_crops if exact else resized_crops_fast
+        crops = crop(img, [p.box for p in params], [p.flip for p in params], self.maker.size)
+        return augmix_batch(crops, params, exact) if params[0].augmix else crops
 
     def make(self, img: torch.Tensor, params: Sequence[ViewParams]) -> torch.Tensor:
         """The views of `img` with given parameters: view 0, then the augmented ones in chunks that fit
-        (a GPU out-of-memory error halves the chunk, with one warning line, and retries)."""
+        (a GPU out-of-memory error halves the chunk, with one warning line, and retries). On a CPU
+        these are small ops: one intra-op thread (`mstta.threads.small_ops`; measured 2-3x faster
+        than two threads under a competing load; extraction runs one worker per core)."""
         if img.dtype != torch.uint8 or img.ndim != 3 or img.shape[0] != 3:
             raise ValueError(f"expected a uint8 image [3, H, W], got {img.dtype} {tuple(img.shape)}")
-        out = [self.view0(img).to(self.maker.dtype).unsqueeze(0)]
+        with small_ops(img.device):
+            out = [self.view0(img).to(self.maker.dtype).unsqueeze(0)]
+            out += self._chunks(img, params)
+        return torch.cat(out)
+
+    def _chunks(self, img: torch.Tensor, params: Sequence[ViewParams]) -> list[torch.Tensor]:
+        out = []
         per_view = 8 * (3 * img.shape[1] + img.shape[1] + img.shape[2]) * self.maker.size
+        limit = len(params) if self._exact(img) else CPU_CHUNK_BYTES // (36 * self.maker.size ** 2)
         i = 0
         while i < len(params):
-            n = max(1, min(self.chunk, CHUNK_BYTES // per_view))
+            n = max(1, min(self.chunk, CHUNK_BYTES // per_view, limit))
             try:
                 out.append(self._views(img, params[i:i + n]).to(self.maker.dtype))
             except torch.cuda.OutOfMemoryError:
@@ -344,4 +404,4 @@ class TensorViewMaker:
                     self._warned = True
                 continue
             i += n
-        return torch.cat(out)
+        return out

@@ -84,7 +84,10 @@ def test_every_file_has_the_same_outcome_on_both_paths(files, where, device):
             assert ref[name][1] == got[name][1] and str(files[name]) in got[name][1], name
         else:
             mean, within2, worst = figures(got[name][1], ref[name][1])
-            assert mean <= 0.5 and within2 >= 0.995 and worst <= 1, (name, mean, worst)
+            assert mean <= 0.5 and within2 >= 0.995, (name, mean, within2)    # the issue's tolerance
+            # the workers' views on CPU tensors are the fast path's: measured mean <= .005, a few pixels up to
+            # 7 levels off (the exact path, used by on_device here, is within 1: test_tensor_views.py)
+            assert mean <= 0.05 and within2 >= 0.999, (name, mean, within2, worst)
     skipped = {n for n in files if ref[n][0] == "skipped"}
     assert skipped == {"truncated.jpg", "garbage.jpg", "bomb.png"}
     assert "DecompressionBombError" in ref["bomb.png"][1] and "OSError" in ref["truncated.jpg"][1]

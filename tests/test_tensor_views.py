@@ -7,6 +7,10 @@ parameters drawn as `ViewMaker.params` draws them); the asserted bound is the is
   bit-exact; rotate and shear_y max 1 level on a handful of pixels (mean < 1e-5);
 - crops (RandomResizedCrop + flip): bit-exact (PIL's fixed-point weights, float64 sums);
 - whole AugMix views: max 1 level (bit-exact crops, so no op amplifies a crop difference);
+- the fast path on CPU tensors (`exact=False`, `mstta.fast_views`): crops max 2 levels, mean <= .05
+  per view; autocontrast, equalize, posterize, solarize, translate bit-exact; rotate/shear mean <= .06
+  (float32 grid), a source point on the image's edge may flip (1 pixel in 10^6); whole AugMix views:
+  worst view mean .11, >= 99.75% within 2;
 - view 0 (the model's Resize/CenterCrop, PIL's bicubic/bilinear weights): bit-exact for open_clip's
   `shortest` and `squash` resize modes; `longest` (open_clip's own classes) goes through PIL.
 """
@@ -65,19 +69,24 @@ def crops():
     return out
 
 
+@pytest.mark.parametrize("exact", [True, False])
 @pytest.mark.parametrize("op", AUGMIX_OPS)
-def test_each_op_matches_pil_on_the_same_input(crops, op):
+def test_each_op_matches_pil_on_the_same_input(crops, op, exact):
     cases = [(c, v) for c, o, v in crops if o == op]
     if op in ("rotate", "shear_x", "shear_y", "translate_x", "translate_y"):   # every sign and size occurs
         cases += [(crops[0][0], v) for v in {"rotate": (-3, 3, 0), "translate_x": (-7, 7)}.get(op, ())]
     assert len(cases) >= 5
     x = torch.stack([as_tensor(c) for c, _ in cases])
-    tv._apply_step(x, [(i, op, v) for i, (_, v) in enumerate(cases)])
+    tv._apply_step(x, [(i, op, v) for i, (_, v) in enumerate(cases)], exact)
     want = torch.stack([as_tensor(PIL_OPS[op](c, v)) for c, v in cases])
     mean, within2, worst = figures(x, want)
-    assert mean <= 1e-4 and within2 == 1.0 and worst <= 1, (op, mean, worst)
-    if op not in ("rotate", "shear_y"):                  # measured bit-exact
-        assert torch.equal(x, want), op
+    if op not in ("rotate", "shear_x", "shear_y"):      # measured bit-exact on both paths
+        assert torch.equal(x, want), (op, exact)
+    elif exact:                                         # float64: max 1 level on a handful of pixels
+        assert mean <= 1e-4 and within2 == 1.0 and worst <= 1, (op, mean, worst)
+    else:       # float32 grid: measured mean <= .06 (off by 1), a source point on the image's edge may flip
+        assert mean <= 0.1 and within2 >= 0.9999, (op, mean, within2, worst)
+        assert all(within_tolerance(x[i], want[i]) for i in range(len(x))), op
 
 
 def test_geometric_ops_fill_black_outside():
@@ -86,10 +95,11 @@ def test_geometric_ops_fill_black_outside():
     assert (out[0, :, :, -7:] == 0).all() and (out[0, :, :, :-7] == 255).all()
 
 
+@pytest.mark.parametrize("exact", [True, False])
 @pytest.mark.parametrize("augment", ["crop", "augmix"])
-def test_whole_views_match_pil_with_the_same_parameters(augment):
+def test_whole_views_match_pil_with_the_same_parameters(augment, exact):
     maker = ViewMaker(GEOMETRY, 224, views=16, augment=augment, seed=1)
-    tensor = tv.TensorViewMaker(maker, chunk=6)          # several chunks per sample
+    tensor = tv.TensorViewMaker(maker, chunk=6, exact=exact)         # several chunks per sample
     for k in range(3):
         img = smooth_image(seed=10 + k)
         params = maker.params(*img.size, k)
@@ -100,7 +110,11 @@ def test_whole_views_match_pil_with_the_same_parameters(augment):
         assert torch.equal(got[0], want[0])                         # view 0: measured bit-exact
         for v in range(1, len(got)):
             assert within_tolerance(got[v], want[v]), (k, v, figures(got[v], want[v]))
-        if augment == "crop":
+        if not exact:             # fast path, measured: crops max 2, mean <= .05 a view; AugMix per view
+            mean, within2, _ = figures(got[1:], want[1:])           # mean <= .11, >= 99.75% within 2
+            assert mean <= 0.05 and within2 >= 0.999, (augment, mean, within2)
+            assert augment == "augmix" or figures(got[1:], want[1:])[2] <= 2
+        elif augment == "crop":
             assert torch.equal(got[1:], want[1:])                   # measured bit-exact
         else:
             assert figures(got[1:], want[1:])[2] <= 1
@@ -131,18 +145,19 @@ def test_parameters_are_drawn_in_the_reference_order():
     assert all(1 <= len(c) <= 3 and all(op in AUGMIX_OPS for op, _ in c) for c in p.chains)
 
 
-def test_tiny_and_odd_images(caplog):
+@pytest.mark.parametrize("exact", [True, False])
+def test_tiny_and_odd_images(exact):
     maker = ViewMaker(GEOMETRY, 224, views=4, augment="augmix", seed=1)
     for w, h in ((1, 1), (3, 700), (700, 2)):
         img = smooth_image(w, h) if min(w, h) > 4 else Image.new("RGB", (w, h), (200, 10, 30))
         params = maker.params(w, h, 0)
-        want, got = maker.make(img, params), tv.TensorViewMaker(maker).make(as_tensor(img), params)
+        want, got = maker.make(img, params), tv.TensorViewMaker(maker, exact=exact).make(as_tensor(img), params)
         assert within_tolerance(got, want), (w, h, figures(got, want))
 
 
 def test_out_of_memory_halves_the_batch_with_one_warning(monkeypatch, caplog):
     maker = ViewMaker(GEOMETRY, 224, views=20, augment="crop", seed=1)
-    tensor = tv.TensorViewMaker(maker, chunk=16)
+    tensor = tv.TensorViewMaker(maker, chunk=16, exact=True)      # the GPU's path: its chunks are not capped
     real = tensor._views
     calls = []
 
