@@ -32,15 +32,15 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from helpers_data import make_fake_dataset  # noqa: E402 - the tests' dataset builder, on sys.path above
-from test_tensor_views import smooth_image  # noqa: E402 - photo-like generated images
+from helpers_data import make_fake_dataset  # the tests' dataset builder, on sys.path above
+from test_tensor_views import smooth_image  # photo-like generated images
 
-from mstta.data import load_split  # noqa: E402
-from mstta.decode import pil_tensor  # noqa: E402
-from mstta.extract import default_workers, run_extraction  # noqa: E402
-from mstta.models import load_clip  # noqa: E402
-from mstta.tensor_views import TensorViewMaker  # noqa: E402
-from mstta.views import ViewMaker, split_preprocess, to_pixels  # noqa: E402
+from mstta.data import load_split
+from mstta.decode import pil_tensor
+from mstta.extract import default_workers, run_extraction
+from mstta.models import load_clip
+from mstta.tensor_views import TensorViewMaker
+from mstta.views import ViewMaker, split_preprocess, to_pixels
 
 
 def _sync(device: torch.device) -> None:

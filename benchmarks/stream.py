@@ -38,15 +38,15 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.encoder import FrameEncoder  # noqa: E402
-from app.pipeline import DemoConfig, run_pipeline  # noqa: E402
-from app.session import StreamSession  # noqa: E402
-from app.sinks import VideoSink  # noqa: E402
-from app.sources import IterableSource, open_source  # noqa: E402
-from mstta import Engine, EngineConfig, __version__  # noqa: E402
-from mstta.atomic import atomic_open  # noqa: E402
-from mstta.config import MAX_VIEWS  # noqa: E402
-from mstta.models import load_clip  # noqa: E402
+from app.encoder import FrameEncoder
+from app.pipeline import DemoConfig, run_pipeline
+from app.session import StreamSession
+from app.sinks import VideoSink
+from app.sources import IterableSource, open_source
+from mstta import Engine, EngineConfig, __version__
+from mstta.atomic import atomic_open
+from mstta.config import MAX_VIEWS
+from mstta.models import load_clip
 
 LABELS = ["circle", "square", "triangle", "star", "heart", "arrow"]
 BANK = 4096

@@ -78,7 +78,7 @@ def decode(items: Sequence[Loaded], device: torch.device | str) -> list[torch.Te
             if img is None or tuple(img.shape[1:]) != items[i].size[::-1]:
                 try:
                     img = _pil_decode(items[i])
-                except Exception as exc:  # noqa: BLE001 - reported per file as the PIL path reports it
+                except Exception as exc:  # reported per file as the PIL path reports it
                     out[i] = exc
                     continue
             out[i] = img.to(device)

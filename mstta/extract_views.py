@@ -61,7 +61,7 @@ class ViewSource(torch.utils.data.Dataset):
                 pixels = item.pixels if self.mode == "raw" or item.pixels is not None else decode([item], "cpu")[0]
                 if isinstance(pixels, Exception):
                     raise pixels
-        except Exception as exc:  # noqa: BLE001 - one undecodable image must never stop a long run
+        except Exception as exc:  # one undecodable image must never stop a long run
             return pos, None, _reason(path, exc)
         if self.mode == "pil":
             return pos, self.maker(img, index), ""

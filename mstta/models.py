@@ -165,7 +165,7 @@ def load_clip(name: str = "ViT-B-16", pretrained: str = "openai", device: str | 
             model, _, preprocess = open_clip.create_model_and_transforms(
                 name, pretrained=tag, device=dev, precision=precision if dev.type == "cuda" else "fp32",
                 force_quick_gelu=quick_gelu)
-    except Exception as exc:  # noqa: BLE001 - any loader failure becomes one actionable line
+    except Exception as exc:  # any loader failure becomes one actionable line
         raise UserError(_weights_error(name, tag if pretrained == BUNDLED_TAG else pretrained, exc)) from None
     if dev.type != "cuda" and precision != "fp32":
         model = model.to(_DTYPES[precision])

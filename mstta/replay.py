@@ -122,14 +122,14 @@ def _replay_vectorised(feats, text, m, cfg, chunk):
     h = ent.cpu().numpy().astype(np.float64)
 
     end = _intervals(labels, h, cfg.capacity, C, "entropy")
-    weights = lambda qq, kk, bias: Fn.cache_weights(qq, kk, bias, cfg.beta, cfg.kernel, cfg.cache_alpha)  # noqa: E731
+    weights = lambda qq, kk, bias: Fn.cache_weights(qq, kk, bias, cfg.beta, cfg.kernel, cfg.cache_alpha)
     pos = _interval_logits(q, end, labels, C, weights, Fn.log_weight(cfg.cache_alpha, cfg.beta), None, chunk)
     neg = None
     if m.negative:
         gate = np.array([entropy_gate(v, C, cfg.neg_entropy_lower, cfg.neg_entropy_upper) for v in h])
         nend = _intervals(labels, h, cfg.neg_capacity, C, m.neg_policy, gate)
         values = Fn.negative_mask(probs, cfg.neg_mask_lower, cfg.neg_mask_upper)
-        nweights = lambda qq, kk, bias: Fn.cache_weights(qq, kk, bias, cfg.neg_beta, "exp", cfg.neg_alpha)  # noqa: E731
+        nweights = lambda qq, kk, bias: Fn.cache_weights(qq, kk, bias, cfg.neg_beta, "exp", cfg.neg_alpha)
         neg = _interval_logits(q, nend, labels, C, nweights, Fn.log_weight(cfg.neg_alpha, cfg.neg_beta), values, chunk)
     return Fn.final_logits(clip, pos, neg, cfg.lam), clip, ent
 

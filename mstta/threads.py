@@ -46,7 +46,7 @@ def _per_thread_controls():
         local = mkl.mkl_set_num_threads_local
     except (StopIteration, OSError, AttributeError):
         return None
-    mkl_local = lambda n: local(ctypes.byref(ctypes.c_int(n)))  # noqa: E731 - a one-line adapter
+    mkl_local = lambda n: local(ctypes.byref(ctypes.c_int(n)))  # a one-line adapter
     torch.get_num_threads()
     prev = mkl_local(1)
     works = mkl_get() == 1

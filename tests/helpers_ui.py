@@ -251,7 +251,7 @@ def find_chromium() -> str | None:
         with sync_playwright() as pw:
             path = pw.chromium.executable_path
         return path if path and Path(path).exists() else None
-    except Exception:  # noqa: BLE001 - no Playwright, or no browser of its own
+    except Exception:  # no Playwright, or no browser of its own
         return None
 
 

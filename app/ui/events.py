@@ -201,7 +201,7 @@ class Wiring:
             except UserError as exc:
                 repeated, ui.last_error = ui.last_error == one_line(exc), one_line(exc) if once else None
                 return self.refused(ui, exc, toast=not (once and repeated))
-            except Exception as exc:  # noqa: BLE001 - logged with its traceback, shown as one line
+            except Exception as exc:  # logged with its traceback, shown as one line
                 return self.crashed(fn, exc)
         run.__name__ = fn.__name__
         return run
@@ -214,7 +214,7 @@ class Wiring:
                     yield self.page(result)
             except UserError as exc:
                 yield self.refused(ui, exc)
-            except Exception as exc:  # noqa: BLE001 - logged with its traceback, shown as one line
+            except Exception as exc:  # logged with its traceback, shown as one line
                 yield self.crashed(fn, exc)
         run.__name__ = fn.__name__
         return run

@@ -68,7 +68,7 @@ def guard_api(demo: Any) -> None:
             return await original(*args, **kwargs)
         except gr.Error:
             raise
-        except Exception as exc:  # noqa: BLE001 - Gradio's checks of the request: one line, no traceback
+        except Exception as exc:  # Gradio's checks of the request: one line, no traceback
             name = getattr(block_fn, "api_name", None) or getattr(block_fn, "name", None) or "an event"
             text = f"Bad request to {name}: {_first_line(exc)}"
             log.info("refused %s", text)
@@ -100,7 +100,7 @@ class QuietErrors:
 
         try:
             await self.app(scope, receive, tracked)
-        except Exception as exc:  # noqa: BLE001 - any request's failure: one line, no traceback
+        except Exception as exc:  # any request's failure: one line, no traceback
             status, text = _classify(exc, scope.get("path", ""))
             log.info("refused %s %s: %s (%s)", scope.get("method", "?"), scope.get("path", "?")[:200], text,
                      _first_line(exc))

@@ -127,7 +127,7 @@ def frame_input(image: gr.Image) -> gr.Image:
     """`image` hands the handler the frame undecoded: the uploaded file's path, or the bytes of an
     inline `data:` URL (how the browser's webcam sends frames). The handler reads the header first
     and refuses frames above the pixel limit (`frames.decode_image`)."""
-    def preprocess(payload):  # noqa: ANN001 - Gradio's ImageData
+    def preprocess(payload):  # Gradio's ImageData
         if payload is None:
             return None
         if payload.url and payload.url.startswith("data:"):
@@ -152,10 +152,10 @@ def quiet(component: Any) -> Any:
     that it would print with a full traceback."""
     checked = component.preprocess
 
-    def preprocess(payload):  # noqa: ANN001 - the component's payload
+    def preprocess(payload):  # the component's payload
         try:
             return checked(payload)
-        except Exception as exc:  # noqa: BLE001 - any refusal of the payload becomes one line
+        except Exception as exc:  # any refusal of the payload becomes one line
             text = f"{component.label}: {exc.message if isinstance(exc, gr.Error) else one_line(exc)[:200]}"
             log.info("refused %s", text)
             raise gr.Error(text, print_exception=False) from None
@@ -164,7 +164,7 @@ def quiet(component: Any) -> Any:
     return component
 
 
-def Number(*args: Any, **kwargs: Any) -> gr.Number:  # noqa: N802 - stands for the component
+def Number(*args: Any, **kwargs: Any) -> gr.Number:  # stands for the component
     """A number box whose value reaches the handler as sent: `state.number_control` checks it and
     names the control (a typed 100 is refused, never clamped; "abc", NaN, null or [3] likewise)."""
     box = gr.Number(*args, **kwargs)
@@ -172,7 +172,7 @@ def Number(*args: Any, **kwargs: Any) -> gr.Number:  # noqa: N802 - stands for t
     return box
 
 
-def Dropdown(*args: Any, **kwargs: Any) -> gr.Dropdown:  # noqa: N802
+def Dropdown(*args: Any, **kwargs: Any) -> gr.Dropdown:
     return quiet(gr.Dropdown(*args, **kwargs))
 
 

@@ -65,8 +65,8 @@ def _fmt(value: float) -> str:
 def _axes(x0: float, x1: float, y0: float, y1: float, x_title: str, y_title: str, integer_y: bool) -> tuple:
     """Grid, ticks and axis titles; returns (svg parts, x->px, y->px)."""
     pw, ph = W - LEFT - RIGHT, H - TOP - BOTTOM
-    sx = lambda v: LEFT + (v - x0) / (x1 - x0) * pw          # noqa: E731 - tiny local maps
-    sy = lambda v: TOP + ph - (v - y0) / (y1 - y0) * ph      # noqa: E731
+    sx = lambda v: LEFT + (v - x0) / (x1 - x0) * pw          # tiny local maps
+    sy = lambda v: TOP + ph - (v - y0) / (y1 - y0) * ph
     parts = []
     for t in nice_ticks(y0, y1, 5, integer_y):
         y = sy(t)

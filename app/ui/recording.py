@@ -96,7 +96,7 @@ class Downloads:
         if rec is not None:
             try:
                 self.files = rec.finish()
-            except Exception as exc:  # noqa: BLE001 - a failed encoder loses the downloads, not the run
+            except Exception as exc:  # a failed encoder loses the downloads, not the run
                 log.warning("the run's downloads could not be finished: %s", exc)
                 self.files = []
         return self.files

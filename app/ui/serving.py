@@ -188,7 +188,7 @@ def serve(demo) -> int:
     """Block until Ctrl-C or SIGTERM, then close the server; 0 (stopping a server is its normal end)."""
     main_thread = threading.current_thread() is threading.main_thread()
 
-    def on_sigterm(signum, frame):  # noqa: ANN001 - signal handler signature
+    def on_sigterm(signum, frame):  # signal handler signature
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, on_sigterm) if main_thread else None
