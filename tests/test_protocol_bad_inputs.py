@@ -252,6 +252,25 @@ def test_a_second_run_on_one_out_is_refused_naming_the_first(world, tmp_path, ca
     assert _digest(tmp_path, world["tmp"]) == before and not (tmp_path / "st").exists()
 
 
+def test_a_second_extract_into_one_out_is_refused_naming_the_first(world, tmp_path, capsys, holder):
+    """Two identical `extract` commands at once: the second exits 2 and leaves no work folder behind."""
+    out = tmp_path / "f.npz"
+    first = holder(out)
+    code, _, err = run_bench(capsys, "extract", "--dataset", world["photos"], "--model", "mstta-tiny",
+                             "--pretrained", "none", "--out", out, "--workers", "0")
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"--out {out}: another mstta run (pid {first.pid}) is writing it" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".f.npz.mstta-lock"]   # the holder's lock only
+
+
+@pytest.mark.parametrize("seed", [2**63, -1])
+def test_extract_seed_out_of_range_is_one_line(world, tmp_path, capsys, seed):
+    code, _, err = run_bench(capsys, "extract", "--dataset", world["photos"], "--model", "mstta-tiny",
+                             "--pretrained", "none", "--out", tmp_path / "f.npz", "--seed", str(seed))
+    assert code == 2 and err.count("\n") == 1 and "--seed" in err and "Traceback" not in err, err
+    assert not list(tmp_path.iterdir())
+
+
 def test_a_second_sweep_of_one_file_is_refused(world, tmp_path, capsys, holder):
     out = tmp_path / "results"
     first = holder(out / "sweep_k.json")
