@@ -293,7 +293,7 @@ def build_layout(*, title_md: str, random_weights: bool, labels: Sequence[str] |
             c["downloads"] = gr.File(label="Downloads: the last run's annotated video and log",
                                      file_count="multiple", interactive=False, height=125, visible=False,
                                      elem_id="mstta-downloads")
-            with gr.Tabs():
+            with gr.Tabs(overflow_behavior="wrap"):   # all three tabs always shown (never behind a "..." menu)
                 c |= _video_tab(video, truth, every, realtime, demo_clip)
                 c |= _webcam_tab()
                 c |= _settings_tab(labels, template, method, base)
