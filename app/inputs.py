@@ -14,6 +14,7 @@ import stat
 from pathlib import Path
 
 from mstta.errors import UserError
+from mstta.safety import file_kind
 
 from .progress import plural
 
@@ -36,7 +37,7 @@ def read_small_file(path: str | Path, flag: str, limit: int, expected: str) -> b
         if stat.S_ISDIR(mode):
             raise UserError(f"{where}: is a folder; pass {expected}")
         if not stat.S_ISREG(mode):
-            raise UserError(f"{where}: is {_kind(mode)}, not a regular file; pass {expected}")
+            raise UserError(f"{where}: is {file_kind(mode)}, not a regular file; pass {expected}")
         with os.fdopen(fd, "rb", closefd=False) as fh:
             data = fh.read(limit + 1)
     except OSError as exc:
@@ -46,13 +47,3 @@ def read_small_file(path: str | Path, flag: str, limit: int, expected: str) -> b
     if len(data) > limit:
         raise UserError(f"{where}: larger than the limit of {limit:,} {plural(limit, 'byte')}; pass {expected}")
     return data
-
-
-def _kind(mode: int) -> str:
-    if stat.S_ISFIFO(mode):
-        return "a FIFO (named pipe)"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "a special file"

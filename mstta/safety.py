@@ -100,9 +100,15 @@ def _check_parent(flag: str, p: Path, shown: str | None = None) -> None:
 
 
 def _kind(p: Path) -> str:
-    mode = p.stat().st_mode
+    return file_kind(p.stat().st_mode)
+
+
+def file_kind(mode: int) -> str:
+    """What a file of this `st_mode` is, for messages ("a FIFO", "a device", ...)."""
     if stat.S_ISDIR(mode):
         return "a folder"
+    if stat.S_ISREG(mode):
+        return "a regular file"
     if stat.S_ISFIFO(mode):
         return "a FIFO"
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):

@@ -183,7 +183,7 @@ CASES: list[Case] = [
     ("labels-dev-zero", lambda m: ["--headless", "--video", m["video"], "--labels", "/dev/zero", *TINY],
      "--labels /dev/zero: is a device, not a regular file"),
     ("labels-fifo", lambda m: ["--headless", "--video", m["video"], "--labels", _fifo(m, "l.txt"), *TINY],
-     "is a FIFO (named pipe), not a regular file"),
+     "is a FIFO, not a regular file"),
     ("labels-over-1mib", lambda m: _labels_with(m, b"cat\ndog\n" + b"#" * 2**20), "larger than the limit of 1,048,576"),
     ("labels-folder", lambda m: ["--headless", "--video", m["video"], "--labels", m["dir"] + "/out", *TINY],
      "is a folder"),
