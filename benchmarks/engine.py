@@ -10,7 +10,8 @@ Parts (choose with --parts):
   thread policy off (torch's own intra-op threads), to show the choice `mstta.threads` makes.
   On CUDA: eager and with the step captured as a CUDA graph, and the per-step time.
 - replay: the vectorised replay's samples/s for both methods (same stream), idle and under the
-  same competing load, the ratio of the two, and under the load with the policy off (all cores).
+  same competing load, the ratio of the two, and both with the policy off (the chunks in turn on
+  torch's own intra-op threads, all cores).
 - multi: stream-steps/s of `MultiEngine` with S = 1, 8, 64 streams (`ms-tta`, --multi-n steps
   per stream, a bank of --multi-bank-size rows per stream: S x 65,536 rows would need S x 134 MB
   twice) against S separate engines stepped in turn, in the same run.
@@ -101,12 +102,13 @@ def cpu_load(processes: int):
 @contextlib.contextmanager
 def policy_off():
     """The library without its thread policy: torch's own intra-op threads everywhere."""
-    saved = streams_mod.small_ops, replay_mod.large_ops
-    streams_mod.small_ops = replay_mod.large_ops = lambda device: contextlib.nullcontext()
+    saved = streams_mod.small_ops, replay_mod.map_chunks
+    streams_mod.small_ops = lambda device: contextlib.nullcontext()
+    replay_mod.map_chunks = lambda fn, items, device: [fn(item) for item in items]
     try:
         yield
     finally:
-        streams_mod.small_ops, replay_mod.large_ops = saved
+        streams_mod.small_ops, replay_mod.map_chunks = saved
 
 
 def part_online(feats, text, cfg, device) -> dict:
@@ -142,16 +144,14 @@ def part_replay(feats, text, cfg, device) -> dict:
         r = out[method] = {"replay_samples_per_s": round(replay_rate(feats, text, method, cfg, device), 1)}
         if device.type != "cpu":
             continue
-        r["idle_threads_chosen"] = threads.large_threads()
+        with policy_off():
+            r[f"replay_samples_per_s_{torch.get_num_threads()}_threads"] = round(replay_rate(feats, text, method, cfg, device), 1)
         with cpu_load(load):
-            time.sleep(threads.PROBE_EVERY_S)  # the policy's next decision sees the load
             r["loaded_replay_samples_per_s"] = round(replay_rate(feats, text, method, cfg, device), 1)
-            r["loaded_threads_chosen"] = threads.large_threads()
             with policy_off():
                 r[f"loaded_replay_samples_per_s_{torch.get_num_threads()}_threads"] = round(
                     replay_rate(feats, text, method, cfg, device), 1)
         r["loaded_to_idle"] = round(r["loaded_replay_samples_per_s"] / r["replay_samples_per_s"], 3)
-        time.sleep(threads.PROBE_EVERY_S)
     if device.type == "cpu":
         out["competing_load"] = f"{load} busy-looping processes (one per core)"
         out["per_thread_controls"] = threads.PER_THREAD

@@ -1,33 +1,34 @@
 """Which slot a new cache entry takes: the rules shared by the online engine and the replay scan.
 
-Each rule is written for one class row, twice side by side: on host arrays (the replay's scan
+Each rule is written for one class row, twice side by side: on host rows (the replay's scan
 over a whole stream, BoostAdapter's throw-away per-view copies) and as device tensor ops (the
 online engine's step, with no host round trip). A test checks the two agree on random rows.
 """
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
-import numpy as np
 import torch
 
 EMPTY_TIME = -1
 
 
-def entropy_slot(row_entropy: np.ndarray, row_time: np.ndarray, h: float) -> int:
+def entropy_slot(row_entropy: Sequence[float], row_time: Sequence[int], h: float) -> int:
     """Lowest-entropy rule (§3.1, Alg. 1) as TDA's code keeps it (tda_runner.py:28-39
     `update_cache`: a list sorted by entropy, stable, whose last item is replaced when `h` is
     strictly lower): the first empty slot (+inf), else the highest-entropy entry, of equal ones
-    the latest inserted (`row_time`), if `h` is strictly lower; -1 = not inserted."""
-    top = np.flatnonzero(row_entropy == row_entropy.max())
-    j = int(top[np.argmax(row_time[top])])
+    the latest inserted (`row_time`), if `h` is strictly lower; -1 = not inserted. Plain Python
+    over a row of Q slots (lists or arrays): the replay's scan calls it once per sample."""
+    worst = max(row_entropy)
+    j = max((i for i, e in enumerate(row_entropy) if e == worst), key=row_time.__getitem__)  # first of the latest
     return j if h < row_entropy[j] else -1
 
 
-def fifo_slot(row_time: np.ndarray) -> int:
+def fifo_slot(row_time: Sequence[int]) -> int:
     """First-in-first-out rule (BoostAdapter's negative cache, `update_cache(..., fifo=True)`):
     the first empty slot, else the oldest entry (time -1 marks an empty slot)."""
-    return int(row_time.argmin())
+    return min(range(len(row_time)), key=row_time.__getitem__)
 
 
 def entropy_gate(h: float, num_classes: int, lower: float, upper: float) -> bool:

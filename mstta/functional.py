@@ -86,12 +86,16 @@ def knn_indices(sims: torch.Tensor, k: int, age: torch.Tensor | None = None) -> 
 
 def knn_indices_host_ties(sims: torch.Tensor, k: int) -> torch.Tensor:
     """`knn_indices(sims, k)` (ties: the lower column first) for large batches, in fewer passes: a
-    float top-k, and the exact (similarity, older) key only for the rows whose k-th value ties
-    with a column left out. Reads one bool on the host (the replay's batches; never the online
-    step). sims [N, M] -> [N, min(k, M)], the same neighbour sets."""
-    vals, idx = sims.topk(min(k, sims.shape[-1]), dim=-1)
-    kth = vals[:, -1:]
-    tied = (sims == kth).sum(-1) > (vals == kth).sum(-1)
+    float top-k of k+1, and the exact (similarity, older) key only for the rows whose k-th value
+    equals the (k+1)-th (a tie across the boundary; none can hide behind a strictly smaller one).
+    Reads one bool on the host (the replay's batches; never the online step).
+    sims [N, M] -> [N, min(k, M)], the same neighbour sets."""
+    m = min(k, sims.shape[-1])
+    if m == sims.shape[-1]:
+        return sims.topk(m, dim=-1).indices  # every column is a neighbour: no boundary to tie at
+    vals, idx = sims.topk(m + 1, dim=-1)
+    idx = idx[:, :m]
+    tied = vals[:, m - 1] == vals[:, m]
     if bool(tied.any()):
         rows = tied.nonzero().squeeze(-1)
         idx[rows] = knn_indices(sims[rows], k)
@@ -140,14 +144,21 @@ def mean_shift_step(q: torch.Tensor, bank: torch.Tensor, norm: torch.Tensor, age
     norm |f| (`norm`, float32), so the similarity is one product and the neighbour sum rebuilds
     the raw features. q [..., n, d], bank [..., M, d], norm [..., M], age broadcastable to
     [..., n, M] (None: the column index), bias broadcastable to [..., n, M] (-inf = a column the
-    row may not use; None: all usable and M >= 1) -> [..., n, d]. `host_ties` (2-D, age None):
-    the top-k of `knn_indices_host_ties`, for the replay's large batches.
+    row may not use; None: all usable and M >= 1) -> [..., n, d]. `host_ties`: see `shift_by_sims`.
     """
-    sims = similarities(q, bank, bias)
+    return shift_by_sims(q, similarities(q, bank, bias), bank, norm, age, k, alpha, bias is not None, host_ties)
+
+
+def shift_by_sims(q: torch.Tensor, sims: torch.Tensor, bank: torch.Tensor, norm: torch.Tensor,
+                  age: torch.Tensor | None, k: int, alpha: float, masked: bool = True,
+                  host_ties: bool = False) -> torch.Tensor:
+    """`mean_shift_step` given its similarities `sims` [..., n, M] (-inf = a column the row may not
+    use; `masked=False` promises none and M >= 1). `host_ties` (2-D, age None): the top-k of
+    `knn_indices_host_ties`, for the replay's large batches, which mask their sims in place."""
     idx = knn_indices_host_ties(sims, k) if host_ties else knn_indices(sims, k, age)
     batched = bank.dim() == 3
     rows = _gather_rows(bank, idx, batched).float() * _gather_rows(norm.unsqueeze(-1), idx, batched)
-    if bias is None:  # every column usable: m = min(k, M) neighbours for every row
+    if not masked:  # every column usable: m = min(k, M) neighbours for every row
         return mean_shift(q, rows.sum(-2), idx.shape[-1], alpha)
     use = torch.isfinite(sims.gather(-1, idx))
     count = use.sum(-1)

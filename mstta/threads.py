@@ -4,17 +4,19 @@
   the bank, cache updates and logits; so also the UI's engines, the efficiency timing and
   `replay --online`) run on one intra-op thread. Measured: a thread hand-off costs more than the
   work, and under a competing load the threads wait on each other (2.6x slower).
-- Large ops (`large_ops`): the vectorised replay's batched GEMMs (and the sweeps that run it)
-  use every core only while a measured probe shows they gain: a representative batched kNN is
-  timed on one thread and on all, all are kept when they take under `GAIN` x the one-thread time,
-  and the decision holds for `PROBE_EVERY_S` seconds. On a quiet machine that is all cores; with
-  another process spinning on every core, one.
+- Chunks (`map_chunks`): the vectorised replay (and the sweeps, t-SNE and benchmark runs made of
+  it) is split into independent row chunks that a pool of `cores()` workers takes one at a time,
+  each worker on one intra-op thread. No worker ever waits on another inside an op, so a worker
+  that a competing process preempts delays only its own chunk, and the others go on taking
+  chunks. Measured: torch's own threads split every op across the cores and meet at a barrier
+  after it, so under a spinning process per core each op waits for its slowest, preempted
+  thread (docs/engine.md has the figures).
 
 The count is set for the calling thread only (OpenMP's and MKL's per-thread settings, the ones
 `torch.set_num_threads` sets besides its process-wide default), so an encoder running in another
 thread keeps its threads and no thread ever starts with a count borrowed from a step. Where those
 per-thread controls cannot be found (a torch build without GNU OpenMP or MKL), `torch.set_num_threads`
-is used and restored, and `PER_THREAD` is False.
+is used and restored, `PER_THREAD` is False, and chunks run in the calling thread with torch's threads.
 """
 from __future__ import annotations
 
@@ -23,14 +25,15 @@ import ctypes
 import functools
 import os
 import threading
-import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 
-PROBE_EVERY_S = 2.0   # a large-op decision is re-measured after this many seconds
-GAIN = 0.8            # all cores are used when the probe runs in under GAIN x the one-thread time
-_decision: dict[str, float] = {"threads": 0, "at": float("-inf")}
+T = TypeVar("T")
+R = TypeVar("R")
 _lock = threading.Lock()
 
 
@@ -99,40 +102,40 @@ def small_ops(device: torch.device):
     return intra_op_threads(1) if device.type == "cpu" else contextlib.nullcontext()
 
 
-def large_ops(device: torch.device):
-    """The measured thread count (`large_threads()`) for batched GEMMs on the CPU."""
-    return intra_op_threads(large_threads()) if device.type == "cpu" else contextlib.nullcontext()
+def map_chunks(fn: Callable[[T], R], items: Sequence[T], device: torch.device) -> list[R]:
+    """[fn(item) for item in items], in order. On the CPU, spread over the pool's workers (each on
+    one intra-op thread, in inference mode) in the order given, so pass the largest first; in the
+    calling thread, in order, on other devices, on one core, without per-thread controls, or when
+    called from a worker."""
+    if device.type != "cpu" or len(items) < 2 or cores() == 1 or not PER_THREAD or getattr(_local, "worker", False):
+        return [fn(item) for item in items]
+    return list(_executor().map(functools.partial(_run_in_worker, fn), items))
 
 
-def large_threads() -> int:
-    """All cores when the probe says they gain now, else one (re-measured every PROBE_EVERY_S)."""
-    many = cores()
-    if many == 1:
-        return 1
+def _run_in_worker(fn, item):
+    with torch.inference_mode(), intra_op_threads(1):
+        return fn(item)
+
+
+def _mark_worker() -> None:
+    _local.worker = True
+
+
+def _executor() -> ThreadPoolExecutor:
+    """The process's chunk pool (`cores()` workers), made on first use and again after a fork."""
+    global _pool
     with _lock:
-        if time.monotonic() - _decision["at"] > PROBE_EVERY_S:
-            _decision["threads"] = many if _probe(many) < GAIN * _probe(1) else 1
-            _decision["at"] = time.monotonic()
-        return int(_decision["threads"])
+        if _pool is None:
+            _pool = ThreadPoolExecutor(cores(), thread_name_prefix="mstta-chunk", initializer=_mark_worker)
+        return _pool
 
 
-@functools.lru_cache(maxsize=1)
-def _probe_data(rows: int = 64, bank: int = 2048, dim: int = 512) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(0)
-    with torch.inference_mode():
-        return torch.randn(rows, dim, generator=g), torch.randn(bank, dim, generator=g)
+def _forget_pool() -> None:  # a forked child has none of the parent's threads
+    global _pool
+    _pool = None
 
 
-def _probe(n: int, repeat: int = 2) -> float:
-    """Seconds of a batched kNN like the replay's (a [64, 512] x [512, 2048] GEMM and a top-k,
-    about 0.13 GFLOP) on `n` threads: the best of `repeat` after one untimed run."""
-    from .functional import knn_indices  # late: functional does not import threads
-    q, b = _probe_data()
-    best = float("inf")
-    with torch.inference_mode(), intra_op_threads(n):
-        knn_indices(q @ b.T, 2)
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            knn_indices(q @ b.T, 2)
-            best = min(best, time.perf_counter() - t0)
-    return best
+_pool: ThreadPoolExecutor | None = None
+_local = threading.local()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)

@@ -120,7 +120,7 @@ def test_host_ties_top_k_picks_the_same_sets(seed):
     sims[:5, 1:] = float("-inf")                      # rows with fewer usable columns than k
     sims[sims == 0] = torch.where(torch.rand(int((sims == 0).sum()), generator=g) < 0.5, -0.0, 0.0)
     sims[10:20] += torch.rand(10, 40, generator=g)    # rows without ties
-    for k in (1, 2, 3, 8):
+    for k in (1, 2, 3, 8, 39, 40, 45):                # 40 = every column
         fast, exact = Fn.knn_indices_host_ties(sims, k), Fn.knn_indices(sims, k)
         assert [sorted(r) for r in fast.tolist()] == [sorted(r) for r in exact.tolist()]
 
@@ -205,5 +205,6 @@ def test_cache_rules_host_and_device_agree(seed):
     for r in range(4):
         host = rules.entropy_slot(ent[r].astype(np.float64), time[r], float(h[r]))
         assert (int(j[r]) if ok[r] else -1) == host
-        assert int(jf[r]) == rules.fifo_slot(time[r])
+        assert rules.entropy_slot(ent[r].astype(np.float64).tolist(), time[r].tolist(), float(h[r])) == host  # the scan's lists
+        assert int(jf[r]) == rules.fifo_slot(time[r]) == rules.fifo_slot(time[r].tolist())
         assert bool(gate[r]) == rules.entropy_gate(float(h[r]), 5, 0.2, 0.5)

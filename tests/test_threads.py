@@ -1,7 +1,9 @@
-"""The thread policy (mstta/threads.py): one thread for the step's small ops, a measured count for
-the replay's large ones, set for the calling thread only."""
+"""The thread policy (mstta/threads.py): one thread for the step's small ops, the replay's chunks on
+a pool of one-thread workers, counts set for the calling thread only."""
 from __future__ import annotations
 
+import multiprocessing
+import os
 import threading
 
 import pytest
@@ -41,25 +43,53 @@ def test_a_step_runs_on_one_thread_and_restores(monkeypatch):
     assert seen == [1] and torch.get_num_threads() == before
 
 
-@pytest.mark.parametrize("many_s,one_s,want", [(0.5, 1.0, "many"), (0.9, 1.0, 1), (2.0, 1.0, 1)])
-def test_large_ops_use_every_core_only_when_the_probe_gains(monkeypatch, many_s, one_s, want):
-    monkeypatch.setattr(threads, "cores", lambda: 4)
-    monkeypatch.setattr(threads, "_probe", lambda n: one_s if n == 1 else many_s)
-    monkeypatch.setattr(threads, "_decision", {"threads": 0, "at": float("-inf")})
-    assert threads.large_threads() == (4 if want == "many" else 1)
-    monkeypatch.setattr(threads, "_probe", lambda n: pytest.fail("re-probed within PROBE_EVERY_S"))
-    assert threads.large_threads() == (4 if want == "many" else 1)   # the decision is kept
-
-
-def test_replay_runs_its_batches_with_the_decided_count(monkeypatch):
-    f, t, _ = as_tensors(make_stream(n=40, classes=4, dim=8, seed=0))
+def _record(monkeypatch, name: str) -> list:
+    """Wrap functional.`name` to record (thread name, intra-op threads, inference mode) per call."""
     seen = []
-    real = Fn.mean_shift_step
-    monkeypatch.setattr(Fn, "mean_shift_step", lambda *a, **k: seen.append(torch.get_num_threads()) or real(*a, **k))
-    monkeypatch.setattr(threads, "large_threads", lambda: 1)
-    replay(f, t, "ms-tta", chunk=16)
-    assert seen and set(seen) == {1}
+    real = getattr(Fn, name)
+    monkeypatch.setattr(Fn, name, lambda *a, **k: seen.append(
+        (threading.current_thread().name, torch.get_num_threads(), torch.is_inference_mode_enabled())) or real(*a, **k))
+    return seen
 
 
-def test_the_probe_measures_a_real_op():
-    assert 0 < threads._probe(1, repeat=1) < 10 and threads.cores() >= 1
+@pytest.mark.skipif(not threads.PER_THREAD or threads.cores() < 2, reason="needs 2 cores and per-thread OpenMP/MKL controls")
+def test_replay_chunks_run_on_one_thread_workers(monkeypatch):
+    f, t, _ = as_tensors(make_stream(n=40, classes=4, dim=8, seed=0))
+    shifts, queries = _record(monkeypatch, "shift_by_sims"), _record(monkeypatch, "form_queries")
+    before = torch.get_num_threads()
+    replay(f, t, "ms-tta", chunk=8)
+    assert len(shifts) == 5 and len(queries) == 5          # ceil(39 / 8) shift chunks, ceil(40 / 8) query chunks
+    assert {(name.startswith("mstta-chunk"), n, inference) for name, n, inference in shifts + queries} == {(True, 1, True)}
+    assert torch.get_num_threads() == before
+
+
+def test_map_chunks_keeps_order_and_raises():
+    got = threads.map_chunks(lambda x: (x, torch.get_num_threads()), list(range(20)), torch.device("cpu"))
+    assert [x for x, _ in got] == list(range(20))
+    if threads.PER_THREAD:
+        assert {n for _, n in got} == {1}
+    with pytest.raises(ZeroDivisionError):
+        threads.map_chunks(lambda x: 1 / (x - 3), list(range(6)), torch.device("cpu"))
+
+
+def test_map_chunks_runs_inline_off_the_cpu_and_inside_a_worker():
+    me = threading.current_thread().name
+    assert threads.map_chunks(lambda x: threading.current_thread().name, [1, 2], torch.device("cuda")) == [me, me]
+    nested = threads.map_chunks(   # a worker that maps again runs its items itself (no wait on a full pool)
+        lambda x: threads.map_chunks(lambda y: threading.current_thread().name, [0, 1, 2], torch.device("cpu")),
+        [0, 1, 2, 3], torch.device("cpu"))
+    assert all(len(set(names)) == 1 for names in nested)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_forked_child_gets_its_own_pool():
+    f, t, _ = as_tensors(make_stream(n=40, classes=4, dim=8, seed=0))
+    want = replay(f, t, "ms-tta", chunk=8).predictions          # the parent's pool exists now
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:
+        got = pool.apply_async(_replay_predictions, (f, t)).get(timeout=120)
+    assert got.tolist() == want.tolist()
+
+
+def _replay_predictions(f, t):
+    return replay(f, t, "ms-tta", chunk=8).predictions
