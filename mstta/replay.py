@@ -77,7 +77,7 @@ def mean_shifted(features: torch.Tensor, text: torch.Tensor, config: EngineConfi
     feats = _as_views(features)
     t = Fn.normalize(torch.as_tensor(text).to(feats.device, torch.float32))
     with torch.inference_mode():
-        f = _queries(feats, t, cfg, chunk)[0]
+        f = torch.cat([p[0] for p in _queries(feats, t, cfg, chunk)[1]])
         return f, _shift_all(f, cfg, chunk)
 
 
@@ -109,26 +109,28 @@ def _spans(n: int, chunk: int, start: int = 0) -> list[tuple[int, int]]:
 
 
 def _queries(feats: torch.Tensor, text: torch.Tensor, cfg: EngineConfig, chunk: int, rows: int = 16384):
-    """Feature f, CLIP logits, entropy and probabilities of every sample, formed by the engine's
-    own `form_queries`, in chunks of at most `chunk` samples and `rows` views (converted to
-    float32 per chunk). [N, V, d] -> [N, ...]."""
+    """The engine's own `form_queries` over chunks of at most `chunk` samples and `rows` views
+    (converted to float32 per chunk), with each sample's pseudo-label: (spans, per chunk
+    (f, clip, H, probs, label)). The [n, C] outputs stay per chunk (no copy of the whole)."""
     size = max(1, min(chunk, rows // feats.shape[1]))
-    parts = map_chunks(lambda ab: Fn.form_queries(feats[ab[0]:ab[1]], text, cfg.logit_scale, cfg.view_mode,
-                                                  cfg.view_ratio), _spans(feats.shape[0], size), feats.device)
-    return tuple(torch.cat(p) for p in zip(*parts))
+    spans = _spans(feats.shape[0], size)
+
+    def one(ab):
+        out = Fn.form_queries(feats[ab[0]:ab[1]], text, cfg.logit_scale, cfg.view_mode, cfg.view_ratio)
+        return (*out, out[1].argmax(-1))
+    return spans, map_chunks(one, spans, feats.device)
 
 
 def _replay_vectorised(feats, text, m, cfg, chunk):
     """Per chunk of samples, `_summarise`'s tensors."""
-    f, clip, ent, probs = _queries(feats, text, cfg, chunk)
-    spans = _spans(f.shape[0], chunk)
+    spans, parts = _queries(feats, text, cfg, chunk)
+    f, ent, lab = (torch.cat([p[i] for p in parts]) for i in (0, 2, 4))
     if not m.cache:
-        return map_chunks(lambda ab: _summarise(clip[ab[0]:ab[1]], clip[ab[0]:ab[1]], ent[ab[0]:ab[1]]), spans, f.device)
+        return [_summarise(p[1], p[1], p[2]) for p in parts]
     C = text.shape[0]
     q = _shift_all(f, cfg, chunk) if m.mean_shift else f
-    labels = clip.argmax(-1).cpu().numpy()
+    labels = lab.cpu().numpy()
     h = ent.cpu().numpy().astype(np.float64)
-    lab = torch.as_tensor(labels, device=q.device)
 
     end = _intervals(labels, h, cfg.capacity, C, "entropy")
     weights = lambda qq, kk, bias: Fn.cache_weights(qq, kk, bias, cfg.beta, cfg.kernel, cfg.cache_alpha)
@@ -137,16 +139,16 @@ def _replay_vectorised(feats, text, m, cfg, chunk):
     if m.negative:
         gate = [entropy_gate(v, C, cfg.neg_entropy_lower, cfg.neg_entropy_upper) for v in h.tolist()]
         nend = _intervals(labels, h, cfg.neg_capacity, C, m.neg_policy, gate)
-        values = Fn.negative_mask(probs, cfg.neg_mask_lower, cfg.neg_mask_upper)
+        values = torch.cat([Fn.negative_mask(p[3], cfg.neg_mask_lower, cfg.neg_mask_upper) for p in parts])
         nweights = lambda qq, kk, bias: Fn.cache_weights(qq, kk, bias, cfg.neg_beta, "exp", cfg.neg_alpha)
         neg = _Entries(nend, lab, nweights, Fn.log_weight(cfg.neg_alpha, cfg.neg_beta), values)
 
-    def run(ab):
-        a, b = ab
+    def run(i):
+        (a, b), clip = spans[i], parts[i][1]
         pos_logits = pos.logits(q, a, b, C)
         neg_logits = None if neg is None else neg.logits(q, a, b, C)
-        return _summarise(Fn.final_logits(clip[a:b], pos_logits, neg_logits, cfg.lam), clip[a:b], ent[a:b])
-    return map_chunks(run, spans, q.device)
+        return _summarise(Fn.final_logits(clip, pos_logits, neg_logits, cfg.lam), clip, ent[a:b])
+    return map_chunks(run, range(len(spans)), q.device)
 
 
 def _shift_all(f: torch.Tensor, cfg: EngineConfig, chunk: int) -> torch.Tensor:

@@ -5,12 +5,13 @@
   `replay --online`) run on one intra-op thread. Measured: a thread hand-off costs more than the
   work, and under a competing load the threads wait on each other (2.6x slower).
 - Chunks (`map_chunks`): the vectorised replay (and the sweeps, t-SNE and benchmark runs made of
-  it) is split into independent row chunks that a pool of `cores()` workers takes one at a time,
-  each worker on one intra-op thread. No worker ever waits on another inside an op, so a worker
-  that a competing process preempts delays only its own chunk, and the others go on taking
-  chunks. Measured: torch's own threads split every op across the cores and meet at a barrier
-  after it, so under a spinning process per core each op waits for its slowest, preempted
-  thread (docs/engine.md has the figures).
+  it) is split into independent row chunks that a pool of `workers()` (cores + 1) takes one at a
+  time, each worker on one intra-op thread. No worker ever waits on another inside an op, so a
+  worker that a competing process preempts delays only its own chunk, and the others go on
+  taking chunks; the one worker more than cores keeps every core busy while a worker is between
+  chunks (Python glue, allocation) or preempted. Measured: torch's own threads split every op
+  across the cores and meet at a barrier after it, so under a spinning process per core each op
+  waits for its slowest, preempted thread (docs/engine.md has the figures).
 
 The count is set for the calling thread only (OpenMP's and MKL's per-thread settings, the ones
 `torch.set_num_threads` sets besides its process-wide default), so an encoder running in another
@@ -72,6 +73,12 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
+def workers() -> int:
+    """Threads of the chunk pool: one more than the cores (measured in docs/engine.md: idle within
+    noise of one per core, and under a spinning process per core it keeps its share of them)."""
+    return cores() + 1
+
+
 @contextlib.contextmanager
 def intra_op_threads(n: int):
     """Run the block with `n` intra-op threads in this thread; restored afterwards."""
@@ -122,11 +129,11 @@ def _mark_worker() -> None:
 
 
 def _executor() -> ThreadPoolExecutor:
-    """The process's chunk pool (`cores()` workers), made on first use and again after a fork."""
+    """The process's chunk pool (`workers()` threads), made on first use and again after a fork."""
     global _pool
     with _lock:
         if _pool is None:
-            _pool = ThreadPoolExecutor(cores(), thread_name_prefix="mstta-chunk", initializer=_mark_worker)
+            _pool = ThreadPoolExecutor(workers(), thread_name_prefix="mstta-chunk", initializer=_mark_worker)
         return _pool
 
 
