@@ -27,6 +27,9 @@ from .methods import Method, get_method
 from .threads import map_chunks
 
 
+SIMS_BYTES = 64 * 2**20  # similarities of one mean-shift chunk at most (255 rows x the default bank's 65,536 + 254 columns)
+
+
 @dataclass
 class ReplayResult:
     """Per-sample outputs of a replay, all [N] numpy arrays."""
@@ -154,7 +157,7 @@ def _replay_vectorised(feats, text, m, cfg, chunk):
 def _shift_all(f: torch.Tensor, cfg: EngineConfig, chunk: int) -> torch.Tensor:
     """Mean shift of every sample toward its k nearest *earlier* raw features, Eq. (9)-(11), by the
     engine's own `shift_by_sims` over a bank stored as the engine stores it (unit rows in
-    `bank_dtype`, norms). Row i sees columns [i - bank_size, i) (all earlier ones when the bank is
+    `bank_dtype`, norms), in chunks of rows whose similarities fit `SIMS_BYTES`. Row i sees columns [i - bank_size, i) (all earlier ones when the bank is
     unbounded); columns are in stream order, so a tie goes to the earlier sample. Only the
     chunk's own diagonal block (and, bounded, its first columns) is masked, in place."""
     n = f.shape[0]
@@ -175,7 +178,9 @@ def _shift_all(f: torch.Tensor, cfg: EngineConfig, chunk: int) -> torch.Tensor:
                 sims[:, :old.shape[1]].masked_fill_(old < rows - cfg.bank_size, float("-inf"))
             q = Fn.shift_by_sims(q, sims, bank[lo:b - 1], norms[lo:b - 1], None, cfg.k, cfg.alpha, host_ties=True)
         return q
-    spans = _spans(n, chunk, start=1)[::-1]   # the last chunks see the most columns: first
+    cols = n - 1 if cfg.bank_size is None else min(n - 1, cfg.bank_size + chunk - 1)   # a chunk's most columns
+    rows = max(1, min(chunk, SIMS_BYTES // (4 * max(1, cols))))     # so its sims stay within SIMS_BYTES
+    spans = _spans(n, rows, start=1)[::-1]    # the last chunks see the most columns: first
     return torch.cat([f[:1], *map_chunks(shift, spans, f.device)[::-1]])
 
 

@@ -73,10 +73,15 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
+MAX_CORES = 16  # cores the chunk pool uses at most: bounds the chunks in flight (and their memory)
+
+
 def workers() -> int:
-    """Threads of the chunk pool: one more than the cores (measured in docs/engine.md: idle within
-    noise of one per core, and under a spinning process per core it keeps its share of them)."""
-    return cores() + 1
+    """Threads of the chunk pool: one more than the cores it uses (measured in docs/engine.md: idle
+    within noise of one per core, and under a spinning process per core it keeps its share of
+    them), those at most `MAX_CORES`: at most 17 replay chunks in flight, each at most 256 rows x
+    the bank's 65,536 columns x 4 B (64 MB), and a 5,000-sample replay has 20 chunks anyway."""
+    return min(cores(), MAX_CORES) + 1
 
 
 @contextlib.contextmanager

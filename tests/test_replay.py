@@ -39,6 +39,23 @@ def test_replay_equals_online_with_duplicate_features():
                           replay(f, t, "ms-tta", cfg, chunk=16).predictions)
 
 
+@pytest.mark.parametrize("bank_size", [None, 7])
+def test_a_chunk_budget_keeps_the_predictions(monkeypatch, bank_size):
+    """Mean-shift chunks shrink to fit `SIMS_BYTES` (here 600 B, a few rows): the same predictions
+    as the online engine, and no chunk's similarities over the budget."""
+    import importlib
+    replay_mod = importlib.import_module("mstta.replay")
+    f, t, _ = as_tensors(make_stream(n=80, classes=4, dim=8, seed=3))
+    monkeypatch.setattr(replay_mod, "SIMS_BYTES", 600)
+    seen = []
+    real = replay_mod.Fn.shift_by_sims
+    monkeypatch.setattr(replay_mod.Fn, "shift_by_sims", lambda q, sims, *a, **k: seen.append(sims.numel()) or real(q, sims, *a, **k))
+    cfg = EngineConfig(bank_size=bank_size)
+    fast = replay(f, t, "ms-tta", cfg, chunk=32).predictions
+    assert len(seen) > 10 and max(seen) * 4 <= 600            # not 3 chunks of 32 rows
+    assert np.array_equal(fast, replay(f, t, "ms-tta", cfg, online=True).predictions)
+
+
 def test_replay_is_deterministic_and_adapts():
     f, t, y = as_tensors(make_stream(n=1200, classes=8, dim=32, seed=2))
     a = replay(f, t, "ms-tta")
