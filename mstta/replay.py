@@ -26,7 +26,6 @@ from .engine import Engine
 from .methods import Method, get_method
 from .threads import map_chunks
 
-
 SIMS_BYTES = 64 * 2**20  # similarities of one mean-shift chunk at most (255 rows x the default bank's 65,536 + 254 columns)
 
 
