@@ -128,7 +128,7 @@ def _replay_vectorised(feats, text, m, cfg, chunk):
     spans, parts = _queries(feats, text, cfg, chunk)
     f, ent, lab = (torch.cat([p[i] for p in parts]) for i in (0, 2, 4))
     if not m.cache:
-        return [_summarise(p[1], p[1], p[2]) for p in parts]
+        return map_chunks(lambda p: _summarise(p[1], p[1], p[2]), parts, feats.device)
     C = text.shape[0]
     q = _shift_all(f, cfg, chunk) if m.mean_shift else f
     labels = lab.cpu().numpy()
@@ -156,9 +156,10 @@ def _replay_vectorised(feats, text, m, cfg, chunk):
 def _shift_all(f: torch.Tensor, cfg: EngineConfig, chunk: int) -> torch.Tensor:
     """Mean shift of every sample toward its k nearest *earlier* raw features, Eq. (9)-(11), by the
     engine's own `shift_by_sims` over a bank stored as the engine stores it (unit rows in
-    `bank_dtype`, norms), in chunks of rows whose similarities fit `SIMS_BYTES`. Row i sees columns [i - bank_size, i) (all earlier ones when the bank is
-    unbounded); columns are in stream order, so a tie goes to the earlier sample. Only the
-    chunk's own diagonal block (and, bounded, its first columns) is masked, in place."""
+    `bank_dtype`, norms), in chunks of rows whose similarities fit `SIMS_BYTES`. Row i sees
+    columns [i - bank_size, i) (all earlier ones when the bank is unbounded); columns are in
+    stream order, so a tie goes to the earlier sample. Only the chunk's own diagonal block (and,
+    bounded, its first columns) is masked, in place."""
     n = f.shape[0]
     norms = f.norm(dim=-1)
     bank = Fn.normalize(f).to(getattr(torch, cfg.bank_dtype))

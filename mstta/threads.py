@@ -142,9 +142,9 @@ def _executor() -> ThreadPoolExecutor:
         return _pool
 
 
-def _forget_pool() -> None:  # a forked child has none of the parent's threads
-    global _pool
-    _pool = None
+def _forget_pool() -> None:  # a forked child has none of the parent's threads (nor their lock holds)
+    global _pool, _lock
+    _pool, _lock = None, threading.Lock()
 
 
 _pool: ThreadPoolExecutor | None = None
