@@ -32,6 +32,14 @@ def resolve_views_on(views_on: str, device: torch.device) -> str:
     return views_on
 
 
+def view_path(views_on: str, device: torch.device | str) -> str:
+    """Which pixel arithmetic `--views-on` gives on `device`: "pil" (the reference, the peers'
+    pixels), "gpu" (exact tensor views on CUDA) or "cpu-tensors" (the fast path on CPU tensors)."""
+    if resolve_views_on(views_on, torch.device(device)) == "cpu":
+        return "pil"
+    return "gpu" if torch.device(device).type == "cuda" else "cpu-tensors"
+
+
 def _reason(path, exc: Exception) -> str:
     return f"{path} ({type(exc).__name__})"
 

@@ -250,19 +250,44 @@ def load_features(path: str | Path) -> FeatureSet:
         classnames = [s.decode("utf-8", "replace") if isinstance(s, bytes) else str(s) for s in names.tolist()]
         _check_unique(p, classnames)
 
-    meta: dict[str, Any] = {}
-    if "meta" in data:
-        m = data["meta"]
-        try:
-            if m.ndim != 0 or m.dtype.kind != "U":
-                raise json.JSONDecodeError("not a string", "", 0)
-            meta = json.loads(str(m))
-        except (json.JSONDecodeError, RecursionError):
-            raise UserError(f"{p}: array 'meta' must be a JSON string") from None
-        if not isinstance(meta, dict):
-            raise UserError(f"{p}: array 'meta' must be a JSON object")
-
+    meta = _parse_meta(p, data["meta"]) if "meta" in data else {}
     return FeatureSet(_normalized(feats), _normalized(text).float(), labels, classnames, meta)
+
+
+def _parse_meta(p: Path, m: np.ndarray) -> dict[str, Any]:
+    try:
+        if m.ndim != 0 or m.dtype.kind != "U":
+            raise json.JSONDecodeError("not a string", "", 0)
+        meta = json.loads(str(m))
+    except (json.JSONDecodeError, RecursionError):
+        raise UserError(f"{p}: array 'meta' must be a JSON string") from None
+    if not isinstance(meta, dict):
+        raise UserError(f"{p}: array 'meta' must be a JSON object")
+    return meta
+
+
+META_BYTES = 1 << 20   # a feature file's meta (a JSON string) read on its own is at most this
+
+
+def read_meta(path: str | Path) -> dict[str, Any]:
+    """Only the `meta` of a feature file ({} when it has none), without reading its features."""
+    p = Path(path)
+    try:
+        with zipfile.ZipFile(p) as zf:
+            info = next((i for i in zf.infolist() if i.filename in ("meta", "meta.npy")), None)
+            if info is None:
+                return {}
+            _check_member(p, "meta", info)
+            head = _read_header(zf, info, p, "meta")
+            if head.nbytes > META_BYTES:
+                raise UserError(f"{p}: array 'meta' declares {human_bytes(head.nbytes)}; a meta string is at most "
+                                f"{human_bytes(META_BYTES)}: re-extract the file")
+            with zf.open(info) as fp:
+                return _parse_meta(p, np.lib.format.read_array(fp, allow_pickle=False))
+    except UserError:
+        raise
+    except _ARCHIVE_ERRORS as exc:
+        raise _bad_npz(p, exc) from None
 
 
 def _check_unique(p: Path, classnames: list[str]) -> None:

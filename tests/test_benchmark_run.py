@@ -8,7 +8,7 @@ import shutil
 
 import numpy as np
 import pytest
-from helpers_cli import default_model_dir, run_bench
+from helpers_cli import default_model_dir, default_views_suffix, run_bench
 from helpers_data import make_fake_dataset
 
 from mstta.benchmark import runner
@@ -76,9 +76,9 @@ def test_every_cell_recorded_with_its_settings(bench):
 
 def test_one_feature_file_per_dataset_and_accuracy_matches_replay(bench):
     files = sorted(p.relative_to(bench["store"]).as_posix() for p in bench["store"].rglob("*.npz"))
-    model = default_model_dir()                          # mstta-tiny-none-fp32 on a CPU, -fp16 on a GPU
-    assert files == [f"{model}/dtd/views4-crop-seed1.npz", f"{model}/imagenet_a/views4-augmix-seed1.npz",
-                     f"{model}/imagenet_a/views4-crop-seed1.npz"]
+    model, v = default_model_dir(), default_views_suffix()   # mstta-tiny-none-fp32 on a CPU, -fp16 on a GPU
+    assert files == [f"{model}/dtd/views4-crop-seed1{v}.npz", f"{model}/imagenet_a/views4-augmix-seed1{v}.npz",
+                     f"{model}/imagenet_a/views4-crop-seed1{v}.npz"]
     run = next(r for r in bench["data"]["runs"] if r["dataset"] == "imagenet_a" and r["method"] == "ms-tta")
     fs = load_features(run["features"])
     assert fs.num_views == 4 and fs.num_samples == 9 and fs.classnames[0] == "class_0 name"
@@ -196,8 +196,9 @@ def test_dry_run_lists_and_writes_nothing(bench, tmp_path, capsys):
     assert "weights random" in text
     assert "imagenet_a: views 4, view_mode confident; data ok (9 images, 3 classes)" in text
     assert "eurosat:" in text and "data MISSING" in text
-    assert "views4-augmix-seed1.npz); zero-shot to run, tda to run, ms-tta to run" in text
-    assert "views4-crop-seed1.npz); boostadapter to run, ms-tta+boost to run" in text
+    v = default_views_suffix()
+    assert f"views4-augmix-seed1{v}.npz); zero-shot to run, tda to run, ms-tta to run" in text
+    assert f"views4-crop-seed1{v}.npz); boostadapter to run, ms-tta+boost to run" in text
     assert "features to extract" in text and f"{len(list_methods()) * 2 + 2} cell(s) to run" in text
     assert not out.exists() and not store.exists()
     code, text, _ = _run(capsys, *_argv(bench["root"], bench["out"], bench["store"], "--dry-run"))
@@ -244,7 +245,7 @@ def test_several_seeds_extract_per_seed_and_report_mean_std(bench, tmp_path, cap
                                        "--methods", "boostadapter,ms-tta", "--seeds", "1,2,3", "--fps-samples", "0"))
     assert code == 0, err
     assert sorted(p.name for p in (bench["store"] / default_model_dir() / "imagenet_a").glob("*.npz")) == [
-        f"views4-{kind}-seed{s}.npz" for kind in ("augmix", "crop") for s in (1, 2, 3)]
+        f"views4-{kind}-seed{s}{default_views_suffix()}.npz" for kind in ("augmix", "crop") for s in (1, 2, 3)]
     runs = json.loads((out / "results.json").read_text())["runs"]
     assert sorted((r["method"], r["seed"]) for r in runs) == [(m, s) for m in ("boostadapter", "ms-tta") for s in (1, 2, 3)]
     md = (out / "report.md").read_text()
@@ -259,4 +260,4 @@ def test_limit_uses_a_prefix_of_the_stream(bench, tmp_path, capsys):
                                        "--limit", "5", "--fps-samples", "0", "--no-plots"))
     assert code == 0, err
     run = json.loads((out / "results.json").read_text())["runs"][0]
-    assert run["n"] == 5 and run["features"].endswith("views4-crop-seed1-n5.npz")
+    assert run["n"] == 5 and run["features"].endswith(f"views4-crop-seed1-n5{default_views_suffix()}.npz")

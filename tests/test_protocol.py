@@ -9,7 +9,7 @@ import json
 
 import numpy as np
 import pytest
-from helpers_cli import default_model_dir, run_bench
+from helpers_cli import default_model_dir, default_views_suffix, run_bench
 from helpers_data import make_fake_dataset
 
 from mstta.benchmark.report import render_report
@@ -42,9 +42,9 @@ def bench(tmp_path_factory):
 def test_each_method_reads_its_own_view_kind_from_the_store(bench):
     """BoostAdapter's code makes crops everywhere; TDA's makes AugMix views on ImageNet-A/V2/R/S."""
     files = sorted(p.relative_to(bench["store"]).as_posix() for p in bench["store"].rglob("*.npz"))
-    model = default_model_dir()                          # mstta-tiny-none-fp32 on a CPU, -fp16 on a GPU
-    assert files == [f"{model}/dtd/views4-crop-seed1.npz",                  # each kind extracted once
-                     f"{model}/imagenet_a/views4-augmix-seed1.npz", f"{model}/imagenet_a/views4-crop-seed1.npz"]
+    model, v = default_model_dir(), default_views_suffix()   # mstta-tiny-none-fp32 on a CPU, -fp16 on a GPU
+    assert files == [f"{model}/dtd/views4-crop-seed1{v}.npz",              # each kind extracted once
+                     f"{model}/imagenet_a/views4-augmix-seed1{v}.npz", f"{model}/imagenet_a/views4-crop-seed1{v}.npz"]
     for (dataset, method), r in bench["by"].items():
         meta = read_meta(r["features"])                 # what the file read really holds
         want = "crop" if dataset == "dtd" or method in BOOSTING else "augmix"
@@ -118,7 +118,7 @@ def test_lambda_zero_is_the_clip_row_of_the_methods_own_path(synthetic, method):
     r = synthetic[method]
     name, _, mode = method.partition("@")
     fs = load_features(r["features"])
-    assert r["features"].endswith("crop-seed1.npz" if get_method(name).boost else "augmix-seed1.npz")
+    assert r["features"].endswith("crop-seed1.npz" if get_method(name).boost else "augmix-seed1.npz")   # --device cpu: PIL
     sets = ["views=10"] + ([f"view_mode={mode}"] if mode else [])
     ecfg = load_dataset_config("configs/imagenet_a.yaml", sets).engine
     assert (replay(fs.features, fs.text, name, ecfg).predictions == fs.labels).mean() * 100 == \

@@ -24,6 +24,7 @@ from ..config import VIEW_MODES, DatasetConfig, EngineConfig, dataset_config_pat
 from ..data import LISTINGS
 from ..devices import resolve_device
 from ..errors import UserError, one_line
+from ..extract_views import VIEWS_ON, view_path
 from ..features import FeatureSet, load_features
 from ..methods import get_method, list_methods
 from .results import RUN_KEY, ResultsStore, fingerprint, versions
@@ -113,6 +114,7 @@ class BenchmarkConfig:
     store: Path = Path("features")
     overrides: list[str] = field(default_factory=list)   # --set KEY=VALUE (engine or bench keys)
     listing: str = "full"                                # full | peer (the peers' file lists)
+    views_on: str = "auto"                               # auto | cpu | device: where many views are made
     augment: str | None = None                           # --augment: every method reads this view kind
     device: str = "auto"
     precision: str | None = None
@@ -130,6 +132,8 @@ class BenchmarkConfig:
     def __post_init__(self) -> None:
         if self.listing not in LISTINGS:
             raise UserError(f"--listing {self.listing}: unknown listing; choose one of: {', '.join(LISTINGS)}")
+        if self.views_on not in VIEWS_ON:
+            raise UserError(f"--views-on {self.views_on}: choose one of {', '.join(VIEWS_ON)}")
         self.settings = parse_overrides(self.overrides)
 
 
@@ -174,10 +178,12 @@ def protocol(method: str, ecfg: EngineConfig, augment: str | None) -> str:
 
 
 def feature_key(dataset: str, backbone: Backbone, precision: str, dcfg: DatasetConfig, seed: int,
-                limit: int | None = None, listing: str = "full", augment: str | None = None) -> FeatureKey:
-    """The feature file a cell reads (`augment`: the view kind; None = the dataset's)."""
+                limit: int | None = None, listing: str = "full", augment: str | None = None,
+                views_made: str = "pil") -> FeatureKey:
+    """The feature file a cell reads (`augment`: the view kind; None = the dataset's; `views_made`:
+    `mstta.extract_views.view_path` of --views-on on the run's device)."""
     return FeatureKey(dataset, backbone, precision, dcfg.bench.views, augment or dcfg.bench.augment, seed, limit,
-                      listing)
+                      listing, views_made)
 
 
 def cell_key(dataset: str, backbone: Backbone, row: str, seed: int, **extra: Any) -> dict[str, Any]:
@@ -245,7 +251,7 @@ class RunContext:
         dcfg = self.configs[dataset]
         ecfg = ecfg if ecfg is not None else row_engine_config(row, dcfg)
         fkey = feature_key(dataset, backbone, self.precision, dcfg, seed, self.cfg.limit, self.cfg.listing,
-                           view_kind(row.method, dcfg, self.cfg.augment))
+                           view_kind(row.method, dcfg, self.cfg.augment), view_path(self.cfg.views_on, self.device))
         return Cell(row, cell_key(dataset, backbone, row.name, seed, **extra), ecfg, fkey)
 
     def each_dataset(self, backbone: Backbone, work: Callable[[str], None], desc: str) -> list[str]:

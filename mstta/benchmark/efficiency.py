@@ -32,7 +32,7 @@ import torch
 from ..config import EngineConfig
 from ..engine import Engine
 from ..errors import UserError
-from ..extract_views import resolve_views_on
+from ..extract_views import resolve_views_on, view_path
 from ..features import load_features
 from ..methods import get_method
 from ..tensor_views import TensorViewMaker
@@ -185,14 +185,15 @@ def measure_backbone(run: RunContext, backbone: Backbone, dataset: str) -> None:
         fps[row.name] = fingerprint({"dataset": dataset, "samples": n, "listing": cfg.listing,
                                      "views": views_used(row.method, ecfg, dcfg.bench.views), "augment": augment,
                                      "device": str(run.device), "precision": run.precision,
-                                     "views_made": views_made(run.device)[0],
+                                     "views_made": views_made(run.device, cfg.views_on)[0],
                                      "hyperparameters": dataclasses.asdict(ecfg)})
     fps = {name: fingerprint({"own": fp, "all": sorted(fps.values())}) for name, fp in fps.items()}
     if all((run.results.efficiency(backbone.name, backbone.pretrained, name) or {}).get("fingerprint") == fp
            for name, fp in fps.items()):
         return
     seed = cfg.seeds[0]
-    files = [feature_key(dataset, backbone, run.precision, dcfg, seed, cfg.limit, cfg.listing, augment).path(cfg.store)
+    made = view_path(cfg.views_on, run.device)
+    files = [feature_key(dataset, backbone, run.precision, dcfg, seed, cfg.limit, cfg.listing, augment, made).path(cfg.store)
              for _, _, _, augment in setups]
     found = next((f for f in files if f.is_file()), None)
     if found is None:
@@ -200,7 +201,7 @@ def measure_backbone(run: RunContext, backbone: Backbone, dataset: str) -> None:
     text = load_features(found).text
     clip = run.models.get(backbone)
     timed = load_images(load_split(dataset, cfg.data_root, cfg.listing), n, seed)
-    rows = measure_methods(clip, timed, text, setups, dcfg.bench.views, seed)
+    rows = measure_methods(clip, timed, text, setups, dcfg.bench.views, seed, views_on=cfg.views_on)
     for name, row in rows.items():
         run.results.record_efficiency({"backbone": backbone.name, "pretrained": backbone.pretrained,
                                        "method": name, "dataset": dataset, **row, "device": str(run.device),

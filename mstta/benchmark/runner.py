@@ -21,6 +21,7 @@ import torch
 from ..config import DatasetConfig, check_seed
 from ..devices import resolve_device
 from ..errors import UserError, one_line
+from ..extract_views import view_path
 from ..features import FeatureSet
 from ..replay import replay
 from . import paper
@@ -194,7 +195,7 @@ def stream_features(cfg: BenchmarkConfig, dataset: str, backbone: Backbone, seed
     dcfg = dataset_config(dataset, cfg.settings)
     device = resolve_device(cfg.device)
     fkey = feature_key(dataset, backbone, resolved_precision(device, cfg.precision), dcfg, seed, cfg.limit,
-                       cfg.listing, cfg.augment)
+                       cfg.listing, cfg.augment, view_path(cfg.views_on, device))
     path = ensure_features(fkey, cfg.store, Models(device, cfg.precision), cfg.data_root,
                            batch_size=cfg.batch_size, workers=cfg.workers, progress=cfg.progress)
     return path, load_stream(path, fkey), dcfg

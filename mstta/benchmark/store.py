@@ -1,7 +1,10 @@
 """The feature store: one feature file per (dataset, backbone, pretrained, precision, views,
 augment, seed), extracted once and replayed by every method, sweep value and plot.
 
-    <store>/<backbone>-<pretrained>-<precision>/<dataset>/views<V>-<augment>-seed<S>[-n<N>][-peer].npz
+    <store>/<backbone>-<pretrained>-<precision>/<dataset>/views<V>-<augment>-seed<S>[-n<N>][-peer][-gpuviews|-tensorviews].npz
+
+(no suffix: views made by PIL; `-gpuviews`: on CUDA by `mstta.tensor_views`; `-tensorviews`: on CPU
+tensors, the fast path; `--views-on`).
 
 `ensure_features` is the one place the benchmark calls the extraction library; `Models` loads
 each backbone at most once per command, and only when some file has to be extracted.
@@ -19,6 +22,7 @@ from ..errors import UserError
 
 log = logging.getLogger(__name__)
 
+VIEW_SUFFIX = {"gpu": "-gpuviews", "cpu-tensors": "-tensorviews"}   # the pixel paths other than PIL's
 DEFAULT_PRETRAINED = {"ViT-B-16": "openai", "RN50": "openai", "mstta-tiny": "none", "mstta-digits": "bundled"}
 BACKBONE_ALIASES = {"vit-b/16": "ViT-B-16", "vit_b16": "ViT-B-16", "vit-b-16": "ViT-B-16", "vitb16": "ViT-B-16",
                     "rn50": "RN50", "resnet50": "RN50", "resnet-50": "RN50"}
@@ -105,6 +109,7 @@ class FeatureKey:
     seed: int
     limit: int | None = None     # only the first `limit` samples of the stream (quick runs)
     listing: str = "full"        # full | peer (the peers' file lists, `mstta.data.load_split`)
+    views_made: str = "pil"      # pil | gpu | cpu-tensors (`mstta.extract_views.view_path`; many views only)
 
     def path(self, store: Path) -> Path:
         model = slug(f"{self.backbone.name}-{self.backbone.pretrained}-{self.precision}")
@@ -113,6 +118,8 @@ class FeatureKey:
             tail += f"-n{self.limit}"
         if self.listing != "full":
             tail += f"-{self.listing}"
+        if self.views > 1 and self.views_made != "pil":
+            tail += VIEW_SUFFIX[self.views_made]
         return Path(store) / model / slug(self.dataset) / f"{tail}.npz"
 
 
@@ -163,9 +170,11 @@ def ensure_features(key: FeatureKey, store: str | Path, models: Models, data_roo
 
     path = key.path(Path(store))
     if path.is_file():
+        _check_views_made(path, key)
         return path
     kwargs: dict[str, Any] = dict(model=key.backbone.name, pretrained=key.backbone.pretrained,
                                   precision=key.precision, device=str(models.device), views=key.views,
+                                  views_on="cpu" if key.views_made == "pil" else "device",
                                   augment=key.augment, seed=key.seed, limit=key.limit, listing=key.listing,
                                   cache_dir=Path(store) / "text", progress=progress)
     if batch_size is not None:
@@ -175,3 +184,16 @@ def ensure_features(key: FeatureKey, store: str | Path, models: Models, data_roo
     with output_lock(path, "--store"):
         log.info("extracting %s for %s into %s", key.dataset, key.backbone.label, path)
         return extract.run_extraction(key.dataset, path, data_root, clip=models.get(key.backbone), **kwargs).path
+
+
+def _check_views_made(path: Path, key: FeatureKey) -> None:
+    """A file written before view paths had their own names may hold tensor views under PIL's name:
+    refuse it rather than mix pixel paths (its meta says where its views were made)."""
+    from ..features import read_meta
+
+    made = read_meta(path).get("views_on")
+    if key.views > 1 and key.views_made == "pil" and made == "device":
+        raise UserError(f"--store: {path} holds views made on tensors (--views-on device), not by PIL as this run asks "
+                        f"(--views-on cpu, or auto without CUDA); move it to the same name ending in "
+                        f"{VIEW_SUFFIX['gpu']}.npz if it was made on a GPU ({VIEW_SUFFIX['cpu-tensors']}.npz on a CPU), "
+                        "or delete it to re-extract")

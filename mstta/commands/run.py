@@ -10,6 +10,7 @@ import sys
 from ..config import VIEW_MODES
 from ..data import LISTINGS
 from ..errors import UserError
+from ..extract_views import VIEWS_ON
 from ..models import PRECISIONS
 from ..views import AUGMENTS
 
@@ -37,6 +38,10 @@ def add_common(p: argparse.ArgumentParser, datasets_default: str = "all") -> Non
     p.add_argument("--listing", default="full", choices=LISTINGS,
                    help="full: every image (default); peer: the peers' file lists, which drop every ImageNet-A/R/"
                         "Sketch/V2 file whose name contains 'sh' (ImageNet-A: 6,862 of 7,500)")
+    p.add_argument("--views-on", default="auto", choices=VIEWS_ON,
+                   help="where the views of a many-view stream are made: cpu (PIL, the peers' pixels), device "
+                        "(tensors on the model's device: exact crops on CUDA, the fast path on a CPU), auto "
+                        "(default: device on CUDA, else cpu); each has its own feature file in the store")
     p.add_argument("--out", default="results", metavar="DIR", help="results folder (default results/)")
     p.add_argument("--store", default="features", metavar="DIR", help="feature store shared by runs and sweeps (default features/)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -100,7 +105,7 @@ def build_config(args: argparse.Namespace, methods: list[str]):
         datasets=parse_datasets(args.datasets), backbones=parse_backbones(args.backbone, args.pretrained),
         methods=methods, seeds=parse_seeds(args.seeds),
         data_root=Path(args.data_root).expanduser() if args.data_root else None,
-        out=Path(args.out), store=Path(args.store), overrides=overrides(args), listing=args.listing,
+        out=Path(args.out), store=Path(args.store), overrides=overrides(args), listing=args.listing, views_on=args.views_on,
         augment=args.augment, device=args.device,
         precision=args.precision, batch_size=args.batch_size, workers=args.workers, limit=args.limit,
         fps_samples=getattr(args, "fps_samples", 0), fps_dataset=getattr(args, "fps_dataset", None),
