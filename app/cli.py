@@ -19,6 +19,7 @@ from typing import Sequence
 
 from mstta.config import DEFAULT_BANK_SIZE
 from mstta.errors import EXIT_INTERRUPTED, UserError, run_cli
+from mstta.extract_views import VIEWS_ON
 from mstta.methods import list_methods
 
 from .bundled import apply_bundled
@@ -71,6 +72,9 @@ def build_parser(ui: bool = True, add_help: bool = True) -> argparse.ArgumentPar
     mod.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
     mod.add_argument("--views", type=integer, default=1, metavar="V",
                      help=f"images per frame fed to CLIP: the frame plus V-1 random resized crops, 1..{MAX_VIEWS} (default 1)")
+    mod.add_argument("--views-on", default="auto", choices=VIEWS_ON,
+                     help="where the V-1 extra views are made: cpu (PIL), device (tensors on the model's device: "
+                          "PIL's pixels on CUDA, the fast path on a CPU), auto (default: device on CUDA, else cpu)")
     ada = p.add_argument_group("adaptation")
     ada.add_argument("--method", default="ms-tta", metavar="NAME",
                      help=f"one of: {', '.join(list_methods())} (default ms-tta)")
@@ -141,7 +145,7 @@ def _config(args: argparse.Namespace):
 
     return DemoConfig(video=args.video, camera=args.camera, labels=args.labels, template=args.template,
                       model=args.model, pretrained=args.pretrained, precision=args.precision, device=args.device,
-                      views=args.views, method=args.method, overrides=list(args.set), bank_size=args.bank_size,
+                      views=args.views, views_on=args.views_on, method=args.method, overrides=list(args.set), bank_size=args.bank_size,
                       every=args.every, max_frames=args.max_frames, out=args.out, log=args.log,
                       truth=args.truth, topk=args.topk, max_pixels=parse_max_pixels(args.max_pixels), progress=not args.quiet)
 

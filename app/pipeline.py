@@ -23,6 +23,7 @@ from typing import Any, Callable, ContextManager, Iterable, Iterator
 from mstta.atomic import sweep_stale
 from mstta.config import EngineConfig, from_dict, parse_overrides
 from mstta.errors import UserError
+from mstta.extract_views import VIEWS_ON
 from mstta.methods import get_method
 from mstta.safety import STDOUT, check_outputs
 
@@ -54,6 +55,7 @@ class DemoConfig:
     precision: str | None = None        # fp32 / fp16 / bf16; None = fp16 on GPU, fp32 on CPU
     device: str = "auto"
     views: int = 1                      # images per frame fed to CLIP (1 = the frame only)
+    views_on: str = "auto"              # where the extra views are made: auto | cpu | device
     method: str = "ms-tta"
     overrides: list[str] = field(default_factory=list)   # --set KEY=VALUE onto EngineConfig
     bank_size: int = DEFAULT_BANK_SIZE  # bound of the mean-shift feature bank
@@ -137,6 +139,8 @@ def prepare(cfg: DemoConfig) -> Prepared:
     _check_int(cfg.topk, "--topk")
     _check_int(cfg.max_pixels, "--max-pixels")
     check_views(cfg.views)
+    if cfg.views_on not in VIEWS_ON:
+        raise UserError(f"--views-on {cfg.views_on}: choose one of {', '.join(VIEWS_ON)}")
     check_device(cfg.device)
     engine_cfg = demo_engine_config(cfg.bank_size, cfg.overrides)
     truth = read_truth(cfg.truth, labels) if cfg.truth else None
@@ -240,7 +244,7 @@ def _open_run(cfg: DemoConfig, clip: Any, source: Source | None, stack: ExitStac
         clip = load_clip(cfg.model, cfg.pretrained, device=cfg.device, precision=cfg.precision)
     engine_cfg = with_model_scale(prep.engine_cfg, clip, cfg.overrides)
     session = StreamSession(clip, prep.labels, template=cfg.template, method=cfg.method,
-                            config=engine_cfg, views=cfg.views, topk=cfg.topk)
+                            config=engine_cfg, views=cfg.views, views_on=cfg.views_on, topk=cfg.topk)
     every = 1 if source.live else (cfg.every or default_every(source.fps))
     if source.live and cfg.every not in (None, 1):
         log.warning("--every applies to files and folders; a live source keeps only its newest frame")

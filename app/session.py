@@ -93,14 +93,14 @@ class StreamSession:
 
     def __init__(self, clip: Any, labels: Sequence[str], *, template: str | None = None,
                  method: str = "ms-tta", config: EngineConfig | None = None, views: int = 1,
-                 topk: int = 3, seed: int = 0, cache_dir: str | Path | None = None):
+                 views_on: str = "auto", topk: int = 3, seed: int = 0, cache_dir: str | Path | None = None):
         if isinstance(topk, bool) or not isinstance(topk, int) or topk < 1:
             raise UserError(f"--topk {topk!r}: expected an integer >= 1")
         self.clip = clip
         self.topk = topk
         self.seed = seed
         self.cache_dir = cache_dir
-        self.encoder = FrameEncoder(clip, views=views, seed=seed)
+        self.encoder = FrameEncoder(clip, views=views, seed=seed, views_on=views_on)
         self.method = get_method(method)      # the registry's `Method` (name, title, what it uses)
         self.config = config if config is not None else EngineConfig(bank_size=DEFAULT_BANK_SIZE)
         self.labels: list[str] = []

@@ -20,7 +20,7 @@ from mstta.config import DEFAULT_BANK_SIZE
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--model", "mstta-tiny", "--pretrained", "none"]
 FLAGS = ["--video", "--camera", "--labels", "--template", "--model", "--pretrained", "--precision", "--device",
-         "--views", "--method", "--set", "--bank-size", "--every", "--max-frames", "--headless", "--out", "--log",
+         "--views", "--views-on", "--method", "--set", "--bank-size", "--every", "--max-frames", "--headless", "--out", "--log",
          "--truth", "--json", "--topk", "--max-pixels", "--quiet", "--bundled-demo"]
 
 

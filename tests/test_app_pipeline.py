@@ -139,6 +139,19 @@ def test_interruption_leaves_valid_outputs(tiny_clip, media):
     assert [p.name for p in (media["dir"] / "out").iterdir() if p.name.startswith(".")] == []
 
 
+@pytest.mark.parametrize("views_on", ["cpu", "device"])
+def test_views_are_made_where_views_on_says(tiny_clip, media, monkeypatch, views_on):
+    """--views-on reaches the session's encoder: PIL crops (cpu) or tensor views (device; the fast
+    path on a CPU), the same run otherwise."""
+    import app.session as session_mod
+
+    seen = []
+    real = session_mod.FrameEncoder
+    monkeypatch.setattr(session_mod, "FrameEncoder", lambda *a, **k: seen.append(real(*a, **k)) or seen[-1])
+    s = run_pipeline(_cfg(media, views=3, views_on=views_on, max_frames=4), clip=tiny_clip)
+    assert s["frames_processed"] == 4 and [e.views_on for e in seen] == [views_on]
+
+
 def test_memory_source_and_other_methods(tiny_clip, media):
     src = IterableSource((scene(i) for i in range(10)), fps=5)
     s = run_pipeline(_cfg(media, video=None, out=None, method="tda", overrides=["k=3"]), clip=tiny_clip, source=src)
@@ -160,6 +173,7 @@ def test_memory_source_and_other_methods(tiny_clip, media):
     ({"max_frames": 0}, "--max-frames"),
     ({"topk": 0}, "--topk"),
     ({"views": 0}, "--views"),
+    ({"views": 3, "views_on": "gpu"}, "--views-on gpu: choose one of auto, cpu, device"),
     ({"template": "no braces"}, "--template"),
     ({"out": "x.avi"}, "--out x.avi: must end in"),
     ({"truth": "missing.csv"}, "--truth missing.csv: no such file"),

@@ -179,3 +179,14 @@ def test_a_sessions_downloads_are_whole_files_and_go_with_the_session(tmp_path):
     folder = ui.downloads.folder
     ui.close()
     assert not folder.exists(), "the session's files go with it"
+
+
+@pytest.mark.parametrize("views_on", ["cpu", "device"])
+def test_every_session_makes_its_views_where_the_demo_was_told(tiny_clip, views_on):
+    """`mstta-demo --views 3 --views-on ...` in the UI: each new stream's encoder makes its views there."""
+    from app.ui.handlers import Context
+
+    ctx = Context(clip=tiny_clip, base=EngineConfig(bank_size=64), slots=ModelSlots(1), sessions=Sessions(2),
+                  views=3, views_on=views_on)
+    enc = ctx.new_stream(Settings(("cat", "dog"), None, "ms-tta", EngineConfig(bank_size=64))).encoder
+    assert (enc.views, enc.views_on) == (3, views_on)

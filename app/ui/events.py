@@ -98,7 +98,7 @@ TOOLTIP_JS = """
 def build_app(clip: Any, *, labels: Sequence[str] | None = None, video: str | None = None,
               truth: str | None = None, template: str | None = None, method: str = "ms-tta",
               config: EngineConfig | None = None, every: int | None = None, topk: int = 3, views: int = 1,
-              max_frames: int | None = None, autostart: bool | None = None, realtime: bool = True,
+              views_on: str = "auto", max_frames: int | None = None, autostart: bool | None = None, realtime: bool = True,
               concurrency: int = DEFAULT_CONCURRENCY, streams: int | None = None,
               max_sessions: int = DEFAULT_MAX_SESSIONS, session_ttl: float = SESSION_TTL_S,
               max_pixels: int = MAX_PIXELS, update_interval: float = UPDATE_INTERVAL_S,
@@ -108,7 +108,8 @@ def build_app(clip: Any, *, labels: Sequence[str] | None = None, video: str | No
 
     `labels` fill the labels box; `video` (a file) and `truth` (its CSV) are preloaded, and with
     `autostart` (default: when both video and labels are given) each new page starts processing
-    the video at once. `method`, `config`, `every`, `topk`, `views` and `max_frames` are the
+    the video at once. `method`, `config`, `every`, `topk`, `views` (made where `views_on` says)
+    and `max_frames` are the
     defaults of the controls and of every session, as in the headless demo; `realtime` the default
     of the Real time box. `concurrency` model calls run at once (all users together), `streams`
     video/webcam runs (default 4 x concurrency); `max_sessions` sessions keep an engine and each
@@ -120,7 +121,7 @@ def build_app(clip: Any, *, labels: Sequence[str] | None = None, video: str | No
     method = get_method(method).name
     autostart = bool(video and labels) if autostart is None else autostart
     ctx = Context(clip=clip, base=base, slots=ModelSlots(concurrency), sessions=Sessions(max_sessions), views=views,
-                  topk=topk, max_frames=max_frames, max_pixels=max_pixels, update_interval=update_interval,
+                  views_on=views_on, topk=topk, max_frames=max_frames, max_pixels=max_pixels, update_interval=update_interval,
                   demo_clip=handlers.demo_clip() if offer_demo_clip else None)
 
     def state_deleted(ui: Any) -> None:   # Gradio's time to live ran out (or its own capacity)

@@ -47,6 +47,7 @@ class Context:
     slots: ModelSlots
     sessions: Sessions
     views: int = 1
+    views_on: str = "auto"
     topk: int = 3
     max_frames: int | None = None
     max_pixels: int = MAX_PIXELS
@@ -55,7 +56,7 @@ class Context:
 
     def new_stream(self, s: Settings) -> StreamSession:
         return StreamSession(self.clip, list(s.labels), template=s.template, method=s.method, config=s.config,
-                             views=self.views, topk=self.topk)
+                             views=self.views, views_on=self.views_on, topk=self.topk)
 
     def settings(self, form: Mapping[str, Any]) -> Settings:
         return Settings.from_controls(form, self.base)

@@ -112,7 +112,8 @@ def ui_config(args: argparse.Namespace):
         video=video, camera=None, labels=_opt(args, "labels"),
         template=_opt(args, "template"), model=_opt(args, "model", "ViT-B-16"),
         pretrained=_opt(args, "pretrained", "openai"), precision=_opt(args, "precision"),
-        device=_opt(args, "device", "auto"), views=_opt(args, "views", 1), method=_opt(args, "method", "ms-tta"),
+        device=_opt(args, "device", "auto"), views=_opt(args, "views", 1),
+        views_on=_opt(args, "views_on", "auto"), method=_opt(args, "method", "ms-tta"),
         overrides=list(_opt(args, "set", None) or []), bank_size=bank, every=_opt(args, "every"),
         max_frames=_opt(args, "max_frames"), truth=_opt(args, "truth"), topk=_opt(args, "topk", 3),
         max_pixels=parse_max_pixels(_opt(args, "max_pixels", MAX_PIXELS)))
@@ -142,7 +143,7 @@ def run_ui(args: argparse.Namespace) -> int:
     demo = build_app(clip, labels=prep.labels, video=video, truth=str(Path(cfg.truth).resolve()) if cfg.truth else None,
                      template=cfg.template, method=cfg.method,
                      config=with_model_scale(prep.engine_cfg, clip, cfg.overrides), every=cfg.every, topk=cfg.topk,
-                     views=cfg.views, max_frames=cfg.max_frames, concurrency=concurrency,
+                     views=cfg.views, views_on=cfg.views_on, max_frames=cfg.max_frames, concurrency=concurrency,
                      max_sessions=_opt(args, "max_sessions", DEFAULT_MAX_SESSIONS),
                      session_ttl=_opt(args, "session_ttl", SESSION_TTL_S), max_pixels=cfg.max_pixels)
     demo.queue(max_size=_opt(args, "queue_size", DEFAULT_QUEUE_SIZE), default_concurrency_limit=concurrency)
