@@ -17,6 +17,9 @@ Parts (choose with --parts):
   twice) against S separate engines stepped in turn, in the same run.
 - bank_dtype: prediction agreement of a float16/bfloat16 bank with float32 on the stream
   (`ms-tta`, `tda+ms` replay); on CUDA also the CUDA-graph step time per dtype.
+- share (CPU, not in the default parts): the share of the cores a pool of W one-thread workers
+  keeps under the competing load, pure GEMM chunks, W = 1 .. cores + 2: why `mstta.threads` gives
+  the replay's pool one worker more than cores.
 - memory: peak RSS of a fresh process streaming --steps samples through `ms-tta` with the default
   bounded bank (65,536), and the step time over the first and last 2,000 steps (flat = bounded).
 Rates are the best of 3 runs (the machine may be shared); the 1-minute load average at start and
@@ -35,6 +38,7 @@ import resource
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -45,7 +49,7 @@ from mstta.multi import MultiEngine
 
 replay_mod = importlib.import_module("mstta.replay")  # the module (`mstta.replay` is the function)
 
-PARTS = ("online", "replay", "multi", "bank_dtype", "memory")
+PARTS = ("online", "replay", "multi", "bank_dtype", "memory", "share")
 DEFAULT_PARTS = ("online", "replay", "multi", "bank_dtype", "memory")
 
 
@@ -199,6 +203,41 @@ def part_multi(feats, text, cfg, device, steps: int) -> dict:
     return out
 
 
+def share_rate(pool: ThreadPoolExecutor, chunks: int = 24) -> float:
+    """GEMM chunks per second ([256, 512] x [512, 3000], ten per chunk, one intra-op thread each) on `pool`."""
+    a, b = torch.randn(256, 512), torch.randn(512, 3000)
+
+    def chunk(_):
+        with threads.intra_op_threads(1):
+            for _ in range(10):
+                a @ b
+    list(pool.map(chunk, range(2)))   # warm-up
+    best = 0.0
+    for _ in range(REPEAT):
+        t0 = time.perf_counter()
+        list(pool.map(chunk, range(chunks)))
+        best = max(best, chunks / (time.perf_counter() - t0))
+    return best
+
+
+def part_share() -> dict:
+    """The share of the cores a pool of W one-thread workers keeps under the competing load (one
+    spinning process per core): loaded / idle rate of pure GEMM chunks for W = 1 .. cores + 2. The
+    scheduler's fair share predicts W / (W + cores) x cores / min(W, cores); `mstta.threads` uses
+    cores + 1 workers."""
+    out: dict = {}
+    load = threads.cores()
+    for w in range(1, load + 3):
+        with ThreadPoolExecutor(w) as pool:
+            idle = share_rate(pool)
+            with cpu_load(load):
+                loaded = share_rate(pool)
+        out[f"workers={w}"] = {"idle_chunks_per_s": round(idle, 1), "loaded_chunks_per_s": round(loaded, 1),
+                               "loaded_to_idle": round(loaded / idle, 3)}
+    out["competing_load"] = f"{load} busy-looping processes (one per core)"
+    return out
+
+
 def part_bank_dtype(feats, text, cfg, device) -> dict:
     out: dict = {}
     for method in ("ms-tta", "tda+ms"):
@@ -294,6 +333,8 @@ def main() -> None:
         out["multi"] = part_multi(feats, text, dataclasses.replace(cfg, bank_size=args.multi_bank_size), device, args.multi_n)
     if "bank_dtype" in parts:
         out["bank_dtype"] = part_bank_dtype(feats, text, cfg, device)
+    if "share" in parts and device.type == "cpu":
+        out["share"] = part_share()
     if "memory" in parts and args.steps > 0:
         out["memory"] = part_memory(args)
     out["loadavg_1min_at_end"] = round(os.getloadavg()[0], 2)
