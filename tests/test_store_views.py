@@ -53,10 +53,13 @@ def test_run_keeps_pil_and_tensor_views_apart(world, capsys):
     code, out, err = run_bench(capsys, *_argv(world, store, world / "r1", "--views-on", "device", "--dry-run"))
     assert code == 0, err
     assert "views4-crop-seed1-tensorviews.npz" in out and not list(store.rglob("*.npz"))
-    code, _, err = run_bench(capsys, *_argv(world, store, world / "r1", "--views-on", "device"))
+    code, _, err = run_bench(capsys, *_argv(world, store, world / "r1", "--views-on", "device", "--fps-samples", "2"))
     assert code == 0, err
-    code, _, err = run_bench(capsys, *_argv(world, store, world / "r2", "--views-on", "cpu"))
+    code, _, err = run_bench(capsys, *_argv(world, store, world / "r2", "--views-on", "cpu", "--fps-samples", "2"))
     assert code == 0, err
+    for d, how in (("r1", "on CPU tensors (mstta.tensor_views, the fast path) by "), ("r2", "with PIL by ")):
+        eff = json.loads((world / d / "results.json").read_text())["efficiency"]   # timed as its features were made
+        assert eff and all(e["views_made"].startswith(how) for e in eff), eff
     files = {p.name: read_meta(p)["views_on"] for p in store.rglob("*.npz")}
     assert files == {"views4-crop-seed1-tensorviews.npz": "device", "views4-crop-seed1.npz": "cpu"}
     runs = {r["features"].rsplit("/", 1)[-1] for d in ("r1", "r2")

@@ -7,7 +7,8 @@ view mode encode the original image only; the others encode every configured vie
 kind (crops for the boosting methods, `context.view_kind`). Views are made as a user's extraction
 makes them (`mstta.extract_views`): on a GPU, on the device from the image tensor
 (`mstta.tensor_views`), inside each sample's time; on a CPU, by data-loader workers
-(`default_workers()`) that make the next samples' views while the encoder runs, so a sample's time
+(`default_workers()`; with PIL, or on CPU tensors under `--views-on device`) that make the next
+samples' views while the encoder runs, so a sample's time
 is the interval between two finished samples (the pipeline's throughput, as the peers' 8 workers).
 
 Same conditions for every method: one untimed warm-up pass runs every method first (kernels,
@@ -32,7 +33,7 @@ import torch
 from ..config import EngineConfig
 from ..engine import Engine
 from ..errors import UserError
-from ..extract_views import resolve_views_on, view_path
+from ..extract_views import view_path
 from ..features import load_features
 from ..methods import get_method
 from ..tensor_views import TensorViewMaker
@@ -57,7 +58,7 @@ def views_used(method: str, ecfg: EngineConfig, views: int) -> int:
 
 
 class _Made(torch.utils.data.Dataset):
-    """Sample i -> its views, made with PIL in a data-loader worker."""
+    """Sample i -> its views, made in a data-loader worker by `maker` (PIL, or `_CpuTensorViews`)."""
 
     def __init__(self, images: Sequence, maker):
         self.images, self.maker = images, maker
@@ -67,6 +68,19 @@ class _Made(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int) -> torch.Tensor:
         return self.maker(self.images[i], i)
+
+
+class _CpuTensorViews:
+    """A PIL image's views made by `mstta.tensor_views` on CPU tensors, the fast path, as
+    `--views-on device` makes them for extraction without CUDA."""
+
+    def __init__(self, maker: ViewMaker):
+        self.tensor = TensorViewMaker(maker, exact=False)
+
+    def __call__(self, img, index: int) -> torch.Tensor:
+        from ..decode import pil_tensor
+
+        return self.tensor(pil_tensor(img), index)
 
 
 @dataclasses.dataclass
@@ -100,13 +114,16 @@ class Timed:
 
 
 def views_made(device: torch.device, views_on: str = "auto") -> tuple[str, int]:
-    """Where the timed views are made -> (a line for the table, data-loader workers; 0 = on the device)."""
+    """Where the timed views are made, as extraction makes them (`view_path`) -> (a line for the
+    table, data-loader workers; 0 = on the device)."""
     from ..extract import default_workers
 
-    if resolve_views_on(views_on, device) == "device" and torch.device(device).type == "cuda":
+    path = view_path(views_on, device)
+    if path == "gpu":
         return f"on the device ({device}), mstta.tensor_views", 0
     workers = default_workers()
-    return f"with PIL by {workers} data-loader worker(s), overlapped with the encoder", workers
+    how = "with PIL" if path == "pil" else "on CPU tensors (mstta.tensor_views, the fast path)"
+    return f"{how} by {workers} data-loader worker(s), overlapped with the encoder", workers
 
 
 def measure_methods(clip, images: Sequence, text: torch.Tensor, setups: Sequence[tuple[str, str, EngineConfig]],
@@ -121,9 +138,11 @@ def measure_methods(clip, images: Sequence, text: torch.Tensor, setups: Sequence
     where, workers = views_made(clip.device, views_on)
     if not workers:
         images = [pil_tensor(img).to(clip.device) for img in images]     # decoded before timing, on the device
-    timed = [Timed(name, ViewMaker(geometry, size, views_used(method, ecfg, views), augment, seed),
+    cpu_tensors = view_path(views_on, clip.device) == "cpu-tensors"
+    makers = [ViewMaker(geometry, size, views_used(method, ecfg, views), augment, seed) for _, method, ecfg, augment in setups]
+    timed = [Timed(name, _CpuTensorViews(maker) if cpu_tensors else maker,
                    Engine(text.to(clip.device), method, ecfg), views_used(method, ecfg, views))
-             for name, method, ecfg, augment in setups]
+             for (name, method, ecfg, _), maker in zip(setups, makers)]
     for t in timed:                                   # one warm-up pass over every method
         t.run(clip, images[:WARMUP], mean, std, workers)
         t.best = [float("inf")] * len(images)
