@@ -63,26 +63,7 @@ def build_parser(ui: bool = True, add_help: bool = True) -> argparse.ArgumentPar
                      help="class names, one per line (blank lines and # comments ignored; UTF-8); required with --headless, optional for the UI (editable there)")
     cls.add_argument("--template", metavar="TEXT",
                      help="prompt template with one {}, e.g. 'a photo of a {}.' (default: the built-in prompt ensemble)")
-    mod = p.add_argument_group("model")
-    mod.add_argument("--model", help=f"open_clip architecture (default {DEFAULT_MODEL}; mstta-tiny for a test run)")
-    mod.add_argument("--pretrained",
-                     help=f"open_clip pretrained tag, a checkpoint path, or none for random weights "
-                          f"(default {DEFAULT_PRETRAINED})")
-    mod.add_argument("--precision", choices=("fp32", "fp16", "bf16"), help="default fp16 on GPU, fp32 on CPU")
-    mod.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
-    mod.add_argument("--views", type=integer, default=1, metavar="V",
-                     help=f"images per frame fed to CLIP: the frame plus V-1 random resized crops, 1..{MAX_VIEWS} (default 1)")
-    mod.add_argument("--views-on", default="auto", choices=VIEWS_ON,
-                     help="where the V-1 extra views are made: cpu (PIL), device (tensors on the model's device: "
-                          "PIL's pixels on CUDA, the fast path on a CPU), auto (default: device on CUDA, else cpu)")
-    ada = p.add_argument_group("adaptation")
-    ada.add_argument("--method", default="ms-tta", metavar="NAME",
-                     help=f"one of: {', '.join(list_methods())} (default ms-tta)")
-    ada.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                     help="override a hyperparameter, e.g. --set k=4 --set alpha=0.7 (repeatable); logit_scale "
-                          "defaults to the checkpoint's own (100 for OpenAI's CLIP)")
-    ada.add_argument("--bank-size", type=integer, default=DEFAULT_BANK_SIZE, metavar="N",
-                     help=f"bound of the mean-shift feature bank, so an endless stream keeps flat memory (default {DEFAULT_BANK_SIZE})")
+    _add_model_arguments(p)
     run = p.add_argument_group("run")
     run.add_argument("--every", type=integer, metavar="N",
                      help="files and folders: process every N-th frame (default: about 5 frames per second of video)")
@@ -105,6 +86,30 @@ def build_parser(ui: bool = True, add_help: bool = True) -> argparse.ArgumentPar
     if ui:
         _add_ui_arguments(p)
     return p
+
+
+def _add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """The model and adaptation flags."""
+    mod = p.add_argument_group("model")
+    mod.add_argument("--model", help=f"open_clip architecture (default {DEFAULT_MODEL}; mstta-tiny for a test run)")
+    mod.add_argument("--pretrained",
+                     help=f"open_clip pretrained tag, a checkpoint path, or none for random weights "
+                          f"(default {DEFAULT_PRETRAINED})")
+    mod.add_argument("--precision", choices=("fp32", "fp16", "bf16"), help="default fp16 on GPU, fp32 on CPU")
+    mod.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
+    mod.add_argument("--views", type=integer, default=1, metavar="V",
+                     help=f"images per frame fed to CLIP: the frame plus V-1 random resized crops, 1..{MAX_VIEWS} (default 1)")
+    mod.add_argument("--views-on", default="auto", choices=VIEWS_ON,
+                     help="where the V-1 extra views are made: cpu (PIL), device (tensors on the model's device: "
+                          "PIL's pixels on CUDA, the fast path on a CPU), auto (default: device on CUDA, else cpu)")
+    ada = p.add_argument_group("adaptation")
+    ada.add_argument("--method", default="ms-tta", metavar="NAME",
+                     help=f"one of: {', '.join(list_methods())} (default ms-tta)")
+    ada.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a hyperparameter, e.g. --set k=4 --set alpha=0.7 (repeatable); logit_scale "
+                          "defaults to the checkpoint's own (100 for OpenAI's CLIP)")
+    ada.add_argument("--bank-size", type=integer, default=DEFAULT_BANK_SIZE, metavar="N",
+                     help=f"bound of the mean-shift feature bank, so an endless stream keeps flat memory (default {DEFAULT_BANK_SIZE})")
 
 
 def _add_ui_arguments(p: argparse.ArgumentParser) -> None:
