@@ -138,11 +138,10 @@ def measure_methods(clip, images: Sequence, text: torch.Tensor, setups: Sequence
     where, workers = views_made(clip.device, views_on)
     if not workers:
         images = [pil_tensor(img).to(clip.device) for img in images]     # decoded before timing, on the device
-    cpu_tensors = view_path(views_on, clip.device) == "cpu-tensors"
-    makers = [ViewMaker(geometry, size, views_used(method, ecfg, views), augment, seed) for _, method, ecfg, augment in setups]
-    timed = [Timed(name, _CpuTensorViews(maker) if cpu_tensors else maker,
+    wrap = _CpuTensorViews if view_path(views_on, clip.device) == "cpu-tensors" else (lambda maker: maker)
+    timed = [Timed(name, wrap(ViewMaker(geometry, size, views_used(method, ecfg, views), augment, seed)),
                    Engine(text.to(clip.device), method, ecfg), views_used(method, ecfg, views))
-             for (name, method, ecfg, _), maker in zip(setups, makers)]
+             for name, method, ecfg, augment in setups]
     for t in timed:                                   # one warm-up pass over every method
         t.run(clip, images[:WARMUP], mean, std, workers)
         t.best = [float("inf")] * len(images)

@@ -191,8 +191,7 @@ def _check_views_made(path: Path, key: FeatureKey) -> None:
     refuse it rather than mix pixel paths (its meta says where its views were made)."""
     from ..features import read_meta
 
-    made = read_meta(path).get("views_on")
-    if key.views > 1 and key.views_made == "pil" and made == "device":
+    if key.views > 1 and key.views_made == "pil" and read_meta(path).get("views_on") == "device":
         raise UserError(f"--store: {path} holds views made on tensors (--views-on device), not by PIL as this run asks "
                         f"(--views-on cpu, or auto without CUDA); move it to the same name ending in "
                         f"{VIEW_SUFFIX['gpu']}.npz if it was made on a GPU ({VIEW_SUFFIX['cpu-tensors']}.npz on a CPU), "
