@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import reprlib
 import types
 import typing
 from dataclasses import dataclass, field, fields
@@ -16,7 +15,12 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
+from .checks import check as _check
+from .checks import check_int as _int
+from .checks import check_num as _num
+from .checks import show as _show
 from .errors import UserError
+from .families import BcaParams, DmnParams, DotaParams, DpeParams, MtaParams, OnzetaParams, ZeroParams
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
@@ -26,6 +30,7 @@ KERNELS = ("exp", "linear")
 # keeps flat memory and a flat step time.
 DEFAULT_BANK_SIZE = 65_536
 VIEW_MODES = ("confident", "original")
+FAMILY_SECTIONS = ("zero", "mta", "dmn", "dota", "onzeta", "bca", "dpe")  # EngineConfig's family sections
 
 # Upper bounds of the values that memory or time grows with (docs/limits.md gives each reason).
 # Each is far above anything the paper or its peers use, and low enough that a typo (an extra
@@ -67,6 +72,15 @@ class EngineConfig:
     view_mode: str = "confident"    # multi-view samples: "confident" (TDA, OOD) or "original" (view 0)
     view_ratio: float = 0.1         # fraction of views kept by confidence (floor(0.1*64) = 6)
     bank_dtype: str = "float32"     # storage of the kNN bank: float32 (exact) or float16/bfloat16 (half the bytes; sums in float32)
+    # The other families' hyperparameters, one section each (`engine: dota: {eta: 0.3}` in a dataset
+    # YAML, `--set dota.eta=0.3`); each section's defaults and sources are in its module's `Params`.
+    zero: ZeroParams = field(default_factory=ZeroParams)
+    mta: MtaParams = field(default_factory=MtaParams)
+    dmn: DmnParams = field(default_factory=DmnParams)
+    dota: DotaParams = field(default_factory=DotaParams)
+    onzeta: OnzetaParams = field(default_factory=OnzetaParams)
+    bca: BcaParams = field(default_factory=BcaParams)
+    dpe: DpeParams = field(default_factory=DpeParams)
 
     def __post_init__(self) -> None:
         _int(self, "k", 1, MAX_K)
@@ -114,40 +128,6 @@ class DatasetConfig:
 
     engine: EngineConfig = field(default_factory=EngineConfig)
     bench: BenchConfig = field(default_factory=BenchConfig)
-
-
-def _check(ok: bool, key: str, value: Any, expected: str) -> None:
-    if not ok:
-        raise UserError(f"bad value for '{key}': {_show(value)}; expected {expected}")
-
-
-def _int(obj: Any, key: str, low: int, high: int, extra: str = "") -> None:
-    """An integer field in [low, high] (bool is not an integer here)."""
-    v = getattr(obj, key)
-    ok = isinstance(v, int) and not isinstance(v, bool) and low <= v <= high
-    _check(ok, key, v, f"an integer in [{low}, {high:,}]{extra} (bounds: docs/limits.md)")
-
-
-def _num(obj: Any, key: str, low: float, high: float, low_open: bool = False) -> None:
-    """A finite number in [low, high] ((low, high] with `low_open`); NaN and infinities refused."""
-    v = getattr(obj, key)
-    ok = (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-          and (low < v if low_open else low <= v) and v <= high)
-    _check(ok, key, v, f"a finite number in {'(' if low_open else '['}{low:g}, {high:g}] (bounds: docs/limits.md)")
-
-
-_REPR = reprlib.Repr()
-_REPR.maxstring = _REPR.maxother = 60
-_REPR.maxlevel = 1
-_REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = _REPR.maxset = 4
-
-
-def _show(value: Any) -> str:
-    """A short repr for error messages (a YAML alias bomb, a huge string or an integer of 10^5 digits
-    stays one short line)."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
-        return f"{'-' if value < 0 else ''}an integer of {value.bit_length():,} bits"
-    return _REPR.repr(value)
 
 
 def check_seed(value: Any, flag: str) -> int:
@@ -334,13 +314,17 @@ def load_dataset_config(path: str | Path | None = None,
     eng: dict[str, Any] = {}
     bench: dict[str, Any] = {}
     settings = overrides if isinstance(overrides, Mapping) else parse_overrides(overrides)
+    sections = set(FAMILY_SECTIONS)
     for key, value in settings.items():
-        if key in engine_keys:
+        section, dot, sub = key.partition(".")
+        if dot and section in sections:  # a family's hyperparameter: --set dota.eta=0.3
+            eng.setdefault(section, {})[sub] = value
+        elif key in engine_keys and key not in sections:
             eng[key] = value
         elif key in bench_keys:
             bench[key] = value
         else:
-            allowed = sorted(engine_keys | bench_keys)
+            allowed = sorted((engine_keys - sections) | bench_keys) + [f"{s}.KEY" for s in sorted(sections)]
             raise UserError(f"--set: unknown key {_show(key)}; allowed keys: {', '.join(allowed)}")
     return DatasetConfig(
         engine=from_dict(EngineConfig, eng, "--set", cfg.engine),

@@ -15,19 +15,24 @@ import torch
 
 from .config import EngineConfig
 from .errors import UserError
-from .methods import Method
+from .families.base import CACHE
+from .families.runner import FamilyStreams
+from .methods import Method, get_method
 from .streams import Streams
 
 
 @dataclass
 class StepResult:
     """What one step produced, as device tensors: final and CLIP logits [C], the CLIP entropy
-    (nats, a 0-d tensor), the query [d]. Python numbers are made only when a caller asks."""
+    (nats, a 0-d tensor), the query [d], and the method's probabilities [C] where they are not the
+    softmax of its logits (ZERO's vote shares, DMN's fused memory, BCA's posterior, ...; None =
+    softmax). Python numbers are made only when a caller asks."""
 
     logits: torch.Tensor
     clip_logits: torch.Tensor
     entropy_tensor: torch.Tensor
     feature: torch.Tensor
+    probs: torch.Tensor | None = None
 
     @property
     def entropy(self) -> float:
@@ -42,8 +47,12 @@ class StepResult:
         return int(self.clip_logits.argmax())
 
     def topk(self, k: int = 3, clip: bool = False) -> list[tuple[int, float]]:
-        """Top-k (class index, softmax probability) of the final (or CLIP) logits."""
-        probs = torch.softmax((self.clip_logits if clip else self.logits).float(), dim=-1)
+        """Top-k (class index, probability) of the final (or CLIP) prediction: the method's own
+        probabilities, else the softmax of its logits."""
+        if not clip and self.probs is not None:
+            probs = self.probs.float()
+        else:
+            probs = torch.softmax((self.clip_logits if clip else self.logits).float(), dim=-1)
         vals, idx = probs.topk(min(k, probs.numel()))
         return list(zip(idx.tolist(), vals.tolist()))
 
@@ -65,10 +74,14 @@ class Engine(Streams):
     eagerly); True = require it (an error otherwise); False = always run eagerly.
     """
 
+    def __new__(cls, *args, **kwargs):
+        return super().__new__(_family_class(cls, Engine, _FamilyEngine, *args, **kwargs))
+
     def __init__(self, text: torch.Tensor, method: str | Method = "ms-tta",
                  config: EngineConfig | None = None, device: str | torch.device | None = None,
-                 cuda_graph: bool | None = None):
-        super().__init__(text, method, config, device, cuda_graph, streams=1)
+                 cuda_graph: bool | None = None, stream_length: int | None = None):
+        super().__init__(text, get_method(method) if isinstance(method, str) else method, config, device,
+                         cuda_graph, streams=1, stream_length=stream_length)
 
     @property
     def n_seen(self) -> int:
@@ -99,5 +112,19 @@ class Engine(Streams):
             x = x.unsqueeze(0)
         if x.dim() != 2 or x.shape[1] != self.dim or x.shape[0] == 0:
             raise UserError(f"feature shape {shape} does not match the classifier: expected [{self.dim}] or [V, {self.dim}]")
-        logits, clip, h, q = self._run(x.to(self.device, torch.float32).unsqueeze(0), None)
-        return StepResult(logits[0], clip[0], h[0], q[0])
+        out = self._run(x.to(self.device, self.text.dtype).unsqueeze(0), None)
+        return StepResult(*(t[0] for t in out))
+
+
+def _family_class(cls: type, base: type, family_cls: type, *args, **kwargs) -> type:
+    """The class an `Engine(text, method, ...)`/`MultiEngine` call builds: the cache family's
+    (`Streams`) or, for a method of another family, the runner's (`FamilyStreams`)."""
+    if cls is not base:
+        return cls
+    method = kwargs.get("method", args[1] if len(args) > 1 else "ms-tta")
+    m = get_method(method) if isinstance(method, str) else method
+    return cls if m.family == CACHE else family_cls
+
+
+class _FamilyEngine(Engine, FamilyStreams):
+    """An `Engine` whose method belongs to a family of `mstta.families` (its runner holds the state)."""

@@ -1,23 +1,9 @@
-"""The method registry: every method is the same engine with a few switches on."""
+"""The method registry: the cache family's rows (switches on one engine) and every other family's
+rows (`mstta.families`), in the paper's order. `Engine(text, name)` runs any of them."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from .errors import UserError
-
-
-@dataclass(frozen=True)
-class Method:
-    """What a method turns on. All share `Engine.step()`/`reset()`, so callers never branch."""
-
-    name: str            # the key used on command lines and in result files
-    title: str           # human title, as the reports and the demo print it
-    summary: str         # one line: what the method is
-    cache: bool = False       # positive cache of low-entropy samples (§3.1)
-    mean_shift: bool = False  # kNN mean shift of every key and query against the raw-feature bank (§4.1)
-    negative: bool = False    # TDA's negative cache
-    boost: bool = False       # BoostAdapter's throw-away boosted cache from the lowest-entropy views
-    neg_policy: str = "entropy"  # negative-cache replacement: "entropy" (TDA) or "fifo" (BoostAdapter)
+from .families import Method, family_rows
 
 
 # The paper's order: its main tables (CLIP, TDA, BoostAdapter, MS-TTA), then the ablation against
@@ -46,6 +32,7 @@ _METHODS = {
                summary="BoostAdapter with mean-shifted keys and queries (plug-in)"),
     )
 }
+_METHODS.update({m.name: m for m in family_rows()})
 
 
 def list_methods() -> list[str]:

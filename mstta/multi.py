@@ -18,9 +18,10 @@ import numpy as np
 import torch
 
 from .config import EngineConfig
-from .engine import StepResult
+from .engine import StepResult, _family_class
 from .errors import UserError
-from .methods import Method
+from .families.runner import FamilyStreams
+from .methods import Method, get_method
 from .streams import Streams
 
 
@@ -34,6 +35,7 @@ class MultiStepResult:
     entropy_tensor: torch.Tensor  # [S]
     feature: torch.Tensor         # [S, d]
     active: np.ndarray            # [S] bool
+    probs: torch.Tensor | None = None  # [S, C] the method's probabilities (None = softmax of logits)
 
     @property
     def predictions(self) -> np.ndarray:
@@ -44,7 +46,8 @@ class MultiStepResult:
         """Stream s's result as one engine's `StepResult`, or None when it skipped the step."""
         if not self.active[s]:
             return None
-        return StepResult(self.logits[s], self.clip_logits[s], self.entropy_tensor[s], self.feature[s])
+        return StepResult(self.logits[s], self.clip_logits[s], self.entropy_tensor[s], self.feature[s],
+                          None if self.probs is None else self.probs[s])
 
 
 class MultiEngine(Streams):
@@ -56,11 +59,16 @@ class MultiEngine(Streams):
     stream's state and sample count do not move. `reset(stream=s)` empties one stream.
     """
 
+    def __new__(cls, *args, **kwargs):
+        return super().__new__(_family_class(cls, MultiEngine, _FamilyMultiEngine, *args, **kwargs))
+
     def __init__(self, text: torch.Tensor, method: str | Method = "ms-tta", config: EngineConfig | None = None,
-                 streams: int = 2, device: str | torch.device | None = None, cuda_graph: bool | None = None):
+                 streams: int = 2, device: str | torch.device | None = None, cuda_graph: bool | None = None,
+                 stream_length: int | None = None):
         if not isinstance(streams, int) or streams < 1:
             raise UserError(f"streams must be a positive integer, got {streams!r}")
-        super().__init__(text, method, config, device, cuda_graph, streams)
+        super().__init__(text, get_method(method) if isinstance(method, str) else method, config, device,
+                         cuda_graph, streams, stream_length)
 
     @property
     def n_seen(self) -> np.ndarray:
@@ -75,8 +83,8 @@ class MultiEngine(Streams):
     def step(self, features, active: Sequence[bool] | np.ndarray | None = None) -> MultiStepResult:
         """Adapt every stepping stream to its sample and predict it (see the class doc)."""
         x, act = self._stack(features, active)
-        logits, clip, h, q = self._run(x, None if act.all() else act)
-        return MultiStepResult(logits, clip, h, q, act)
+        logits, clip, h, q, *probs = self._run(x, None if act.all() else act)
+        return MultiStepResult(logits, clip, h, q, act, *probs)
 
     def _stack(self, features, active) -> tuple[torch.Tensor, np.ndarray]:
         S, d = self.streams, self.dim
@@ -103,4 +111,8 @@ class MultiEngine(Streams):
             act = act & np.asarray(active, dtype=bool).reshape(S)
         if not act.any():
             raise UserError("every stream skips this step: pass at least one active stream")
-        return x.to(self.device, torch.float32), act
+        return x.to(self.device, self.text.dtype), act
+
+
+class _FamilyMultiEngine(MultiEngine, FamilyStreams):
+    """A `MultiEngine` whose method belongs to a family of `mstta.families`."""

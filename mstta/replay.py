@@ -23,6 +23,8 @@ from . import functional as Fn
 from .cache_rules import EMPTY_TIME, entropy_gate, entropy_slot, fifo_slot
 from .config import EngineConfig
 from .engine import Engine
+from .families import get_family
+from .families.base import CACHE
 from .methods import Method, get_method
 from .threads import map_chunks
 
@@ -39,6 +41,7 @@ class ReplayResult:
     clip_confidence: np.ndarray   # softmax probability of CLIP's prediction
     entropy: np.ndarray           # CLIP entropy (nats) used by the caches
     seconds: float                # adaptation time, loading excluded
+    probs: np.ndarray | None = None  # [N, C] float32, the method's probabilities (`keep_probs=True`)
 
     @property
     def samples_per_s(self) -> float:
@@ -47,28 +50,47 @@ class ReplayResult:
 
 def replay(features: torch.Tensor, text: torch.Tensor, method: str | Method = "ms-tta",
            config: EngineConfig | None = None, device: str | torch.device | None = None,
-           online: bool = False, chunk: int = 256) -> ReplayResult:
+           online: bool = False, chunk: int = 256, keep_probs: bool = False) -> ReplayResult:
     """Run `method` over `features` [N, d] or [N, V, d] in stream order. `online=True` forces the
-    per-sample engine loop (the reference the vectorised path must match)."""
+    per-sample engine loop (the reference the vectorised path must match); `keep_probs` keeps
+    every sample's probabilities ([N, C]: the softmax of the logits, or the family's own)."""
     m = get_method(method) if isinstance(method, str) else method
     cfg = config if config is not None else EngineConfig()
     dev = torch.device(device) if device is not None else torch.as_tensor(text).device
     feats = _as_views(features)
-    if cfg.view_mode == "original" and not m.boost:
+    if m.family == CACHE and cfg.view_mode == "original" and not m.boost:
         feats = feats[:, :1]  # only view 0 is ever read: same predictions, V times less memory
     feats = feats.to(dev)     # kept in its stored dtype; converted to float32 per chunk
     t0 = time.perf_counter()
     with torch.inference_mode():
-        if online or m.boost:  # the engine's step: small ops, one thread (mstta.threads)
+        if m.family != CACHE:  # another family: its own replay, or its step sample by sample
+            out = [_summarise(*_replay_family(feats, text, m, cfg, dev, online), keep_probs)]
+        elif online or m.boost:  # the engine's step: small ops, one thread (mstta.threads)
             logits, clip, ent = _replay_online(feats, text, m, cfg, dev)
-            out = [_summarise(logits, clip, ent)]
+            out = [_summarise(logits, clip, ent, None, keep_probs)]
         else:                  # independent row chunks on the pool's one-thread workers (mstta.threads)
-            out = _replay_vectorised(feats, Fn.normalize(torch.as_tensor(text).to(dev, torch.float32)), m, cfg, chunk)
-        pred, cpred, pf, pc, ent = (torch.cat(part).cpu().numpy() for part in zip(*out))
+            text32 = Fn.normalize(torch.as_tensor(text).to(dev, torch.float32))
+            out = _replay_vectorised(feats, text32, m, cfg, chunk, keep_probs)
+        pred, cpred, pf, pc, ent, *probs = (torch.cat(part).cpu().numpy() for part in zip(*out))
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
     seconds = time.perf_counter() - t0
-    return ReplayResult(pred, cpred, pf, pc, ent, seconds)
+    return ReplayResult(pred, cpred, pf, pc, ent, seconds, probs[0].astype(np.float32) if probs else None)
+
+
+def _replay_family(feats, text, m, cfg, dev, online):
+    """(scores, clip, H, probs) [N, ...] of a family method: the family's vectorised `replay` where
+    it has one and the row has no mean shift (its bank makes every step depend on the last), else
+    its step over the stream (`Engine`, told the stream's length)."""
+    family = get_family(m.family)
+    if not online and not m.mean_shift and hasattr(family, "replay"):
+        t = torch.as_tensor(text)
+        dtype = torch.float64 if t.dtype == torch.float64 else torch.float32
+        out = family.replay(Fn.normalize(feats.to(dtype)), Fn.normalize(t.to(dev, dtype)), cfg)
+        return out.scores, out.clip, out.entropy, out.probs
+    engine = Engine(text, m, cfg, device=dev, stream_length=max(1, feats.shape[0]))
+    rows = [engine.step(x) for x in feats]
+    return tuple(torch.stack([getattr(r, k) for r in rows]) for k in ("logits", "clip_logits", "entropy_tensor", "probs"))
 
 
 def mean_shifted(features: torch.Tensor, text: torch.Tensor, config: EngineConfig | None = None,
@@ -88,11 +110,16 @@ def _as_views(features) -> torch.Tensor:
     return feats.unsqueeze(1) if feats.dim() == 2 else feats
 
 
-def _summarise(logits: torch.Tensor, clip: torch.Tensor, ent: torch.Tensor):
-    """(prediction, CLIP prediction, their softmax probabilities, entropy) of a run of samples."""
-    pf, pred = torch.softmax(logits, -1).max(-1)
-    pc, cpred = torch.softmax(clip, -1).max(-1)
-    return pred, cpred, pf, pc, ent
+def _summarise(logits: torch.Tensor, clip: torch.Tensor, ent: torch.Tensor, probs: torch.Tensor | None = None,
+               keep_probs: bool = False):
+    """(prediction, CLIP prediction, the probability of each, entropy[, probabilities]) of a run of
+    samples: the prediction is the argmax of the logits, its probability from `probs` (the
+    method's own) or the softmax of the logits."""
+    p = torch.softmax(logits.float(), -1) if probs is None else probs.float()
+    pred = logits.argmax(-1)
+    pf = p.gather(-1, pred.unsqueeze(-1)).squeeze(-1)
+    pc, cpred = torch.softmax(clip.float(), -1).max(-1)
+    return (pred, cpred, pf, pc, ent.float(), p) if keep_probs else (pred, cpred, pf, pc, ent.float())
 
 
 def _replay_online(feats, text, m, cfg, dev):
@@ -123,12 +150,12 @@ def _queries(feats: torch.Tensor, text: torch.Tensor, cfg: EngineConfig, chunk: 
     return spans, map_chunks(one, spans, feats.device)
 
 
-def _replay_vectorised(feats, text, m, cfg, chunk):
+def _replay_vectorised(feats, text, m, cfg, chunk, keep_probs=False):
     """Per chunk of samples, `_summarise`'s tensors."""
     spans, parts = _queries(feats, text, cfg, chunk)
     f, ent, lab = (torch.cat([p[i] for p in parts]) for i in (0, 2, 4))
     if not m.cache:
-        return map_chunks(lambda p: _summarise(p[1], p[1], p[2]), parts, feats.device)
+        return map_chunks(lambda p: _summarise(p[1], p[1], p[2], None, keep_probs), parts, feats.device)
     C = text.shape[0]
     q = _shift_all(f, cfg, chunk) if m.mean_shift else f
     labels = lab.cpu().numpy()
@@ -149,7 +176,7 @@ def _replay_vectorised(feats, text, m, cfg, chunk):
         (a, b), clip = spans[i], parts[i][1]
         pos_logits = pos.logits(q, a, b, C)
         neg_logits = None if neg is None else neg.logits(q, a, b, C)
-        return _summarise(Fn.final_logits(clip, pos_logits, neg_logits, cfg.lam), clip, ent[a:b])
+        return _summarise(Fn.final_logits(clip, pos_logits, neg_logits, cfg.lam), clip, ent[a:b], None, keep_probs)
     return map_chunks(run, range(len(spans)), q.device)
 
 

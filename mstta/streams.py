@@ -35,8 +35,9 @@ class Streams:
     """S streams of one method and config over one text classifier, stepped together."""
 
     def __init__(self, text: torch.Tensor, method: str | Method, config: EngineConfig | None,
-                 device: str | torch.device | None, cuda_graph: bool | None, streams: int):
-        self.method = get_method(method) if isinstance(method, str) else method
+                 device: str | torch.device | None, cuda_graph: bool | None, streams: int,
+                 stream_length: int | None = None):
+        self.method = get_method(method) if isinstance(method, str) else method  # stream_length: other families
         self.config = config if config is not None else EngineConfig()
         text = torch.as_tensor(text)
         if text.dim() != 2 or text.shape[0] < 2:
