@@ -262,7 +262,15 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         raise UserError(f"config file {p} is {p.stat().st_size:,} bytes; a config is a small YAML file "
                         f"(limit {MAX_CONFIG_BYTES:,} bytes)")
     try:
-        data = load_yaml_text(p.read_text(encoding="utf-8-sig"))
+        with p.open("rb") as fh:  # at most the limit: a /proc file reports size 0 and may be endless
+            raw = fh.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise UserError(f"config file {p} (--config) cannot be read ({exc.strerror or exc}); "
+                        "pass a YAML file (see configs/)") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise UserError(f"config file {p} (--config) is over {MAX_CONFIG_BYTES:,} bytes; a config is a small YAML file")
+    try:
+        data = load_yaml_text(raw.decode("utf-8-sig"))
     except _DuplicateKey as exc:
         raise UserError(f"{p}: duplicate key {_show(exc.key)} (line {exc.line}); give each key once") from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:

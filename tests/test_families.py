@@ -1,0 +1,228 @@
+"""The family interface: every registered method runs behind Engine, MultiEngine and replay; the
+runner's mean shift, bank, reset, state and memory refusal, checked on a small family written
+here (a running class-mean classifier), against a plain loop."""
+from __future__ import annotations
+
+import copy
+import sys
+import types
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+import torch
+
+import mstta.families as families
+from mstta import Engine, EngineConfig, MultiEngine, UserError, get_method, list_methods, load_dataset_config, replay
+from mstta.config import FAMILY_SECTIONS
+from mstta.families.base import CACHE, Method, StepOut
+from synthetic import make_stream
+
+
+# ---------------------------------------------------------------- a family written for the test
+@dataclass
+class _Params:
+    rate: float = 0.5
+
+
+def _init(text, cfg, length):
+    return {"mu": text.clone(), "count": torch.zeros((), dtype=torch.long, device=text.device)}
+
+
+def _step(state, x, text, cfg, shift):
+    f = x.mean(0)
+    clip = cfg.logit_scale * (f @ text.T)
+    z = shift(f.unsqueeze(0))[0]
+    scores = clip + cfg.logit_scale * (z @ state["mu"].T)
+    c = int(scores.argmax())
+    state["mu"][c] = torch.nn.functional.normalize(state["mu"][c] + cfg.mean.rate * z, dim=-1)
+    state["count"] += 1
+    p = torch.softmax(scores, -1)
+    h = -(torch.softmax(clip, -1) * torch.log_softmax(clip, -1)).sum()
+    return StepOut(scores, clip, h, f, p)
+
+
+_FAKE = types.SimpleNamespace(NAME="mean", Params=_Params, METHODS=(), init=_init, step=_step,
+                              state_bytes=lambda C, d, cfg: C * d * 4 + 8)
+_ROW = Method(name="mean", title="Mean", summary="test family", family="mean")
+_ROW_MS = Method(name="mean+ms", title="Mean + MS", summary="test family", family="mean", mean_shift=True)
+
+
+@dataclass
+class _Cfg(EngineConfig):
+    """EngineConfig plus the test family's section (a family reads its own section only)."""
+
+    mean: _Params = field(default_factory=_Params)
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    monkeypatch.setitem(families.FAMILIES, "mean", _FAKE)
+    return _FAKE
+
+
+def _cfg(**kw) -> _Cfg:
+    return _Cfg(**kw)
+
+
+def _loop(feats, text, cfg, ms):
+    """The test family's stream as a plain float64 loop, the mean shift written out (Eq. 9-11)."""
+    mu = [t / np.linalg.norm(t) for t in text]
+    bank, preds = [], []
+    for x in feats:
+        x = x / np.linalg.norm(x, axis=-1, keepdims=True)
+        f = x.mean(0)
+        z = f
+        if ms and bank and cfg.alpha > 0:
+            b = np.array(bank[-cfg.bank_size:] if cfg.bank_size else bank)
+            sims = (b / np.linalg.norm(b, axis=1, keepdims=True)) @ f
+            order = sorted(range(len(b)), key=lambda j: (-sims[j], j))[:cfg.k]
+            z = (1 - cfg.alpha) * f + cfg.alpha * b[order].mean(0)
+            z = z / np.linalg.norm(z)
+        scores = 100 * np.array([f @ t for t in text]) / np.linalg.norm(text, axis=1) + 100 * np.array([z @ m for m in mu])
+        c = int(np.argmax(scores))
+        mu[c] = mu[c] + 0.5 * z
+        mu[c] = mu[c] / np.linalg.norm(mu[c])
+        preds.append(c)
+        bank.append(f)
+    return preds
+
+
+@pytest.mark.parametrize("ms,views,bank_size", [(False, 1, None), (True, 1, None), (True, 4, None), (True, 3, 5)])
+def test_runner_equals_a_plain_loop(fake, ms, views, bank_size):
+    s = make_stream(n=60, classes=6, dim=16, views=views, seed=3)
+    cfg = _cfg(k=3, bank_size=bank_size)
+    feats = s["features"].reshape(60, views, 16)
+    engine = Engine(torch.tensor(s["text"], dtype=torch.float64), _ROW_MS if ms else _ROW, cfg)
+    got = [engine.step(torch.tensor(x)).prediction for x in feats]
+    assert got == _loop(feats, s["text"], cfg, ms)
+    assert engine.n_seen == 60 and engine.bank_len == (min(60, bank_size or 60) if ms else 0)
+
+
+def test_ms_at_alpha_zero_is_the_base_row_exactly(fake):
+    s = make_stream(n=40, classes=5, dim=16, views=3, seed=1)
+    text = torch.tensor(s["text"], dtype=torch.float64)
+    base = Engine(text, _ROW, _cfg())
+    ms = Engine(text, _ROW_MS, _cfg(alpha=0.0))
+    for x in s["features"]:
+        a, b = base.step(x), ms.step(x)
+        assert torch.equal(a.logits, b.logits) and torch.equal(a.probs, b.probs)
+
+
+def test_replay_multi_reset_and_state(fake):
+    s = make_stream(n=30, classes=4, dim=8, views=2, seed=2)
+    text = torch.tensor(s["text"], dtype=torch.float64)
+    feats = torch.tensor(s["features"])
+    online = Engine(text, _ROW_MS, _cfg())
+    logits = torch.stack([online.step(x).logits for x in feats])
+    r = replay(feats, text, _ROW_MS, _cfg(), keep_probs=True)
+    assert np.array_equal(r.predictions, logits.argmax(-1).numpy())
+    assert r.probs.shape == (30, 4) and np.allclose(r.probs.sum(1), 1, atol=1e-6)
+    # two streams, stepped together (one skipping a step), equal two engines
+    multi = MultiEngine(text, _ROW_MS, _cfg(), streams=2)
+    e0, e1 = Engine(text, _ROW_MS, _cfg()), Engine(text, _ROW_MS, _cfg())
+    for t in range(10):
+        out = multi.step([feats[t], feats[29 - t] if t % 3 else None])
+        assert out.predictions[0] == e0.step(feats[t]).prediction
+        if t % 3:
+            assert out.predictions[1] == e1.step(feats[29 - t]).prediction
+        else:
+            assert out.predictions[1] == -1 and out[1] is None
+    assert multi.n_seen.tolist() == [10, 6]
+    # state_dict round trip, deep copy, reset of one stream and of all
+    saved = online.state_dict()
+    after = [online.step(x).logits for x in feats[:5]]
+    online.load_state_dict(saved)
+    assert all(torch.equal(a, online.step(x).logits) for a, x in zip(after, feats[:5]))
+    twin = copy.deepcopy(online)
+    assert torch.equal(twin.step(feats[7]).logits, online.step(feats[7]).logits)
+    multi.reset(stream=1)
+    assert multi.n_seen.tolist() == [10, 0] and multi.bank_len(1) == 0 and multi.bank_len(0) == 10
+    online.reset()
+    fresh = Engine(text, _ROW_MS, _cfg())
+    assert torch.equal(online.step(feats[0]).logits, fresh.step(feats[0]).logits)
+
+
+def test_runner_refuses_graphs_and_oversized_state(fake, monkeypatch):
+    text = torch.randn(5, 8)
+    with pytest.raises(UserError, match="runs eagerly"):
+        Engine(text, _ROW, _cfg(), cuda_graph=True)
+    monkeypatch.setattr(_FAKE, "state_bytes", lambda C, d, cfg: 10**15)
+    with pytest.raises(UserError) as err:
+        Engine(text, _ROW, _cfg())
+    assert "Mean's state" in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(UserError, match="stream_length"):
+        Engine(torch.randn(5, 8), _ROW, _cfg(), stream_length=0)
+
+
+def test_float32_classifier_runs_in_float32(fake):
+    engine = Engine(torch.randn(5, 8, dtype=torch.float32), _ROW, _cfg())
+    r = engine.step(torch.randn(8, dtype=torch.float64))
+    assert r.logits.dtype == torch.float32 and r.topk(2)[0][1] == pytest.approx(float(r.probs.max()))
+
+
+# ---------------------------------------------------------------- the registry as it stands
+def test_every_registered_method_runs_everywhere():
+    """Each row of the registry steps, replays (equal to its steps), runs in a MultiEngine, resets."""
+    s = make_stream(n=24, classes=5, dim=16, views=12, seed=4)
+    text = torch.tensor(s["text"])
+    feats = torch.tensor(s["features"], dtype=torch.float32)
+    for name in list_methods():
+        m = get_method(name)
+        engine = Engine(text, name)
+        steps = [engine.step(x).prediction for x in feats]
+        r = replay(feats, text, name, keep_probs=True)
+        assert r.predictions.tolist() == steps, name
+        assert np.isfinite(r.probs).all() and np.allclose(r.probs.sum(1), 1, atol=1e-4), name
+        multi = MultiEngine(text, name, streams=2)
+        out = multi.step(torch.stack([feats[0], feats[1]]))
+        assert out.predictions.shape == (2,), name
+        engine.reset()
+        assert engine.n_seen == 0, name
+        assert (m.family == CACHE) == (type(engine).__name__ == "Engine"), name
+
+
+def test_family_sections_in_config_and_overrides():
+    cfg = EngineConfig()
+    for section in FAMILY_SECTIONS:
+        assert section in families.FAMILIES and isinstance(getattr(cfg, section), families.FAMILIES[section].Params)
+    with pytest.raises(UserError, match="unknown key 'nope'"):
+        load_dataset_config(None, ["dota.nope=1"])
+    with pytest.raises(UserError, match="allowed keys:.*dota.KEY"):
+        load_dataset_config(None, ["nosection.x=1"])
+
+
+def test_nothing_outside_the_families_branches_on_a_new_method_name():
+    """The runner, engine, replay, benchmark, demo and UI reach the families through the registry:
+    no source file outside mstta/families names one of their rows in quotes."""
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    names = [m for m in list_methods() if get_method(m).family != CACHE]
+    offenders = []
+    for path in [*root.glob("mstta/**/*.py"), *root.glob("app/**/*.py")]:
+        if "families" in path.parts:
+            continue
+        text = path.read_text()
+        offenders += [f"{path.name}: {n}" for n in names if f'"{n}"' in text or f"'{n}'" in text]
+    assert offenders == []
+
+
+def test_config_file_that_cannot_be_read_is_one_line(tmp_path, monkeypatch):
+    from mstta.config import read_yaml
+    p = tmp_path / "c.yaml"
+    p.write_text("engine: {k: 2}\n")
+
+    def broken(self, *a, **kw):
+        raise OSError(22, "Invalid argument")
+    monkeypatch.setattr(type(p), "open", broken)
+    with pytest.raises(UserError) as err:
+        read_yaml(p)
+    assert "c.yaml" in str(err.value) and "--config" in str(err.value) and "Invalid argument" in str(err.value)
+
+
+def test_config_from_proc_is_refused_in_one_line(capsys):
+    from helpers_cli import run_bench
+    if not sys.platform.startswith("linux"):
+        pytest.skip("needs /proc (Linux)")
+    code, _, err = run_bench(capsys, "replay", "--features", "/nonexistent.npz", "--config", "/proc/self/pagemap")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "/proc/self/pagemap" in err
