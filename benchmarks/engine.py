@@ -20,6 +20,11 @@ Parts (choose with --parts):
 - share (CPU, not in the default parts): the share of the cores a pool of W one-thread workers
   keeps under the competing load, pure GEMM chunks, W = 1 .. cores + 2: why `mstta.threads` gives
   the replay's pool one worker more than cores.
+- methods: every method of the registry (or --methods), on its own stream of C classes and d dims
+  with 1 view and with --views views: replay samples/s (--methods-n samples), online
+  `Engine.step()` samples/s (--methods-steps steps, after 5 warm-up steps) and the state's bytes
+  (the family's `state_bytes`, or the cache family's bank and caches after the run), idle.
+  A method whose state cannot fit this machine is reported with its one-line refusal.
 - memory: peak RSS of a fresh process streaming --steps samples through `ms-tta` with the default
   bounded bank (65,536), and the step time over the first and last 2,000 steps (flat = bounded).
 Rates are the best of 3 runs (the machine may be shared); the 1-minute load average at start and
@@ -49,7 +54,7 @@ from mstta.multi import MultiEngine
 
 replay_mod = importlib.import_module("mstta.replay")  # the module (`mstta.replay` is the function)
 
-PARTS = ("online", "replay", "multi", "bank_dtype", "memory", "share")
+PARTS = ("online", "replay", "multi", "bank_dtype", "memory", "share", "methods")
 DEFAULT_PARTS = ("online", "replay", "multi", "bank_dtype", "memory")
 
 
@@ -254,6 +259,59 @@ def part_bank_dtype(feats, text, cfg, device) -> dict:
     return out
 
 
+def state_bytes(engine) -> int:
+    """Bytes of an engine's state tensors (any family), counted after it ran."""
+    seen, total, todo = set(), 0, [engine.state_dict()]
+    while todo:
+        v = todo.pop()
+        if isinstance(v, torch.Tensor):
+            if id(v) not in seen:
+                seen.add(id(v))
+                total += v.numel() * v.element_size()
+        elif isinstance(v, dict):
+            todo.extend(v.values())
+        elif isinstance(v, (list, tuple)):
+            todo.extend(v)
+        elif hasattr(v, "__dict__"):
+            todo.extend(vars(v).values())
+    return total
+
+
+def part_methods(args, device) -> dict:
+    """Per method and view count: replay and online samples/s, state bytes (see the module doc)."""
+    from mstta import UserError, get_method, list_methods
+    names = args.methods.split(",") if args.methods else list_methods()
+    out: dict = {}
+    for views in sorted({1, args.views}):
+        g = torch.Generator().manual_seed(1)
+        feats, text = stream(args.methods_n, args.classes, args.dim)
+        if views > 1:
+            noise = 0.05 * torch.randn(args.methods_n, views, args.dim, generator=g)
+            feats = torch.nn.functional.normalize(feats.unsqueeze(1) + noise, dim=-1)
+        cfg = EngineConfig(bank_size=args.bank_size, view_mode="confident" if views > 1 else "original")
+        for name in names:
+            row = out.setdefault(name, {"title": get_method(name).title, "marks": get_method(name).marks})
+            try:
+                r = replay(feats.to(device), text.to(device), name, cfg, device=device)
+                engine = Engine(text.to(device), name, cfg)
+                x = feats[: args.methods_steps + 5].to(device)
+                for i in range(5):
+                    engine.step(x[i])
+                _sync(device)
+                t0 = time.perf_counter()
+                for row_x in x[5:]:
+                    res = engine.step(row_x)
+                _ = res.prediction
+                _sync(device)
+                online = (len(x) - 5) / (time.perf_counter() - t0)
+                row[f"views_{views}"] = {"replay_samples_per_s": round(r.samples_per_s, 1),
+                                         "online_samples_per_s": round(online, 1),
+                                         "state_bytes": state_bytes(engine)}
+            except UserError as exc:
+                row[f"views_{views}"] = {"refused": str(exc)}
+    return out
+
+
 def rss_mb() -> float:
     with open("/proc/self/status") as fh:
         for line in fh:
@@ -306,6 +364,10 @@ def main() -> None:
     ap.add_argument("--multi-bank-size", type=int, default=4096, help="bank rows per stream of the multi part (default 4096)")
     ap.add_argument("--parts", default=",".join(DEFAULT_PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
     ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    ap.add_argument("--methods", default="", help="methods part: comma-separated methods (default: every registered one)")
+    ap.add_argument("--methods-n", type=int, default=2000, help="methods part: samples replayed per method (default 2000)")
+    ap.add_argument("--methods-steps", type=int, default=200, help="methods part: online steps timed per method (default 200)")
+    ap.add_argument("--views", type=int, default=64, help="methods part: the multi-view stream's views (default 64)")
     ap.add_argument("--child-long-stream", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     device = torch.device(args.device)
@@ -337,6 +399,8 @@ def main() -> None:
         out["share"] = part_share()
     if "memory" in parts and args.steps > 0:
         out["memory"] = part_memory(args)
+    if "methods" in parts:
+        out["methods"] = part_methods(args, device)
     out["loadavg_1min_at_end"] = round(os.getloadavg()[0], 2)
     print(json.dumps(out))
 
