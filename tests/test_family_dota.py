@@ -64,7 +64,7 @@ def reference(feats, text, name="imagenet", fp16=False):
 @pytest.mark.parametrize("views", [1, 64])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_engine_equals_reference(seed, views, C):
-    feats, text = stream(20 if C == 1000 else 30, C, views, seed)
+    feats, text = stream(15 if C == 1000 else 30, C, views, seed)
     name = SETTINGS[seed]
     _, out = run_engine(feats, text, config(name))
     final, clip, ent = reference(feats, text, name)
@@ -73,7 +73,7 @@ def test_engine_equals_reference(seed, views, C):
     np.testing.assert_allclose(out["clip_logits"], clip, rtol=0, atol=1e-9)
     np.testing.assert_allclose(out["entropy_tensor"], ent, rtol=0, atol=1e-9)
     np.testing.assert_allclose(out["probs"], torch.softmax(torch.from_numpy(final), -1).numpy(), atol=1e-9)
-    assert np.abs(final - clip).max() > 1e-3  # DOTA's term moved the logits: the test can see it
+    assert np.ptp(final - clip, axis=1).max() > 1e-3  # DOTA's term separates the classes (adapted state)
 
 
 def test_state_equals_official_state():
