@@ -20,7 +20,7 @@ from .checks import check_int as _int
 from .checks import check_num as _num
 from .checks import show as _show
 from .errors import UserError
-from .families import BcaParams, DmnParams, DotaParams, DpeParams, MtaParams, OnzetaParams, ZeroParams
+from .families import FAMILIES, BcaParams, DmnParams, DotaParams, DpeParams, MtaParams, OnzetaParams, ZeroParams
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
@@ -30,7 +30,7 @@ KERNELS = ("exp", "linear")
 # keeps flat memory and a flat step time.
 DEFAULT_BANK_SIZE = 65_536
 VIEW_MODES = ("confident", "original")
-FAMILY_SECTIONS = ("zero", "mta", "dmn", "dota", "onzeta", "bca", "dpe")  # EngineConfig's family sections
+FAMILY_SECTIONS = tuple(FAMILIES)  # EngineConfig's family sections, one per family module
 
 # Upper bounds of the values that memory or time grows with (docs/limits.md gives each reason).
 # Each is far above anything the paper or its peers use, and low enough that a typo (an extra
