@@ -87,7 +87,7 @@ class Tally:
         def pct(n: int, of: int) -> float | None:
             return round(100.0 * n / of, 2) if of else None
 
-        rows = [{"method": "clip", "title": "CLIP (zero-shot)", "marks": [],
+        rows = [{"method": "clip", "title": "CLIP (reference)", "marks": [],
                  "accuracy": pct(self.correct["clip"], self.labelled), "agreement": 100.0 if self.processed else None,
                  "fixed": 0, "broke": 0,
                  "ms_per_frame": round(self.clip_ms / self.processed, 2) if self.processed else None}]

@@ -64,10 +64,17 @@ CSS = """
 .mstta-bars .axis .track {background: none; height: .9rem; border-top: 1px solid #9ca3af; border-radius: 0}
 .mstta-bars .tick {position: absolute; top: 0; transform: translateX(-50%); font-size: .7rem; color: #6b7280}
 .mstta-bars .axis-title {text-align: center; font-size: .7rem; color: #6b7280; padding-left: 32%}
-.mstta-board table {width: 100%; border-collapse: collapse; font-size: .78rem; font-variant-numeric: tabular-nums}
-.mstta-board th {font-weight: 600; color: #6b7280; text-align: right; padding: 0 4px; font-size: .72rem}
-.mstta-board td {text-align: right; padding: 1px 4px; border-top: 1px solid #f3f4f6; white-space: nowrap}
-.mstta-board td.name, .mstta-board th:nth-child(2) {text-align: left; white-space: normal}
+.mstta-board {overflow-x: auto}
+.mstta-board table {width: 100%; border-collapse: collapse; font-size: .78rem; font-variant-numeric: tabular-nums;
+  border: none !important; margin: 0 !important}
+.mstta-board th, .mstta-board td {border: none !important; background: none !important; line-height: 1.15rem}
+.mstta-board th {font-weight: 600; color: #6b7280; text-align: right; padding: 0 4px !important; font-size: .72rem;
+  white-space: nowrap}
+.mstta-board td {text-align: right; padding: 0 4px !important; border-top: 1px solid #f3f4f6 !important;
+  white-space: nowrap}
+.mstta-board td.name, .mstta-board th:nth-child(2) {text-align: left; max-width: 120px; overflow: hidden;
+  text-overflow: ellipsis}
+.mstta-board td.rank {color: #6b7280; width: 1em}
 .mstta-board td.name i {display: inline-block; width: 10px; height: 10px; border-radius: 2px; margin-right: 4px}
 .mstta-board .mark {font-size: .7rem; color: #92400e; background: #fef3c7; border-radius: 4px; padding: 0 3px}
 .mstta-strip .strip {display: flex; gap: 8px; overflow-x: auto; padding: 4px 0}
@@ -266,7 +273,8 @@ def _webcam_tab() -> dict:
     return dict(webcam=webcam, webcam_stop=stop)
 
 
-def _settings_tab(labels: Sequence[str] | None, template: str | None, method: str, base: EngineConfig) -> dict:
+def _settings_tab(labels: Sequence[str] | None, template: str | None, method: str, race: Sequence[str],
+                  base: EngineConfig) -> dict:
     summary, notes = method_info(method)
     values = dict(k=base.k, alpha=base.alpha, lam=base.lam, capacity=base.capacity,
                   bank=min(base.bank_size or SESSION_BANK_LIMIT, SESSION_BANK_LIMIT))
@@ -279,7 +287,7 @@ def _settings_tab(labels: Sequence[str] | None, template: str | None, method: st
             template=quiet(gr.Textbox(value=template or "", label="Prompt template (empty: built-in ensemble)",
                                       placeholder="a photo of a {}.", elem_id="mstta-template")),
             method=Dropdown(method_choices(), value=method, label="Method", info=summary, elem_id="mstta-method"),
-            race=Dropdown(method_choices(), value=[], multiselect=True, max_choices=MAX_METHODS - 1, label=RACE_LABEL,
+            race=Dropdown(method_choices(), value=list(race), multiselect=True, max_choices=MAX_METHODS - 1, label=RACE_LABEL,
                           info="Each one adapts on the same features of the same frames (one encoder pass); "
                                "the leaderboard and the accuracy plot show them all", elem_id="mstta-race"))
         with gr.Row():
@@ -304,7 +312,7 @@ def _results(first: dict[str, Any]) -> dict:
                                 interactive=False, height=505, elem_id="mstta-frame"),
                  stats=gr.Markdown("", elem_id="mstta-stats"))
     with gr.Column(scale=4, min_width=340, elem_id="mstta-right"):
-        for name in ("clip_topk", "tta_topk", "leaderboard", "gain", "accuracy"):
+        for name in ("leaderboard", "gain", "accuracy", "clip_topk", "tta_topk"):
             c[name] = gr.HTML(first[name], elem_id=f"mstta-{name.replace('_', '-')}", padding=False)
     return c
 
@@ -329,7 +337,8 @@ def _below(first: dict[str, Any]) -> dict:
 
 
 def build_layout(*, title_md: str, random_weights: bool, labels: Sequence[str] | None, video: str | None,
-                 truth: str | None, template: str | None, method: str, base: EngineConfig, every: int | None,
+                 truth: str | None, template: str | None, method: str, race: Sequence[str], base: EngineConfig,
+                 every: int | None,
                  realtime: bool, hello: str, demo_clip: bool, session_ttl: float, on_state_deleted) -> Components:
     """Create and place every component (inside an open `gr.Blocks`)."""
     c: dict[str, Any] = {"state": gr.State(UISession, time_to_live=session_ttl, delete_callback=on_state_deleted)}
@@ -346,7 +355,7 @@ def build_layout(*, title_md: str, random_weights: bool, labels: Sequence[str] |
             with gr.Tabs(overflow_behavior="wrap"):   # all three tabs always shown (never behind a "..." menu)
                 c |= _video_tab(video, truth, every, realtime, demo_clip)
                 c |= _webcam_tab()
-                c |= _settings_tab(labels, template, method, base)
+                c |= _settings_tab(labels, template, method, race, base)
         c |= _results(first)
     c |= _below(first)
     return Components(**c)

@@ -226,7 +226,7 @@ def leaderboard_html(history: History, stream: StreamSession | None) -> str:
     method's `marks` beside its name."""
     rows = history.tally.leaderboard()
     if not history.processed and stream is not None:   # before the first frame: the names, nothing measured
-        rows = [{"method": "clip", "title": "CLIP (zero-shot)", "marks": []}] + [
+        rows = [{"method": "clip", "title": "CLIP (reference)", "marks": []}] + [
             {"method": m.name, "title": m.title, "marks": list(m.marks)} for m in stream.methods]
     order = {m.name: i for i, m in enumerate(stream.methods)} if stream is not None else {}
     labelled = history.tally.labelled
@@ -240,13 +240,14 @@ def leaderboard_html(history: History, stream: StreamSession | None) -> str:
         marks = "".join(f' <span class="mark">{html.escape(m)}</span>' for m in row.get("marks") or [])
         fixed = (f'{row.get("fixed", 0)} · {row.get("broke", 0)}' if labelled and row["method"] != "clip" else "–")
         body.append(f'<tr data-method="{html.escape(row["method"])}"><td class="rank">{rank if labelled else ""}</td>'
-                    f'<td class="name"><i style="background:{color}"></i>{html.escape(row["title"])}{marks}</td>'
+                    f'<td class="name" title="{html.escape(row["title"])}"><i style="background:{color}"></i>{html.escape(row["title"])}{marks}</td>'
                     f'<td>{cell(row.get("accuracy"), "{:.1f}%")}</td><td>{cell(row.get("agreement"), "{:.1f}%")}</td>'
                     f'<td>{fixed}</td><td>{cell(row.get("ms_per_frame"), "{:.1f}")}</td></tr>')
     what = "best accuracy first" if labelled else "no ground truth: no accuracy"
     return (f'<figure class="mstta-chart mstta-board" id="mstta-leaderboard-chart"><figcaption><b>Leaderboard</b>'
             f'<span>{frames(history.processed)}, {what}</span></figcaption><table><thead><tr><th></th><th>method</th>'
-            f'<th>accuracy</th><th>agrees with CLIP</th><th>fixed · broke</th><th>ms / frame</th></tr></thead>'
+            f'<th>accuracy</th><th title="agrees with CLIP">agree</th><th title="frames CLIP got wrong and it got right · '
+            f'the reverse">fixed · broke</th><th title="encoder pass + its own step">ms/frame</th></tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table></figure>')
 
 
