@@ -65,14 +65,14 @@ CSS = """
 .mstta-bars .tick {position: absolute; top: 0; transform: translateX(-50%); font-size: .7rem; color: #6b7280}
 .mstta-bars .axis-title {text-align: center; font-size: .7rem; color: #6b7280; padding-left: 32%}
 .mstta-board {overflow-x: auto}
-.mstta-board table {width: 100%; border-collapse: collapse; font-size: .78rem; font-variant-numeric: tabular-nums;
+.mstta-board table {width: 100%; border-collapse: collapse; font-size: .74rem; font-variant-numeric: tabular-nums;
   border: none !important; margin: 0 !important}
 .mstta-board th, .mstta-board td {border: none !important; background: none !important; line-height: 1.15rem}
 .mstta-board th {font-weight: 600; color: #6b7280; text-align: right; padding: 0 4px !important; font-size: .72rem;
   white-space: nowrap}
 .mstta-board td {text-align: right; padding: 0 4px !important; border-top: 1px solid #f3f4f6 !important;
   white-space: nowrap}
-.mstta-board td.name, .mstta-board th:nth-child(2) {text-align: left; max-width: 120px; overflow: hidden;
+.mstta-board td.name, .mstta-board th:nth-child(2) {text-align: left; max-width: 96px; overflow: hidden;
   text-overflow: ellipsis}
 .mstta-board td.rank {color: #6b7280; width: 1em}
 .mstta-board td.name i {display: inline-block; width: 10px; height: 10px; border-radius: 2px; margin-right: 4px}

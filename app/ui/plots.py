@@ -39,7 +39,7 @@ X_TITLE = "processed frames"
 
 
 # ---------------------------------------------------------------------------- SVG charts
-W, H = 400, 150                   # a chart's drawing size (it scales to its box: >= 340 px wide on the page)
+W, H = 400, 125                   # a chart's drawing size (it scales to its box: >= 340 px wide on the page)
 FONT = 13                         # SVG units: >= 11 px of text once the chart is scaled to a 340 px box
 LEFT, RIGHT, TOP, BOTTOM = 54, 10, 10, 40
 
@@ -210,7 +210,7 @@ def gain_chart(history: History, title: str) -> str:
     t = history.tally
     racer = t.racers.get(history.last.method) if history.last is not None and history.last.methods else None
     counts = f" · fixed {racer.fixed} · broke {racer.broke}" if racer is not None and t.labelled else ""
-    heading = (f"Gain of {title} over CLIP (accuracy points){counts}" if pts
+    heading = (f"Gain of {title} over CLIP (points){counts}" if pts
                else f"Gain of {title} over CLIP: needs ground truth")
     top = max([abs(y) for _, y in pts] + [1.0])
     ticks = nice_ticks(0, top, 3)
