@@ -15,17 +15,18 @@ import functools
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from . import palette
 from .session import FrameResult, Scored, method_title
 
 MIN_WIDTH = 480                  # narrower frames are scaled up so the panel text stays legible
 BG = (22, 24, 28)
 FG = (235, 235, 235)
 DIM = (150, 155, 165)
-CLIP_COLOR = (80, 150, 255)
-TTA_COLOR = (255, 170, 40)
-AGREE_COLOR = (70, 200, 110)
-DISAGREE_COLOR = (235, 60, 60)
-MARK_COLOR = (250, 210, 0)       # the random-weights banner: black text on this yellow
+CLIP_COLOR = palette.rgb(palette.CLIP)             # one palette with the page's charts (app.palette)
+TTA_COLOR = palette.rgb(palette.method_color(0))
+AGREE_COLOR = palette.rgb(palette.AGREE)
+DISAGREE_COLOR = palette.rgb(palette.DISAGREE)
+MARK_COLOR = palette.rgb(palette.MARK)             # the random-weights banner: black text on this yellow
 RANDOM_WEIGHTS_MARK = "RANDOM WEIGHTS: predictions are meaningless"
 
 

@@ -105,6 +105,10 @@ def _add_model_arguments(p: argparse.ArgumentParser) -> None:
     ada = p.add_argument_group("adaptation")
     ada.add_argument("--method", default="ms-tta", metavar="NAME",
                      help=f"one of: {', '.join(list_methods())} (default ms-tta)")
+    ada.add_argument("--methods", metavar="A,B,...",
+                     help="race up to 4 methods on the same frames (one encoder pass per frame, one engine step "
+                          "per method), e.g. ms-tta,tda,zero-shot: the log holds every method's top-k, the "
+                          "summary a leaderboard; the first one is drawn on the frame (replaces --method)")
     ada.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a hyperparameter, e.g. --set k=4 --set alpha=0.7 (repeatable); logit_scale "
                           "defaults to the checkpoint's own (100 for OpenAI's CLIP)")
@@ -150,9 +154,16 @@ def _config(args: argparse.Namespace):
 
     return DemoConfig(video=args.video, camera=args.camera, labels=args.labels, template=args.template,
                       model=args.model, pretrained=args.pretrained, precision=args.precision, device=args.device,
-                      views=args.views, views_on=args.views_on, method=args.method, overrides=list(args.set), bank_size=args.bank_size,
+                      views=args.views, views_on=args.views_on, method=_methods(args)[0], methods=_methods(args), overrides=list(args.set), bank_size=args.bank_size,
                       every=args.every, max_frames=args.max_frames, out=args.out, log=args.log,
                       truth=args.truth, topk=args.topk, max_pixels=parse_max_pixels(args.max_pixels), progress=not args.quiet)
+
+
+def _methods(args: argparse.Namespace) -> list[str]:
+    """--methods (checked, in order) or the one --method."""
+    from .session import check_methods
+
+    return check_methods(args.methods) if args.methods is not None else [args.method]
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -33,7 +33,7 @@ from .frames import MAX_PIXELS
 from .labels import prompt_templates, read_labels
 from .progress import Progress, plural
 from .sampling import Sampler, default_every
-from .session import DEFAULT_BANK_SIZE, FrameResult, StreamSession, method_title
+from .session import DEFAULT_BANK_SIZE, FrameResult, StreamSession, check_methods, method_title
 from .sinks import VIDEO_SUFFIXES, JsonlSink, VideoSink, check_output, prediction_row, shield_interrupts
 from .sources import Frame, Source, open_source
 from .summary import FpsMeter, RunSummary
@@ -57,6 +57,7 @@ class DemoConfig:
     views: int = 1                      # images per frame fed to CLIP (1 = the frame only)
     views_on: str = "auto"              # where the extra views are made: auto | cpu | device
     method: str = "ms-tta"
+    methods: list[str] | None = None    # methods raced on the same frames (up to 4; None = [method])
     overrides: list[str] = field(default_factory=list)   # --set KEY=VALUE onto EngineConfig
     bank_size: int = DEFAULT_BANK_SIZE  # bound of the mean-shift feature bank
     every: int | None = None            # files/folders: process every N-th frame; None = ~5 per second
@@ -134,6 +135,8 @@ def prepare(cfg: DemoConfig) -> Prepared:
     if cfg.template is not None:
         prompt_templates(cfg.template)
     get_method(cfg.method)
+    if cfg.methods is not None:
+        check_methods(cfg.methods)
     _check_int(cfg.every, "--every")
     _check_int(cfg.max_frames, "--max-frames")
     _check_int(cfg.topk, "--topk")
@@ -243,7 +246,7 @@ def _open_run(cfg: DemoConfig, clip: Any, source: Source | None, stack: ExitStac
 
         clip = load_clip(cfg.model, cfg.pretrained, device=cfg.device, precision=cfg.precision)
     engine_cfg = with_model_scale(prep.engine_cfg, clip, cfg.overrides)
-    session = StreamSession(clip, prep.labels, template=cfg.template, method=cfg.method,
+    session = StreamSession(clip, prep.labels, template=cfg.template, method=cfg.method, methods=cfg.methods,
                             config=engine_cfg, views=cfg.views, views_on=cfg.views_on, topk=cfg.topk)
     every = 1 if source.live else (cfg.every or default_every(source.fps))
     if source.live and cfg.every not in (None, 1):
@@ -304,6 +307,7 @@ def run_pipeline(cfg: DemoConfig, *, clip: Any = None, source: Source | None = N
         run.source.stats, skipped=run.sampler.skipped, interrupted=interrupted,
         source=str(run.source.spec), source_kind=run.source.kind, model=run.clip.name, pretrained=run.clip.pretrained,
         random_weights=run.mark is not None, logit_scale=round(float(engine.logit_scale), 4),
-        logit_scale_from=run.scale_from, method=cfg.method, method_title=method_title(cfg.method),
+        logit_scale_from=run.scale_from, method=run.session.method.name,
+        method_title=method_title(run.session.method.name), methods=run.session.method_names,
         every=run.sampler.every, classes=len(run.prep.labels), out=out, log=str(cfg.log) if cfg.log else None,
     )

@@ -28,7 +28,10 @@ from mstta.methods import get_method
 from .encoder import FrameEncoder
 from .labels import prompt_templates
 
-__all__ = ["DEFAULT_BANK_SIZE", "FrameResult", "Scored", "StreamSession", "build_classifier", "method_title"]
+__all__ = ["DEFAULT_BANK_SIZE", "MAX_METHODS", "FrameResult", "MethodResult", "Scored", "StreamSession",
+           "build_classifier", "check_methods", "method_title"]
+
+MAX_METHODS = 4   # methods raced on one stream: one encoder pass per frame, one engine step per method
 
 
 def method_title(method: str) -> str:
@@ -49,6 +52,43 @@ class Scored:
     prob: float
 
 
+def check_methods(methods: Sequence[str] | str, flag: str = "--methods") -> list[str]:
+    """Registry names of the methods raced on one stream (1..MAX_METHODS, no repeats), in order;
+    a comma-separated string is split. One-line UserError naming `flag` otherwise."""
+    names = [m.strip() for m in methods.split(",")] if isinstance(methods, str) else [str(m).strip() for m in methods]
+    names = [m for m in names if m]
+    if not names:
+        raise UserError(f"{flag}: name at least one method (e.g. ms-tta,tda)")
+    if len(names) > MAX_METHODS:
+        raise UserError(f"{flag}: {len(names)} methods; at most {MAX_METHODS} race on one stream")
+    repeated = sorted({m for m in names if names.count(m) > 1})
+    if repeated:
+        raise UserError(f"{flag}: {', '.join(repeated)} named twice; name each method once")
+    for name in names:
+        try:
+            get_method(name)
+        except UserError as exc:
+            raise UserError(f"{flag}: {exc}") from None
+    return names
+
+
+@dataclass(frozen=True)
+class MethodResult:
+    """One raced method's output for a frame: its registry name, top-k (best first) and step time."""
+
+    method: str
+    topk: list[Scored]
+    ms: float                        # this method's engine step (ms); the encoder pass is shared
+
+    @property
+    def label(self) -> str:
+        return self.topk[0].label
+
+    @property
+    def index(self) -> int:
+        return self.topk[0].index
+
+
 @dataclass
 class FrameResult:
     """What `StreamSession.process` returns for one frame."""
@@ -62,6 +102,8 @@ class FrameResult:
     latency_ms: float                # encode + adapt time for this frame
     method: str = "ms-tta"
     cache_per_class: list[int] = field(default_factory=list)
+    methods: list[MethodResult] = field(default_factory=list)   # every raced method, the first = tta_topk
+    encode_ms: float = 0.0           # the shared encoder pass (ms)
 
     @property
     def clip_label(self) -> str:
@@ -93,7 +135,8 @@ class StreamSession:
 
     def __init__(self, clip: Any, labels: Sequence[str], *, template: str | None = None,
                  method: str = "ms-tta", config: EngineConfig | None = None, views: int = 1,
-                 views_on: str = "auto", topk: int = 3, seed: int = 0, cache_dir: str | Path | None = None):
+                 views_on: str = "auto", topk: int = 3, seed: int = 0, cache_dir: str | Path | None = None,
+                 methods: Sequence[str] | None = None):
         if isinstance(topk, bool) or not isinstance(topk, int) or topk < 1:
             raise UserError(f"--topk {topk!r}: expected an integer >= 1")
         self.clip = clip
@@ -101,7 +144,8 @@ class StreamSession:
         self.seed = seed
         self.cache_dir = cache_dir
         self.encoder = FrameEncoder(clip, views=views, seed=seed, views_on=views_on)
-        self.method = get_method(method)      # the registry's `Method` (name, title, what it uses)
+        # the raced methods (registry rows), the first one shown as "the adapted method"
+        self.methods = [get_method(m) for m in check_methods(methods if methods is not None else [method])]
         self.config = config if config is not None else EngineConfig(bank_size=DEFAULT_BANK_SIZE)
         self.labels: list[str] = []
         self.template = template
@@ -117,41 +161,68 @@ class StreamSession:
         self.labels, self.template, self.text = labels, template, text
         self._new_engine()
 
-    def configure(self, method: str | None = None, config: EngineConfig | None = None) -> None:
-        """Switch method and/or hyperparameters; the engine starts afresh."""
-        if method is not None:
-            self.method = get_method(method)
+    @property
+    def method(self):
+        """The first raced method's registry row (the one the banner, the frame and "tta" show)."""
+        return self.methods[0]
+
+    @property
+    def method_names(self) -> list[str]:
+        return [m.name for m in self.methods]
+
+    def configure(self, method: str | None = None, config: EngineConfig | None = None,
+                  methods: Sequence[str] | None = None) -> None:
+        """Switch method(s) and/or hyperparameters; every engine starts afresh."""
+        if methods is not None or method is not None:
+            self.methods = [get_method(m) for m in check_methods(methods if methods is not None else [method])]
         if config is not None:
             self.config = config
         self._new_engine()
 
     def _new_engine(self) -> None:
-        self.engine = Engine(self.text, method=self.method.name, config=self.config, device=self.clip.device)
+        self.engines = [Engine(self.text, method=m.name, config=self.config, device=self.clip.device)
+                        for m in self.methods]
         self.encoder.reset(self.seed)
+
+    @property
+    def engine(self) -> Engine:
+        """The first method's engine (its cache and bank are the ones shown)."""
+        return self.engines[0]
 
     def reset(self) -> None:
         """Forget everything adapted so far (empty bank and cache); the classifier stays."""
-        self.engine.reset()
+        for engine in self.engines:
+            engine.reset()
         self.encoder.reset(self.seed)
 
     # ------------------------------------------------------------------ per frame
     def process(self, image: np.ndarray) -> FrameResult:
-        """Encode one RGB uint8 frame [H, W, 3], adapt, and return both predictions."""
+        """Encode one RGB uint8 frame [H, W, 3] once, step every raced method's engine on the same
+        features, and return CLIP's and every method's predictions."""
         start = time.perf_counter()
         features = self.encoder.encode_one(image)
-        step = self.engine.step(features)
+        encoded = time.perf_counter()
+        raced, first = [], None
+        for method, engine in zip(self.methods, self.engines):
+            t0 = time.perf_counter()
+            step = engine.step(features)
+            topk = self._scored(step.topk(self.topk))
+            raced.append(MethodResult(method.name, topk, (time.perf_counter() - t0) * 1000.0))
+            first = step if first is None else first
         latency = (time.perf_counter() - start) * 1000.0
         fill = self.engine.cache_fill()
         return FrameResult(
-            clip_topk=self._scored(step.topk(self.topk, clip=True)),
-            tta_topk=self._scored(step.topk(self.topk)),
-            entropy=float(step.entropy),
+            clip_topk=self._scored(first.topk(self.topk, clip=True)),
+            tta_topk=raced[0].topk,
+            entropy=float(first.entropy),
             cache_size=int(fill.sum()),
-            cache_capacity=int(fill.shape[0] * self.config.capacity) if self.engine.method.cache else 0,
+            cache_capacity=int(fill.shape[0] * self.config.capacity) if self.method.cache else 0,
             bank_rows=int(self.engine.bank_len),
             latency_ms=latency,
             method=self.method.name,
             cache_per_class=[int(v) for v in fill],
+            methods=raced,
+            encode_ms=(encoded - start) * 1000.0,
         )
 
     def _scored(self, pairs: list[tuple[int, float]]) -> list[Scored]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import signal
 import sys
@@ -192,8 +193,10 @@ class VideoSink:
         self.close()
 
 
-def _round(x: float, nd: int = 4) -> float:
-    return float(round(x, nd))
+def _round(x: float, nd: int = 4) -> float | None:
+    """A rounded number for the log; None (JSON null) for NaN or an infinity, which JSON cannot hold."""
+    x = float(x)
+    return float(round(x, nd)) if math.isfinite(x) else None
 
 
 def prediction_row(frame: Frame, result: FrameResult, truth: str | None = None) -> dict[str, Any]:
@@ -209,6 +212,8 @@ def prediction_row(frame: Frame, result: FrameResult, truth: str | None = None) 
         "cache_size": result.cache_size,
         "bank_size": result.bank_rows,   # the key users know; a count of rows, not the limit
         "latency_ms": _round(result.latency_ms, 2),
+        "methods": [{"method": m.method, "topk": [{"label": s.label, "prob": _round(s.prob)} for s in m.topk],
+                     "ms": _round(m.ms, 2)} for m in result.methods],
     }
     if truth is not None:
         row["truth"] = truth
@@ -219,7 +224,8 @@ class JsonlSink:
     """One JSON object per line at `path`; `write(row)`. Rows from `prediction_row`:
 
     frame (source index), timestamp (s), clip / tta (top-k lists of {label, prob}, best first),
-    method, disagree (bool), entropy (CLIP, nats), cache_size, bank_size, latency_ms, and truth
+    method, disagree (bool), entropy (CLIP, nats), cache_size, bank_size, latency_ms, methods (every
+    raced method, the first = tta: {method, topk [{label, prob}], ms = its own step}), and truth
     (class name) when a truth file labels the frame. `path` "-" writes the lines to standard output
     as they come.
     """
@@ -239,7 +245,7 @@ class JsonlSink:
         return self
 
     def write(self, row: dict[str, Any]) -> None:
-        line = json.dumps(row, ensure_ascii=False) + "\n"
+        line = json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n"
         if self._stdout:
             sys.stdout.write(line)
             sys.stdout.flush()

@@ -19,15 +19,36 @@ from typing import Any
 import numpy as np
 
 from .progress import plural
-from .session import FrameResult
+from .session import FrameResult, MethodResult, method_title
 from .sources import Frame, SourceStats
 
 LATENCY_SAMPLES = 10_000   # latency percentiles from a uniform sample of this many frames (flat memory)
 SIDES = ("clip", "tta")    # zero-shot CLIP, the adapted method
 
 
+class Racer:
+    """One raced method's running counts: agreement with CLIP, correct, fixed and broke (labelled
+    frames CLIP got wrong and the method right, and the reverse), summed step and encoder time."""
+
+    def __init__(self, method: str) -> None:
+        self.method = method
+        self.frames = self.agree = self.correct = self.fixed = self.broke = 0
+        self.ms = 0.0
+
+    def add(self, result: FrameResult, raced: MethodResult, truth: str | None) -> None:
+        self.frames += 1
+        self.agree += raced.index == result.clip_topk[0].index
+        self.ms += result.encode_ms + raced.ms
+        if truth is not None:
+            right, clip_right = raced.label == truth, result.clip_label == truth
+            self.correct += right
+            self.fixed += right and not clip_right
+            self.broke += clip_right and not right
+
+
 class Tally:
-    """Running counts of one run: processed, agree, switches and correct per side, labelled."""
+    """Running counts of one run: processed, agree, switches and correct per side, labelled, and
+    per raced method (`Racer`)."""
 
     def __init__(self) -> None:
         self.processed = 0
@@ -35,6 +56,8 @@ class Tally:
         self.switches = dict.fromkeys(SIDES, 0)
         self.correct = dict.fromkeys(SIDES, 0)
         self.labelled = 0
+        self.racers: dict[str, Racer] = {}
+        self.clip_ms = 0.0
         self._prev: tuple[int, int] | None = None
 
     def add(self, result: FrameResult, truth: str | None = None) -> None:
@@ -50,6 +73,32 @@ class Tally:
             self.labelled += 1
             self.correct["clip"] += result.clip_label == truth
             self.correct["tta"] += result.tta_label == truth
+        self.clip_ms += result.encode_ms
+        for raced in result.methods:
+            self.racers.setdefault(raced.method, Racer(raced.method)).add(result, raced, truth)
+
+    def racer(self, method: str) -> Racer | None:
+        return self.racers.get(method)
+
+    def leaderboard(self) -> list[dict[str, Any]]:
+        """CLIP and every raced method, best accuracy first where frames are labelled (else in the
+        order raced): accuracy (%), agreement with CLIP (%), fixed / broke, ms per frame (the
+        encoder pass plus the method's own step: what running it alone costs)."""
+        def pct(n: int, of: int) -> float | None:
+            return round(100.0 * n / of, 2) if of else None
+
+        rows = [{"method": "clip", "title": "CLIP (reference)", "marks": [],
+                 "accuracy": pct(self.correct["clip"], self.labelled), "agreement": 100.0 if self.processed else None,
+                 "fixed": 0, "broke": 0,
+                 "ms_per_frame": round(self.clip_ms / self.processed, 2) if self.processed else None}]
+        for r in self.racers.values():
+            rows.append({"method": r.method, "title": method_title(r.method), "marks": method_marks(r.method),
+                         "accuracy": pct(r.correct, self.labelled), "agreement": pct(r.agree, r.frames),
+                         "fixed": r.fixed, "broke": r.broke,
+                         "ms_per_frame": round(r.ms / r.frames, 2) if r.frames else None})
+        if self.labelled:
+            rows.sort(key=lambda row: -(row["accuracy"] or 0.0))   # stable: ties keep the raced order
+        return rows
 
     @property
     def agreement(self) -> float | None:
@@ -59,6 +108,16 @@ class Tally:
     def accuracy(self, side: str) -> float | None:
         """Running accuracy in % of "clip" or "tta" on labelled frames (None before the first)."""
         return 100.0 * self.correct[side] / self.labelled if self.labelled else None
+
+
+def method_marks(method: str) -> list[str]:
+    """The notes a method's row carries wherever it is shown (`Method.marks`: e.g. not training-free)."""
+    from mstta.methods import get_method
+
+    try:
+        return list(get_method(method).marks)
+    except Exception:   # an unknown name (a result file of another version): no marks to show
+        return []
 
 
 class FpsMeter:
@@ -140,6 +199,7 @@ class RunSummary:
             "labelled_frames": t.labelled if t.labelled else None,
             "accuracy_clip": pct(t.accuracy("clip")),
             "accuracy_tta": pct(t.accuracy("tta")),
+            "leaderboard": t.leaderboard(),
             "cache_size": self.last.cache_size if self.last else 0,
             "bank_size": self.last.bank_rows if self.last else 0,
             "interrupted": interrupted,
@@ -162,12 +222,29 @@ def format_summary(summary: dict[str, Any]) -> str:
     if s.get("accuracy_clip") is not None:
         parts.append(f"accuracy CLIP {s['accuracy_clip']:.1f}%, {title} {s['accuracy_tta']:.1f}% "
                      f"on {count(s['labelled_frames'], 'labelled frame')}")
+    board = s.get("leaderboard") or []
+    if len(board) > 2:   # more than one method raced: every method's line
+        parts.append("leaderboard: " + ", ".join(leaderboard_entry(row) for row in board))
     outputs = [p for p in (s.get("out"), s.get("log")) if p]
     if outputs:
         parts.append("wrote " + ", ".join(outputs))
     if s.get("interrupted"):
         parts.append("interrupted")
     return "; ".join(parts)
+
+
+def leaderboard_entry(row: dict[str, Any]) -> str:
+    """'TDA 84.2% (agree 97.5%, fixed 3 · broke 1, 12.3 ms/frame)' for the one-line summary."""
+    title = row["title"] + "".join(f" [{m}]" for m in row.get("marks") or [])
+    facts = []
+    if row.get("agreement") is not None and row["method"] != "clip":
+        facts.append(f"agree {row['agreement']:.1f}%")
+    if row.get("accuracy") is not None and row["method"] != "clip":
+        facts.append(f"fixed {row['fixed']} · broke {row['broke']}")
+    if row.get("ms_per_frame") is not None:
+        facts.append(f"{row['ms_per_frame']:.1f} ms/frame")
+    acc = f" {row['accuracy']:.1f}%" if row.get("accuracy") is not None else ""
+    return f"{title}{acc}" + (f" ({', '.join(facts)})" if facts else "")
 
 
 def count(n: int, word: str) -> str:

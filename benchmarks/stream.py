@@ -13,6 +13,8 @@ Parts:
   `--views V` both modes encode V views per frame (the frame + V-1 crops, `mstta-demo --views`),
   made where `--views-on` says (auto: on the GPU under CUDA, `mstta.tensor_views`; cpu: PIL).
 - engine: the engine step alone at the ViT-B-16 feature size with a full bank.
+- race: the bundled digits model on its clip, MS-TTA alone vs four methods raced on the same
+  frames (`mstta-demo --methods`): ms per frame p50/p95 against the real-time budget.
 - memory: a long generated stream (default 20,000 frames) through the whole headless pipeline
   (tiny model, JSONL log) with the bounded bank; RSS sampled every 250 frames; growth after
   warm-up (target <= 50 MB). The same for the engine alone at the ViT-B-16 feature size.
@@ -52,7 +54,8 @@ LABELS = ["circle", "square", "triangle", "star", "heart", "arrow"]
 BANK = 4096
 TARGET_RATIO = 0.95
 TARGET_GROWTH_MB = 50.0
-PARTS = ("speed", "engine", "memory")
+PARTS = ("speed", "engine", "memory", "race")
+RACE = ("ms-tta", "tda", "zero-shot", "tda+ms")   # the race part: 1 method vs these 4 on the same frames
 
 
 def _sync(device: str) -> None:
@@ -152,6 +155,43 @@ def speed(model: str, frames: list[np.ndarray], rounds: int, device: str, views:
     out["fps_ratio"] = round(out["ms_tta"]["fps"] / out["zero_shot"]["fps"], 3)
     out["target_ratio"] = TARGET_RATIO
     out["meets_target"] = out["fps_ratio"] >= TARGET_RATIO
+    return out
+
+
+def race(rounds: int, device: str, limit: int = 120) -> dict:
+    """Per-frame cost of racing: the bundled digits model on the first `limit` frames of its clip
+    (assets/digits.mp4, the demo's default stride), MS-TTA alone vs the four methods of `RACE`
+    (one encoder pass, one engine step each), alternating frame by frame. The clip plays in real
+    time when a frame costs less than the stride / fps."""
+    from app.sampling import Sampler, default_every
+
+    clip = load_clip("mstta-digits", "bundled", device=device)
+    labels = [ln.strip() for ln in (ROOT / "assets" / "digits_labels.txt").read_text().splitlines()
+              if ln.strip() and not ln.startswith("#")]
+    with open_source(str(ROOT / "assets" / "digits.mp4")) as src:
+        every, fps = default_every(src.fps), src.fps
+        frames = [f.image for _, f in zip(range(limit), Sampler(every)(src))]
+    sessions = {"1": StreamSession(clip, labels, methods=[RACE[0]]), str(len(RACE)): StreamSession(clip, labels, methods=RACE)}
+    for s in sessions.values():
+        for img in frames[:3]:
+            s.process(img)
+    lat: dict[str, list[float]] = {k: [] for k in sessions}
+    for r in range(rounds):
+        for i, img in enumerate(frames):
+            for name in (list(sessions) if (r + i) % 2 == 0 else list(sessions)[::-1]):
+                _sync(device)
+                start = time.perf_counter()
+                sessions[name].process(img)
+                _sync(device)
+                lat[name].append((time.perf_counter() - start) * 1000)
+    budget = 1000.0 * every / fps
+    out: dict = {"model": "mstta-digits (bundled)", "video": "assets/digits.mp4", "frames": len(frames),
+                 "every": every, "real_time_budget_ms": round(budget, 1), "methods": list(RACE)}
+    for name, values in lat.items():
+        out[f"{name}_method{'s' if name != '1' else ''}"] = {
+            "ms_per_frame_p50": round(float(np.percentile(values, 50)), 2),
+            "ms_per_frame_p95": round(float(np.percentile(values, 95)), 2),
+            "real_time": bool(np.percentile(values, 95) < budget)}
     return out
 
 
@@ -269,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
             frames = generated_video(t / "speed.mp4", args.frames)
             result["video"] = {"frames": len(frames), "size": [frames[0].shape[1], frames[0].shape[0]], "codec": "h264"}
             result["speed"] = [speed(m, frames, args.rounds, device, args.views, args.views_on) for m in models]
+        if "race" in parts:
+            result["race"] = race(args.rounds, device)
         if "engine" in parts:
             result["engine_step"] = engine_step(512, 300, device)
         if "memory" in parts and args.long_frames > 0:

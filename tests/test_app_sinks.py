@@ -112,7 +112,22 @@ def test_prediction_row_schema():
         "clip": [{"label": "cat", "prob": 0.7}, {"label": "dog", "prob": 0.2}, {"label": "bird", "prob": 0.1}],
         "tta": [{"label": "dog", "prob": 0.7}, {"label": "cat", "prob": 0.2}, {"label": "bird", "prob": 0.1}],
         "method": "ms-tta", "disagree": True, "entropy": 0.8, "cache_size": 4, "bank_size": 12,
-        "latency_ms": 3.25, "truth": "cat"}
+        "latency_ms": 3.25, "methods": [], "truth": "cat"}
+
+
+def test_a_non_finite_number_is_logged_as_null_never_as_nan(tmp_path):
+    import dataclasses
+    import json
+    import math
+
+    result = dataclasses.replace(_result(tta=("dog", "cat", "bird")), entropy=math.nan, latency_ms=math.inf)
+    row = prediction_row(Frame(1, 0.1, scene(0), "x"), result)
+    assert row["entropy"] is None and row["latency_ms"] is None
+    path = tmp_path / "p.jsonl"
+    with JsonlSink(path) as sink:
+        sink.write(row)
+    text = path.read_text(encoding="utf-8")
+    assert "NaN" not in text and "Infinity" not in text and json.loads(text)["entropy"] is None
     assert "truth" not in prediction_row(Frame(0, 0.0, scene(0), "x"), _result())
 
 

@@ -202,7 +202,7 @@ def test_inline_frames_must_be_base64(server):
 def test_anonymous_sessions_cannot_pile_up_engines(server):
     # a bank above the UI's bound is refused before any engine exists
     before = peak_mb(server.proc.pid)
-    big = ["ms-tta", 2, 0.8, 1.0, 3, 65536]
+    big = ["ms-tta", 2, 0.8, 1.0, 3, 65536, []]
     for _ in range(40):
         status, outputs = call(server.url, "apply_settings", [None, "\n".join(LABELS), "", *big])
         assert status == "complete" and "Bank size (features): 65536 is out of range" in status_of(outputs), outputs
@@ -276,16 +276,21 @@ L = "\n".join(LABELS)
 REPO_FILE = str(Path(__file__).resolve().parent.parent / "app" / "cli.py")
 
 
-def apply_with(*, truth=None, labels=L, template="", method="ms-tta", k=2, alpha=0.8, lam=1.0, q=3, bank=4096):
-    return [truth, labels, template, method, k, alpha, lam, q, bank]
+def apply_with(*, truth=None, labels=L, template="", method="ms-tta", k=2, alpha=0.8, lam=1.0, q=3, bank=4096,
+               race=()):
+    return [truth, labels, template, method, k, alpha, lam, q, bank, list(race)]
 
 
 # name -> (endpoint, data, what the client is told: "status" (a page whose status says it) or "error")
 GRADIO_CASES = {
     "arity_too_few": ("apply_settings", [None, L], "error",
-                      "expected 9 input values (truth, labels, template, method, k, alpha, lam, capacity, bank)"),
-    "arity_too_many": ("apply_settings", apply_with() + [1, 2], "error", "expected 9 input values"),
-    "arity_none": ("process_frame", [], "error", "expected 10 input values (image, keep, labels"),
+                      "expected 10 input values (truth, labels, template, method, k, alpha, lam, capacity, bank, race)"),
+    "arity_too_many": ("apply_settings", apply_with() + [1, 2], "error", "expected 10 input values"),
+    "arity_none": ("process_frame", [], "error", "expected 11 input values (image, keep, labels"),
+    "race_five": ("apply_settings", apply_with(race=["tda", "zero-shot", "tda+ms", "baseline"]), "status",
+                  "at most 3 race beside the method"),
+    "race_unknown": ("apply_settings", apply_with(race=["no-such"]), "error", "Race against"),
+    "race_not_a_list": ("apply_settings", apply_with(race=[3]), "error", "Race against"),
     "k_abc": ("apply_settings", apply_with(k="abc"), "status", "k (mean-shift neighbours): 'abc' is not a number"),
     "k_float": ("apply_settings", apply_with(k=1.5), "status", "k (mean-shift neighbours): 1.5 is not a whole"),
     "k_huge_int": ("apply_settings", apply_with(k=10**400), "status", "k (mean-shift neighbours)"),

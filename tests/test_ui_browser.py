@@ -380,15 +380,16 @@ def test_webcam_denied_shows_why(ui, tmp_path):
 
 
 def test_first_screen_at_1280x720_and_the_random_weights_banner(ui, tmp_path):
-    """Frame (>= 480 px wide), banner, both top-k charts and the running agreement and accuracy in one
-    1280x720 screen, without scrolling; class names in the banner do not look like links."""
+    """Frame (>= 480 px wide), banner, the leaderboard, the gain plot and the running accuracy in one
+    1280x720 screen, without scrolling (the frame draws both top-k; the bars follow below); class names
+    in the banner do not look like links."""
     with chromium(tmp_path, width=1280, height=720) as context:
         page = open_page(context, ui.url)
         wait_for_plots(page, frames=15)
         banner = page.locator("#mstta-random-weights")
         assert banner.is_visible() and "Random weights — predictions are meaningless" in banner.inner_text()
         assert page.evaluate("() => [window.scrollX, window.scrollY]") == [0, 0]
-        for sel in ("#mstta-frame img", "#mstta-verdict", "#mstta-clip-topk", "#mstta-tta-topk", "#mstta-agreement",
+        for sel in ("#mstta-frame img", "#mstta-verdict", "#mstta-leaderboard", "#mstta-gain",
                     "#mstta-accuracy", "#mstta-random-weights", "#mstta-status", "#mstta-run"):
             box = page.locator(sel).bounding_box()
             assert box and box["x"] >= 0 and box["y"] >= 0, f"{sel}: {box}"
@@ -396,6 +397,9 @@ def test_first_screen_at_1280x720_and_the_random_weights_banner(ui, tmp_path):
         frame = page.locator("#mstta-frame img").bounding_box()
         assert frame["width"] >= 480, f"the frame is {frame['width']:.0f} px wide"
         assert drawn_lines(page, "#mstta-agreement") == 1 and drawn_lines(page, "#mstta-accuracy") == 2
+        sizes = page.evaluate("""() => Array.from(document.querySelectorAll('#mstta-gain svg text, #mstta-accuracy svg text'))
+            .map(e => e.getBoundingClientRect().height)""")
+        assert sizes and min(sizes) >= 11, f"axis text {min(sizes):.1f} px high"
         decorations = page.evaluate("""() => Array.from(document.querySelectorAll('#mstta-verdict .name'))
             .map(e => [getComputedStyle(e).textDecorationLine, getComputedStyle(e).cursor, e.closest('a') === null])""")
         assert decorations and all(d == ["none", "auto", True] for d in decorations), decorations

@@ -96,7 +96,7 @@ TOOLTIP_JS = """
 
 
 def build_app(clip: Any, *, labels: Sequence[str] | None = None, video: str | None = None,
-              truth: str | None = None, template: str | None = None, method: str = "ms-tta",
+              truth: str | None = None, template: str | None = None, method: str = "ms-tta", race: Sequence[str] = (),
               config: EngineConfig | None = None, every: int | None = None, topk: int = 3, views: int = 1,
               views_on: str = "auto", max_frames: int | None = None, autostart: bool | None = None, realtime: bool = True,
               concurrency: int = DEFAULT_CONCURRENCY, streams: int | None = None,
@@ -132,7 +132,7 @@ def build_app(clip: Any, *, labels: Sequence[str] | None = None, video: str | No
                    delete_cache=CACHE_CLEANUP_S, fill_width=True) as demo:
         c = build_layout(title_md=_title(clip, views), random_weights=str(getattr(clip, "pretrained", "")).lower()
                          == "none", labels=labels, video=video, truth=truth, template=template, method=method,
-                         base=base, every=every, realtime=realtime, hello=_hello(ctx, video, autostart),
+                         race=list(race), base=base, every=every, realtime=realtime, hello=_hello(ctx, video, autostart),
                          demo_clip=ctx.demo_clip is not None, session_ttl=session_ttl, on_state_deleted=state_deleted)
         wiring = Wiring(c, ctx)
         wiring.video(demo, autostart=autostart, streams=streams or 4 * concurrency)

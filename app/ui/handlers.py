@@ -55,7 +55,7 @@ class Context:
     demo_clip: tuple[str, str, str | None] | None = None   # (video, labels text, truth CSV)
 
     def new_stream(self, s: Settings) -> StreamSession:
-        return StreamSession(self.clip, list(s.labels), template=s.template, method=s.method, config=s.config,
+        return StreamSession(self.clip, list(s.labels), template=s.template, methods=s.methods, config=s.config,
                              views=self.views, views_on=self.views_on, topk=self.topk)
 
     def settings(self, form: Mapping[str, Any]) -> Settings:
@@ -177,7 +177,7 @@ def process_frame(ctx: Context, ui: UISession, form: Mapping[str, Any]) -> dict[
         else:
             prefix = (note + " ") if note else ""
         result = ui.stream.process(image)
-        ui.history.update(result)
+        ui.history.update(result, None, plots.thumbnail(image) if result.disagree else None)
         ui.webcam_frames += 1
         ui.webcam_last = time.monotonic()
         fps, index = ui.meter.tick(), ui.webcam_frames

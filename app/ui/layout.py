@@ -22,7 +22,8 @@ from mstta.methods import get_method, list_methods
 from . import plots
 from .handlers import method_info
 from .page import empty_page
-from .state import CONTROLS, FORM, SESSION_BANK_LIMIT, UISession
+from ..session import MAX_METHODS
+from .state import CONTROLS, FORM, RACE_LABEL, SESSION_BANK_LIMIT, UISession
 from .video import VIDEO_TYPES
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,48 @@ CSS = """
 .mstta-bars .axis .track {background: none; height: .9rem; border-top: 1px solid #9ca3af; border-radius: 0}
 .mstta-bars .tick {position: absolute; top: 0; transform: translateX(-50%); font-size: .7rem; color: #6b7280}
 .mstta-bars .axis-title {text-align: center; font-size: .7rem; color: #6b7280; padding-left: 32%}
+.mstta-board {overflow-x: auto}
+.mstta-board table {width: 100%; border-collapse: collapse; font-size: .74rem; font-variant-numeric: tabular-nums;
+  border: none !important; margin: 0 !important}
+.mstta-board th, .mstta-board td {border: none !important; background: none !important; line-height: 1.15rem}
+.mstta-board th {font-weight: 600; color: #6b7280; text-align: right; padding: 0 4px !important; font-size: .72rem;
+  white-space: nowrap}
+.mstta-board td {text-align: right; padding: 0 4px !important; border-top: 1px solid #f3f4f6 !important;
+  white-space: nowrap}
+.mstta-board td.name, .mstta-board th:nth-child(2) {text-align: left; max-width: 96px; overflow: hidden;
+  text-overflow: ellipsis}
+.mstta-board td.rank {color: #6b7280; width: 1em}
+.mstta-board td.name i {display: inline-block; width: 10px; height: 10px; border-radius: 2px; margin-right: 4px}
+.mstta-board .mark {font-size: .7rem; color: #92400e; background: #fef3c7; border-radius: 4px; padding: 0 3px}
+.mstta-strip .strip {display: flex; gap: 8px; overflow-x: auto; padding: 4px 0}
+.mstta-strip .item {flex: 0 0 auto; display: flex; flex-direction: column; font-size: .75rem; width: 120px;
+  border: 2px solid #e5e7eb; border-radius: 6px; padding: 3px}
+.mstta-strip .item.fixed {border-color: #16a34a} .mstta-strip .item.broke {border-color: #dc2626}
+.mstta-strip img {width: 100%; cursor: zoom-in; border-radius: 3px}
+.mstta-strip img:focus {position: fixed; z-index: 1000; left: 50%; top: 50%; width: min(80vw, 640px);
+  transform: translate(-50%, -50%); cursor: zoom-out; box-shadow: 0 0 0 100vmax rgba(0,0,0,.6); outline: none}
+.mstta-strip .clip b {color: #3b82f6} .mstta-strip .tta b {color: #b45309}
+#mstta-explain {padding: 0 !important}
+"""
+
+
+EXPLAIN = """\
+**Zero-shot CLIP** names each frame by comparing its image embedding with the text embeddings of your
+labels ("a photo of a {label}"): no training on your classes, and nothing learned from the stream.
+**Test-time adaptation** learns from the stream itself, without labels or gradients: the engine keeps
+a **bank** of the frames' embeddings seen so far, a **cache** of the most confident ones per class,
+and (MS-TTA) a **mean shift** that moves each new embedding toward its nearest neighbours in the bank,
+so a blurry or odd frame borrows from the clear ones around it. When the camera or scene shifts for a
+while, the cache fills with that scene's frames and the adapted prediction can beat zero-shot CLIP.
+
+- **Banner**: whether CLIP and the (first) adapted method agree on this frame.
+- **Top-k bars**: each one's probabilities for the current frame.
+- **Leaderboard**: every raced method: accuracy on frames the ground truth labels, how often it agrees
+  with CLIP, **fixed · broke** (frames CLIP got wrong and it got right, and the reverse), and its cost
+  (ms per frame: the shared encoder pass plus its own step).
+- **Gain**: the adapted method's running accuracy minus CLIP's, in points: above zero it is ahead.
+- **Running accuracy**: CLIP's and every raced method's, over the processed frames.
+- **Disagreement strip** (below): the newest frames where the two differ, with the truth; click one to enlarge.
 """
 
 
@@ -82,6 +125,7 @@ class Components:
     labels: Any
     template: Any
     method: Any
+    race: Any
     k: Any
     alpha: Any
     lam: Any
@@ -109,6 +153,10 @@ class Components:
     switches: Any
     cache: Any
     accuracy: Any
+    leaderboard: Any
+    gain: Any
+    per_class: Any
+    disagreements: Any
     result: Any
     downloads: Any
 
@@ -225,7 +273,8 @@ def _webcam_tab() -> dict:
     return dict(webcam=webcam, webcam_stop=stop)
 
 
-def _settings_tab(labels: Sequence[str] | None, template: str | None, method: str, base: EngineConfig) -> dict:
+def _settings_tab(labels: Sequence[str] | None, template: str | None, method: str, race: Sequence[str],
+                  base: EngineConfig) -> dict:
     summary, notes = method_info(method)
     values = dict(k=base.k, alpha=base.alpha, lam=base.lam, capacity=base.capacity,
                   bank=min(base.bank_size or SESSION_BANK_LIMIT, SESSION_BANK_LIMIT))
@@ -237,7 +286,10 @@ def _settings_tab(labels: Sequence[str] | None, template: str | None, method: st
                                     label="Labels (one class per line)", placeholder="cat\ndog\nbird")),
             template=quiet(gr.Textbox(value=template or "", label="Prompt template (empty: built-in ensemble)",
                                       placeholder="a photo of a {}.", elem_id="mstta-template")),
-            method=Dropdown(method_choices(), value=method, label="Method", info=summary, elem_id="mstta-method"))
+            method=Dropdown(method_choices(), value=method, label="Method", info=summary, elem_id="mstta-method"),
+            race=Dropdown(method_choices(), value=list(race), multiselect=True, max_choices=MAX_METHODS - 1, label=RACE_LABEL,
+                          info="Each one adapts on the same features of the same frames (one encoder pass); "
+                               "the leaderboard and the accuracy plot show them all", elem_id="mstta-race"))
         with gr.Row():
             for name in ("k", "alpha", "lam", "capacity"):
                 note, used = notes[name]
@@ -260,16 +312,20 @@ def _results(first: dict[str, Any]) -> dict:
                                 interactive=False, height=505, elem_id="mstta-frame"),
                  stats=gr.Markdown("", elem_id="mstta-stats"))
     with gr.Column(scale=4, min_width=340, elem_id="mstta-right"):
-        for name in ("clip_topk", "tta_topk", "agreement", "accuracy"):
+        for name in ("leaderboard", "gain", "accuracy", "clip_topk", "tta_topk"):
             c[name] = gr.HTML(first[name], elem_id=f"mstta-{name.replace('_', '-')}", padding=False)
     return c
 
 
 def _below(first: dict[str, Any]) -> dict:
     """Below the fold: the other plots over time, the raw result, the API's hidden frame input."""
+    c = {"disagreements": gr.HTML(first["disagreements"], elem_id="mstta-disagreements", padding=False)}
     gr.Markdown("### More over time", elem_id="mstta-over-time")
     with gr.Row():
-        c = {name: gr.HTML(first[name], elem_id=f"mstta-{name}", padding=False) for name in ("confidence", "switches")}
+        for name in ("agreement", "per_class"):
+            c[name] = gr.HTML(first[name], elem_id=f"mstta-{name.replace('_', '-')}", padding=False)
+    with gr.Row():
+        c |= {name: gr.HTML(first[name], elem_id=f"mstta-{name}", padding=False) for name in ("confidence", "switches")}
     c["cache"] = gr.HTML(first["cache"], elem_id="mstta-cache", padding=False)
     with gr.Accordion("Raw result of the last frame (JSON)", open=False):
         c["result"] = gr.JSON(elem_id="mstta-result")
@@ -281,13 +337,16 @@ def _below(first: dict[str, Any]) -> dict:
 
 
 def build_layout(*, title_md: str, random_weights: bool, labels: Sequence[str] | None, video: str | None,
-                 truth: str | None, template: str | None, method: str, base: EngineConfig, every: int | None,
+                 truth: str | None, template: str | None, method: str, race: Sequence[str], base: EngineConfig,
+                 every: int | None,
                  realtime: bool, hello: str, demo_clip: bool, session_ttl: float, on_state_deleted) -> Components:
     """Create and place every component (inside an open `gr.Blocks`)."""
     c: dict[str, Any] = {"state": gr.State(UISession, time_to_live=session_ttl, delete_callback=on_state_deleted)}
     first = empty_page(status=hello)
     _header(title_md, random_weights)
     c["status"] = gr.Markdown(hello, elem_id="mstta-status", container=True)
+    with gr.Accordion("What you're seeing", open=False, elem_id="mstta-explain"):
+        gr.Markdown(EXPLAIN, elem_id="mstta-explain-text")
     with gr.Row(equal_height=False):
         with gr.Column(scale=0, min_width=290, elem_id="mstta-side"):
             c["downloads"] = gr.File(label="Downloads: the last run's annotated video and log",
@@ -296,7 +355,7 @@ def build_layout(*, title_md: str, random_weights: bool, labels: Sequence[str] |
             with gr.Tabs(overflow_behavior="wrap"):   # all three tabs always shown (never behind a "..." menu)
                 c |= _video_tab(video, truth, every, realtime, demo_clip)
                 c |= _webcam_tab()
-                c |= _settings_tab(labels, template, method, base)
+                c |= _settings_tab(labels, template, method, race, base)
         c |= _results(first)
     c |= _below(first)
     return Components(**c)

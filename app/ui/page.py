@@ -22,7 +22,8 @@ from .state import UISession
 
 # Every output a handler may set, in the order of the components (gradio_client users get them so).
 OUTPUTS = ("status", "verdict", "frame", "clip_topk", "tta_topk", "stats", "confidence", "agreement", "switches",
-           "cache", "accuracy", "result", "downloads", "drop_truth", "truth", "state")
+           "cache", "accuracy", "leaderboard", "gain", "per_class", "disagreements", "result", "downloads",
+           "drop_truth", "truth", "state")
 EXPIRED = ("Session expired: the server keeps a bounded number of sessions and dropped this idle one. "
            "Press **Reset** to start again.")
 
@@ -81,7 +82,12 @@ def render(ui: UISession, status: str, *, image: np.ndarray | None = None, resul
             "switches": plots.switches_chart(h, title),
             "cache": plots.cache_chart(s.labels if s else [], fill, s.config.capacity if s else None,
                                        plots.cache_title(s)),
-            "accuracy": plots.accuracy_chart(h, title, ui.truth_state),
+            "accuracy": plots.accuracy_chart(h, title, ui.truth_state,
+                                             [m.title for m in s.methods] if s is not None else None),
+            "leaderboard": plots.leaderboard_html(h, s),
+            "gain": plots.gain_chart(h, title),
+            "per_class": plots.per_class_chart(h, title),
+            "disagreements": plots.disagreement_strip(h, title),
         }
     return page
 

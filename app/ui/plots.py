@@ -22,6 +22,7 @@ import html
 import math
 from typing import TYPE_CHECKING, Sequence
 
+from .. import palette
 from ..progress import plural
 from ..session import FrameResult, Scored, method_title
 
@@ -30,16 +31,17 @@ if TYPE_CHECKING:
     from .state import History
 
 CLIP_NAME = "CLIP zero-shot"
-CLIP_COLOR = "#3b82f6"         # blue, as app.annotate draws CLIP
-ADAPTED_COLOR = "#f59e0b"      # orange, as app.annotate draws the adapted method
-AGREEMENT_COLOR = "#8b5cf6"    # violet: agreement belongs to neither method
+CLIP_COLOR = palette.CLIP            # one palette with the annotated frame (app.palette)
+ADAPTED_COLOR = palette.method_color(0)
+AGREEMENT_COLOR = palette.AGREEMENT
 MAX_CACHE_BARS = 40            # classes shown in the cache plot (the fullest ones when there are more)
 X_TITLE = "processed frames"
 
 
 # ---------------------------------------------------------------------------- SVG charts
-W, H = 560, 160                   # a chart's drawing size (it scales to its box)
-LEFT, RIGHT, TOP, BOTTOM = 52, 12, 10, 38
+W, H = 400, 125                   # a chart's drawing size (it scales to its box: >= 340 px wide on the page)
+FONT = 13                         # SVG units: >= 11 px of text once the chart is scaled to a 340 px box
+LEFT, RIGHT, TOP, BOTTOM = 54, 10, 10, 40
 
 
 def nice_ticks(low: float, high: float, count: int = 5, integer: bool = False) -> list[float]:
@@ -75,12 +77,12 @@ def _axes(x0: float, x1: float, y0: float, y1: float, x_title: str, y_title: str
     for t in nice_ticks(x0, x1, 6, integer=True):
         x = sx(t)
         parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{TOP + ph}" y2="{TOP + ph + 4}" stroke="#6b7280"/>'
-                     f'<text class="tick x" x="{x:.1f}" y="{TOP + ph + 16}" text-anchor="middle">{_fmt(t)}</text>')
+                     f'<text class="tick x" x="{x:.1f}" y="{TOP + ph + 17}" text-anchor="middle">{_fmt(t)}</text>')
     parts.append(f'<line x1="{LEFT}" x2="{W - RIGHT}" y1="{TOP + ph}" y2="{TOP + ph}" stroke="#6b7280"/>'
                  f'<line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{TOP + ph}" stroke="#6b7280"/>'
                  f'<text class="axis-title x" x="{LEFT + pw / 2}" y="{H - 4}" text-anchor="middle">'
                  f'{html.escape(x_title)}</text>'
-                 f'<text class="axis-title y" transform="translate(13 {TOP + ph / 2}) rotate(-90)" '
+                 f'<text class="axis-title y" transform="translate(14 {TOP + ph / 2}) rotate(-90)" '
                  f'text-anchor="middle">{html.escape(y_title)}</text>')
     return parts, sx, sy
 
@@ -89,7 +91,7 @@ def _figure(chart_id: str, title: str, legend: Sequence[tuple[str, str]], svg_bo
     keys = "".join(f'<span class="key"><i style="background:{c}"></i>{html.escape(n)}</span>' for n, c in legend)
     return (f'<figure class="mstta-chart" id="{chart_id}-chart"><figcaption><b>{html.escape(title)}</b>{keys}'
             f'</figcaption><svg viewBox="0 0 {W} {height}" role="img" aria-label="{html.escape(title)}" '
-            f'font-size="11" font-family="system-ui, sans-serif" fill="#374151">{svg_body}</svg></figure>')
+            f'font-size="{FONT}" font-family="system-ui, sans-serif" fill="#374151">{svg_body}</svg></figure>')
 
 
 def line_chart(chart_id: str, title: str, series: Sequence[tuple[str, str, Sequence[tuple[int, float]]]], *,
@@ -186,13 +188,114 @@ ACCURACY_HEADINGS = {   # the accuracy plot says what ground truth the run shown
 }
 
 
-def accuracy_chart(history: History, title: str, truth_state: str = "none") -> str:
-    """Running accuracy; `truth_state` ("loaded", "off", "none", "webcam") titles a plot without points."""
-    clip, tta = _pairs(history, lambda p: p.accuracy_clip, lambda p: p.accuracy_tta)
+def accuracy_chart(history: History, title: str, truth_state: str = "none",
+                   titles: Sequence[str] | None = None) -> str:
+    """Running accuracy of CLIP and of every raced method on one plot (`titles`: the raced methods'
+    titles in race order; default the one `title`); `truth_state` ("loaded", "off", "none",
+    "webcam") titles a plot without points."""
+    titles = list(titles) if titles else [title]
+    series = [(CLIP_NAME, CLIP_COLOR, [(p.x, p.accuracy_clip) for p in history.points if p.accuracy_clip is not None])]
+    for i, name in enumerate(titles):
+        pts = [(p.x, p.accuracy_methods[i] if i < len(p.accuracy_methods) else (p.accuracy_tta if i == 0 else None))
+               for p in history.points]
+        series.append((name, palette.method_color(i), [(x, y) for x, y in pts if y is not None]))
     heading = ("Running accuracy (labelled frames)" if history.labelled
                else ACCURACY_HEADINGS.get(truth_state, ACCURACY_HEADINGS["none"]))
-    return line_chart("mstta-accuracy", heading, [(CLIP_NAME, CLIP_COLOR, clip), (title, ADAPTED_COLOR, tta)],
-                      y_title="accuracy (%)", y_range=(0, 100))
+    return line_chart("mstta-accuracy", heading, series, y_title="accuracy (%)", y_range=(0, 100))
+
+
+def gain_chart(history: History, title: str) -> str:
+    """The gain in sight: the first method's running accuracy minus CLIP's, in points, around a zero line."""
+    pts = [(p.x, p.gain) for p in history.points if p.gain is not None]
+    t = history.tally
+    racer = t.racers.get(history.last.method) if history.last is not None and history.last.methods else None
+    counts = f" · fixed {racer.fixed} · broke {racer.broke}" if racer is not None and t.labelled else ""
+    heading = (f"Gain of {title} over CLIP (points){counts}" if pts
+               else f"Gain of {title} over CLIP: needs ground truth")
+    top = max([abs(y) for _, y in pts] + [1.0])
+    ticks = nice_ticks(0, top, 3)
+    bound = ticks[-1] if ticks[-1] >= top else ticks[-1] + (ticks[1] - ticks[0] if len(ticks) > 1 else 1)
+    chart = line_chart("mstta-gain", heading, [(f"{title} − CLIP", palette.method_color(0), pts)],
+                       y_title="points", y_range=(-bound, bound))
+    return chart
+
+
+def leaderboard_html(history: History, stream: StreamSession | None) -> str:
+    """The live leaderboard: CLIP and every raced method, with accuracy (labelled frames), agreement
+    with CLIP, fixed · broke, and ms per frame (the encoder pass + the method's own step); a
+    method's `marks` beside its name."""
+    rows = history.tally.leaderboard()
+    if not history.processed and stream is not None:   # before the first frame: the names, nothing measured
+        rows = [{"method": "clip", "title": "CLIP (reference)", "marks": []}] + [
+            {"method": m.name, "title": m.title, "marks": list(m.marks)} for m in stream.methods]
+    order = {m.name: i for i, m in enumerate(stream.methods)} if stream is not None else {}
+    labelled = history.tally.labelled
+
+    def cell(value, fmt: str) -> str:
+        return fmt.format(value) if value is not None else "–"
+
+    body = []
+    for rank, row in enumerate(rows, 1):
+        color = CLIP_COLOR if row["method"] == "clip" else palette.method_color(order.get(row["method"], 0))
+        marks = "".join(f' <span class="mark">{html.escape(m)}</span>' for m in row.get("marks") or [])
+        fixed = (f'{row.get("fixed", 0)} · {row.get("broke", 0)}' if labelled and row["method"] != "clip" else "–")
+        body.append(f'<tr data-method="{html.escape(row["method"])}"><td class="rank">{rank if labelled else ""}</td>'
+                    f'<td class="name" title="{html.escape(row["title"])}"><i style="background:{color}"></i>{html.escape(row["title"])}{marks}</td>'
+                    f'<td>{cell(row.get("accuracy"), "{:.1f}%")}</td><td>{cell(row.get("agreement"), "{:.1f}%")}</td>'
+                    f'<td>{fixed}</td><td>{cell(row.get("ms_per_frame"), "{:.1f}")}</td></tr>')
+    what = "best accuracy first" if labelled else "no ground truth: no accuracy"
+    return (f'<figure class="mstta-chart mstta-board" id="mstta-leaderboard-chart"><figcaption><b>Leaderboard</b>'
+            f'<span>{frames(history.processed)}, {what}</span></figcaption><table><thead><tr><th></th><th>method</th>'
+            f'<th>accuracy</th><th title="agrees with CLIP">agree</th><th title="frames CLIP got wrong and it got right · '
+            f'the reverse">fixed · broke</th><th title="encoder pass + its own step">ms/frame</th></tr></thead>'
+            f'<tbody>{"".join(body)}</tbody></table></figure>')
+
+
+def per_class_chart(history: History, title: str) -> str:
+    """Per-class accuracy of CLIP and the first method on labelled frames (two bars per class)."""
+    rows = []
+    for name, (n, clip, tta) in history.per_class.items():
+        rows.append((f"{name} · CLIP ({n})", clip / n, CLIP_COLOR))
+        rows.append((f"{name} · {title}", tta / n, ADAPTED_COLOR))
+    return hbar_chart("mstta-per-class", "Per-class accuracy (labelled frames; frames in brackets)", rows,
+                      x_max=1.0, x_title="accuracy (%)", percent=True)
+
+
+def disagreement_strip(history: History, title: str) -> str:
+    """The newest frames where CLIP and the first method disagree, newest first: both predictions
+    and the truth; a picture grows when clicked (focused)."""
+    items = []
+    for d in history.disagreements:
+        verdict = ""
+        if d.truth is not None:
+            verdict = (" fixed" if d.tta == d.truth and d.clip != d.truth
+                       else " broke" if d.clip == d.truth and d.tta != d.truth else "")
+        picture = (f'<img tabindex="0" src="{d.thumbnail}" alt="frame {d.x}" title="click to enlarge"/>'
+                   if d.thumbnail else "")
+        truth = f'<span class="truth">truth <b>{html.escape(d.truth)}</b></span>' if d.truth is not None else ""
+        items.append(f'<div class="item{verdict}" data-frame="{d.x}">{picture}<span>frame {d.x}</span>'
+                     f'<span class="clip">CLIP <b>{html.escape(d.clip)}</b></span>'
+                     f'<span class="tta">{html.escape(title)} <b>{html.escape(d.tta)}</b></span>{truth}</div>')
+    if not items:
+        items.append('<div class="empty">No disagreement yet.</div>')
+    return (f'<figure class="mstta-chart mstta-strip" id="mstta-disagreements-chart"><figcaption><b>Frames where '
+            f'CLIP and {html.escape(title)} disagree</b><span>newest first; click a frame to enlarge</span>'
+            f'</figcaption><div class="strip">{"".join(items)}</div></figure>')
+
+
+def thumbnail(image, width: int = 240) -> str:
+    """A small JPEG of an RGB frame as a data: URL (for the disagreement strip)."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    picture = Image.fromarray(image)
+    if picture.width > width:
+        picture = picture.resize((width, max(1, round(picture.height * width / picture.width))))
+    buffer = io.BytesIO()
+    picture.save(buffer, format="JPEG", quality=80)
+    return "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
 def topk_chart(chart_id: str, items: Sequence[Scored], color: str, title: str) -> str:

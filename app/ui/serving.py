@@ -113,7 +113,7 @@ def ui_config(args: argparse.Namespace):
         template=_opt(args, "template"), model=_opt(args, "model", "ViT-B-16"),
         pretrained=_opt(args, "pretrained", "openai"), precision=_opt(args, "precision"),
         device=_opt(args, "device", "auto"), views=_opt(args, "views", 1),
-        views_on=_opt(args, "views_on", "auto"), method=_opt(args, "method", "ms-tta"),
+        views_on=_opt(args, "views_on", "auto"), method=_race(args)[0], methods=_race(args),
         overrides=list(_opt(args, "set", None) or []), bank_size=bank, every=_opt(args, "every"),
         max_frames=_opt(args, "max_frames"), truth=_opt(args, "truth"), topk=_opt(args, "topk", 3),
         max_pixels=parse_max_pixels(_opt(args, "max_pixels", MAX_PIXELS)))
@@ -123,6 +123,14 @@ def ui_config(args: argparse.Namespace):
 
         open_video(video, cfg.max_pixels).close()    # readable now, or a one-line error before the model loads
     return cfg, prep
+
+
+def _race(args: argparse.Namespace) -> list[str]:
+    """--methods (the first is the Method box, the rest the race box) or the one --method."""
+    from ..session import check_methods
+
+    methods = _opt(args, "methods")
+    return check_methods(methods) if methods else [_opt(args, "method", "ms-tta")]
 
 
 def run_ui(args: argparse.Namespace) -> int:
@@ -141,7 +149,7 @@ def run_ui(args: argparse.Namespace) -> int:
     concurrency = _opt(args, "concurrency", DEFAULT_CONCURRENCY)
     video = str(Path(cfg.video).resolve()) if cfg.video else None
     demo = build_app(clip, labels=prep.labels, video=video, truth=str(Path(cfg.truth).resolve()) if cfg.truth else None,
-                     template=cfg.template, method=cfg.method,
+                     template=cfg.template, method=cfg.method, race=(cfg.methods or [cfg.method])[1:],
                      config=with_model_scale(prep.engine_cfg, clip, cfg.overrides), every=cfg.every, topk=cfg.topk,
                      views=cfg.views, views_on=cfg.views_on, max_frames=cfg.max_frames, concurrency=concurrency,
                      max_sessions=_opt(args, "max_sessions", DEFAULT_MAX_SESSIONS),

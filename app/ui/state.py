@@ -26,7 +26,7 @@ from mstta.errors import UserError
 from mstta.methods import get_method
 
 from ..labels import parse_labels
-from ..session import FrameResult, StreamSession
+from ..session import MAX_METHODS, FrameResult, StreamSession, check_methods
 from ..summary import FpsMeter, Tally
 from .recording import Downloads
 
@@ -38,6 +38,7 @@ DEFAULT_MAX_SESSIONS = 16        # live sessions with an engine; beyond, the old
 SESSION_TTL_S = 900              # a session's state is freed this long after its last event (or at page close)
 MAX_CLASSES = 1000               # classes in the labels box (ImageNet fits)
 HISTORY_POINTS = 600             # plotted frames kept per stream (the counters cover every frame)
+DISAGREEMENTS_KEPT = 8           # the newest disagreement frames kept per stream, for the strip
 # The numeric controls: name -> (label, whole number, low, high). The page says each range.
 CONTROLS = {
     "k": ("k (mean-shift neighbours)", True, 1, 16),
@@ -46,7 +47,7 @@ CONTROLS = {
     "capacity": ("Q (cache size per class)", True, 1, 16),
     "bank": ("Bank size (features)", True, 1, SESSION_BANK_LIMIT),
 }
-FORM = ("labels", "template", "method", *CONTROLS)   # the settings form, by name
+FORM = ("labels", "template", "method", *CONTROLS, "race")   # the settings form, by name
 
 
 class ModelSlots:
@@ -90,6 +91,19 @@ class Point:
     switches_tta: int
     accuracy_clip: float | None    # running %, labelled frames so far; None before the first
     accuracy_tta: float | None
+    accuracy_methods: tuple[float | None, ...] = ()   # every raced method's running %, in race order
+    gain: float | None = None      # accuracy_tta - accuracy_clip, in points
+
+
+@dataclasses.dataclass(frozen=True)
+class Disagreement:
+    """A frame where CLIP and the (first) adapted method disagree, as the strip shows it."""
+
+    x: int                         # its number among processed frames
+    clip: str
+    tta: str
+    truth: str | None
+    thumbnail: Any = None          # a small RGB uint8 picture of the frame (None: not kept)
 
 
 class History:
@@ -105,15 +119,29 @@ class History:
         self.points: collections.deque[Point] = collections.deque(maxlen=self.limit)
         self.tally = Tally()
         self.last: FrameResult | None = None
+        self.disagreements: collections.deque[Disagreement] = collections.deque(maxlen=DISAGREEMENTS_KEPT)
+        self.per_class: dict[str, list[int]] = {}   # true class -> [labelled, CLIP right, first method right]
 
-    def update(self, result: FrameResult, truth: str | None = None) -> None:
-        """Add one processed frame (its result, and its true class name when a truth file has one)."""
+    def update(self, result: FrameResult, truth: str | None = None, thumbnail: Any = None) -> None:
+        """Add one processed frame (its result, its true class name when a truth file has one, and a
+        small picture of it kept while it is among the newest disagreements)."""
         t = self.tally
         t.add(result, truth)
+        clip_acc, tta_acc = t.accuracy("clip"), t.accuracy("tta")
+        raced = tuple(100.0 * t.racers[m.method].correct / t.labelled if t.labelled else None
+                      for m in result.methods)
         self.points.append(Point(t.processed, float(result.clip_topk[0].prob), float(result.tta_topk[0].prob),
-                                 self.agreement, t.switches["clip"], t.switches["tta"],
-                                 t.accuracy("clip"), t.accuracy("tta")))
+                                 self.agreement, t.switches["clip"], t.switches["tta"], clip_acc, tta_acc, raced,
+                                 tta_acc - clip_acc if t.labelled else None))
         self.last = result
+        if truth is not None:
+            counts = self.per_class.setdefault(truth, [0, 0, 0])
+            counts[0] += 1
+            counts[1] += result.clip_label == truth
+            counts[2] += result.tta_label == truth
+        if result.disagree:   # newest first
+            self.disagreements.appendleft(Disagreement(t.processed, result.clip_label, result.tta_label, truth,
+                                                       thumbnail))
 
     @property
     def processed(self) -> int:
@@ -227,6 +255,11 @@ class Settings:
     template: str | None
     method: str
     config: EngineConfig
+    methods: tuple[str, ...] = ()   # every raced method, `method` first
+
+    def __post_init__(self) -> None:
+        if not self.methods:
+            object.__setattr__(self, "methods", (self.method,))
 
     @classmethod
     def from_controls(cls, form: Mapping[str, Any], base: EngineConfig) -> "Settings":
@@ -241,12 +274,32 @@ class Settings:
         if template is not None:
             check_templates([template], "Prompt template")
         method = get_method(text_control(form.get("method"), "Method")).name
+        methods = race_control(method, form.get("race"))
         k, alpha, lam, capacity, bank = (number_control(form.get(name), name) for name in CONTROLS)
         try:
             config = dataclasses.replace(base, k=k, alpha=alpha, lam=lam, capacity=capacity, bank_size=bank)
         except (TypeError, ValueError) as exc:   # the config's own bounds
             raise UserError(str(exc)) from None
-        return cls(tuple(labels), template, method, config)
+        return cls(tuple(labels), template, method, config, methods)
+
+
+RACE_LABEL = f"Race against (up to {MAX_METHODS - 1} more methods, same frames)"
+
+
+def race_control(method: str, race: Any) -> tuple[str, ...]:
+    """The raced methods: `method` first, then the race box's picks (the method itself left out)."""
+    if race is None or race == "":
+        picks: list[str] = []
+    elif isinstance(race, str):
+        picks = [race]
+    elif isinstance(race, (list, tuple)) and all(isinstance(x, str) for x in race):
+        picks = list(race)
+    else:
+        raise UserError(f"{RACE_LABEL}: expected a list of method names")
+    picks = [p for p in picks if p != method]
+    if len(picks) >= MAX_METHODS:
+        raise UserError(f"{RACE_LABEL}: {len(picks)} picked; at most {MAX_METHODS - 1} race beside the method")
+    return tuple(check_methods([method, *picks], RACE_LABEL))
 
 
 def text_control(value: Any, label: str) -> str:
@@ -305,9 +358,9 @@ def apply_settings(ui: UISession, settings: Settings, new_stream: Callable[[Sett
     if list(settings.labels) != stream.labels or settings.template != stream.template:
         stream.set_labels(settings.labels, settings.template)
         changed.append(f"{len(settings.labels)} classes")
-    if settings.method != stream.method.name or settings.config != stream.config:
-        stream.configure(settings.method, settings.config)
-        changed.append(f"{stream.method.title} settings")
+    if list(settings.methods) != stream.method_names or settings.config != stream.config:
+        stream.configure(config=settings.config, methods=settings.methods)
+        changed.append(" vs ".join(m.title for m in stream.methods) + " settings")
     if not changed and not restart:
         return None
     if not changed:

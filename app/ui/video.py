@@ -147,7 +147,8 @@ def _run(ctx: Context, ui: UISession, source, name: str, every: int, truth: Trut
             with ui.lock:   # never held across a yield: the next frame may run on another thread
                 if ui.stream is not session:   # the page closed or the session was dropped mid-run
                     return
-                ui.history.update(st.result, st.truth_label)
+                ui.history.update(st.result, st.truth_label,
+                                  plots.thumbnail(st.frame.image) if st.result.disagree else None)
                 image = picture(ui, st.frame.image, st.result, st.fps, st.truth_label)
                 if ui.downloads.current is not None:
                     ui.downloads.current.write(st.frame, st.result, st.truth_label, image)
