@@ -226,3 +226,16 @@ def test_config_from_proc_is_refused_in_one_line(capsys):
         pytest.skip("needs /proc (Linux)")
     code, _, err = run_bench(capsys, "replay", "--features", "/nonexistent.npz", "--config", "/proc/self/pagemap")
     assert code == 2 and len(err.strip().splitlines()) == 1 and "/proc/self/pagemap" in err
+
+
+def test_dataset_configs_hold_each_familys_published_values():
+    """configs/<dataset>.yaml's family sections equal the values each family module transcribes from
+    its authors' per-dataset configs (each family's own test checks those against its copy)."""
+    from mstta.config import CONFIG_DIR
+    checked = 0
+    for name, fam in families.FAMILIES.items():
+        for dataset, values in getattr(fam, "DATASET_PARAMS", {}).items():
+            section = getattr(load_dataset_config(CONFIG_DIR / f"{dataset}.yaml").engine, name)
+            assert {k: getattr(section, k) for k in values} == values, (name, dataset)
+            checked += 1
+    assert checked >= 15  # DOTA's 15 datasets at least
