@@ -41,6 +41,9 @@ H_SELECT_EPS = 1e-6   # dmn_main.py select_confident_samples: -(p * log(p + 1e-6
 H_MEMORY_EPS = 1e-8   # dmn_main.py update_memory_bank: -(p_bar * log(p_bar + 1e-8)).sum()
 WEIGHT_GRID = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30, 100, 300, 1000)  # direct_inference beta2_list
 LABEL_TUNED = "label-tuned: fusion weight chosen on the test labels"
+# No per-dataset values: the zero-shot runs (scripts/run.sh, blocks 2 and 3) use one setting for every
+# set; `get_searched_param` holds the few-shot fine-tuning's settings, not read zero-shot.
+DATASET_PARAMS: dict[str, dict] = {}
 CHUNK_ELEMENTS = 1 << 22  # replay: a chunk's [n, V, C] view probabilities / [n, C, L] weights stay ~4M elements
 
 
@@ -218,7 +221,8 @@ def slot_scan(labels: np.ndarray, h_bar: np.ndarray, C: int, p: Params):
 
 def _readout_all(q: torch.Tensor, text: torch.Tensor, cfg, t_in, t_out, cls, chunk: int) -> torch.Tensor:
     """P_mem [N, C] of every sample from the entries alive at its readout (t_in <= t < t_out), in
-    chunks: s (R q) / |R| with R = sum_j w_j k_j per class, |R|^2 from the keys' Gram matrix."""
+    chunks of samples: s (R q) / |R| with R = sum_j w_j k_j per class (keys: the class's live
+    entries and W_c), |R|^2 from the keys' within-class Gram matrix (sparse, block-diagonal)."""
     N, C = q.shape[0], text.shape[0]
     keys = Fn.normalize(q)
     out = q.new_empty(N, C)
@@ -227,40 +231,47 @@ def _readout_all(q: torch.Tensor, text: torch.Tensor, cfg, t_in, t_out, cls, chu
         b = min(N, a + chunk)
         while True:
             live = np.flatnonzero((t_in < b) & (t_out > a))
-            order = live[np.lexsort((t_in[live], cls[live]))]
-            pos = np.arange(len(order)) - np.searchsorted(cls[order], cls[order])
-            L = int(pos.max()) + 1 if len(order) else 0
-            if b - a == 1 or (b - a) * C * (L + 1) <= CHUNK_ELEMENTS:
+            order = live[np.lexsort((t_in[live], cls[live]))]     # by class, then age
+            if b - a == 1 or (b - a) * (C + len(order)) <= CHUNK_ELEMENTS:
                 break
             b = a + (b - a) // 2
-        out[a:b] = _readout_chunk(q[a:b], keys, text, cfg, a, order, pos, L, t_in, t_out, cls)
+        out[a:b] = _readout_chunk(q[a:b], keys, text, cfg, a, t_in[order], t_out[order], cls[order])
         a = b
     return out
 
 
-def _readout_chunk(q, keys, text, cfg, a, order, pos, L, t_in, t_out, cls) -> torch.Tensor:
-    """P_mem [B, C] of samples a..a+B-1 given the chunk's live entries `order` (by class, then age)."""
+def _pairs(c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(i, j), i <= j, of the entries of a class-sorted list that share a class."""
+    n = len(c)
+    cnt = np.searchsorted(c, c, side="right") - np.arange(n)             # j = i .. end of i's class
+    i = np.repeat(np.arange(n), cnt)
+    return i, i + np.arange(len(i)) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+
+
+def _readout_chunk(q, keys, text, cfg, a, e_in, e_out, e_cls) -> torch.Tensor:
+    """P_mem [B, C] of samples a..a+B-1 given the entries live in the chunk (class-sorted)."""
     B, C, dev = q.shape[0], text.shape[0], q.device
     beta, s = cfg.dmn.beta, cfg.logit_scale
-    e_cls = torch.as_tensor(cls[order], device=dev)
-    e_pos = torch.as_tensor(pos, device=dev)
-    k = keys[torch.as_tensor(t_in[order], device=dev)]                       # [E, d]
-    padded = q.new_zeros(C, L + 1, q.shape[1])
-    padded[e_cls, e_pos] = k
-    padded[:, L] = text
-    gram = padded @ padded.mT                                                # [C, L + 1, L + 1]
+    k = keys[torch.as_tensor(e_in, device=dev)]                            # [E, d]
+    cl = torch.as_tensor(e_cls, device=dev)
     t = torch.arange(a, a + B, device=dev).unsqueeze(-1)
-    alive = (torch.as_tensor(t_in[order], device=dev) <= t) & (t < torch.as_tensor(t_out[order], device=dev))
+    alive = (torch.as_tensor(e_in, device=dev) <= t) & (t < torch.as_tensor(e_out, device=dev))
     qn = Fn.normalize(q)
-    sims = qn @ k.T                                                          # [B, E]
+    sims = qn @ k.T                                                        # [B, E]
     w = torch.exp(-beta * (1 - sims)) * alive
-    sims_t = qn @ text.T                                                     # [B, C]
+    sims_t = qn @ text.T                                                   # [B, C]
     w_t = torch.exp(-beta * (1 - sims_t))
-    dot = (w_t * sims_t).index_add_(1, e_cls, w * sims)                      # R q (q unit)
-    wpad = q.new_zeros(C, B, L + 1)
-    wpad[e_cls, :, e_pos] = w.T
-    wpad[:, :, L] = w_t.T
-    quad = ((wpad @ gram) * wpad).sum(-1).T                                  # |R|^2, [B, C]
+    dot = (w_t * sims_t).index_add_(1, cl, w * sims)                       # R q (q unit)
+    i, j = _pairs(e_cls)
+    g = torch.cat([(k[i[p:p + 8192]] * k[j[p:p + 8192]]).sum(-1) for p in range(0, len(i), 8192)]
+                  + [k.new_zeros(0)])                                      # k_i k_j within a class
+    off = torch.as_tensor(i != j, device=dev)
+    ii, jj = torch.as_tensor(i, device=dev), torch.as_tensor(j, device=dev)
+    gram = torch.sparse_coo_tensor(torch.stack([torch.cat([ii, jj[off]]), torch.cat([jj, ii[off]])]),
+                                   torch.cat([g, g[off]]), (len(e_in), len(e_in)), check_invariants=False)
+    kt = (k * text[cl]).sum(-1)                                            # k_e W_c(e)
+    quad = (w_t * w_t * (text * text).sum(-1)).index_add_(
+        1, cl, w * (torch.sparse.mm(gram, w.T).T + 2 * w_t[:, cl] * kt))    # |R|^2, [B, C]
     return torch.softmax(s * dot / quad.sqrt(), dim=-1)
 
 
