@@ -120,7 +120,7 @@ def replace_slot(stored: list[float] | np.ndarray, h: float, rule: str) -> int |
 
 
 def update(state: dict[str, torch.Tensor], key: torch.Tensor, label: int, h: torch.Tensor, p: Params) -> None:
-    """update_memory_bank: write (key, H_bar) into class `label`, in place."""
+    """update_memory_bank: write (key / |key|, H_bar) into class `label`, in place."""
     n = int(state["count"][label])
     if n < p.memory_size:
         slot = n
@@ -129,19 +129,20 @@ def update(state: dict[str, torch.Tensor], key: torch.Tensor, label: int, h: tor
         slot = replace_slot(state["entropy"][label].cpu().numpy(), float(h), p.replace)
         if slot is None:
             return
-    state["keys"][label, slot] = key
+    state["keys"][label, slot] = Fn.normalize(key)
     state["entropy"][label, slot] = h
 
 
 def readout(state: dict[str, torch.Tensor], q: torch.Tensor, text: torch.Tensor, logit_scale: float,
             beta: float) -> torch.Tensor:
-    """get_image_pred "similarity_weighted": memory logits s a_c q [C] for the query q [d]; only the
-    first max(count) slots are read (the rest are empty: zero keys, zero weight)."""
-    L = int(state["count"].max())
-    filled = torch.arange(L, device=q.device) < state["count"].unsqueeze(-1)  # empty slots: kept zero
-    keys = torch.cat([Fn.normalize(state["keys"][:, :L]) * filled.unsqueeze(-1), text.unsqueeze(1)], 1)
-    w = torch.exp(-beta * (1 - keys @ Fn.normalize(q)))                         # [C, L + 1]
-    a = Fn.normalize((w.unsqueeze(1) @ keys).squeeze(1))                         # [C, d]
+    """get_image_pred "similarity_weighted": memory logits s a_c q [C] for the query q [d]. Keys are
+    stored unit (the official normalises them at every readout) and empty slots are zero rows (zero
+    after normalisation, as the official resets them); only the first max(count) slots are read."""
+    keys = state["keys"][:, :int(state["count"].max())]                       # [C, L, d]
+    qn = Fn.normalize(q)
+    w = torch.exp(-beta * (1 - keys @ qn))                                      # [C, L]
+    w_text = torch.exp(-beta * (1 - text @ qn))                                 # W_c: the last key
+    a = Fn.normalize((w.unsqueeze(1) @ keys).squeeze(1) + w_text.unsqueeze(-1) * text)
     return logit_scale * (a @ q)
 
 
@@ -191,7 +192,7 @@ def replay_parts(x: torch.Tensor, text: torch.Tensor, cfg, mean_shift: bool = Fa
     zs = [zero_shot(x[a:a + n], text, cfg.logit_scale, p) for a in range(0, x.shape[0], n)]
     zs = ZeroShot(*(torch.cat(t) for t in zip(*zs)))
     t_in, t_out, cls = slot_scan(zs.label.cpu().numpy(), zs.h_bar.cpu().numpy(), text.shape[0], p)
-    p_mem = _readout_all(x[:, 0], text, cfg, t_in, t_out, cls, chunk)
+    p_mem = _readout_all(x[:, 0], text, zs.clip / cfg.logit_scale, cfg, t_in, t_out, cls, chunk)
     return zs.clip, zs.p_text, p_mem
 
 
@@ -219,10 +220,11 @@ def slot_scan(labels: np.ndarray, h_bar: np.ndarray, C: int, p: Params):
     return ids, t_out[ids], labels[ids].astype(np.int64)
 
 
-def _readout_all(q: torch.Tensor, text: torch.Tensor, cfg, t_in, t_out, cls, chunk: int) -> torch.Tensor:
+def _readout_all(q: torch.Tensor, text: torch.Tensor, cos: torch.Tensor, cfg, t_in, t_out, cls, chunk: int) -> torch.Tensor:
     """P_mem [N, C] of every sample from the entries alive at its readout (t_in <= t < t_out), in
     chunks of samples: s (R q) / |R| with R = sum_j w_j k_j per class (keys: the class's live
-    entries and W_c), |R|^2 from the keys' within-class Gram matrix (sparse, block-diagonal)."""
+    entries and W_c), |R|^2 from the keys' within-class Gram matrix (sparse, block-diagonal).
+    `cos` [N, C]: q W^T (the zero-shot logits / logit_scale), the text keys' similarities."""
     N, C = q.shape[0], text.shape[0]
     keys = Fn.normalize(q)
     out = q.new_empty(N, C)
@@ -235,7 +237,7 @@ def _readout_all(q: torch.Tensor, text: torch.Tensor, cfg, t_in, t_out, cls, chu
             if b - a == 1 or (b - a) * (C + len(order)) <= CHUNK_ELEMENTS:
                 break
             b = a + (b - a) // 2
-        out[a:b] = _readout_chunk(q[a:b], keys, text, cfg, a, t_in[order], t_out[order], cls[order])
+        out[a:b] = _readout_chunk(q[a:b], keys, text, cos[a:b], cfg, a, t_in[order], t_out[order], cls[order])
         a = b
     return out
 
@@ -248,7 +250,7 @@ def _pairs(c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return i, i + np.arange(len(i)) - np.repeat(np.cumsum(cnt) - cnt, cnt)
 
 
-def _readout_chunk(q, keys, text, cfg, a, e_in, e_out, e_cls) -> torch.Tensor:
+def _readout_chunk(q, keys, text, sims_t, cfg, a, e_in, e_out, e_cls) -> torch.Tensor:
     """P_mem [B, C] of samples a..a+B-1 given the entries live in the chunk (class-sorted)."""
     B, C, dev = q.shape[0], text.shape[0], q.device
     beta, s = cfg.dmn.beta, cfg.logit_scale
@@ -259,7 +261,6 @@ def _readout_chunk(q, keys, text, cfg, a, e_in, e_out, e_cls) -> torch.Tensor:
     qn = Fn.normalize(q)
     sims = qn @ k.T                                                        # [B, E]
     w = torch.exp(-beta * (1 - sims)) * alive
-    sims_t = qn @ text.T                                                   # [B, C]
     w_t = torch.exp(-beta * (1 - sims_t))
     dot = (w_t * sims_t).index_add_(1, cl, w * sims)                       # R q (q unit)
     i, j = _pairs(e_cls)
