@@ -223,56 +223,66 @@ def slot_scan(labels: np.ndarray, h_bar: np.ndarray, C: int, p: Params):
 def _readout_all(q: torch.Tensor, text: torch.Tensor, cos: torch.Tensor, cfg, t_in, t_out, cls, chunk: int) -> torch.Tensor:
     """P_mem [N, C] of every sample from the entries alive at its readout (t_in <= t < t_out), in
     chunks of samples: s (R q) / |R| with R = sum_j w_j k_j per class (keys: the class's live
-    entries and W_c), |R|^2 from the keys' within-class Gram matrix (sparse, block-diagonal).
-    `cos` [N, C]: q W^T (the zero-shot logits / logit_scale), the text keys' similarities."""
-    N, C = q.shape[0], text.shape[0]
+    entries and W_c), |R|^2 from the keys' within-class Gram matrix (sparse, block-diagonal, each
+    pair's product computed once). `cos` [N, C]: q W^T (zero-shot logits / logit_scale)."""
+    N, C, dev = q.shape[0], text.shape[0], q.device
     keys = Fn.normalize(q)
+    i, j = _pairs(cls, t_in, t_out)                                 # entries that share a class and a time
+    g = torch.cat([keys.new_zeros(0)] + [
+        (keys[t_in[i[p:p + 8192]]] * keys[t_in[j[p:p + 8192]]]).sum(-1) for p in range(0, len(i), 8192)])
+    kt = cos[torch.as_tensor(t_in, device=dev), torch.as_tensor(cls, device=dev)]   # k_e W_c(e)
     out = q.new_empty(N, C)
     a = 0
     while a < N:
         b = min(N, a + chunk)
         while True:
             live = np.flatnonzero((t_in < b) & (t_out > a))
-            order = live[np.lexsort((t_in[live], cls[live]))]     # by class, then age
-            if b - a == 1 or (b - a) * (C + len(order)) <= CHUNK_ELEMENTS:
+            if b - a == 1 or (b - a) * (C + len(live)) <= CHUNK_ELEMENTS:
                 break
             b = a + (b - a) // 2
-        out[a:b] = _readout_chunk(q[a:b], keys, text, cos[a:b], cfg, a, t_in[order], t_out[order], cls[order])
+        local = np.full(len(t_in), -1)
+        local[live] = np.arange(len(live))
+        use = (local[i] >= 0) & (local[j] >= 0)
+        pairs = (local[i[use]], local[j[use]], g[torch.as_tensor(use, device=dev)])
+        out[a:b] = _readout_chunk(keys[a:b], keys[torch.as_tensor(t_in[live], device=dev)], cos[a:b], cfg, a,
+                                  t_in[live], t_out[live], cls[live], kt[torch.as_tensor(live, device=dev)], pairs)
         a = b
     return out
 
 
-def _pairs(c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(i, j), i <= j, of the entries of a class-sorted list that share a class."""
-    n = len(c)
-    cnt = np.searchsorted(c, c, side="right") - np.arange(n)             # j = i .. end of i's class
-    i = np.repeat(np.arange(n), cnt)
-    return i, i + np.arange(len(i)) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+def _pairs(cls: np.ndarray, t_in: np.ndarray, t_out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(i, j), i <= j, of the entries (ids in write order) of one class whose lives overlap."""
+    order = np.lexsort((t_in, cls))
+    c = cls[order]
+    cnt = np.searchsorted(c, c, side="right") - np.arange(len(c))       # j = i .. end of i's class
+    i = np.repeat(np.arange(len(c)), cnt)
+    j = i + np.arange(len(i)) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    i, j = order[i], order[j]
+    keep = (t_in[j] < t_out[i]) & (t_in[i] < t_out[j])
+    return i[keep], j[keep]
 
 
-def _readout_chunk(q, keys, text, sims_t, cfg, a, e_in, e_out, e_cls) -> torch.Tensor:
-    """P_mem [B, C] of samples a..a+B-1 given the entries live in the chunk (class-sorted)."""
-    B, C, dev = q.shape[0], text.shape[0], q.device
+def _readout_chunk(q, k, cos, cfg, a, e_in, e_out, e_cls, kt, pairs) -> torch.Tensor:
+    """P_mem [B, C] of samples a..a+B-1 (unit queries q) given the E entries live in the chunk:
+    keys k [E, d], lives [e_in, e_out), classes, k_e W_c(e) and the within-class Gram `pairs`
+    (local i <= j, k_i k_j)."""
+    B, C, dev = q.shape[0], cos.shape[1], q.device
     beta, s = cfg.dmn.beta, cfg.logit_scale
-    k = keys[torch.as_tensor(e_in, device=dev)]                            # [E, d]
     cl = torch.as_tensor(e_cls, device=dev)
     t = torch.arange(a, a + B, device=dev).unsqueeze(-1)
     alive = (torch.as_tensor(e_in, device=dev) <= t) & (t < torch.as_tensor(e_out, device=dev))
-    qn = Fn.normalize(q)
-    sims = qn @ k.T                                                        # [B, E]
+    sims = q @ k.T                                                         # [B, E]
     w = torch.exp(-beta * (1 - sims)) * alive
-    w_t = torch.exp(-beta * (1 - sims_t))
-    dot = (w_t * sims_t).index_add_(1, cl, w * sims)                       # R q (q unit)
-    i, j = _pairs(e_cls)
-    g = torch.cat([(k[i[p:p + 8192]] * k[j[p:p + 8192]]).sum(-1) for p in range(0, len(i), 8192)]
-                  + [k.new_zeros(0)])                                      # k_i k_j within a class
+    w_t = torch.exp(-beta * (1 - cos))                                     # W_c: the last key
+    i, j, g = pairs
     off = torch.as_tensor(i != j, device=dev)
     ii, jj = torch.as_tensor(i, device=dev), torch.as_tensor(j, device=dev)
     gram = torch.sparse_coo_tensor(torch.stack([torch.cat([ii, jj[off]]), torch.cat([jj, ii[off]])]),
                                    torch.cat([g, g[off]]), (len(e_in), len(e_in)), check_invariants=False)
-    kt = (k * text[cl]).sum(-1)                                            # k_e W_c(e)
-    quad = (w_t * w_t * (text * text).sum(-1)).index_add_(
-        1, cl, w * (torch.sparse.mm(gram, w.T).T + 2 * w_t[:, cl] * kt))    # |R|^2, [B, C]
+    per_class = torch.cat([w * sims, w * (torch.sparse.mm(gram, w.T).T + 2 * w_t[:, cl] * kt)])
+    sums = torch.zeros(2 * B, C, dtype=q.dtype, device=dev).index_add_(1, cl, per_class)
+    dot = w_t * cos + sums[:B]                                             # R q
+    quad = w_t * w_t + sums[B:]                                            # |R|^2 (|W_c| = 1)
     return torch.softmax(s * dot / quad.sqrt(), dim=-1)
 
 
