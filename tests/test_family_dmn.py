@@ -57,11 +57,11 @@ def check_against_reference(x, text, cfg, method="dmn-zs"):
 
 
 # memory_size 2 makes classes overflow (the replace rule runs) on the short streams
-@pytest.mark.parametrize("C,n,M", [(2, 30, 2), (10, 40, 2), (1000, 20, 50)])
+@pytest.mark.parametrize("C,n,M,d", [(2, 30, 2, 32), (10, 40, 2, 32), (1000, 20, 50, 24)])
 @pytest.mark.parametrize("V", [1, 64])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_engine_matches_reference(C, n, M, V, seed):
-    x, text, _ = stream(C, V, seed, n)
+def test_engine_matches_reference(C, n, M, d, V, seed):
+    x, text, _ = stream(C, V, seed, n, d)
     check_against_reference(x, text, config(memory_size=M))
 
 
@@ -125,7 +125,7 @@ def test_replay_equals_stepping(dtype, V, M):
 
 
 def test_replay_matches_reference_at_1000_classes():
-    x, text, _ = stream(1000, 1, 8, 30, d=48)
+    x, text, _ = stream(1000, 1, 8, 20, d=32)
     clip, p_text, p_mem = dmn.replay_parts(x, text, config())
     r_scores, r_clip, r_text, r_mem = ref.run(x.numpy(), text.numpy())
     np.testing.assert_allclose(p_mem.numpy(), r_mem, rtol=0, atol=1e-9)

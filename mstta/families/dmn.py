@@ -185,6 +185,8 @@ def replay_parts(x: torch.Tensor, text: torch.Tensor, cfg, mean_shift: bool = Fa
     """(clip, P_text, P_mem) [N, C] of a stream x [N, V, d] unit rows: what `search_weight` needs.
     Without mean shift vectorised (the memory's decisions depend only on zero-shot quantities: one
     host-side slot scan, then chunked readout); with it, the runner's step loop and bank."""
+    if x.shape[0] == 0:
+        return tuple(x.new_zeros(0, text.shape[0]) for _ in range(3))
     if mean_shift:
         return _stepped_parts(x, text, cfg)
     p = cfg.dmn
