@@ -98,7 +98,8 @@ def num_views(V: int, p: float) -> int:
 
 
 def zero_shot(x: torch.Tensor, text: torch.Tensor, logit_scale: float, p: Params) -> ZeroShot:
-    """direct_inference lines 753-759 (get_text_prediction, select_confident_samples, init_pred): views [n, V, d] unit -> ZeroShot [n, ...]."""
+    """direct_inference lines 753-759 (get_text_prediction, select_confident_samples, init_pred):
+    views [n, V, d] unit -> ZeroShot [n, ...]."""
     logits = logit_scale * (x @ text.T)                                       # get_text_prediction
     probs = torch.softmax(logits, dim=-1)
     h = -(probs * torch.log(probs + H_SELECT_EPS)).sum(-1)                    # select_confident_samples
