@@ -31,6 +31,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "never an input, a link or a special file (docs/limits.md)")
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
     p.add_argument("--online", action="store_true", help="feed samples one by one to the online engine instead of the vectorised replay")
+    p.add_argument("--search-on-labels", action="store_true",
+                   help="dmn-zs rows only: choose DMN's fusion weight on the file's TEST labels (the paper's protocol, "
+                        "YBZh/DMN issue #2); every output is marked label-tuned")
     p.add_argument("--json", action="store_true", help="print one JSON object (last line, always valid JSON: a non-finite number is null, named in 'notes') instead of a text summary")
 
 
@@ -74,7 +77,7 @@ def json_safe(report: dict) -> dict:
     return out
 
 
-def _rows(fs: FeatureSet, result: ReplayResult):
+def _rows(fs: FeatureSet, result: ReplayResult, mark: str | None = None):
     names = fs.classnames
     for i in range(fs.num_samples):
         row = {
@@ -90,17 +93,20 @@ def _rows(fs: FeatureSet, result: ReplayResult):
             row["clip_prediction_name"] = names[row["clip_prediction"]]
         if fs.labels is not None:
             row["label"] = int(fs.labels[i])
+        if mark is not None:
+            row["label_tuned"] = mark
         yield row
 
 
-def write_predictions(path: Path, fs: FeatureSet, result: ReplayResult) -> None:
+def write_predictions(path: Path, fs: FeatureSet, result: ReplayResult, mark: str | None = None) -> None:
     """Predictions per sample in the format the extension names, streamed row by row into a
-    pid-tagged temp file renamed into place when complete (atomic; removed on Ctrl-C/SIGTERM)."""
+    pid-tagged temp file renamed into place when complete (atomic; removed on Ctrl-C/SIGTERM);
+    `mark` (.csv/.jsonl): a column every row carries (the label-tuned note)."""
     if path.suffix == ".npy":
         with atomic_open(path, "wb") as fh:
             np.save(fh, result.predictions.astype(np.int64))
         return
-    rows = _rows(fs, result)
+    rows = _rows(fs, result, mark)
     with atomic_open(path, "w", encoding="utf-8") as fh:
         if path.suffix == ".jsonl":
             for row in rows:
@@ -133,16 +139,52 @@ def run(args: argparse.Namespace) -> int:
     check_memory(replay_bytes(fs), f"replaying {fs.num_samples:,} samples x {fs.num_classes:,} classes "
                  f"x {fs.features.shape[-1]:,} dims (--features {args.features})",
                  fix="replay a smaller feature file")
+    searched = search_on_labels(fs, args.method, cfg.engine, device, out) if args.search_on_labels else None
     result = replay(fs.features, fs.text, args.method, cfg.engine, device=device, online=args.online)
     report = summarise(fs, result, args.method, cfg.engine)
     report["features"] = str(args.features)
+    mark = None
+    if searched is not None:
+        from ..families.dmn import LABEL_TUNED
+        mark = LABEL_TUNED
+        report.update(label_tuned=mark, searched_weight=searched[0], searched_accuracy=searched[1])
     if out is not None:
         sweep_stale(out.parent)  # a killed run's .<name>.<pid>-<token>.tmp
-        write_predictions(out, fs, result)
+        write_predictions(out, fs, result, mark)
         report["out"] = str(out)
     if args.json:
         print(json.dumps(json_safe(report), allow_nan=False))
     else:
         acc = f", accuracy {report['accuracy']:.2f}% (zero-shot {report['zero_shot_accuracy']:.2f}%)" if "accuracy" in report else ""
-        print(f"{args.method}: {report['n']} samples, {report['classes']} classes{acc}, {report['samples_per_s']:.0f} samples/s")
+        tuned = f" [{mark}: weight {searched[0]:g}]" if mark else ""
+        print(f"{args.method}: {report['n']} samples, {report['classes']} classes{acc}, {report['samples_per_s']:.0f} samples/s{tuned}")
     return 0
+
+
+def search_on_labels(fs: FeatureSet, method: str, engine_cfg, device, out: Path | None) -> tuple[float, float]:
+    """--search-on-labels: DMN's fusion weight with the best accuracy on the file's test labels
+    (`mstta.families.dmn.search_weight`), written into `engine_cfg.dmn.weight` -> (weight, accuracy %)."""
+    import torch
+
+    from ..families import dmn
+    from ..methods import get_method
+
+    row = get_method(method)
+    if row.family != dmn.NAME:
+        rows = ", ".join(m.name for m in dmn.METHODS)
+        raise UserError(f"--search-on-labels: only for the dmn-zs rows ({rows}), not '{method}'")
+    if fs.labels is None or not (fs.labels >= 0).any():
+        raise UserError(f"--search-on-labels: the feature file has no labels to search on")
+    if out is not None and out.suffix == ".npy":
+        raise UserError(f"--out {out}: a .npy cannot carry the label-tuned mark; use .csv or .jsonl with --search-on-labels")
+    text = torch.as_tensor(fs.text).to(device)
+    dtype = torch.float64 if text.dtype == torch.float64 else torch.float32
+    feats = torch.as_tensor(fs.features).to(device, dtype)
+    feats = feats.unsqueeze(1) if feats.dim() == 2 else feats
+    with torch.inference_mode():
+        _, p_text, p_mem = dmn.replay_parts(torch.nn.functional.normalize(feats, dim=-1),
+                                            torch.nn.functional.normalize(text.to(dtype), dim=-1),
+                                            engine_cfg, mean_shift=row.mean_shift)
+    weight, acc = dmn.search_weight(p_text, p_mem, fs.labels)
+    engine_cfg.dmn.weight = weight
+    return weight, acc
