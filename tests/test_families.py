@@ -239,3 +239,23 @@ def test_dataset_configs_hold_each_familys_published_values():
             assert {k: getattr(section, k) for k in values} == values, (name, dataset)
             checked += 1
     assert checked >= 15  # DOTA's 15 datasets at least
+
+
+def test_replay_prints_a_rows_marks(tmp_path, capsys, monkeypatch):
+    """A row that is not training-free (or not from its authors' code) says so in replay's outputs."""
+    import json
+
+    from helpers_cli import run_bench
+    from mstta import save_features
+    from mstta import methods as registry
+    s = make_stream(n=20, classes=3, dim=8, seed=5)
+    save_features(tmp_path / "f.npz", s["features"], s["text"], labels=s["labels"])
+    row = Method(name="tda-marked", title="TDA (marked)", summary="", cache=True, negative=True,
+                 training_free=False, provenance="from the paper, not the authors' code")
+    monkeypatch.setitem(registry._METHODS, row.name, row)
+    code, out, _ = run_bench(capsys, "replay", "--features", str(tmp_path / "f.npz"), "--method", row.name)
+    assert code == 0 and "[not training-free]" in out and "[from the paper, not the authors' code]" in out
+    code, out, _ = run_bench(capsys, "replay", "--features", str(tmp_path / "f.npz"), "--method", row.name, "--json")
+    assert json.loads(out.strip().splitlines()[-1])["marks"] == row.marks
+    code, out, _ = run_bench(capsys, "replay", "--features", str(tmp_path / "f.npz"), "--method", "tda", "--json")
+    assert "marks" not in json.loads(out.strip().splitlines()[-1])

@@ -15,7 +15,7 @@ from ..config import load_dataset_config
 from ..devices import resolve_device
 from ..errors import UserError
 from ..features import FeatureSet, load_features
-from ..methods import list_methods
+from ..methods import get_method, list_methods
 from ..replay import ReplayResult, replay
 from ..safety import check_memory, check_outputs
 
@@ -48,6 +48,9 @@ def summarise(fs: FeatureSet, result: ReplayResult, method: str, engine_cfg) -> 
         "seconds": round(result.seconds, 4),
         "hyperparameters": dataclasses.asdict(engine_cfg),
     }
+    marks = get_method(method).marks  # e.g. "not training-free": printed wherever the row is
+    if marks:
+        out["marks"] = marks
     if fs.labels is not None and (fs.labels >= 0).any():
         known = fs.labels >= 0
         out["labelled"] = int(known.sum())
@@ -157,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         acc = f", accuracy {report['accuracy']:.2f}% (zero-shot {report['zero_shot_accuracy']:.2f}%)" if "accuracy" in report else ""
         tuned = f" [{mark}: weight {searched[0]:g}]" if mark else ""
+        tuned += "".join(f" [{m}]" for m in report.get("marks", []))
         print(f"{args.method}: {report['n']} samples, {report['classes']} classes{acc}, {report['samples_per_s']:.0f} samples/s{tuned}")
     return 0
 
