@@ -60,7 +60,7 @@ def greedy_break(ties, logits, official=True):
 
 
 def zero(views, text, logit_scale=100.0, gamma=0.3, eps=2.0 ** -10, official=True):
-    """One sample, views [V, d] -> (p_bar [C], prediction). zero.py lines 59-98."""
+    """One sample, views [V, d] -> (p_bar [C], the prediction argmax p_bar). zero.py lines 59-98."""
     X = [unit(v) for v in views]
     W = [unit(t) for t in text]
     l = [[float(np.dot(x, w)) for w in W] for x in X]                 # line 73, unscaled
@@ -75,6 +75,5 @@ def zero(views, text, logit_scale=100.0, gamma=0.3, eps=2.0 ** -10, official=Tru
     pred = argmax(p_bar)                                              # line 84
     ties = [pred] + [i for i in range(len(p_bar)) if i != pred and p_bar[i] == p_bar[pred]]
     if len(ties) > 1:                                                 # lines 91-95
-        pred = greedy_break(ties, sorted_l[k:], official)
-        p_bar[pred] += 1
-    return p_bar, pred
+        p_bar[greedy_break(ties, sorted_l[k:], official)] += 1
+    return p_bar, argmax(p_bar)  # run.py scores p_bar (`accuracy`: topk); first maximum on a tie

@@ -6,7 +6,8 @@ Per sample, views x [V, d] (view 0 = the original image), text W [C, d]:
   l = x W^T (unscaled cosines); H_v = entropy(softmax(logit_scale l_v)); keep the floor(gamma V)
   lowest-H views; votes p = sum_kept softmax(l_v / eps); a tied maximum is broken greedily by the
   non-kept views in entropy order (the first whose argmax is tied), else by `break_sample_tie` on
-  the first non-kept view (official: the bitwise-not mask); the winner gets one more vote.
+  the first non-kept view (official: the bitwise-not mask), and the class it picks gets one more
+  vote. The prediction is the first maximum of p (the official run scores p with `topk`).
 Nothing is carried from one sample to the next: the state is an empty dict.
 """
 from __future__ import annotations
@@ -60,7 +61,7 @@ def init(text: torch.Tensor, cfg, length: int | None) -> dict[str, torch.Tensor]
 class Votes(NamedTuple):
     """One batch of ZERO decisions ([n, ...])."""
 
-    pred: torch.Tensor    # [n] the predicted class
+    pred: torch.Tensor    # [n] the prediction: the first maximum of `votes` (official: topk of p_bar)
     votes: torch.Tensor   # [n, C] p_bar, the winner's +1 included when a tie was broken
     order: torch.Tensor   # [n, V] views by ascending entropy (stable: ties to the lower view)
     kept: int             # floor(gamma V): the first `kept` views of `order` voted
@@ -76,12 +77,11 @@ def vote(x: torch.Tensor, text: torch.Tensor, logit_scale: float, p: Params) -> 
     ranked = l.gather(1, order.unsqueeze(-1).expand(-1, -1, l.shape[-1]))  # sorted_l = l[sorted_idx]
     votes = torch.softmax(ranked[:, :k] / p.eps, dim=-1).sum(1)  # lines 80-81 (zeros when k = 0)
     tied = votes == votes.max(-1, keepdim=True).values           # lines 84-88: exact equality
-    pred = votes.argmax(-1)                                      # torch.max: the first maximum
     broken = tied.sum(-1) > 1
-    if bool(broken.any()):
-        pred = torch.where(broken, greedy_break(tied, ranked[:, k:], p.tie_break), pred)
-        votes = votes + torch.nn.functional.one_hot(pred, votes.shape[-1]).to(votes.dtype) * broken.unsqueeze(-1)
-    return Votes(pred, votes, order, k, l)
+    if bool(broken.any()):                                       # lines 91-95: p_bar[greedy_break(...)] += 1
+        won = greedy_break(tied, ranked[:, k:], p.tie_break)
+        votes = votes + torch.nn.functional.one_hot(won, votes.shape[-1]).to(votes.dtype) * broken.unsqueeze(-1)
+    return Votes(votes.argmax(-1), votes, order, k, l)
 
 
 def greedy_break(tied: torch.Tensor, rest: torch.Tensor, tie_break: str) -> torch.Tensor:
