@@ -68,9 +68,10 @@ def text10():
 
 def test_greedy_break_walks_the_non_kept_views():
     # k = int(7 * 0.3) = 2 kept views vote 2 and 7 (a tie at exactly 1.0 each); the non-kept views
-    # in entropy order predict 5, 5, then 7: greedy_break returns 7, which gets the extra vote.
+    # in entropy order predict 5, 5, 7, 2, 9: greedy_break returns the first tied one, 7, which
+    # gets the extra vote (the first maximum of p_bar would have been 2).
     x = torch.stack([view(2, 0.9, 20), view(7, 0.9, 21), view(5, 0.5, 22), view(5, 0.45, 23),
-                     view(7, 0.3, 24), view(0, 0.2, 25), view(9, 0.1, 26)]).unsqueeze(0)
+                     view(7, 0.3, 24), view(2, 0.2, 25), view(9, 0.1, 26)]).unsqueeze(0)
     scores = check_against_reference(x, text10())
     expected = torch.zeros(10, dtype=torch.float64)
     expected[2], expected[7] = 1.0, 2.0
