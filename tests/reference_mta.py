@@ -4,7 +4,7 @@
 Source: `mta.py` `gaussian_kernel` (lines 4-7) and `solve_mta` (lines 10-87); defaults from
 `main.py` lines 346-347 (lambda_q 4, lambda_y 0.2). Documented fallbacks shared with the engine
 (the official code gives NaN there): k = int(0.3 (V-1)) is at least 1; 2 h^2 is at least
-64 eps(float64); a mode whose weights all vanish stays; V = 1 returns view 0.
+1e-6; a mode whose weights all vanish stays; V = 1 returns view 0.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-H2_FLOOR = 64 * np.finfo(np.float64).eps
+H2_FLOOR = 1e-6
 
 
 def unit(v):

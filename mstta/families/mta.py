@@ -18,6 +18,7 @@ import torch
 
 from .. import functional as Fn
 from ..checks import check_int, check_num
+from ..threads import map_chunks
 from .base import Method, StepOut
 
 NAME = "mta"
@@ -27,8 +28,8 @@ METHODS = (
            summary="episodic MeanShift mode of the augmented views with inlierness scores (CVPR-24)"),
 )
 
-CHUNK_ELEMENTS = 1 << 22  # replay: samples per chunk so that a chunk's [n, V, max(C, d, V)] stays ~4M elements
-H2_FLOOR = 64             # 2 h^2 >= H2_FLOOR * eps(dtype): a zero bandwidth (k+1 identical views) is NaN officially
+CHUNK_ELEMENTS = {"cpu": 1 << 20, "other": 1 << 24}  # replay: a chunk's [n, V, max(C, d)] (cache-sized on a CPU)
+H2_FLOOR = 1e-6  # 2 h^2 >= 1e-6: a zero bandwidth (k+1 identical views) is a division by zero (NaN) officially
 
 
 @dataclass
@@ -79,10 +80,12 @@ def bandwidth(x: torch.Tensor, ratio: float) -> torch.Tensor:
     return torch.sqrt(0.5 * near.mean(-1))
 
 
-def kernel(mode: torch.Tensor, h2: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """mta.py `gaussian_kernel` lines 4-7: exp(-||x_i - mode||^2 / (2 h_i^2)). mode [n, d], h2 = 2h^2 [n, V]."""
-    dist = torch.linalg.vector_norm(x - mode.unsqueeze(1), dim=-1)
-    return torch.exp(-dist ** 2 / h2)
+def kernel(mode: torch.Tensor, h2: torch.Tensor, x: torch.Tensor, sq: torch.Tensor) -> torch.Tensor:
+    """mta.py `gaussian_kernel` lines 4-7: exp(-||x_i - mode||^2 / (2 h_i^2)), the squared distance as
+    ||x_i||^2 + ||mode||^2 - 2 x_i.mode (one matrix product). mode [n, d], h2 = 2h^2 [n, V], sq = ||x_i||^2."""
+    dot = torch.bmm(x, mode.unsqueeze(-1)).squeeze(-1)
+    dist2 = (sq + mode.square().sum(-1, keepdim=True) - 2 * dot).clamp_min(0)
+    return torch.exp(-dist2 / h2)
 
 
 def solve(x: torch.Tensor, text: torch.Tensor, logit_scale: float, p: Params) -> torch.Tensor:
@@ -93,14 +96,15 @@ def solve(x: torch.Tensor, text: torch.Tensor, logit_scale: float, p: Params) ->
     if V == 1:
         return mode
     h = bandwidth(x, p.bandwidth_ratio)
-    h2 = (2 * h ** 2).clamp_min(H2_FLOOR * torch.finfo(x.dtype).eps)
+    h2 = (2 * h ** 2).clamp_min(H2_FLOOR)
+    sq = x.square().sum(-1)
     probs = torch.softmax(Fn.clip_logits(x, text, logit_scale) / p.temperature, dim=-1)  # lines 15, 33
     affinity = probs @ probs.transpose(1, 2)
     y = torch.full((n, V), 1.0 / V, dtype=x.dtype, device=x.device)    # line 36
     for _ in range(p.max_iter):                                         # lines 46-84
-        density = kernel(mode, h2, x)                                   # line 52
+        density = kernel(mode, h2, x, sq)                               # line 52
         y = _inlierness(y, density, affinity, p)
-        mode = _mode(mode, y, h2, x, p)
+        mode = _mode(mode, y, h2, x, sq, p)
     return mode
 
 
@@ -117,14 +121,14 @@ def _inlierness(y, density, affinity, p: Params):
     return y
 
 
-def _mode(mode, y, h2, x, p: Params):
+def _mode(mode, y, h2, x, sq, p: Params):
     """mta.py lines 69-80: mode <- sum w_i x_i / sum w_i, w = K(mode) y, re-normalised, per sample
     until its step < th (a sample whose weights all vanish keeps its mode: officially NaN)."""
     active = torch.ones(mode.shape[0], dtype=torch.bool, device=mode.device)
     for _ in range(p.max_iter):
-        w = kernel(mode, h2, x) * y
+        w = kernel(mode, h2, x, sq) * y
         total = w.sum(-1, keepdim=True)
-        new = (w.unsqueeze(-1) * x).sum(1) / total
+        new = torch.bmm(w.unsqueeze(1), x).squeeze(1) / total
         new = new / torch.linalg.vector_norm(new, dim=-1, keepdim=True)
         new = torch.where(total > 0, new, mode)
         done = torch.linalg.vector_norm(mode - new, dim=-1) < p.th
@@ -150,19 +154,20 @@ def step(state: dict, x: torch.Tensor, text: torch.Tensor, cfg, shift) -> StepOu
     return StepOut(*(t[0] for t in out))
 
 
-def _chunks(x: torch.Tensor, C: int):
-    V, d = x.shape[1], x.shape[2]
-    rows = max(1, CHUNK_ELEMENTS // max(1, V * max(C, d, V)))
-    return x.split(rows)
+def _chunks(x: torch.Tensor, C: int) -> list[torch.Tensor]:
+    budget = CHUNK_ELEMENTS["cpu" if x.device.type == "cpu" else "other"]
+    return list(x.split(max(1, budget // max(1, x.shape[1] * max(C, x.shape[2])))))
 
 
 def replay(x: torch.Tensor, text: torch.Tensor, cfg) -> StepOut:
-    """A whole stream x [N, V, d] (unit rows) in sample chunks -> StepOut of [N, ...] tensors."""
-    outs = [_outputs(solve(c, text, cfg.logit_scale, cfg.mta), c, text, cfg) for c in _chunks(x, text.shape[0])]
+    """A whole stream x [N, V, d] (unit rows) in sample chunks (the CPU pool's one-thread workers,
+    mstta.threads) -> StepOut of [N, ...] tensors."""
+    outs = map_chunks(lambda c: _outputs(solve(c, text, cfg.logit_scale, cfg.mta), c, text, cfg),
+                      _chunks(x, text.shape[0]), x.device)
     return StepOut(*(torch.cat(parts) for parts in zip(*outs)))
 
 
 def aggregate(x: torch.Tensor, text: torch.Tensor, logit_scale: float, params: Params):
     """MTA as a view aggregator: x [N, V, d] unit -> (mode [N, d], logit_scale mode W^T [N, C])."""
-    modes = torch.cat([solve(c, text, logit_scale, params) for c in _chunks(x, text.shape[0])])
+    modes = torch.cat(map_chunks(lambda c: solve(c, text, logit_scale, params), _chunks(x, text.shape[0]), x.device))
     return modes, Fn.clip_logits(modes, text, logit_scale)

@@ -19,6 +19,7 @@ import torch
 
 from .. import functional as Fn
 from ..checks import check, check_num
+from ..threads import map_chunks
 from .base import Method, StepOut
 
 NAME = "zero"
@@ -29,7 +30,7 @@ METHODS = (
 )
 
 TIE_BREAKS = ("official", "intended")
-CHUNK_ELEMENTS = 1 << 22  # replay: samples per chunk so that a chunk's [n, V, C] logits stay ~4M elements
+CHUNK_ELEMENTS = {"cpu": 1 << 20, "other": 1 << 24}  # replay: a chunk's [n, V, C] logits (cache-sized on a CPU)
 
 
 @dataclass
@@ -117,14 +118,16 @@ def step(state: dict, x: torch.Tensor, text: torch.Tensor, cfg, shift) -> StepOu
     return StepOut(*(t[0] for t in out))
 
 
-def _chunks(x: torch.Tensor, C: int):
-    rows = max(1, CHUNK_ELEMENTS // max(1, x.shape[1] * C))
-    return x.split(rows)
+def _chunks(x: torch.Tensor, C: int) -> list[torch.Tensor]:
+    budget = CHUNK_ELEMENTS["cpu" if x.device.type == "cpu" else "other"]
+    return list(x.split(max(1, budget // max(1, x.shape[1] * C))))
 
 
 def replay(x: torch.Tensor, text: torch.Tensor, cfg) -> StepOut:
-    """A whole stream x [N, V, d] (unit rows) in sample chunks -> StepOut of [N, ...] tensors."""
-    outs = [_outputs(vote(c, text, cfg.logit_scale, cfg.zero), c, text, cfg) for c in _chunks(x, text.shape[0])]
+    """A whole stream x [N, V, d] (unit rows) in sample chunks (the CPU pool's one-thread workers,
+    mstta.threads) -> StepOut of [N, ...] tensors."""
+    outs = map_chunks(lambda c: _outputs(vote(c, text, cfg.logit_scale, cfg.zero), c, text, cfg),
+                      _chunks(x, text.shape[0]), x.device)
     return StepOut(*(torch.cat(parts) for parts in zip(*outs)))
 
 
@@ -134,14 +137,15 @@ def aggregate(x: torch.Tensor, text: torch.Tensor, logit_scale: float, params: P
     any view whose argmax it is, else view 0 (only when `break_sample_tie` picked a class no view
     predicts); clip = logit_scale f W^T (= the mean of those views' CLIP logits, so its argmax is
     the winner whenever f has voters)."""
-    parts = []
-    for c in _chunks(x, text.shape[0]):
-        v = vote(c, text, logit_scale, params)
-        own = v.logits.argmax(-1) == v.pred.unsqueeze(-1)                # [n, V] views predicting the winner
-        kept = torch.zeros_like(own).scatter_(1, v.order[:, :v.kept], True) & own
-        use = torch.where(kept.any(-1, keepdim=True), kept, own)
-        use[:, 0] |= ~use.any(-1)
-        w = use.to(c.dtype)
-        f = (w.unsqueeze(-1) * c).sum(1) / w.sum(-1, keepdim=True)
-        parts.append((f, Fn.clip_logits(f, text, logit_scale)))
-    return tuple(torch.cat(p) for p in zip(*parts))
+    f = torch.cat(map_chunks(lambda c: _voters_mean(c, text, logit_scale, params), _chunks(x, text.shape[0]), x.device))
+    return f, Fn.clip_logits(f, text, logit_scale)
+
+
+def _voters_mean(x: torch.Tensor, text: torch.Tensor, logit_scale: float, params: Params) -> torch.Tensor:
+    v = vote(x, text, logit_scale, params)
+    own = v.logits.argmax(-1) == v.pred.unsqueeze(-1)                    # [n, V] views predicting the winner
+    kept = torch.zeros_like(own).scatter_(1, v.order[:, :v.kept], True) & own
+    use = torch.where(kept.any(-1, keepdim=True), kept, own)
+    use[:, 0] |= ~use.any(-1)
+    w = use.to(x.dtype)
+    return (w.unsqueeze(-1) * x).sum(1) / w.sum(-1, keepdim=True)
