@@ -143,7 +143,7 @@ def _outputs(mode: torch.Tensor, x: torch.Tensor, text: torch.Tensor, cfg) -> St
     """scores = logit_scale mode W^T (mta.py line 86), probs = their softmax; clip and entropy =
     view 0's zero-shot CLIP (the CLIP row's prediction); feature = view 0."""
     scores = Fn.clip_logits(mode, text, cfg.logit_scale)
-    clip = Fn.clip_logits(x[:, 0], text, cfg.logit_scale)
+    clip = scores if x.shape[1] == 1 else Fn.clip_logits(x[:, 0], text, cfg.logit_scale)  # V = 1: mode = x_0
     return StepOut(scores, clip, Fn.entropy(clip), x[:, 0], torch.softmax(scores, dim=-1))
 
 

@@ -62,27 +62,29 @@ def init(text: torch.Tensor, cfg, length: int | None) -> dict[str, torch.Tensor]
 class Votes(NamedTuple):
     """One batch of ZERO decisions ([n, ...])."""
 
-    pred: torch.Tensor    # [n] the prediction: the first maximum of `votes` (official: topk of p_bar)
-    votes: torch.Tensor   # [n, C] p_bar, the winner's +1 included when a tie was broken
-    order: torch.Tensor   # [n, V] views by ascending entropy (stable: ties to the lower view)
-    kept: int             # floor(gamma V): the first `kept` views of `order` voted
-    logits: torch.Tensor  # [n, V, C] unscaled cosines l
+    pred: torch.Tensor     # [n] the prediction: the first maximum of `votes` (official: topk of p_bar)
+    votes: torch.Tensor    # [n, C] p_bar, the extra vote of a broken tie included
+    order: torch.Tensor    # [n, V] views by ascending entropy (stable: ties to the lower view)
+    kept: int              # floor(gamma V): the first `kept` views of `order` voted
+    logits: torch.Tensor   # [n, V, C] unscaled cosines l
+    entropy: torch.Tensor  # [n, V] entropy of softmax(logit_scale l)
 
 
 def vote(x: torch.Tensor, text: torch.Tensor, logit_scale: float, p: Params) -> Votes:
     """ttas/zero.py `Zero.zero` lines 59-98 on n samples at once. x [n, V, d] unit, text [C, d]."""
     n, V, _ = x.shape
     l = x @ text.T                                               # line 73: unscaled logits
-    order = torch.argsort(Fn.entropy(logit_scale * l), dim=-1, stable=True)  # base.py confidence_filter
-    k = int(V * p.gamma)                                         # base.py line 58 / zero.py line 91
+    h = Fn.entropy(logit_scale * l)                              # line 74, base.py line 57
+    order = torch.argsort(h, dim=-1, stable=True)                # base.py line 58 (stable here)
+    k = int(V * p.gamma)                                         # base.py line 59 / zero.py line 91
     ranked = l.gather(1, order.unsqueeze(-1).expand(-1, -1, l.shape[-1]))  # sorted_l = l[sorted_idx]
     votes = torch.softmax(ranked[:, :k] / p.eps, dim=-1).sum(1)  # lines 80-81 (zeros when k = 0)
     tied = votes == votes.max(-1, keepdim=True).values           # lines 84-88: exact equality
     broken = tied.sum(-1) > 1
     if bool(broken.any()):                                       # lines 91-95: p_bar[greedy_break(...)] += 1
         won = greedy_break(tied, ranked[:, k:], p.tie_break)
-        votes = votes + torch.nn.functional.one_hot(won, votes.shape[-1]).to(votes.dtype) * broken.unsqueeze(-1)
-    return Votes(votes.argmax(-1), votes, order, k, l)
+        votes = votes.scatter_add(1, won.unsqueeze(-1), broken.to(votes.dtype).unsqueeze(-1))
+    return Votes(votes.argmax(-1), votes, order, k, l, h)
 
 
 def greedy_break(tied: torch.Tensor, rest: torch.Tensor, tie_break: str) -> torch.Tensor:
@@ -106,9 +108,8 @@ def break_sample_tie(tied: torch.Tensor, logit: torch.Tensor, tie_break: str) ->
 def _outputs(v: Votes, x: torch.Tensor, text: torch.Tensor, cfg) -> StepOut:
     """StepOut of a batch: scores = p_bar, probs = p_bar / sum p_bar; clip and entropy = view 0's
     zero-shot CLIP (the CLIP row's prediction); feature = view 0."""
-    clip = Fn.clip_logits(x[:, 0], text, cfg.logit_scale)
     probs = v.votes / v.votes.sum(-1, keepdim=True)
-    return StepOut(v.votes, clip, Fn.entropy(clip), x[:, 0], probs)
+    return StepOut(v.votes, cfg.logit_scale * v.logits[:, 0], v.entropy[:, 0], x[:, 0], probs)
 
 
 def step(state: dict, x: torch.Tensor, text: torch.Tensor, cfg, shift) -> StepOut:
