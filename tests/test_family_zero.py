@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
-
 import reference_zero as ref
+import torch
 from synthetic import make_stream
+
 from mstta import Engine, MultiEngine, replay
 from mstta.config import EngineConfig, load_dataset_config
 from mstta.errors import UserError
@@ -18,7 +18,8 @@ from mstta.methods import get_method
 def stream(C, V, seed, n, d=32):
     s = make_stream(n=n, classes=C, dim=d, views=V, seed=seed)
     x = torch.nn.functional.normalize(torch.from_numpy(s["features"]).double(), dim=-1)
-    return (x.unsqueeze(1) if V == 1 else x), torch.nn.functional.normalize(torch.from_numpy(s["text"]).double(), dim=-1)
+    text = torch.nn.functional.normalize(torch.from_numpy(s["text"]).double(), dim=-1)
+    return (x.unsqueeze(1) if V == 1 else x), text
 
 
 def config(**kw):
