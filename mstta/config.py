@@ -29,8 +29,10 @@ KERNELS = ("exp", "linear")
 # benchmark results equal the unbounded bank's bit for bit, while an endless stream (a webcam)
 # keeps flat memory and a flat step time.
 DEFAULT_BANK_SIZE = 65_536
-VIEW_MODES = ("confident", "original")
 FAMILY_SECTIONS = tuple(FAMILIES)  # EngineConfig's family sections, one per family module
+# How a multi-view sample becomes one query: TDA's confident views, view 0, or a family's own view
+# combination (ZERO's voters, MTA's mode: combinations no paper reports for the cache methods).
+VIEW_MODES = ("confident", "original", *(n for n, f in FAMILIES.items() if hasattr(f, "aggregate")))
 
 # Upper bounds of the values that memory or time grows with (docs/limits.md gives each reason).
 # Each is far above anything the paper or its peers use, and low enough that a typo (an extra

@@ -145,7 +145,8 @@ def _queries(feats: torch.Tensor, text: torch.Tensor, cfg: EngineConfig, chunk: 
     spans = _spans(feats.shape[0], size)
 
     def one(ab):
-        out = Fn.form_queries(feats[ab[0]:ab[1]], text, cfg.logit_scale, cfg.view_mode, cfg.view_ratio)
+        out = Fn.form_queries(feats[ab[0]:ab[1]], text, cfg.logit_scale, cfg.view_mode, cfg.view_ratio,
+                              getattr(cfg, cfg.view_mode, None))
         return (*out, out[1].argmax(-1))
     return spans, map_chunks(one, spans, feats.device)
 

@@ -44,10 +44,11 @@ class Streams:
             raise UserError(f"text classifier must be [C, d] with C >= 2 classes, got shape {tuple(text.shape)}")
         self.text = Fn.normalize(text.to(device=device or text.device, dtype=torch.float32))
         self.streams = streams
-        can_graph = self.device.type == "cuda" and self.config.bank_size is not None and not self.method.boost
+        can_graph = (self.device.type == "cuda" and self.config.bank_size is not None and not self.method.boost
+                     and self.config.view_mode in ("confident", "original"))  # a family's view mode syncs
         if cuda_graph and not can_graph:
-            raise UserError("cuda_graph=True needs a CUDA device, a bounded bank (bank_size) and a method "
-                            "without boosting views; pass cuda_graph=None to choose automatically")
+            raise UserError("cuda_graph=True needs a CUDA device, a bounded bank (bank_size), a method "
+                            "without boosting views and view_mode confident or original; pass cuda_graph=None to choose automatically")
         self.cuda_graph = can_graph if cuda_graph is None else bool(cuda_graph)
         self._graph_required = bool(cuda_graph)
         self.reset()
@@ -174,7 +175,8 @@ class Streams:
         """The step on the device state, Alg. 1. `rows` = (bank rows searched, masked or not):
         eager, the filled prefix; under a CUDA graph, every row with the empty ones masked."""
         cfg, m = self.config, self.method
-        f, clip, h, probs = Fn.form_queries(x, self.text, cfg.logit_scale, cfg.view_mode, cfg.view_ratio)
+        f, clip, h, probs = Fn.form_queries(x, self.text, cfg.logit_scale, cfg.view_mode, cfg.view_ratio,
+                                            getattr(cfg, cfg.view_mode, None))
         if not m.cache:
             self.clock += 1 if ok is None else ok
             return clip, clip, h, f

@@ -259,3 +259,32 @@ def test_replay_prints_a_rows_marks(tmp_path, capsys, monkeypatch):
     assert json.loads(out.strip().splitlines()[-1])["marks"] == row.marks
     code, out, _ = run_bench(capsys, "replay", "--features", str(tmp_path / "f.npz"), "--method", "tda", "--json")
     assert "marks" not in json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("mode", ["zero", "mta"])
+def test_cache_methods_read_a_familys_view_combination(mode):
+    """view_mode zero/mta: the cache methods read ZERO's or MTA's combination of the views; the
+    vectorised replay equals the online step; MS-TTA on MTA's mode equals MS-TTA fed the modes."""
+    s = make_stream(n=40, classes=6, dim=16, views=8, seed=6, gap=0.5, view_noise=1.0)
+    text, feats = torch.tensor(s["text"]), torch.tensor(s["features"], dtype=torch.float32)
+    cfg = EngineConfig(view_mode=mode)
+    for name in ("ms-tta", "tda", "tda+ms"):
+        engine = Engine(text, name, cfg)
+        steps = [engine.step(x).prediction for x in feats]
+        assert replay(feats, text, name, cfg).predictions.tolist() == steps
+    confident = replay(feats, text, "ms-tta", EngineConfig(view_mode="confident")).predictions
+    ours = replay(feats, text, "ms-tta", cfg).predictions
+    assert len(set(ours.tolist())) > 2 and not np.array_equal(confident, ours)  # another query than TDA's
+    if mode == "mta":
+        fam = families.FAMILIES["mta"]
+        t = torch.nn.functional.normalize(text.float(), dim=-1)
+        modes, _ = fam.aggregate(torch.nn.functional.normalize(feats, dim=-1), t, 100.0, cfg.mta)
+        fed = replay(modes, text, "ms-tta", EngineConfig(view_mode="original")).predictions
+        assert np.array_equal(fed, ours)
+
+
+def test_a_familys_view_mode_is_a_checked_value():
+    from mstta.config import VIEW_MODES
+    assert {"confident", "original", "zero", "mta"} <= set(VIEW_MODES)
+    with pytest.raises(UserError, match="view_mode"):
+        EngineConfig(view_mode="dota")
