@@ -197,3 +197,16 @@ def test_reset_and_state_dict():
     engine.reset()
     assert engine.n_seen == 0
     np.testing.assert_array_equal(run(engine, feats[:10])[0], first)
+
+
+@pytest.mark.parametrize("method,V", [("onzeta", 1), ("onzeta", 16), ("onzeta+ms", 16)])
+def test_step_reads_no_number_on_the_host(method, V, monkeypatch):
+    """No Python number is read from a tensor during a warm step (on a GPU each would stall it)."""
+    feats, text = stream(10, V, 3, n=12)
+    engine = Engine(text, method)
+    for x in feats[:6]:
+        engine.step(x)
+    for name in ("item", "tolist", "__int__", "__float__", "__bool__", "__index__", "numpy", "cpu"):
+        monkeypatch.setattr(torch.Tensor, name, lambda *a, _n=name, **k: pytest.fail(f"Tensor.{_n} in step()"))
+    for x in feats[6:]:
+        engine.step(x)

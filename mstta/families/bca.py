@@ -25,6 +25,7 @@ import torch
 
 from .. import functional as Fn
 from ..checks import check_int, check_num
+from ..threads import small_ops
 from .base import Method, StepOut
 
 NAME = "bca"
@@ -78,9 +79,7 @@ def init(text: torch.Tensor, cfg, length: int | None) -> dict[str, torch.Tensor]
 def confident_mean(x: torch.Tensor, logits: torch.Tensor, ratio: float) -> torch.Tensor:
     """`assign_label` with TPT's `select_confident_samples`: the mean feature of the floor(ratio V)
     lowest-entropy views (at least 1: the port's empty selection would be NaN; ties to the lower
-    view index). [V, d], [V, C] -> [d], not re-normalised; one view is itself."""
-    if x.shape[0] == 1:
-        return x[0]
+    view index). [V, d], [V, C] -> [d], not re-normalised."""
     keep = torch.argsort(Fn.entropy(logits), stable=True)[:max(1, int(ratio * x.shape[0]))]
     return x[keep].mean(0)
 
@@ -92,27 +91,39 @@ def step(state: dict[str, torch.Tensor], x: torch.Tensor, text: torch.Tensor, cf
     p: Params = cfg.bca
     mu, prior = state["mu"], state["prior"]
     s = cfg.logit_scale
-    xbar = confident_mean(x, s * (x @ mu.T), p.selection_p)
+    xbar = x[0] if x.shape[0] == 1 else confident_mean(x, s * (x @ mu.T), p.selection_p)
     z = shift(xbar.unsqueeze(0))[0]
     out = torch.softmax(s * (z @ mu.T), dim=0) @ prior  # the mean of the kept views' logits is linear in xbar
-    y = out.argmax()  # the port's torch.max(output, dim=1): the first of tied maxima
-    conf = out[y]
-    c1, c2 = state["c1"][y].to(out.dtype), state["c2"][y].to(out.dtype)
-    centre = (c1 * mu[y] + z) / (c1 + 1)
-    centre = centre / torch.linalg.vector_norm(centre)
-    grow1, grow2 = conf > p.threshold1, conf > p.threshold2
-    mu[y] = torch.where(grow1, centre, mu[y])
-    prior[y] = torch.where(grow2, (c2 * prior[y] + out) / (c2 + 1), prior[y])
-    state["c1"][y] += grow1
-    state["c2"][y] += grow2
+    y = out.argmax().view(1)  # the port's torch.max(output, dim=1): the first of tied maxima
+    conf = out.index_select(0, y)
+    update_rows(state, y, conf, z, out, p)
     clip = Fn.clip_logits(xbar, text, s)
     return StepOut(scores=out, clip=clip, entropy=Fn.entropy(clip), feature=xbar, probs=out / out.sum())
+
+
+def update_rows(state: dict[str, torch.Tensor], y: torch.Tensor, conf: torch.Tensor, z: torch.Tensor,
+                out: torch.Tensor, p: Params) -> None:
+    """`update_centers` and `update_prior` of class y [1] in place, each where conf [1] is above its
+    threshold (masks and row copies on the device: no host round trip):
+    mu_y <- normalise((c1_y mu_y + z) / (c1_y + 1)), P_y <- (c2_y P_y + out) / (c2_y + 1), counts + 1."""
+    mu, prior = state["mu"], state["prior"]
+    mu_y, prior_y = mu.index_select(0, y), prior.index_select(0, y)
+    c1 = state["c1"].index_select(0, y).to(mu.dtype).unsqueeze(1)
+    c2 = state["c2"].index_select(0, y).to(mu.dtype).unsqueeze(1)
+    centre = (c1 * mu_y + z) / (c1 + 1)
+    centre = centre / torch.linalg.vector_norm(centre, dim=1, keepdim=True)
+    grow1, grow2 = conf > p.threshold1, conf > p.threshold2
+    mu.index_copy_(0, y, torch.where(grow1.unsqueeze(1), centre, mu_y))
+    prior.index_copy_(0, y, torch.where(grow2.unsqueeze(1), (c2 * prior_y + out) / (c2 + 1), prior_y))
+    state["c1"].index_add_(0, y, grow1.to(torch.int64))
+    state["c2"].index_add_(0, y, grow2.to(torch.int64))
 
 
 def replay(x: torch.Tensor, text: torch.Tensor, cfg) -> StepOut:
     """A whole stream [N, V, d] (no mean shift), stepped without the engine's per-call overhead."""
     state = init(text, cfg, x.shape[0])
-    outs = [step(state, xi, text, cfg, _identity) for xi in x]
+    with small_ops(x.device):
+        outs = [step(state, xi, text, cfg, _identity) for xi in x]
     return StepOut(*(torch.stack(parts) for parts in zip(*outs)))
 
 

@@ -24,6 +24,7 @@ import torch
 
 from .. import functional as Fn
 from ..checks import check_int, check_num
+from ..threads import small_ops
 from .base import Method, StepOut
 
 NAME = "onzeta"
@@ -68,35 +69,44 @@ class Params:
 
 
 def state_bytes(C: int, d: int, cfg) -> int:
-    """Bytes of one stream's state at float32: w [C, d], rho [C], two int64 counters."""
+    """Bytes of one stream's state at float32: w [C, d], rho [C], two float64 counters."""
     return 4 * (C * d + C) + 16
 
 
 def init(text: torch.Tensor, cfg, length: int | None) -> dict[str, torch.Tensor]:
     """A fresh state: w = W (the official w = text_classifier.clone(), [d, C], kept here as its
-    transpose [C, d]), rho = 0 (lines 256-257), the step index i = 0 and the schedule's n."""
+    transpose [C, d]), rho = 0 (lines 256-257), the step index i = 0 and the schedule's n (float64:
+    exact integers, and the schedule's arithmetic needs no conversion)."""
     n = length if length is not None else cfg.onzeta.horizon
     return {"w": text.clone(), "rho": torch.zeros(text.shape[0], dtype=text.dtype, device=text.device),
-            "i": torch.zeros((), dtype=torch.int64, device=text.device),
-            "n": torch.tensor(n, dtype=torch.int64, device=text.device)}
+            "i": torch.zeros((), dtype=torch.float64, device=text.device),
+            "n": torch.tensor(float(n), dtype=torch.float64, device=text.device)}
 
 
-def schedule(i: torch.Tensor, n: torch.Tensor, p: Params, dtype: torch.dtype):
-    """(lr/tau_i, rlr, beta_i, 1 - beta_i) of step i, lines 259-261 (272's lr/tau_i, 270's 1 - beta),
-    in float64 as the official Python floats are, then cast as PyTorch casts a Python scalar for a
-    tensor op; beta_i stops growing at i+1 = n (an endless stream past its horizon)."""
-    step = (i + 1).to(torch.float64)
+def schedule(i: torch.Tensor, n: torch.Tensor, p: Params, dtype: torch.dtype) -> torch.Tensor:
+    """[lr/tau_i, rlr, beta_i, 1 - beta_i] of step i, lines 259-261 (272's lr/tau_i, 270's 1 - beta):
+    float64 as the official Python floats, then cast as PyTorch casts a Python scalar for a tensor
+    op; beta_i stops growing at i+1 = n (an endless stream past its horizon). On the device: no
+    host round trip."""
+    step = i + 1
     root = torch.sqrt(step)
-    lr = p.cw / root
-    rlr = p.cr / root
-    beta = p.beta * torch.sqrt(torch.minimum(step, n.to(torch.float64)) / n.to(torch.float64))
-    return (lr / p.tau_i).to(dtype), rlr.to(dtype), beta.to(dtype), (1 - beta).to(dtype)
+    beta = p.beta * torch.sqrt(torch.minimum(step, n) / n)
+    return torch.stack([p.cw / root / p.tau_i, p.cr / root, beta, 1 - beta]).to(dtype)
 
 
-def text_label(x: torch.Tensor, text: torch.Tensor, rho: torch.Tensor, tau_t: float) -> torch.Tensor:
-    """The online label of the text proxy, lines 263-265: softmax(x W^T / tau_t) * exp(rho), renormalised."""
-    t = torch.softmax(x @ text.T / tau_t, dim=0) * torch.exp(rho)
+def text_label(cos: torch.Tensor, rho: torch.Tensor, tau_t: float) -> torch.Tensor:
+    """The online label of the text proxy, lines 263-265, from cos = x W^T: softmax(cos / tau_t) *
+    exp(rho), renormalised."""
+    t = torch.softmax(cos / tau_t, dim=0) * torch.exp(rho)
     return t / t.sum()
+
+
+def update_proxy(w: torch.Tensor, z: torch.Tensor, v: torch.Tensor, t: torch.Tensor, lr_tau: torch.Tensor) -> None:
+    """Lines 271-273 in place on w [C, d] (the official [d, C] transposed): w - (lr/tau_i) (v - t) z^T,
+    then each row (the official column) over max(its norm, 1e-12), as F.normalize; the rank-1
+    update is one pass over w (the official's outer product, scaling and subtraction are three)."""
+    w.addr_((v - t) * -lr_tau, z)
+    w.div_(torch.linalg.vector_norm(w, dim=1, keepdim=True).clamp_min(1e-12))
 
 
 def step(state: dict[str, torch.Tensor], x: torch.Tensor, text: torch.Tensor, cfg,
@@ -106,14 +116,15 @@ def step(state: dict[str, torch.Tensor], x: torch.Tensor, text: torch.Tensor, cf
     C = text.shape[0]
     f = x[0]
     lr_tau, rlr, beta, rest = schedule(state["i"], state["n"], p, text.dtype)
-    t = text_label(f, text, state["rho"], p.tau_t)
+    cos = text @ f  # the zero-shot cosines: the text label's and the CLIP logits' (one pass over W)
+    t = text_label(cos, state["rho"], p.tau_t)
     state["rho"] = torch.clamp_min(state["rho"] - rlr * (t - p.alpha / C), 0.0)
     z = shift(f.unsqueeze(0))[0]
     v = torch.softmax(state["w"] @ z / p.tau_i, dim=0)
     out = beta * v + rest * t
-    state["w"] = Fn.normalize(state["w"] - lr_tau * torch.outer(v - t, z))  # rows = the official columns
+    update_proxy(state["w"], z, v, t, lr_tau)
     state["i"] += 1
-    clip = Fn.clip_logits(f, text, cfg.logit_scale)
+    clip = cfg.logit_scale * cos
     return StepOut(scores=out, clip=clip, entropy=Fn.entropy(clip), feature=f, probs=out)
 
 
@@ -121,7 +132,8 @@ def replay(x: torch.Tensor, text: torch.Tensor, cfg) -> StepOut:
     """A whole stream [N, V, d] (no mean shift), stepped without the engine's per-call overhead;
     equal to stepping it with length N."""
     state = init(text, cfg, x.shape[0])
-    outs = [step(state, xi, text, cfg, _identity) for xi in x]
+    with small_ops(x.device):
+        outs = [step(state, xi, text, cfg, _identity) for xi in x]
     return StepOut(*(torch.stack(parts) for parts in zip(*outs)))
 
 
