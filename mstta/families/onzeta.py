@@ -41,7 +41,8 @@ METHODS = (
 # per-dataset values are official.
 DATASET_PARAMS: dict[str, dict] = {}
 
-MAX_TEMPERATURE = 1e3  # tau_t, tau_i: the official 0.01, 0.04; 1 / tau scales cosines in [-1, 1]
+MIN_TEMPERATURE = 1e-6  # tau_t, tau_i: the official 0.01, 0.04; cosines / tau stay far inside float32
+MAX_TEMPERATURE = 1e3
 MAX_RATE = 1e6         # cw, cr, alpha: the official 0.5, 20, 1
 MAX_HORIZON = 2**40    # samples; a schedule's length, never allocated
 
@@ -59,8 +60,8 @@ class Params:
     horizon: int = 50_000    # this project's: n of an endless stream (the official run's n, ImageNet val)
 
     def __post_init__(self) -> None:
-        check_num(self, "tau_t", 0.0, MAX_TEMPERATURE, low_open=True)
-        check_num(self, "tau_i", 0.0, MAX_TEMPERATURE, low_open=True)
+        check_num(self, "tau_t", MIN_TEMPERATURE, MAX_TEMPERATURE)
+        check_num(self, "tau_i", MIN_TEMPERATURE, MAX_TEMPERATURE)
         check_num(self, "cw", 0.0, MAX_RATE)
         check_num(self, "cr", 0.0, MAX_RATE)
         check_num(self, "alpha", 0.0, MAX_RATE)
