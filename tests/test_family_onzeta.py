@@ -6,14 +6,14 @@ import dataclasses
 
 import numpy as np
 import pytest
+import reference_onzeta as ref
 import torch
 import torch.nn.functional as F
+from synthetic import make_stream
 
-import reference_onzeta as ref
 from mstta import Engine, EngineConfig, MultiEngine, UserError, replay
 from mstta.config import load_dataset_config
 from mstta.families import onzeta
-from synthetic import make_stream
 
 CASES = [(C, V, seed) for C in (2, 10, 1000) for V in (1, 64) for seed in range(3)]
 
