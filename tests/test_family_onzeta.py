@@ -1,0 +1,212 @@
+"""OnZeta behind Engine/MultiEngine/replay: equal to an independent transcription of the official
+loop (tests/reference_onzeta.py) on generated streams, ties included, and the runner's contract."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import reference_onzeta as ref
+import torch
+import torch.nn.functional as F
+from synthetic import make_stream
+
+from mstta import Engine, EngineConfig, MultiEngine, UserError, replay
+from mstta.config import load_dataset_config
+from mstta.families import onzeta
+
+CASES = [(C, V, seed) for C in (2, 10, 1000) for V in (1, 64) for seed in range(3)]
+
+
+def stream(C, V, seed, n=24, dim=32):
+    """A float64 stream [n, V, d] and text [C, d], rows unit in float64 (the reference's inputs)."""
+    s = make_stream(n=n, classes=C, dim=dim, views=V, seed=seed)
+    f = torch.from_numpy(s["features"]).double()
+    f = f if f.dim() == 3 else f[:, None]
+    return F.normalize(f, dim=-1), F.normalize(torch.from_numpy(s["text"]).double(), dim=-1)
+
+
+def run(engine, feats):
+    rows = [engine.step(x) for x in feats]
+    return torch.stack([r.logits for r in rows]).numpy(), torch.stack([r.probs for r in rows]).numpy()
+
+
+def check_equal(scores, expected):
+    assert [int(i) for i in scores.argmax(1)] == [ref.first_argmax(r) for r in expected]
+    np.testing.assert_allclose(scores, expected, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("C,V,seed", CASES)
+def test_engine_equals_the_official_loop(C, V, seed):
+    feats, text = stream(C, V, seed)
+    scores, probs = run(Engine(text, "onzeta", stream_length=len(feats)), feats)
+    expected, _ = ref.onzeta(feats[:, 0].numpy(), text.numpy())
+    check_equal(scores, expected)
+    np.testing.assert_array_equal(probs, scores)  # probs = combo_label, a distribution
+    np.testing.assert_allclose(probs.sum(1), 1.0, atol=1e-12)
+
+
+@pytest.mark.parametrize("C,V,seed", [(10, 1, 0), (10, 64, 1), (1000, 1, 2)])
+def test_ms_row_equals_the_loop_with_its_shift(C, V, seed):
+    feats, text = stream(C, V, seed)
+    cfg = EngineConfig(alpha=0.5, k=3)
+    scores, _ = run(Engine(text, "onzeta+ms", cfg, stream_length=len(feats)), feats)
+    expected, _ = ref.onzeta(feats[:, 0].numpy(), text.numpy(), shift=ref.mean_shift(3, 0.5))
+    check_equal(scores, expected)
+    base, _ = run(Engine(text, "onzeta", cfg, stream_length=len(feats)), feats)
+    assert not np.allclose(scores, base)  # the shift does change the method
+
+
+@pytest.mark.parametrize("C", [2, 10, 1000])
+def test_ties_go_to_the_first_class(C):
+    """Classes 0 and 1 share a text row: their text labels, priors and proxies stay equal, so every
+    prediction among them is an exact tie the first class wins."""
+    feats, text = stream(C, 1, 7)
+    text[1] = text[0]
+    feats[::2, 0] = text[0]  # every other sample sits on the tied pair
+    scores, _ = run(Engine(text, "onzeta", stream_length=len(feats)), feats)
+    expected, _ = ref.onzeta(feats[:, 0].numpy(), text.numpy())
+    check_equal(scores, expected)
+    np.testing.assert_array_equal(scores[:, 0], scores[:, 1])
+    assert (scores.argmax(1) == 0).sum() >= len(feats) // 2
+
+
+def test_endless_stream_uses_the_horizon():
+    feats, text = stream(10, 1, 3, n=30)
+    known, _ = run(Engine(text, "onzeta", stream_length=30), feats)
+    cfg = EngineConfig(onzeta=onzeta.Params(horizon=30))
+    endless, _ = run(Engine(text, "onzeta", cfg), feats)
+    np.testing.assert_array_equal(endless, known)
+    cfg = EngineConfig(onzeta=onzeta.Params(horizon=10))  # past the horizon beta_i stays at beta
+    capped, _ = run(Engine(text, "onzeta", cfg), feats)
+    expected, _ = ref.onzeta(feats[:, 0].numpy(), text.numpy(), n=10)
+    check_equal(capped, expected)
+    assert not np.allclose(capped, known)
+
+
+def test_other_hyperparameters_reach_the_math():
+    feats, text = stream(10, 1, 4)
+    p = dict(tau_t=0.02, tau_i=0.05, cw=0.3, cr=10.0, alpha=0.5, beta=0.6)
+    cfg = EngineConfig(onzeta=onzeta.Params(**p))
+    scores, _ = run(Engine(text, "onzeta", cfg, stream_length=len(feats)), feats)
+    expected, _ = ref.onzeta(feats[:, 0].numpy(), text.numpy(), **p)
+    check_equal(scores, expected)
+
+
+@pytest.mark.parametrize("method", ["onzeta", "onzeta+ms"])
+def test_replay_equals_stepping(method):
+    feats, text = stream(10, 4, 5)
+    cfg = EngineConfig(alpha=0.5)
+    got = replay(feats, text, method, cfg, keep_probs=True)
+    scores, probs = run(Engine(text, method, cfg, stream_length=len(feats)), feats)
+    np.testing.assert_array_equal(got.predictions, scores.argmax(1))
+    np.testing.assert_allclose(got.probs, probs, rtol=0, atol=1e-7)  # the result keeps float32 probs
+
+
+def test_family_replay_equals_the_engine():
+    feats, text = stream(10, 1, 6)
+    out = onzeta.replay(F.normalize(feats, dim=-1), F.normalize(text, dim=-1), EngineConfig())
+    scores, probs = run(Engine(text, "onzeta", stream_length=len(feats)), feats)
+    np.testing.assert_array_equal(out.scores.argmax(1).numpy(), scores.argmax(1))
+    np.testing.assert_allclose(out.scores.numpy(), scores, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(out.probs.numpy(), probs, rtol=0, atol=1e-14)
+    online = replay(feats, text, "onzeta", online=True, keep_probs=True)
+    vectorised = replay(feats, text, "onzeta", keep_probs=True)
+    np.testing.assert_array_equal(vectorised.predictions, online.predictions)
+    np.testing.assert_allclose(vectorised.probs, online.probs, rtol=0, atol=1e-7)
+
+
+@pytest.mark.parametrize("method", ["onzeta", "onzeta+ms"])
+def test_multi_engine_equals_two_engines(method):
+    (a, text), (b, _) = stream(10, 1, 0), stream(10, 1, 1)
+    b = b @ torch.linalg.qr(torch.eye(32, dtype=torch.float64))[0]  # another stream, same classifier
+    cfg = EngineConfig(alpha=0.5)
+    multi = MultiEngine(text, method, cfg, streams=2, stream_length=len(a))
+    got = np.stack([multi.step(torch.stack([x, y])).logits.numpy() for x, y in zip(a, b)], 1)
+    for s, feats in enumerate((a, b)):
+        alone, _ = run(Engine(text, method, cfg, stream_length=len(a)), feats)
+        np.testing.assert_array_equal(got[s], alone)
+
+
+@pytest.mark.parametrize("V", [1, 64])
+def test_ms_at_alpha_zero_is_the_base_row(V):
+    feats, text = stream(10, V, 2)
+    cfg = EngineConfig(alpha=0.0)
+    ms, _ = run(Engine(text, "onzeta+ms", cfg, stream_length=len(feats)), feats)
+    base, _ = run(Engine(text, "onzeta", cfg, stream_length=len(feats)), feats)
+    np.testing.assert_array_equal(ms, base)
+
+
+def test_defaults_are_the_official_ones():
+    official = dict(tau_t=0.01, tau_i=0.04, cw=0.5, cr=20.0, alpha=1.0, beta=0.8)  # main_online.py lines 24-29
+    p = dataclasses.asdict(onzeta.Params())
+    assert {k: p[k] for k in official} == official
+    assert p["horizon"] == 50_000
+    assert onzeta.DATASET_PARAMS == {}
+    assert [m.name for m in onzeta.METHODS] == ["onzeta", "onzeta+ms"]
+    assert all(m.family == "onzeta" and m.training_free and not m.episodic for m in onzeta.METHODS)
+    assert [m.mean_shift for m in onzeta.METHODS] == [False, True]
+
+
+@pytest.mark.parametrize("C,d", [(10, 32), (1000, 64)])
+def test_state_within_its_bound(C, d):
+    feats, text = stream(C, 1, 0, n=5, dim=d)
+    engine = Engine(text.float(), "onzeta")
+    for x in feats.float():
+        engine.step(x)
+    used = sum(t.numel() * t.element_size() for t in engine.states[0].values())
+    assert used <= onzeta.state_bytes(C, d, engine.config)
+    assert onzeta.state_bytes(1000, 512, engine.config) == 2_052_016
+
+
+@pytest.mark.parametrize("key,value", [("tau_t", 0), ("tau_i", -1.0), ("cw", float("nan")), ("cr", float("inf")),
+                                       ("alpha", -0.1), ("beta", 1.5), ("beta", True), ("horizon", 0),
+                                       ("horizon", 2.5), ("tau_t", "x")])
+def test_bad_values_name_the_key(key, value):
+    with pytest.raises(UserError, match=f"'{key}'"):
+        onzeta.Params(**{key: value})
+
+
+def test_set_overrides_reach_the_section():
+    cfg = load_dataset_config(None, ["onzeta.beta=0.4", "onzeta.horizon=1000"]).engine
+    assert cfg.onzeta.beta == 0.4 and cfg.onzeta.horizon == 1000
+    with pytest.raises(UserError, match="'beta'"):
+        load_dataset_config(None, ["onzeta.beta=2"])
+
+
+@pytest.mark.parametrize("V", [1, 5])
+def test_few_views_and_float32_are_finite(V):
+    feats, text = stream(1000, V, 1, n=10)
+    engine = Engine(text.float(), "onzeta+ms")  # float32, endless
+    for x in feats.float():
+        r = engine.step(x)
+        assert all(torch.isfinite(t).all() for t in (r.logits, r.clip_logits, r.entropy_tensor, r.probs))
+    expected, _ = ref.onzeta(feats[:, 0].numpy(), text.numpy(), n=50_000, shift=ref.mean_shift(2, 0.8))
+    np.testing.assert_allclose(r.logits.double().numpy(), expected[-1], atol=1e-4)
+
+
+def test_reset_and_state_dict():
+    feats, text = stream(10, 1, 8)
+    engine = Engine(text, "onzeta+ms", stream_length=len(feats))
+    first, _ = run(engine, feats[:10])
+    saved = engine.state_dict()
+    rest, _ = run(engine, feats[10:])
+    resumed = Engine(text, "onzeta+ms", stream_length=len(feats))
+    resumed.load_state_dict(saved)
+    np.testing.assert_array_equal(run(resumed, feats[10:])[0], rest)
+    engine.reset()
+    assert engine.n_seen == 0
+    np.testing.assert_array_equal(run(engine, feats[:10])[0], first)
+
+
+@pytest.mark.parametrize("method,V", [("onzeta", 1), ("onzeta", 16), ("onzeta+ms", 16)])
+def test_step_reads_no_number_on_the_host(method, V, monkeypatch):
+    """No Python number is read from a tensor during a warm step (on a GPU each would stall it)."""
+    feats, text = stream(10, V, 3, n=12)
+    engine = Engine(text, method)
+    for x in feats[:6]:
+        engine.step(x)
+    for name in ("item", "tolist", "__int__", "__float__", "__bool__", "__index__", "numpy", "cpu"):
+        monkeypatch.setattr(torch.Tensor, name, lambda *a, _n=name, **k: pytest.fail(f"Tensor.{_n} in step()"))
+    for x in feats[6:]:
+        engine.step(x)
