@@ -166,7 +166,7 @@ def shift_by_sims(q: torch.Tensor, sims: torch.Tensor, bank: torch.Tensor, norm:
     `knn_indices_host_ties`, for the replay's large batches, which mask their sims in place."""
     idx = knn_indices_host_ties(sims, k) if host_ties else knn_indices(sims, k, age)
     batched = bank.dim() == 3
-    rows = _gather_rows(bank, idx, batched).float() * _gather_rows(norm.unsqueeze(-1), idx, batched)
+    rows = _gather_rows(bank, idx, batched).to(q.dtype) * _gather_rows(norm.unsqueeze(-1), idx, batched)
     if not masked:  # every column usable: m = min(k, M) neighbours for every row
         return mean_shift(q, rows.sum(-2), idx.shape[-1], alpha)
     use = torch.isfinite(sims.gather(-1, idx))

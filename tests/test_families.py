@@ -169,7 +169,7 @@ def test_every_registered_method_runs_everywhere():
     feats = torch.tensor(s["features"], dtype=torch.float32)
     for name in list_methods():
         m = get_method(name)
-        engine = Engine(text, name)
+        engine = Engine(text, name, stream_length=len(feats))  # replay tells a family the stream's length
         steps = [engine.step(x).prediction for x in feats]
         r = replay(feats, text, name, keep_probs=True)
         assert r.predictions.tolist() == steps, name
