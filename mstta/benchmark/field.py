@@ -235,8 +235,8 @@ class FieldRun:
     def foreign(self, fc: FieldCell) -> FeatureSet | None:
         """The mixed setting's other dataset, in the cell's view kind (extracted once when absent)."""
         o = self.opts
-        if "mixed" not in o.open or o.mix_with is None:
-            return None
+        if "mixed" not in o.open or o.mix_with is None or fc.cell.key["dataset"] == o.mix_with:
+            return None   # a stream mixed with itself has no unknowns
         fkey = dataclasses.replace(fc.cell.fkey, dataset=o.mix_with)
         if fkey not in self._foreign:
             path = ensure_features(fkey, self.cfg.store, self.run.models, self.cfg.data_root,

@@ -8,11 +8,16 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import paper
 from .context import row_title
 from .plots import running_accuracy, save_png
 from .results import load_predictions, predictions_path
 from .store import slug
+
+
+def dataset_name(key: str) -> str:
+    from .fieldreport import dataset_name as name
+
+    return name(key)
 
 
 def _label(r: dict[str, Any]) -> str:
@@ -33,7 +38,7 @@ def field_plots(out: Path, runs: Sequence[dict[str, Any]]) -> list[Path]:
     written = []
     for (bb, pre, ds), rs in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
         folder = out / "plots" / slug(f"{bb}-{pre}")
-        title = f"{paper.dataset_label(ds)} · {bb} ({pre})"
+        title = f"{dataset_name(ds)} · {bb} ({pre})"
         fig = Figure(figsize=(7, 5))
         ax = fig.add_subplot()
         pts = [r for r in rs if r.get("accuracy") is not None and r.get("ece") is not None]
@@ -45,7 +50,7 @@ def field_plots(out: Path, runs: Sequence[dict[str, Any]]) -> list[Path]:
         ax.set_title(f"accuracy vs calibration · {title}")
         ax.grid(alpha=0.3)
         if pts:
-            written.append(save_png(fig, folder / f"{slug(ds)}-acc-vs-ece.png"))
+            written.append(save_png(fig, folder / f"{slug(dataset_name(ds))}-acc-vs-ece.png"))
         fig = Figure(figsize=(7, 4))
         ax = fig.add_subplot()
         seed = min(r["seed"] for r in rs)
@@ -63,5 +68,5 @@ def field_plots(out: Path, runs: Sequence[dict[str, Any]]) -> list[Path]:
             ax.set_title(f"accuracy over the stream · {title} · seed {seed}")
             ax.grid(alpha=0.3)
             ax.legend(fontsize=6, loc="lower right")
-            written.append(save_png(fig, folder / f"{slug(ds)}-seed{seed}-stream.png"))
+            written.append(save_png(fig, folder / f"{slug(dataset_name(ds))}-seed{seed}-stream.png"))
     return written

@@ -69,6 +69,13 @@ def _bytes(n: float) -> str:
     return f"{n:.1f} GB"
 
 
+def dataset_name(key: str) -> str:
+    """A dataset's display name: the paper's column name, or an image folder's own name."""
+    if key.startswith("imagefolder:"):
+        return Path(key[len("imagefolder:"):]).name or key
+    return paper.dataset_label(key)
+
+
 def row_label(r: dict[str, Any]) -> str:
     """A row's title, with its text set and every mark the method carries."""
     label = f"{row_title(r['method'])} [{r['text']}]"
@@ -94,8 +101,8 @@ def dataset_tables(runs: list[dict[str, Any]]) -> list[str]:
             clip[r["text"]].append(r)
         seeds = sorted({r["seed"] for r in rs})
         n = rs[0].get("n")
-        lines += [f"### {paper.dataset_label(ds)} · {bb} ({pre})", "",
-                  f"{n} samples, {rs[0].get('classes')} classes; seeds {', '.join(map(str, seeds))}; "
+        lines += [f"### {dataset_name(ds)} · {bb} ({pre})", "", f"`{ds}`: "
+                  + f"{n} samples, {rs[0].get('classes')} classes; seeds {', '.join(map(str, seeds))}; "
                   f"{rs[0].get('orders')} stream orders per seed; ECE with {rs[0].get('ece_bins')} bins.", ""]
         body = []
         for text, tr in sorted(clip.items()):   # the CLIP row of each text set: the original image, one value per seed

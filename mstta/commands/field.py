@@ -16,8 +16,8 @@ DIGITS_DEFAULT_OUT = "out/field"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..benchmark.field import MAX_ORDERS, OPEN_SETTINGS
-    from ..metrics import ECE_BINS, MAX_ECE_BINS
     from ..methods import list_methods
+    from ..metrics import ECE_BINS, MAX_ECE_BINS
 
     add_common(p)
     p.set_defaults(out="field-results")
