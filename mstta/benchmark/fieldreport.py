@@ -125,6 +125,30 @@ def dataset_tables(runs: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def summary_table(runs: list[dict[str, Any]]) -> list[str]:
+    """Per backbone: a row per method and text set, a column per dataset holding
+    accuracy / ECE / AUROC (withheld classes), means over seeds."""
+    lines: list[str] = []
+    for bb, pre in sorted({(r["backbone"], r["pretrained"]) for r in runs}):
+        rs = [r for r in runs if (r["backbone"], r["pretrained"]) == (bb, pre)]
+        datasets = list(dict.fromkeys(r["dataset"] for r in rs))
+        order = row_order(r["method"] for r in rs)
+        keys = sorted({(r["method"], r["text"], bool(r.get("label_tuned"))) for r in rs},
+                      key=lambda k: (order.index(k[0]), k[1], k[2]))
+        body = []
+        for k in keys:
+            mine = [r for r in rs if (r["method"], r["text"], bool(r.get("label_tuned"))) == k]
+            row = [row_label(mine[0])]
+            for ds in datasets:
+                cell = [r for r in mine if r["dataset"] == ds]
+                parts = [_mean_std([r.get(f) for r in cell])[0] for f in ("accuracy", "ece", "auroc")]
+                row.append(" / ".join(DASH if v is None else f"{v:.2f}" for v in parts))
+            body.append(row)
+        lines += [f"### {bb} ({pre}): accuracy / ECE / AUROC", ""]
+        lines += table(["Method [text set]"] + [dataset_name(d) for d in datasets], body) + [""]
+    return lines
+
+
 def published_rows(datasets: Sequence[str]) -> list[str]:
     """The published ViT-B/16 numbers of the run's datasets: the MS-TTA paper's rows and the DPE and
     DOTA papers' (resources/paper_results.yaml, field_papers), each with its source."""
@@ -164,7 +188,7 @@ def render(data: dict[str, Any], plots: Sequence[Path] = (), out: Path | None = 
              "and over the stream (first/second half), speed and state. Definitions: docs/field.md.", ""]
     if any(r.get("label_tuned") for r in runs):
         lines += ["**Rows marked †label-tuned used the test labels to choose a hyperparameter** (--label-tuned).", ""]
-    lines += dataset_tables(runs)
+    lines += ["## Summary", ""] + summary_table(runs) + ["## Per dataset", ""] + dataset_tables(runs)
     lines += ["## Published rows", ""] + published_rows(sorted({r["dataset"] for r in runs}))
     missing = data.get("missing") or []
     if missing:

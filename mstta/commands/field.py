@@ -11,7 +11,7 @@ from pathlib import Path
 from ..errors import UserError
 from .run import add_common, build_config, check_places
 
-DIGITS_DEFAULT_OUT = "out/field"
+ORDERS, DIGITS_ORDERS = 10, 5   # default stream orders per seed; --digits keeps `make field` within 10 CPU minutes
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -29,9 +29,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "uniform protocol), tip7, cupl (needs --cupl), user (needs --text-classifier)")
     p.add_argument("--cupl", metavar="FILE.json", help="CuPL-style prompts {class name: [prompts]} of the dataset")
     p.add_argument("--text-classifier", metavar="FILE.npy", help="your own [C, d] text classifier (text set 'user')")
-    p.add_argument("--orders", type=int, default=10, metavar="R",
+    p.add_argument("--orders", type=int, metavar="R",
                    help=f"stream orders per seed for mean ± std and the worst 10%% (order 0 = the stored one; "
-                        f"1..{MAX_ORDERS}, default 10)")
+                        f"1..{MAX_ORDERS}; default {ORDERS}, {DIGITS_ORDERS} with --digits)")
     p.add_argument("--ece-bins", type=int, default=ECE_BINS, metavar="N",
                    help=f"equal-width ECE bins (1..{MAX_ECE_BINS}, default {ECE_BINS})")
     p.add_argument("--open", default=",".join(OPEN_SETTINGS), metavar="LIST",
@@ -72,7 +72,7 @@ def options(args: argparse.Namespace):
         raise UserError("--text cupl needs --cupl FILE.json (CuPL prompts {class name: [prompts]})")
     if "user" in texts and user is None:
         raise UserError("--text user needs --text-classifier FILE.npy (a [C, d] float array)")
-    return FieldOptions(texts=texts, cupl=cupl, text_classifier=user, orders=args.orders, ece_bins=args.ece_bins,
+    return FieldOptions(texts=texts, cupl=cupl, text_classifier=user, orders=ORDERS if args.orders is None else args.orders, ece_bins=args.ece_bins,
                         open=opens, mix_with=mix, mix_share=args.mix_share, label_tuned=args.label_tuned)
 
 
@@ -95,6 +95,8 @@ def digits_preset(args: argparse.Namespace) -> None:
     except ValueError:
         pass
     args.backbone, args.pretrained = "mstta-digits", str(ckpt)
+    if args.orders is None:
+        args.orders = DIGITS_ORDERS
     if not any(s.split("=")[0].strip() == "logit_scale" for s in args.set):
         scale = load_clip("mstta-digits", str(ckpt), "cpu").logit_scale   # the model's learned scale
         args.set = list(args.set) + [f"logit_scale={scale:.4f}"]
