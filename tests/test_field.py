@@ -162,3 +162,14 @@ def test_label_tuned_only_behind_the_flag(tmp_path, capsys, monkeypatch):
     data = json.loads((out / "results.json").read_text())
     assert next(r for r in data["runs"] if r["label_tuned"])["hyperparameters"]["lam"] == 0.25
     assert "†label-tuned" in (out / "report.md").read_text()
+
+
+def test_dry_run_plans_without_writing(tmp_path, capsys):
+    store, keys = _store(tmp_path, names=("a",))
+    out = tmp_path / "out"
+    code, stdout, _ = run_bench(capsys, *_argv(store, out, keys, "--methods", "tda,zero-shot", "--text", "peer,photo",
+                                               "--dry-run"))
+    assert code == 0 and "4 cell(s) to run" in stdout and "tda[photo] to run" in stdout and not out.exists()
+    assert run_bench(capsys, *_argv(store, out, keys, "--methods", "tda", "--open", "none"))[0] == 0
+    code, stdout, _ = run_bench(capsys, *_argv(store, out, keys, "--methods", "tda", "--open", "none", "--dry-run"))
+    assert "tda[peer] done" in stdout and "0 cell(s) to run" in stdout

@@ -153,7 +153,7 @@ def measure(fs: FeatureSet, text: torch.Tensor, fc: FieldCell, opts: FieldOption
     r = _replay(fs.features, text, method, ecfg, device)
     acc = M.accuracy(r.predictions, labels)
     f0 = fs.features if fs.features.dim() == 2 else fs.features[:, 0]
-    zs = M.accuracy((f0.float() @ text.T.float()).argmax(-1).numpy(), labels)
+    zs = M.accuracy((f0.float().cpu() @ text.T.float().cpu()).argmax(-1).numpy(), labels)
     clip_views = M.accuracy(r.clip_predictions, labels)
     first, second = M.halves(r.predictions, labels)
     accs = [acc]
@@ -316,6 +316,30 @@ class FieldRun:
                "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
         self.run.results.record(rec)
         self.run.ran += 1
+
+
+def plan_field(cfg: BenchmarkConfig, opts: FieldOptions) -> list[str]:
+    """What `run_field` would do, as lines (feature files cached or to extract, cells done or to
+    run with their text sets); writes nothing."""
+    fr = FieldRun(cfg, opts)
+    lines = [f"out: {cfg.out}; feature store: {cfg.store}; device: {fr.run.device}; orders {opts.orders}; "
+             f"open: {', '.join(opts.open) or 'none'}" + (f" (mixed with {opts.mix_with})" if opts.mix_with else "")]
+    todo = 0
+    for backbone in cfg.backbones:
+        lines.append(f"backbone {backbone.label}")
+        for dataset in cfg.datasets:
+            for seed in cfg.seeds:
+                files: dict[Path, list[str]] = {}
+                for fc in fr.cells(dataset, backbone, seed):
+                    done = fr.run.results.is_done(fc.key, fc.fingerprint)
+                    todo += not done
+                    name = f"{fc.cell.row.name}[{fc.text.name}]{'†' if fc.tuned else ''}"
+                    files.setdefault(fc.cell.fkey.path(cfg.store), []).append(f"{name} {'done' if done else 'to run'}")
+                for path, names in files.items():
+                    lines.append(f"  {dataset} seed {seed}: features {'cached' if path.is_file() else 'to extract'} "
+                                 f"({path}); " + ", ".join(names))
+    lines.append(f"{todo} cell(s) to run")
+    return lines
 
 
 def _backbone(cell: Cell) -> Backbone:

@@ -104,9 +104,9 @@ def digits_preset(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..atomic import output_lock, sweep_stale
-    from ..benchmark.field import run_field
+    from ..benchmark.field import plan_field, run_field
     from ..benchmark.fieldreport import write_field_reports
-    from ..benchmark.runner import parse_methods, plan_benchmark
+    from ..benchmark.runner import parse_methods
 
     if args.report_only:
         check_places(args)
@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     args.fps_samples = 0
     cfg = build_config(args, parse_methods(args.methods))
     if args.dry_run:
-        print("\n".join(plan_benchmark(cfg)))
+        print("\n".join(plan_field(cfg, opts)))
         return 0
     with output_lock(cfg.out / "results.json", "--out"):
         sweep_stale(cfg.out)
