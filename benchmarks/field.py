@@ -29,14 +29,14 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mstta.benchmark import paper  # noqa: E402  (after the path set-up)
-from mstta.benchmark.context import Cell, Row, dataset_config, row_engine_config, view_kind  # noqa: E402
-from mstta.benchmark.field import FieldCell, FieldOptions, measure  # noqa: E402
-from mstta.benchmark.store import Backbone, FeatureKey  # noqa: E402
-from mstta.benchmark.textsets import Choice  # noqa: E402
-from mstta.devices import resolve_device  # noqa: E402
-from mstta.features import FeatureSet  # noqa: E402
-from mstta.methods import list_methods  # noqa: E402
+from mstta.benchmark import paper
+from mstta.benchmark.context import Cell, Row, dataset_config, row_engine_config, view_kind
+from mstta.benchmark.field import FieldCell, FieldOptions, measure
+from mstta.benchmark.store import Backbone, FeatureKey
+from mstta.benchmark.textsets import Choice
+from mstta.devices import resolve_device
+from mstta.features import FeatureSet
+from mstta.methods import list_methods
 
 DIM = 512
 
