@@ -16,6 +16,7 @@ SUBCOMMANDS = {
     "extract": "encode a dataset's test split into a feature file",
     "run": "the paper's benchmark: extract, replay every method, report beside the paper",
     "sweep": "an ablation over one hyperparameter",
+    "field": "the field table: every method's accuracy, calibration, open-set and stability metrics",
     "tsne": "t-SNE of CLIP vs mean-shifted embeddings",
 }
 
@@ -35,7 +36,7 @@ def _load(name: str):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=PROG, description="MS-TTA benchmark: replay, extract, run, sweep, tsne.")
+    parser = _Parser(prog=PROG, description="MS-TTA benchmark: replay, extract, run, sweep, field, tsne.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, help_text in SUBCOMMANDS.items():

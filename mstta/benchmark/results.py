@@ -66,6 +66,9 @@ class ResultsStore:
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise UserError(f"{self.path}: not a readable results file ({' '.join(str(exc).split())[:100]}); "
                             "move it away or pass another --out") from None
+        except RecursionError:   # JSON nested deeper than Python's stack (issue 25): never a results file
+            raise UserError(f"{self.path}: not a results file (JSON nested too deep to read); "
+                            "move it away or pass another --out") from None
         if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
             raise UserError(f"{self.path}: not a results file (no 'runs' list); move it away or pass another --out")
         if data.get("format", FORMAT) != FORMAT:

@@ -1,0 +1,130 @@
+"""The field table: every registered method row over the stored features, with accuracy,
+calibration (ECE, NLL), open-set detection (AUROC/FPR95), stability over stream orders and over
+the stream, speed and state bytes, per backbone x dataset x method x text set x seed, beside the
+published rows (results.json, results.csv, report.md, plots in --out). Rerunning skips finished
+cells. `--digits` runs it offline on the bundled shifted-digits benchmark. See docs/field.md."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..errors import UserError
+from .run import add_common, build_config, check_places
+
+ORDERS, DIGITS_ORDERS = 10, 5   # default stream orders per seed; --digits keeps `make field` within 10 CPU minutes
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ..benchmark.field import MAX_ORDERS, OPEN_SETTINGS
+    from ..methods import list_methods
+    from ..metrics import ECE_BINS, MAX_ECE_BINS
+
+    add_common(p)
+    p.set_defaults(out="field-results")
+    p.add_argument("--methods", default=",".join(list_methods()), metavar="LIST",
+                   help="comma list of method rows, each optionally NAME@original or NAME@confident "
+                        "(default: every registered method)")
+    p.add_argument("--text", default="official", metavar="SETS",
+                   help="text sets, comma list: official (each row its own set, default), peer, photo (TTA-VLM's "
+                        "uniform protocol), tip7, cupl (needs --cupl), user (needs --text-classifier)")
+    p.add_argument("--cupl", metavar="FILE.json", help="CuPL-style prompts {class name: [prompts]} of the dataset")
+    p.add_argument("--text-classifier", metavar="FILE.npy", help="your own [C, d] text classifier (text set 'user')")
+    p.add_argument("--orders", type=int, metavar="R",
+                   help=f"stream orders per seed for mean ± std and the worst 10%% (order 0 = the stored one; "
+                        f"1..{MAX_ORDERS}; default {ORDERS}, {DIGITS_ORDERS} with --digits)")
+    p.add_argument("--ece-bins", type=int, default=ECE_BINS, metavar="N",
+                   help=f"equal-width ECE bins (1..{MAX_ECE_BINS}, default {ECE_BINS})")
+    p.add_argument("--open", default=",".join(OPEN_SETTINGS), metavar="LIST",
+                   help="open-set settings: withheld (half the classes withheld), mixed (needs --mix-with), "
+                        "both (default) or none")
+    p.add_argument("--mix-with", metavar="DATASET", help="the dataset whose samples are mixed into every stream")
+    p.add_argument("--mix-share", type=float, default=0.5, metavar="F",
+                   help="foreign samples per own sample in the mixed setting (default 0.5)")
+    p.add_argument("--label-tuned", action="store_true",
+                   help="also run the rows whose hyperparameters their authors chose on the test labels "
+                        "(resources/label_tuned.yaml); every output marks them")
+    p.add_argument("--digits", action="store_true",
+                   help="the offline shifted-digits benchmark: generate it under --store, run every row on its "
+                        "shifts with the bundled mstta-digits model (docs/field.md)")
+    p.add_argument("--no-plots", action="store_true", help="skip the figures")
+    p.add_argument("--report-only", action="store_true", help="only rebuild results.csv, report.md and plots from --out")
+
+
+def options(args: argparse.Namespace):
+    from ..benchmark.field import FieldOptions
+    from ..benchmark.runner import parse_datasets
+    from ..benchmark.textsets import parse_text_sets
+
+    opens = () if args.open.strip() == "none" else tuple(s.strip() for s in args.open.split(","))
+    mix = None
+    if args.mix_with:
+        found = parse_datasets(args.mix_with)
+        if len(found) != 1:
+            raise UserError(f"--mix-with {args.mix_with}: name one dataset")
+        mix = found[0]
+    texts = parse_text_sets(args.text)
+    cupl = Path(args.cupl).expanduser() if args.cupl else None
+    user = Path(args.text_classifier).expanduser() if args.text_classifier else None
+    for flag, path in (("--cupl", cupl), ("--text-classifier", user)):
+        if path is not None and not path.is_file():
+            raise UserError(f"{flag} {path}: file not found")
+    if "cupl" in texts and cupl is None:
+        raise UserError("--text cupl needs --cupl FILE.json (CuPL prompts {class name: [prompts]})")
+    if "user" in texts and user is None:
+        raise UserError("--text user needs --text-classifier FILE.npy (a [C, d] float array)")
+    return FieldOptions(texts=texts, cupl=cupl, text_classifier=user, orders=ORDERS if args.orders is None else args.orders, ece_bins=args.ece_bins,
+                        open=opens, mix_with=mix, mix_share=args.mix_share, label_tuned=args.label_tuned)
+
+
+def digits_preset(args: argparse.Namespace) -> None:
+    """--digits: generate the shifted-digits benchmark under --store and point the run at it."""
+    from ..data.digits import SHIFTS, make_shifted_digits
+    from ..models import bundled_checkpoint, load_clip
+
+    if args.datasets not in (None, "all") or args.mix_with:
+        raise UserError("--digits chooses the datasets and the mixed-in one; drop --datasets/--mix-with")
+    check_places(args)
+    root = make_shifted_digits(Path(args.store) / "shifted-digits", write=not args.dry_run)
+    args.datasets = ",".join(f"imagefolder:{root / s}" for s in SHIFTS)
+    args.mix_with = f"imagefolder:{root / 'photos'}"
+    ckpt = bundled_checkpoint("mstta-digits")   # the checkpoint file (the store has no 'bundled' tag)
+    if ckpt is None or not ckpt.is_file():
+        raise UserError("--digits needs assets/mstta-digits.pt (a repository checkout); python assets/make_digits.py makes it")
+    try:
+        ckpt = ckpt.relative_to(Path.cwd())
+    except ValueError:
+        pass
+    args.backbone, args.pretrained = "mstta-digits", str(ckpt)
+    if args.orders is None:
+        args.orders = DIGITS_ORDERS
+    if not any(s.split("=")[0].strip() == "logit_scale" for s in args.set):
+        scale = load_clip("mstta-digits", str(ckpt), "cpu").logit_scale   # the model's learned scale
+        args.set = list(args.set) + [f"logit_scale={scale:.4f}"]
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..atomic import output_lock, sweep_stale
+    from ..benchmark.field import plan_field, run_field
+    from ..benchmark.fieldreport import write_field_reports
+    from ..benchmark.runner import parse_methods
+
+    if args.report_only:
+        check_places(args)
+        if not (Path(args.out) / "results.json").is_file():
+            raise UserError(f"--report-only: no results.json in {args.out}; run the field table first")
+        print(f"report: {write_field_reports(Path(args.out), plots=not args.no_plots)}")
+        return 0
+    if args.digits:
+        digits_preset(args)
+    opts = options(args)
+    args.fps_samples = 0
+    cfg = build_config(args, parse_methods(args.methods))
+    if args.dry_run:
+        print("\n".join(plan_field(cfg, opts)))
+        return 0
+    with output_lock(cfg.out / "results.json", "--out"):
+        sweep_stale(cfg.out)
+        summary = run_field(cfg, opts)
+    missing = f", {len(summary['missing'])} dataset(s) missing" if summary["missing"] else ""
+    print(f"ran {summary['ran']} cell(s), skipped {summary['skipped']} finished{missing}; report: {summary['report']}")
+    return 0
