@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # torch/torchvision pinned to the builds this machine has on local disk (others pull multi-GB CUDA wheels).
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: install test lint demo clean browser screenshot
+.PHONY: install test lint demo clean browser screenshot field
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,10 @@ screenshot: install
 DEMO_ARGS ?=
 demo: install
 	$(VENV)/bin/mstta-demo --bundled-demo $(DEMO_ARGS)
+
+# The field table offline: every method row on the shifted digits (mstta-digits), out/field/report.md and results.csv.
+field: install
+	$(VENV)/bin/mstta-bench field --digits --out out/field --store out/field/features
 
 clean:
 	rm -rf $(VENV) build *.egg-info
