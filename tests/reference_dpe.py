@@ -8,7 +8,8 @@ Sources: main_dpe.py `run_test_dpe` (lines 197-300), `update_cache`, `cache_key_
 `get_clip_logits`, `softmax_entropy`, `avg_entropy`, `get_entropy`; the `info_nce` package
 (RElbers/info-nce-pytorch `info_nce`, negative_keys=None). Deliberate departures, as the engine's:
 float64 everywhere (the official run is fp16 under autocast), at least one confident view when
-int(0.1 V) = 0, a stable entropy sort, and the MS plug-in (shifted cache features and queries).
+int(0.1 V) = 0, a stable entropy sort, argmax (lowest class on a tie) for the code's `topk(1)`, and
+the MS plug-in (shifted cache features and queries).
 """
 from __future__ import annotations
 
@@ -99,10 +100,10 @@ class ReferenceDPE:
             image_features = image_features[selected_idx].mean(0).unsqueeze(0)
             clip_logits = output.mean(0).unsqueeze(0)
             loss = avg_entropy(output)
-            pred = int(output.mean(0).unsqueeze(0).topk(1, 1, True, True)[1].t())
+            pred = int(output.mean(0).argmax())  # the code's topk(1): ties here to the lowest class
         else:
             loss = softmax_entropy(clip_logits)
-            pred = int(clip_logits.topk(1, 1, True, True)[1].t()[0])
+            pred = int(clip_logits[0].argmax())
         return image_features, clip_logits, loss, pred
 
     def shift(self, f):
@@ -129,7 +130,7 @@ class ReferenceDPE:
             return F.normalize(clip_weights_local.clone() + text_residual, dim=0)
 
         image_features_x, clip_logits, entropy, pred = self.get_clip_logits(images, text_residue())
-        entropy = float(entropy / math.log2(C))  # get_entropy
+        entropy = float(entropy.detach() / math.log2(C))  # get_entropy
         with torch.no_grad():
             query = self.shift(image_features_x.detach())
             update_cache(self.pos_cache, pred, [query, entropy], p["capacity"])
