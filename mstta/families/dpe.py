@@ -122,10 +122,10 @@ def init(text: torch.Tensor, cfg, length: int | None) -> dict[str, torch.Tensor]
 
 
 def confident(x: torch.Tensor, w: torch.Tensor, scale, ratio: float):
-    """utils.py `get_clip_logits`: logits scale x W^T of every view (scale a number or per class,
-    [C]: W's rows need not be unit); of V > 1 views the
-    floor(ratio V) (at least 1; stable order) lowest-entropy ones. [V, d], [C, d] ->
-    (mean feature [d], not re-normalised; mean logits [C]; entropy of the mean probabilities, 0-d)."""
+    """utils.py `get_clip_logits`: logits (x W^T) * scale of every view (scale a number, or [C] =
+    100 / |W_c| for rows not unit), then of V > 1 views the floor(ratio V) (at least 1, stable
+    order) lowest-entropy ones. [V, d], [C, d] -> (mean feature [d], not re-normalised; mean
+    logits [C]; entropy of the mean probabilities, 0-d)."""
     logits = (x @ w.T) * scale
     if x.shape[0] == 1:
         return x[0], logits[0], Fn.entropy(logits[0])
