@@ -200,7 +200,7 @@ def test_nothing_outside_the_families_branches_on_a_new_method_name():
     names = [m for m in list_methods() if get_method(m).family != CACHE]
     offenders = []
     for path in [*root.glob("mstta/**/*.py"), *root.glob("app/**/*.py")]:
-        if "families" in path.parts:
+        if "families" in path.parts or "data" in path.parts:  # data/: class names ("zero", the digit)
             continue
         text = path.read_text()
         offenders += [f"{path.name}: {n}" for n in names if f'"{n}"' in text or f"'{n}'" in text]

@@ -72,14 +72,7 @@ def test_official_learning_rates_and_a_global_update_that_sometimes_skips():
     assert 5 < ref.num_avg < len(x) - 5  # both branches of the prototype evolution ran
 
 
-# The runner's FeatureBank.shift sums the neighbours in float32 (functional.shift_by_sims `.float()`)
-# even for a float64 classifier; the residual step amplifies that rounding (by up to lr / eps), so
-# dpe+ms meets 1e-4 today and ~1e-11 once the sum runs in the query's dtype (the strict xfail
-# below then passes and should become the tolerance).
-F32_SUMS = pytest.mark.xfail(strict=True, reason="runner's mean shift sums neighbours in float32")
-
-
-@pytest.mark.parametrize("V,tol", [(1, 1e-4), (64, 1e-4), pytest.param(64, 1e-6, marks=F32_SUMS)])
+@pytest.mark.parametrize("V,tol", [(1, 1e-6), (64, 1e-6)])
 def test_ms_agrees_with_the_reference(V, tol):
     x, text = stream(10, V, 4, 20)
     ms = dict(k=3, alpha=0.6, steps=1, bank_size=7)
