@@ -58,7 +58,7 @@ def replay(features: torch.Tensor, text: torch.Tensor, method: str | Method = "m
     cfg = config if config is not None else EngineConfig()
     dev = torch.device(device) if device is not None else torch.as_tensor(text).device
     feats = _as_views(features)
-    if m.family == CACHE and cfg.view_mode == "original" and not m.boost:
+    if cfg.view_mode == "original" and not m.boost and m.augment is None:
         feats = feats[:, :1]  # only view 0 is ever read: same predictions, V times less memory
     feats = feats.to(dev)     # kept in its stored dtype; converted to float32 per chunk
     t0 = time.perf_counter()

@@ -288,3 +288,28 @@ def test_a_familys_view_mode_is_a_checked_value():
     assert {"confident", "original", "zero", "mta"} <= set(VIEW_MODES)
     with pytest.raises(UserError, match="view_mode"):
         EngineConfig(view_mode="dota")
+
+
+def test_rows_follow_the_datasets_protocol_unless_they_have_their_own_views():
+    """Under view_mode "original" (the cross-domain sets) a row without its own views reads view 0
+    alone (DOTA's, DPE's, OnZeta's, BCA's code runs one view there); ZERO, MTA and DMN read their
+    crops on every dataset; the benchmark gives each row the views its code reads."""
+    from mstta.benchmark.context import view_kind
+    from mstta.config import CONFIG_DIR
+    s = make_stream(n=12, classes=4, dim=16, views=12, seed=7, gap=0.5, view_noise=1.0)
+    text, feats = torch.tensor(s["text"]), torch.tensor(s["features"], dtype=torch.float32)
+    cfg = EngineConfig(view_mode="original")
+    dtd = load_dataset_config(CONFIG_DIR / "dtd.yaml")
+    for name in list_methods():
+        m = get_method(name)
+        if m.family == CACHE:
+            continue
+        views = replay(feats, text, name, cfg).predictions
+        first = replay(feats[:, :1], text, name, cfg).predictions
+        everything = replay(feats, text, name, EngineConfig()).predictions
+        if m.augment is None:
+            assert np.array_equal(views, first), name
+            assert view_kind(name, dtd) == dtd.bench.augment
+        else:
+            assert np.array_equal(views, everything), name
+            assert view_kind(name, dtd) == m.augment

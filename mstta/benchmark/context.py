@@ -163,11 +163,13 @@ def redundant(row: Row, dcfg: DatasetConfig) -> bool:
 
 
 def view_kind(method: str, dcfg: DatasetConfig, forced: str | None = None) -> str:
-    """The augmentation of the views a method reads: `forced` (--augment), else `crop` for every
+    """The augmentation of the views a method reads: `forced` (--augment), else the views its
+    authors' code reads everywhere (`Method.augment`: ZERO, MTA and DMN's crops), `crop` for every
     method with BoostAdapter's boosting (its code makes crops everywhere), else the dataset's."""
     if forced is not None:
         return forced
-    return "crop" if get_method(method).boost else dcfg.bench.augment
+    m = get_method(method)
+    return m.augment or ("crop" if m.boost else dcfg.bench.augment)
 
 
 def protocol(method: str, ecfg: EngineConfig, augment: str | None) -> str:

@@ -49,6 +49,9 @@ class Method:
     training_free: bool = True   # False: the method takes an optimiser step (DPE), marked in every output
     provenance: str = "authors' code"  # where its semantics come from, printed beside its rows
     episodic: bool = False    # no state carried from one sample to the next (ZERO, MTA)
+    augment: str | None = None  # the views its authors' code reads on every dataset ("crop": random
+                                # resized crops + flips); None = the dataset's protocol (`bench.augment`,
+                                # and view 0 alone where the dataset's `view_mode` is "original")
 
     @property
     def marks(self) -> list[str]:

@@ -34,7 +34,7 @@ PROVENANCE = "a third-party port's semantics, not the authors' code"
 METHODS = (
     Method(name="bca", title="BCA", family=NAME, provenance=PROVENANCE,
            summary="Bayesian class adaptation: adapted class centres (likelihood) and class prior (CVPR-25)"),
-    Method(name="bca+ms", title="BCA+MS", family=NAME, mean_shift=True, provenance=PROVENANCE,
+    Method(name="bca+ms", title="BCA + MS", family=NAME, mean_shift=True, provenance=PROVENANCE,
            summary="BCA with the likelihood and the centre update on the mean-shifted feature"),
 )
 

@@ -30,9 +30,9 @@ from .base import Method, StepOut
 NAME = "dmn"
 
 METHODS = (
-    Method(name="dmn-zs", title="DMN-ZS", family=NAME,
+    Method(name="dmn-zs", title="DMN-ZS", family=NAME, augment="crop",
            summary="dynamic memory of 50 confident features per class, similarity-weighted readout (CVPR-24)"),
-    Method(name="dmn-zs+ms", title="DMN-ZS+MS", family=NAME, mean_shift=True,
+    Method(name="dmn-zs+ms", title="DMN-ZS + MS", family=NAME, augment="crop", mean_shift=True,
            summary="DMN-ZS with mean-shifted memory keys and readout query (MS plug-in)"),
 )
 

@@ -24,7 +24,7 @@ from .base import Method, StepOut
 NAME = "mta"
 
 METHODS = (
-    Method(name="mta", title="MTA", family=NAME, episodic=True,
+    Method(name="mta", title="MTA", family=NAME, augment="crop", episodic=True,
            summary="episodic MeanShift mode of the augmented views with inlierness scores (CVPR-24)"),
 )
 

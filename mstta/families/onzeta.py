@@ -32,7 +32,7 @@ NAME = "onzeta"
 METHODS = (
     Method(name="onzeta", title="OnZeta", family=NAME,
            summary="online label learning (class prior on the text proxy) + online vision proxy (ECCV-24)"),
-    Method(name="onzeta+ms", title="OnZeta+MS", family=NAME, mean_shift=True,
+    Method(name="onzeta+ms", title="OnZeta + MS", family=NAME, mean_shift=True,
            summary="OnZeta with the vision proxy's label and gradient on the mean-shifted feature"),
 )
 

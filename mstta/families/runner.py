@@ -1,7 +1,9 @@
 """The runner of every family but the cache one: S streams of a family's pure functions behind the
 `Engine`/`MultiEngine` contract (`step`, `reset`, `state_dict`, `load_state_dict`).
 
-Each stream keeps its family state (a dict of tensors from `family.init`) and, for the `+ms` rows,
+A row without views of its own (`Method.augment` None) follows the dataset's protocol: where
+`view_mode` is "original" it reads view 0 alone, as the cache family does (DOTA, DPE, OnZeta and BCA
+run one view on the cross-domain sets in their authors' code). Each stream keeps its family state (a dict of tensors from `family.init`) and, for the `+ms` rows,
 its own bank of earlier raw features: `shift` moves a family's features toward their k nearest
 bank rows (the engine's Eq. (9)-(11), `functional.shift_by_sims`, ties to the older row) before
 the sample's own raw feature enters the bank. Streams step one after another (the families' state
@@ -165,7 +167,8 @@ class FamilyStreams(Streams):
                 if active is not None and not active[s]:
                     outs.append(None)
                     continue
-                out = self.family.step(self.states[s], Fn.normalize(x[s]), self.text, self.config, self._shifter(s))
+                xs = x[s] if self.method.augment is not None or self.config.view_mode != "original" else x[s][:1]
+                out = self.family.step(self.states[s], Fn.normalize(xs), self.text, self.config, self._shifter(s))
                 if self.banks[s] is not None:
                     self.banks[s].append(out.feature, self.config.bank_size is not None)
                 outs.append(out)

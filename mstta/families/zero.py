@@ -25,7 +25,7 @@ from .base import Method, StepOut
 NAME = "zero"
 
 METHODS = (
-    Method(name="zero", title="ZERO", family=NAME, episodic=True,
+    Method(name="zero", title="ZERO", family=NAME, augment="crop", episodic=True,
            summary="episodic vote of the 30% most confident views at zero temperature (NeurIPS-24)"),
 )
 
