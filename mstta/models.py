@@ -35,6 +35,8 @@ from .templates import check_templates, fill
 log = logging.getLogger(__name__)
 
 MODEL_CONFIG_DIR = CONFIG_DIR / "models"
+DEFAULT_MODEL = "ViT-B-16"      # the architecture every command loads when none is named
+DEFAULT_TAG = "openai"          # ... and its weights (`default_pretrained` for project-trained models)
 PRECISIONS = ("fp32", "fp16", "bf16")
 _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 INIT_SEED = 0                   # random init (`--pretrained none`) is seeded: same weights in every process
@@ -66,7 +68,7 @@ def bundled_checkpoint(name: str) -> Path | None:
 
 def default_pretrained(name: str) -> str:
     """The weights a model loads when none are named: `bundled` for project-trained ones, else `openai`."""
-    return BUNDLED_TAG if name in BUNDLED_CHECKPOINTS else "openai"
+    return BUNDLED_TAG if name in BUNDLED_CHECKPOINTS else DEFAULT_TAG
 
 
 def list_models() -> list[str]:
@@ -128,7 +130,7 @@ def default_precision(device: torch.device) -> str:
     return "fp16" if device.type == "cuda" else "fp32"
 
 
-def load_clip(name: str = "ViT-B-16", pretrained: str = "openai", device: str | torch.device = "auto",
+def load_clip(name: str = DEFAULT_MODEL, pretrained: str = DEFAULT_TAG, device: str | torch.device = "auto",
               precision: str | None = None) -> ClipModel:
     """Load an open_clip model; missing/bad weights are one-line UserErrors saying how to fix it."""
     import open_clip
