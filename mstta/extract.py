@@ -301,7 +301,12 @@ def _encode(clip: ClipModel, views: torch.Tensor, mean, std, batch_size: int) ->
     flat = views.reshape(b * v, *views.shape[2:])
     out = [clip.encode_images(to_pixels(flat[i:i + batch_size], mean, std, clip.device, clip.dtype))
            for i in range(0, b * v, batch_size)]
-    return torch.cat(out).view(b, v, -1).half().cpu().numpy()
+    feats = torch.cat(out)
+    if not bool(torch.isfinite(feats).all()):      # never written: a feature file holds finite rows only
+        raise UserError(f"--pretrained {clip.pretrained}: --model {clip.name} gives non-finite image features (NaN "
+                        f"or inf) in {clip.precision}: its weights overflow there; pass --precision fp32 or a "
+                        "checkpoint with finite weights")
+    return feats.view(b, v, -1).half().cpu().numpy()
 
 
 def _run_shards(clip: ClipModel, split: TestSplit, order: list[int], shards: list[int], work: Path,
@@ -483,9 +488,14 @@ def _extract(split: TestSplit, tmpl: list[str], order: list[int], s: ExtractSett
         mine = [k for k in range(n_shards) if k % dist.world == dist.rank and not _shard_path(work, k).is_file()]
         encoded = sum(min(len(order), (k + 1) * shard_size) - k * shard_size for k in mine) * dist.world
         if mine:
-            _run_shards(clip, split, order, mine, work, s, shard_size, batch_size,
-                        default_workers(dist.world) if workers is None else workers, progress and dist.rank == 0,
-                        where)
+            try:
+                _run_shards(clip, split, order, mine, work, s, shard_size, batch_size,
+                            default_workers(dist.world) if workers is None else workers, progress and dist.rank == 0,
+                            where)
+            except UserError:               # a refusal (not an interrupt): a rerun refuses again, keep nothing
+                if dist.world == 1:
+                    shutil.rmtree(work, ignore_errors=True)
+                raise
         dist.barrier()
         kept, skipped = len(order), 0
         if dist.rank == 0:

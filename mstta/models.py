@@ -18,6 +18,8 @@ import logging
 import os
 import socket
 import threading
+import warnings
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -157,13 +159,15 @@ def load_clip(name: str = DEFAULT_MODEL, pretrained: str = DEFAULT_TAG, device: 
         path = Path(tag).expanduser()
         if not path.is_file():
             raise UserError(f"--pretrained {tag}: checkpoint file not found; pass an existing .pt/.bin/.safetensors file")
+        _check_checkpoint_file(path)
         tag = str(path)
     else:
         known = ", ".join(open_clip.list_pretrained_tags_by_model(name)
                           + ([BUNDLED_TAG] if name in BUNDLED_CHECKPOINTS else [])) or "none known"
         raise UserError(f"--pretrained {tag}: not a known tag for {name} (known: {known}); or pass a local checkpoint path")
     try:
-        with _hub_offline(offline), _quiet_open_clip(), _seeded(INIT_SEED):
+        with _hub_offline(offline), _quiet_open_clip(), _seeded(INIT_SEED), warnings.catch_warnings():
+            warnings.simplefilter("ignore")           # a loader's warnings would add lines to the one error line
             model, _, preprocess = open_clip.create_model_and_transforms(
                 name, pretrained=tag, device=dev, precision=precision if dev.type == "cuda" else "fp32",
                 force_quick_gelu=quick_gelu)
@@ -171,8 +175,35 @@ def load_clip(name: str = DEFAULT_MODEL, pretrained: str = DEFAULT_TAG, device: 
         raise UserError(_weights_error(name, tag if pretrained == BUNDLED_TAG else pretrained, exc)) from None
     if dev.type != "cuda" and precision != "fp32":
         model = model.to(_DTYPES[precision])
+    check_finite_weights(model, name, tag if pretrained == BUNDLED_TAG else pretrained, precision)
     model.eval()
     return ClipModel(model, preprocess, open_clip.get_tokenizer(name), name, pretrained or "none", dev, precision)
+
+
+def _check_checkpoint_file(path: Path) -> None:
+    """A TorchScript archive (`torch.jit.save`) is refused by name: open_clip would try to run it and
+    fail in three lines. Its marker is the `constants.pkl` member torch.load looks for."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            scripted = any(n == "constants.pkl" or n.endswith("/constants.pkl") for n in zf.namelist())
+    except (OSError, zipfile.BadZipFile, ValueError, EOFError):
+        return                                   # not a zip: the loader reports what it is
+    if scripted:
+        raise UserError(f"--pretrained {path}: is a TorchScript archive (torch.jit.save), not a checkpoint; pass "
+                        "the model's weights saved with torch.save(model.state_dict(), PATH), or an "
+                        "open_clip/OpenAI CLIP checkpoint file")
+
+
+def check_finite_weights(model: torch.nn.Module, name: str, pretrained: str | None, precision: str) -> None:
+    """Refuse a model with a NaN or infinite parameter (a damaged checkpoint, or weights beyond float16's
+    65504 cast to fp16), naming the checkpoint and the first bad tensor (buffers such as the text
+    attention mask hold -inf by design)."""
+    for key, t in model.named_parameters():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            why = (f"beyond {precision}'s range (pass --precision fp32)" if precision != "fp32"
+                   and bool(torch.isinf(t).any()) and not bool(torch.isnan(t).any()) else "a damaged checkpoint")
+            raise UserError(f"--pretrained {pretrained or 'none'}: weights of --model {name} hold non-finite "
+                            f"values (NaN or inf) in {key[:80]}: {why}; pass a checkpoint with finite weights")
 
 
 def _bundled_tag(name: str, tag: str) -> tuple[str, str]:
@@ -349,7 +380,7 @@ def _weights_error(name: str, pretrained: str, exc: Exception | str) -> str:
     msg = " ".join(lines[0].split())
     msg = msg if len(msg) <= 120 else msg[:117] + "..."
     if _looks_like_path(str(pretrained)) and not _is_known_tag(name, str(pretrained)):
-        return (f"could not load checkpoint {pretrained} into {name} ({msg}); "
+        return (f"--pretrained {pretrained}: could not load checkpoint {pretrained} into {name} ({msg}); "
                 "pass an open_clip/OpenAI CLIP checkpoint file for this architecture (--model must match it)")
     return (f"weights for --model {name} --pretrained {pretrained} could not be downloaded or loaded ({msg}); "
             f"fetch them once on a machine with internet into the Hugging Face cache ({hub_cache_dir()}, "
@@ -421,6 +452,10 @@ def build_text_classifier(clip: ClipModel, classnames: list[str], templates: lis
             pass
         log.warning("ignoring unreadable classifier cache %s; recomputing", path)
     weights = encode_classes(clip, names, templates)
+    if not bool(torch.isfinite(weights).all()):
+        raise UserError(f"--pretrained {clip.pretrained}: --model {clip.name} gives non-finite text features (NaN or "
+                        f"inf) in {clip.precision}: its weights overflow there; pass --precision fp32 or a "
+                        "checkpoint with finite weights")
     if path is not None:
         try:
             with atomic_open(path, "wb") as fh:
