@@ -36,7 +36,7 @@ from PIL import Image
 from .errors import UserError
 from .fast_views import affine32, autocontrast_lut, equalize_lut, fast_crops, translate
 from .threads import small_ops
-from .views import ViewMaker, ViewParams
+from .views import ViewMaker, ViewParams, check_image_shape
 
 log = logging.getLogger(__name__)
 
@@ -379,6 +379,7 @@ class TensorViewMaker:
         than two threads under a competing load; extraction runs one worker per core)."""
         if img.dtype != torch.uint8 or img.ndim != 3 or img.shape[0] != 3:
             raise ValueError(f"expected a uint8 image [3, H, W], got {img.dtype} {tuple(img.shape)}")
+        check_image_shape(img.shape[2], img.shape[1])
         with small_ops(img.device):
             out = [self.view0(img).to(self.maker.dtype).unsqueeze(0)]
             out += self._chunks(img, params)

@@ -25,6 +25,8 @@ OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
 CROP_SCALE = (0.08, 1.0)         # RandomResizedCrop defaults (both peers)
 CROP_RATIO = (3 / 4, 4 / 3)
+MAX_ASPECT = 100                 # longer side / shorter side of an image views are made of (docs/limits.md):
+                                 # view 0 resizes the shorter side to S, so its memory is S x S x aspect
 FILL = (0, 0, 0)                 # fill of rotate/shear/translate: PIL's default black, as TDA's augmix_ops.py
                                  # calls rotate()/transform() without a fill colour
 
@@ -48,6 +50,20 @@ def split_preprocess(preprocess: Callable) -> tuple[Callable, int, tuple, tuple]
     if not geometry or size is None:
         raise UserError("the model's preprocessing has no PIL resize/crop stage; mstta needs an open_clip image transform")
     return T.Compose(geometry), size, mean, std
+
+
+class ImageShapeError(UserError):
+    """An image whose shape would make its views take memory out of proportion to its size."""
+
+
+def check_image_shape(width: int, height: int) -> None:
+    """Refuse (never downscale: the views of every accepted image stay the peers' pixels) an image
+    whose longer side exceeds MAX_ASPECT times its shorter side: a 475-byte 1 x 100000 PNG would be
+    resized to S x 100000 S for view 0 (gigabytes). Extraction skips such an image with this reason."""
+    short, long = min(width, height), max(width, height)
+    if short < 1 or long > MAX_ASPECT * short:
+        raise ImageShapeError(f"a {width}x{height} image: aspect ratio beyond {MAX_ASPECT}:1, refused before its "
+                              "views are made (their memory grows with it; docs/limits.md)")
 
 
 def sample_rng(seed: int, index: int) -> np.random.Generator:
@@ -217,7 +233,8 @@ class ViewMaker:
 
     def params(self, width: int, height: int, index: int) -> list[ViewParams]:
         """The V-1 augmented views' parameters of sample `index` (an image of width x height), drawn
-        from `sample_rng(seed, index)` in the order the views are made."""
+        from `sample_rng(seed, index)` in the order the views are made (`check_image_shape` first)."""
+        check_image_shape(width, height)
         if self.views == 1:
             return []
         rng = sample_rng(self.seed, index)
@@ -228,6 +245,7 @@ class ViewMaker:
 
     def make(self, img: Image.Image, params: Sequence[ViewParams]) -> torch.Tensor:
         """The views of `img` with given parameters, made with PIL (the reference path)."""
+        check_image_shape(*img.size)
         dtype = np.float32 if self.dtype == torch.float32 else np.uint8
         out = [_chw(self.geometry(img), dtype)]
         for p in params:
