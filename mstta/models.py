@@ -33,6 +33,7 @@ from .config import CONFIG_DIR
 from .devices import resolve_device
 from .errors import UserError
 from .templates import check_templates, fill
+from .views import Preprocess
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +87,7 @@ class ClipModel:
     """A loaded CLIP: the model in eval mode, its image preprocessing and tokenizer."""
 
     model: Any
-    preprocess: Callable            # PIL image -> [3, H, W] float tensor
+    preprocess: Callable            # PIL image -> [3, H, W] float tensor (`mstta.views.Preprocess`)
     tokenizer: Callable
     name: str
     pretrained: str
@@ -168,7 +169,7 @@ def load_clip(name: str = DEFAULT_MODEL, pretrained: str = DEFAULT_TAG, device: 
     try:
         with _hub_offline(offline), _quiet_open_clip(), _seeded(INIT_SEED), warnings.catch_warnings():
             warnings.simplefilter("ignore")           # a loader's warnings would add lines to the one error line
-            model, _, preprocess = open_clip.create_model_and_transforms(
+            model, _, _ = open_clip.create_model_and_transforms(
                 name, pretrained=tag, device=dev, precision=precision if dev.type == "cuda" else "fp32",
                 force_quick_gelu=quick_gelu)
     except Exception as exc:  # any loader failure becomes one actionable line
@@ -177,7 +178,9 @@ def load_clip(name: str = DEFAULT_MODEL, pretrained: str = DEFAULT_TAG, device: 
         model = model.to(_DTYPES[precision])
     check_finite_weights(model, name, tag if pretrained == BUNDLED_TAG else pretrained, precision)
     model.eval()
-    return ClipModel(model, preprocess, open_clip.get_tokenizer(name), name, pretrained or "none", dev, precision)
+    # preprocessing from the model's open_clip config (the same config open_clip built `preprocess` from)
+    return ClipModel(model, Preprocess.of(model), open_clip.get_tokenizer(name), name, pretrained or "none", dev,
+                     precision)
 
 
 def _check_checkpoint_file(path: Path) -> None:

@@ -28,18 +28,25 @@ def _image(w=50, h=37, seed=0) -> Image.Image:
     return Image.fromarray(rng.integers(0, 256, size=(h, w, 3), dtype=np.uint8))
 
 
-def _vit_b16_preprocess():
+def _open_clip_transform(tiny_clip, which):
+    """open_clip's own eval transform (the reference pixels) and the config it is built from."""
     import open_clip
-    return open_clip.image_transform(224, is_train=False)
+    from open_clip.transform import PreprocessCfg
+
+    cfg = PreprocessCfg(**open_clip.get_model_preprocess_cfg(tiny_clip.model)) if which == "tiny" \
+        else PreprocessCfg(size=224)
+    return open_clip.transform.image_transform_v2(cfg, is_train=False), cfg
 
 
 @pytest.mark.parametrize("which", ["tiny", "vit-b-16"])
 def test_view0_equals_clip_preprocessing(tiny_clip, which):
-    pre = tiny_clip.preprocess if which == "tiny" else _vit_b16_preprocess()
-    geometry, size, mean, std = split_preprocess(pre)
-    img = _image(300, 211)
-    views = ViewMaker(geometry, size, views=3, augment="augmix", seed=1)(img, 0)
-    assert torch.equal(to_pixels(views[:1], mean, std)[0], pre(img))
+    pre, cfg = _open_clip_transform(tiny_clip, which)
+    geometry, size, mean, std = split_preprocess(tiny_clip if which == "tiny" else cfg)
+    for img in (_image(300, 211), _image(90, 300, 1).convert("L")):
+        views = ViewMaker(geometry, size, views=3, augment="augmix", seed=1)(img.convert("RGB"), 0)
+        assert torch.equal(to_pixels(views[:1], mean, std)[0], pre(img))
+    if which == "tiny":
+        assert torch.equal(tiny_clip.preprocess(img), pre(img))      # ClipModel.preprocess is open_clip's
 
 
 @pytest.mark.parametrize("augment", AUGMENTS)
