@@ -69,7 +69,11 @@ def test_single_view_is_the_original_only(tiny_clip):
     assert ViewMaker(geometry, size, views=1)(_image(), 0).shape == (1, 3, size, size)
 
 
-@pytest.mark.parametrize("views, augment, expected", [(0, "crop", "--views 0"), (2, "cutout", "--augment cutout")])
+@pytest.mark.parametrize("views, augment, expected", [
+    (0, "crop", "bad value for '--views': 0"),
+    (257, "crop", "'--views': 257; expected an integer in \\[1, 256\\]"),
+    (2, "cutout", "--augment cutout"),
+])
 def test_bad_view_settings(tiny_clip, views, augment, expected):
     geometry, size, _, _ = split_preprocess(tiny_clip.preprocess)
     with pytest.raises(UserError, match=expected):
