@@ -8,6 +8,7 @@ import fcntl
 import os
 import re
 import secrets
+import threading
 from pathlib import Path
 from typing import IO, Iterator
 
@@ -19,6 +20,7 @@ _TEMP_RE = re.compile(r"^\..+\.(\d+)-[0-9a-f]{8}(\.tmp|\.part(\.[A-Za-z0-9]+)?|\
 LOCK_SUFFIX = ".mstta-lock"     # `.<target name>.mstta-lock`: see `output_lock`
 _LOCK_RE = re.compile(r"^\..+\.mstta-lock$")
 NAME_MAX = 255                  # bytes in one file name (Linux, macOS)
+_HELD: set[tuple[str, int]] = set()   # (lock file, thread) this process holds (`output_lock` nests per thread)
 
 
 def hidden_name(name: str, tail: str) -> str:
@@ -145,21 +147,30 @@ def output_lock(target: str | Path, flag: str = "--out") -> Iterator[Path]:
     once with a one-line UserError naming the run that holds it. The lock is `flock` on the file
     `.<name>.mstta-lock` beside `target`, holding the holder's pid; the kernel releases it when the
     process ends (even on kill -9) and the file is removed on exit. Under torchrun only rank 0 (the
-    writer) locks. Usage: `with output_lock(path, "--out"): ...`."""
+    writer) locks. The lock sits beside the resolved target (symlinked folders, `..` and relative
+    spellings of one output take one lock); a block inside a block holding the same lock in this
+    process runs under it (the benchmark's store lock, then the extraction's).
+    Usage: `with output_lock(path, "--out"): ...`."""
     if os.environ.get("RANK", "0") != "0":
         yield Path(target)
         return
-    p = Path(target)
+    p = Path(os.path.realpath(os.path.expanduser(os.fspath(target))))
     lock = p.parent / hidden_name(p.name, LOCK_SUFFIX)
+    held = (str(lock), threading.get_ident())
+    if held in _HELD:
+        yield lock
+        return
     made = [d for d in (lock.parent, *lock.parent.parents) if not d.exists()]
     near = next((d for d in (lock.parent, *lock.parent.parents) if d.exists()), None)
     if near is not None and not near.is_dir():
         raise UserError(f"{flag} {target}: {near} is a file, not a folder; pass a path inside a folder")
     lock.parent.mkdir(parents=True, exist_ok=True)
-    fd = _acquire(lock, flag, p)
+    fd = _acquire(lock, flag, Path(target))
+    _HELD.add(held)
     try:
         yield lock
     finally:
+        _HELD.discard(held)
         with contextlib.suppress(OSError):
             lock.unlink()
         os.close(fd)

@@ -7,10 +7,19 @@ decompression-bomb bound (e.g. 20,000 x 20,000), fails there exactly as on the P
 baseline RGB/grey JPEG whose data ends with its end-of-image marker goes to `decode_jpeg`; CMYK,
 palette, 16-bit and truncated files go through PIL (a truncated JPEG raises there, as on the PIL
 path), and a JPEG that `decode_jpeg` refuses is decoded again with PIL, so it fails or decodes as PIL decides.
+libjpeg's own warnings ("Corrupt JPEG data: 2 extraneous bytes before marker 0xda"), which the
+decoder prints straight to the process's stderr, are captured while it runs and logged at debug
+level: the PIL path is silent on such files, and so is this one.
 """
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import io
+import logging
+import os
+import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -19,7 +28,40 @@ import numpy as np
 import torch
 from PIL import Image
 
+log = logging.getLogger(__name__)
+
 JPEG_MODES = ("RGB", "L")
+CHATTER_BYTES = 4096             # the decoder's captured stderr kept for the debug log
+
+
+def _flush_c_stdio() -> None:
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None).fflush(None)
+
+
+@contextlib.contextmanager
+def native_stderr_to_log(what: str):
+    """Run a block with file descriptor 2 pointed at a temp file (C code printing to stderr, such as
+    libjpeg's warnings, writes there), then restore it and log what was written at debug level.
+    Python's own sys.stderr is flushed first, so nothing of ours is lost or reordered."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):        # no usable stderr: nothing to silence
+        yield
+        return
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            _flush_c_stdio()
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            chatter = sink.read(CHATTER_BYTES).decode("utf-8", "replace").strip()
+            if chatter:
+                log.debug("%s: %s", what, " | ".join(chatter.splitlines()))
 
 
 @dataclass
@@ -69,8 +111,8 @@ def decode(items: Sequence[Loaded], device: torch.device | str) -> list[torch.Te
     jpegs = [i for i, it in enumerate(items) if it.jpeg is not None]
     if jpegs:
         try:
-            with warnings.catch_warnings():      # torchvision 0.29 marks its decoders deprecated (TorchCodec)
-                warnings.simplefilter("ignore", DeprecationWarning)
+            with warnings.catch_warnings(), native_stderr_to_log("JPEG decoder"):
+                warnings.simplefilter("ignore", DeprecationWarning)   # torchvision 0.29 deprecates its decoders
                 got = decode_jpeg([items[i].jpeg for i in jpegs], mode=ImageReadMode.RGB, device=device)
         except RuntimeError:                            # one bad file fails the batch: all of it through PIL
             got = [None] * len(jpegs)

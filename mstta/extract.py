@@ -21,23 +21,24 @@ import math
 import os
 import shutil
 import time
-import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Iterator, Sequence
 
 import numpy as np
 import torch
 
 from ._version import __version__
-from .atomic import atomic_open, hidden_name, sweep_stale
+from .atomic import atomic_open, hidden_name, output_lock, sweep_stale
+from .checks import check_int
 from .config import MAX_VIEWS
 from .data import FOLDER_PREFIX, TestSplit, check_listing, load_split
 from .devices import resolve_device
 from .errors import UserError
 from .extract_views import ViewSource, collate, on_device, resolve_views_on
-from .features import save_features
-from .models import ClipModel, build_text_classifier, default_precision, load_clip, pretrained_id
+from .features import read_meta, save_features
+from .models import DEFAULT_MODEL, ClipModel, build_text_classifier, default_precision, load_clip, pretrained_id
 from .templates import check_templates, template_hash
 from .tensor_views import TensorViewMaker
 from .views import AUGMENTS, ViewMaker, split_preprocess, to_pixels
@@ -46,6 +47,10 @@ log = logging.getLogger(__name__)
 
 SHARD_IMAGES = 4096            # default shard size, in encoded images (samples x views)
 MAX_SKIPPED_LISTED = 20        # unreadable image paths recorded in `meta`
+MAX_BATCH = 65536              # --batch-size: images per encoder forward (docs/limits.md)
+MAX_SHARD = 1 << 20            # --shard-size: samples per shard, held in memory until written
+MAX_WORKERS = 256              # --workers: data-loader processes
+MAX_LIMIT = 2**31 - 1          # --limit: samples
 
 
 @dataclass(frozen=True)
@@ -119,36 +124,30 @@ def default_file_name(s: ExtractSettings) -> str:
     return f"{_safe(dataset)}_{_safe(s.model)}_{_safe(pretrained)}_v{s.views}_s{s.seed}{limit}{listing}.npz"
 
 
-def resolve_out(out: str | Path, s: ExtractSettings) -> Path:
+def resolve_out(out: str | Path, s: ExtractSettings, flag: str = "--out") -> Path:
     """--out FILE.npz is used as is; anything else is a folder that gets `default_file_name`."""
     p = Path(out).expanduser()
     if p.suffix == ".npz":
         return p
     if p.is_file():
-        raise UserError(f"--out {p}: exists and is a file; pass a folder or a path ending in .npz")
+        raise UserError(f"{flag} {p}: exists and is a file; pass a folder or a path ending in .npz")
     return p / default_file_name(s)
 
 
-def read_meta(path: Path) -> dict | None:
-    """The `meta` object of an existing feature file; None when the file is not a readable one."""
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            return json.loads(str(npz["meta"])) if "meta" in npz.files else {}
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError, json.JSONDecodeError):
-        return None
-
-
-def check_existing(out: Path, s: ExtractSettings) -> bool:
+def check_existing(out: Path, s: ExtractSettings, flag: str = "--out") -> bool:
     """True when `out` already holds these settings (reuse it); an error when it holds anything else."""
     if not out.exists():
         return False
-    meta = read_meta(out) if out.is_file() else None
+    try:
+        meta = read_meta(out) if out.is_file() else None
+    except UserError:
+        meta = None
     if meta is None:
-        raise UserError(f"--out {out}: exists but is not a feature file; delete it or pass a different --out")
+        raise UserError(f"{flag} {out}: exists but is not a feature file; delete it or pass a different {flag}")
     diff = s.diff(meta)
     if diff:
-        raise UserError(f"--out {out}: exists with different settings ({'; '.join(diff[:4])}); "
-                        "pass a different --out or delete the file")
+        raise UserError(f"{flag} {out}: exists with different settings ({'; '.join(diff[:4])}); "
+                        f"pass a different {flag} or delete the file")
     return True
 
 
@@ -196,14 +195,24 @@ def _shard_path(work: Path, k: int) -> Path:
     return work / f"shard-{k:06d}.npz"
 
 
+def _settings_key(s: ExtractSettings) -> str:
+    """The settings as the work folder's marker holds them (and, hashed, every shard)."""
+    return json.dumps(asdict(s), sort_keys=True)
+
+
+def _shard_stamp(s: ExtractSettings, k: int) -> str:
+    """What shard `k` of a run with settings `s` carries: another run's shard (or another index) differs."""
+    return f"{hashlib.sha256(_settings_key(s).encode()).hexdigest()[:32]}:{k}"
+
+
 def _prepare_work(work: Path, s: ExtractSettings) -> None:
     """Create the work folder for these settings; a stale one (other settings) is discarded."""
     marker = work / "settings.json"
-    want = json.dumps(asdict(s), sort_keys=True)
-    if work.is_dir():
+    want = _settings_key(s)
+    if work.is_dir() and not work.is_symlink():
         try:
             same = marker.read_text(encoding="utf-8") == want
-        except OSError:
+        except (OSError, UnicodeDecodeError):
             same = False
         if same:
             done = len(list(work.glob("shard-*.npz")))
@@ -212,16 +221,68 @@ def _prepare_work(work: Path, s: ExtractSettings) -> None:
             return
         log.warning("discarding partial work for other settings in %s", work)
         shutil.rmtree(work)
+    elif work.exists() or work.is_symlink():
+        log.warning("discarding %s: not a work folder", work)
+        work.unlink()
     work.mkdir(parents=True)
     with atomic_open(marker, "w") as fh:
         fh.write(want)
 
 
-def _write_shard(path: Path, positions: list[int], feats: list[np.ndarray], skipped: list[tuple[int, str]]) -> None:
+_SHARD_ARRAYS = {"positions", "features", "skipped", "reasons", "stamp"}
+
+
+def _read_shard(path: Path, k: int, s: ExtractSettings, shard_size: int, n: int) -> dict | None:
+    """Shard `k`'s arrays when the file is one this run wrote (checked by content: a readable archive
+    stamped with these settings and this index, its positions and skipped ones exactly the shard's
+    stream positions, one feature row of `s.views` finite values per kept position); else None."""
+    lo, hi = k * shard_size, min(n, (k + 1) * shard_size)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if set(z.files) != _SHARD_ARRAYS or str(z["stamp"]) != _shard_stamp(s, k):
+                return None
+            got = {name: z[name] for name in _SHARD_ARRAYS}
+    except Exception:  # a torn or foreign file of any kind: np.load raises many types; the shard is redone
+        return None
+    pos, skipped, feats = got["positions"], got["skipped"], got["features"]
+    if pos.dtype.kind != "i" or skipped.dtype.kind != "i" or pos.ndim != 1 or skipped.ndim != 1:
+        return None
+    if sorted(pos.tolist() + skipped.tolist()) != list(range(lo, hi)):
+        return None
+    if len(pos) and (feats.ndim != 3 or feats.shape[:2] != (len(pos), s.views) or feats.dtype != np.float16
+                     or not np.isfinite(feats).all()):
+        return None
+    return got
+
+
+def check_shards(work: Path, s: ExtractSettings, shard_size: int, n: int) -> list[int]:
+    """Discard every shard file of the work folder that this run did not write (torn by a kill, another
+    run's, a stray file under a shard's name), with one warning each; the indices of the good ones."""
+    good = []
+    for path in sorted(work.glob("shard-*.npz")):
+        try:
+            k = int(path.name[len("shard-"):-len(".npz")])
+        except ValueError:
+            k = -1
+        if 0 <= k < math.ceil(n / shard_size) and path.is_file() and not path.is_symlink() \
+                and _read_shard(path, k, s, shard_size, n) is not None:
+            good.append(k)
+            continue
+        log.warning("discarding %s: torn, or not a shard of this extraction; it is encoded again", path)
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    return good
+
+
+def _write_shard(path: Path, positions: list[int], feats: list[np.ndarray], skipped: list[tuple[int, str]],
+                 stamp: str) -> None:
     arrays = {"positions": np.asarray(positions, np.int64),
               "features": np.concatenate(feats) if feats else np.zeros((0, 0, 0), np.float16),
               "skipped": np.asarray([p for p, _ in skipped], np.int64),
-              "reasons": np.asarray([r for _, r in skipped] or [""])}
+              "reasons": np.asarray([r for _, r in skipped] or [""]),
+              "stamp": np.asarray(stamp)}
     with atomic_open(path, "wb") as fh:
         np.savez(fh, **arrays)
 
@@ -240,7 +301,12 @@ def _encode(clip: ClipModel, views: torch.Tensor, mean, std, batch_size: int) ->
     flat = views.reshape(b * v, *views.shape[2:])
     out = [clip.encode_images(to_pixels(flat[i:i + batch_size], mean, std, clip.device, clip.dtype))
            for i in range(0, b * v, batch_size)]
-    return torch.cat(out).view(b, v, -1).half().cpu().numpy()
+    feats = torch.cat(out)
+    if not bool(torch.isfinite(feats).all()):      # never written: a feature file holds finite rows only
+        raise UserError(f"--pretrained {clip.pretrained}: --model {clip.name} gives non-finite image features (NaN "
+                        f"or inf) in {clip.precision}: its weights overflow there; pass --precision fp32 or a "
+                        "checkpoint with finite weights")
+    return feats.view(b, v, -1).half().cpu().numpy()
 
 
 def _run_shards(clip: ClipModel, split: TestSplit, order: list[int], shards: list[int], work: Path,
@@ -279,26 +345,27 @@ def _run_shards(clip: ClipModel, split: TestSplit, order: list[int], shards: lis
             if s.views > 1:
                 bar.set_postfix(views_s=f"{bar.n * s.views / max(time.perf_counter() - t0, 1e-9):.0f}")
             if len(pos) + len(skipped) == min(n, (k + 1) * shard_size) - k * shard_size:
-                _write_shard(_shard_path(work, k), pos, feats, skipped)
+                _write_shard(_shard_path(work, k), pos, feats, skipped, _shard_stamp(s, k))
                 del buf[k]
     finally:
         bar.close()
 
 
-def _merge(work: Path, out: Path, shards: int, split: TestSplit, order: list[int], text: torch.Tensor,
-           meta: dict) -> tuple[int, int]:
+def _merge(work: Path, out: Path, s: ExtractSettings, shard_size: int, split: TestSplit, order: list[int],
+           text: torch.Tensor, meta: dict) -> tuple[int, int]:
     """Concatenate the shards in stream order into the final feature file; (kept, skipped)."""
     positions, feats, skipped, reasons = [], [], [], []
-    for k in range(shards):
+    for k in range(math.ceil(len(order) / shard_size)):
         path = _shard_path(work, k)
-        if not path.is_file():
-            raise UserError(f"shard {path} is missing after every rank finished; rerun the same command to resume")
-        with np.load(path, allow_pickle=False) as z:
-            if len(z["positions"]):
-                positions.append(z["positions"])
-                feats.append(z["features"])
-            skipped.extend(z["skipped"].tolist())
-            reasons.extend(z["reasons"].tolist()[:len(z["skipped"])])
+        z = _read_shard(path, k, s, shard_size, len(order)) if path.is_file() else None
+        if z is None:
+            raise UserError(f"shard {path} is missing or torn after every rank finished; rerun the same command "
+                            "to encode it again")
+        if len(z["positions"]):
+            positions.append(z["positions"])
+            feats.append(z["features"])
+        skipped.extend(z["skipped"].tolist())
+        reasons.extend(z["reasons"].tolist()[:len(z["skipped"])])
     if not positions:
         raise UserError(f"dataset {split.key}: none of the {len(order)} images could be read "
                         f"(first: {reasons[0] if reasons else '?'}); check the image files")
@@ -315,18 +382,18 @@ def _merge(work: Path, out: Path, shards: int, split: TestSplit, order: list[int
     return len(pos), len(skipped)
 
 
-def _check_out(out: Path, split: TestSplit, data_root: str | Path | None) -> None:
+def _check_out(out: Path, split: TestSplit, data_root: str | Path | None, flag: str = "--out") -> None:
     """--out is a regular-file path that is none of the split's images, and not inside the dataset
     folder (`mstta.safety.check_outputs`)."""
     from .safety import check_outputs
 
-    check_outputs({"--out": out})
+    check_outputs({flag: out})
     base = (Path(split.key[len(FOLDER_PREFIX):]) if split.key.startswith(FOLDER_PREFIX)
             else Path(data_root) if data_root else None)
     if base is not None:
         b, o = base.expanduser().resolve(), out.expanduser().resolve()
         if b == o or b in o.parents:
-            raise UserError(f"--out {out}: is inside the dataset folder {base}; write features elsewhere")
+            raise UserError(f"{flag} {out}: is inside the dataset folder {base}; write features elsewhere")
 
 
 def default_workers(world: int = 1) -> int:
@@ -339,10 +406,9 @@ def plan(dataset: str, data_root: str | Path | None, *, model: str, pretrained: 
          templates: Sequence[str] | None, listing: str = "full"
          ) -> tuple[TestSplit, list[str], list[int], ExtractSettings]:
     """Validate the options and read the split: (split, templates, stream order, settings)."""
-    if isinstance(views, bool) or not isinstance(views, int) or not 1 <= views <= MAX_VIEWS:
-        raise UserError(f"--views {views}: expected an integer from 1 to {MAX_VIEWS} (1 = the original image only)")
-    if limit is not None and (not isinstance(limit, int) or limit < 1):
-        raise UserError(f"--limit {limit}: expected an integer >= 1")
+    check_int(SimpleNamespace(**{"--views": views}), "--views", 1, MAX_VIEWS, " (1 = the original image only)")
+    if limit is not None:
+        check_int(SimpleNamespace(**{"--limit": limit}), "--limit", 1, MAX_LIMIT)
     if augment not in AUGMENTS:
         raise UserError(f"--augment {augment}: choose one of {', '.join(AUGMENTS)}")
     check_listing(listing)
@@ -360,21 +426,25 @@ def plan(dataset: str, data_root: str | Path | None, *, model: str, pretrained: 
     return split, tmpl, order, s
 
 
-def run_extraction(dataset: str, out: str | Path, data_root: str | Path | None = None, *, model: str = "ViT-B-16",
+def run_extraction(dataset: str, out: str | Path, data_root: str | Path | None = None, *, model: str = DEFAULT_MODEL,
                    pretrained: str = "openai", precision: str | None = None, device: str = "auto", views: int = 1,
                    augment: str = "augmix", seed: int = 1, batch_size: int = 256, workers: int | None = None,
                    limit: int | None = None, templates: Sequence[str] | None = None,
                    cache_dir: str | Path | None = None, shard_size: int | None = None,
                    progress: bool = False, clip: ClipModel | None = None, listing: str = "full",
-                   views_on: str = "auto") -> ExtractResult:
+                   views_on: str = "auto", flag: str = "--out") -> ExtractResult:
     """Extract a feature file (see module docstring); returns where it is and what was done.
 
     `clip`: an already loaded model for (model, pretrained, precision), used instead of loading one.
     `views_on`: auto | cpu | device (`mstta.extract_views`); in the file's meta, not its settings.
+    `flag`: the option that named `out`, for messages. The output file (symlinks and `..` resolved,
+    whether `out` named it or its folder) has one writer: a second extraction into it is refused
+    (`mstta.atomic.output_lock`) before it writes anything.
     """
-    for flag, value, low in (("--batch-size", batch_size, 1), ("--shard-size", shard_size, 1), ("--workers", workers, 0)):
-        if value is not None and (not isinstance(value, int) or value < low):
-            raise UserError(f"{flag} {value}: expected an integer >= {low}")
+    for name, value, low, high in (("--batch-size", batch_size, 1, MAX_BATCH), ("--shard-size", shard_size, 1, MAX_SHARD),
+                                   ("--workers", workers, 0, MAX_WORKERS)):
+        if value is not None:
+            check_int(SimpleNamespace(**{name: value}), name, low, high)
     split, tmpl, order, s = plan(dataset, data_root, model=model, pretrained=pretrained, precision=precision,
                                  device=device, views=views, augment=augment, seed=seed, limit=limit,
                                  templates=templates, listing=listing)
@@ -382,42 +452,61 @@ def run_extraction(dataset: str, out: str | Path, data_root: str | Path | None =
         raise UserError(f"the loaded model is {clip.name} {clip.pretrained} {clip.precision}, but the extraction asks "
                         f"for {model} {pretrained} {s.precision}; pass the matching model")
     where = resolve_views_on(views_on, resolve_device(device)) if views > 1 else "cpu"   # 1 view: CLIP's own, PIL
-    out_path = resolve_out(out, s)
-    _check_out(out_path, split, data_root)
-    if check_existing(out_path, s):
-        log.info("reusing %s: it already holds these settings", out_path)
-        return ExtractResult(out_path, True, len(order), 0, 0.0, 0.0)
+    out_path = resolve_out(out, s, flag)
+    _check_out(out_path, split, data_root, flag)
+    real = Path(os.path.realpath(out_path))          # one writer, one work folder, however `out` is spelled
+    with output_lock(real, flag):
+        if check_existing(out_path, s, flag):
+            log.info("reusing %s: it already holds these settings", out_path)
+            return ExtractResult(out_path, True, len(order), 0, 0.0, 0.0)
+        kept, skipped, encoded, seconds = _extract(
+            split, tmpl, order, s, real, data_root, device=device, batch_size=batch_size, workers=workers,
+            cache_dir=cache_dir, shard_size=shard_size or max(1, SHARD_IMAGES // views), progress=progress,
+            clip=clip, where=where, weights=(model, pretrained))
+    return ExtractResult(out_path, False, kept, skipped, seconds, encoded * views / max(seconds, 1e-9))
+
+
+def _extract(split: TestSplit, tmpl: list[str], order: list[int], s: ExtractSettings, out_path: Path,
+             data_root: str | Path | None, *, device: str, batch_size: int, workers: int | None,
+             cache_dir: str | Path | None, shard_size: int, progress: bool, clip: ClipModel | None,
+             where: str, weights: tuple[str, str]) -> tuple[int, int, int, float]:
+    """Encode the missing shards and merge them into `out_path` (its writer holds its lock):
+    (kept, skipped, encoded samples, seconds)."""
     dist, dev = _start_dist(device)
     try:
-        clip = clip if clip is not None else load_clip(model, pretrained, dev, s.precision)  # before any write
+        clip = clip if clip is not None else load_clip(*weights, dev, s.precision)  # before any write
         text = build_text_classifier(clip, split.classnames, tmpl, cache_dir) if dist.rank == 0 else None
         t0 = time.perf_counter()                                    # images/s: encoding and merging only
-        shard_size = shard_size or max(1, SHARD_IMAGES // views)
         n_shards = math.ceil(len(order) / shard_size)
         work = out_path.parent / hidden_name(out_path.name, ".work")
         if dist.rank == 0:
             sweep_stale(out_path.parent)
             _prepare_work(work, s)
             sweep_stale(work)
+            check_shards(work, s, shard_size, len(order))
         dist.barrier()
         mine = [k for k in range(n_shards) if k % dist.world == dist.rank and not _shard_path(work, k).is_file()]
         encoded = sum(min(len(order), (k + 1) * shard_size) - k * shard_size for k in mine) * dist.world
         if mine:
-            _run_shards(clip, split, order, mine, work, s, shard_size, batch_size,
-                        default_workers(dist.world) if workers is None else workers, progress and dist.rank == 0,
-                        where)
+            try:
+                _run_shards(clip, split, order, mine, work, s, shard_size, batch_size,
+                            default_workers(dist.world) if workers is None else workers, progress and dist.rank == 0,
+                            where)
+            except UserError:               # a refusal (not an interrupt): a rerun refuses again, keep nothing
+                if dist.world == 1:
+                    shutil.rmtree(work, ignore_errors=True)
+                raise
         dist.barrier()
         kept, skipped = len(order), 0
         if dist.rank == 0:
             meta = {**asdict(s), "templates": len(tmpl), "version": __version__,
                     "stream": f"torch.randperm(n, seed={s.seed})", "data_root": str(data_root or ""),
                     "views_on": where}
-            kept, skipped = _merge(work, out_path, n_shards, split, order, text, meta)
+            kept, skipped = _merge(work, out_path, s, shard_size, split, order, text, meta)
             shutil.rmtree(work, ignore_errors=True)
     finally:
         dist.close()
-    seconds = time.perf_counter() - t0
-    return ExtractResult(out_path, False, kept, skipped, seconds, encoded * views / max(seconds, 1e-9))
+    return kept, skipped, encoded, time.perf_counter() - t0
 
 
 def extract_features(dataset: str, out: str | Path, data_root: str | Path | None = None, **kwargs) -> Path:

@@ -41,6 +41,8 @@ def view_path(views_on: str, device: torch.device | str) -> str:
 
 
 def _reason(path, exc: Exception) -> str:
+    if isinstance(exc, UserError):             # a refusal says why (e.g. `mstta.views.check_image_shape`)
+        return f"{path} ({' '.join(str(exc).split())[:160]})"
     return f"{path} ({type(exc).__name__})"
 
 
@@ -69,11 +71,11 @@ class ViewSource(torch.utils.data.Dataset):
                 pixels = item.pixels if self.mode == "raw" or item.pixels is not None else decode([item], "cpu")[0]
                 if isinstance(pixels, Exception):
                     raise pixels
-        except Exception as exc:  # one undecodable image must never stop a long run
+            params = self.maker.params(*(img.size if self.mode == "pil" else item.size), index)
+        except Exception as exc:  # one undecodable or refused image must never stop a long run
             return pos, None, _reason(path, exc)
         if self.mode == "pil":
-            return pos, self.maker(img, index), ""
-        params = self.maker.params(*item.size, index)
+            return pos, self.maker.make(img, params), ""
         if self.mode == "raw":
             return pos, (item, params), ""
         return pos, self.tensor.make(pixels, params), ""

@@ -18,6 +18,8 @@ import logging
 import os
 import socket
 import threading
+import warnings
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -31,10 +33,13 @@ from .config import CONFIG_DIR
 from .devices import resolve_device
 from .errors import UserError
 from .templates import check_templates, fill
+from .views import Preprocess
 
 log = logging.getLogger(__name__)
 
 MODEL_CONFIG_DIR = CONFIG_DIR / "models"
+DEFAULT_MODEL = "ViT-B-16"      # the architecture every command loads when none is named
+DEFAULT_TAG = "openai"          # ... and its weights (`default_pretrained` for project-trained models)
 PRECISIONS = ("fp32", "fp16", "bf16")
 _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 INIT_SEED = 0                   # random init (`--pretrained none`) is seeded: same weights in every process
@@ -66,7 +71,7 @@ def bundled_checkpoint(name: str) -> Path | None:
 
 def default_pretrained(name: str) -> str:
     """The weights a model loads when none are named: `bundled` for project-trained ones, else `openai`."""
-    return BUNDLED_TAG if name in BUNDLED_CHECKPOINTS else "openai"
+    return BUNDLED_TAG if name in BUNDLED_CHECKPOINTS else DEFAULT_TAG
 
 
 def list_models() -> list[str]:
@@ -82,7 +87,7 @@ class ClipModel:
     """A loaded CLIP: the model in eval mode, its image preprocessing and tokenizer."""
 
     model: Any
-    preprocess: Callable            # PIL image -> [3, H, W] float tensor
+    preprocess: Callable            # PIL image -> [3, H, W] float tensor (`mstta.views.Preprocess`)
     tokenizer: Callable
     name: str
     pretrained: str
@@ -128,7 +133,7 @@ def default_precision(device: torch.device) -> str:
     return "fp16" if device.type == "cuda" else "fp32"
 
 
-def load_clip(name: str = "ViT-B-16", pretrained: str = "openai", device: str | torch.device = "auto",
+def load_clip(name: str = DEFAULT_MODEL, pretrained: str = DEFAULT_TAG, device: str | torch.device = "auto",
               precision: str | None = None) -> ClipModel:
     """Load an open_clip model; missing/bad weights are one-line UserErrors saying how to fix it."""
     import open_clip
@@ -155,22 +160,53 @@ def load_clip(name: str = "ViT-B-16", pretrained: str = "openai", device: str | 
         path = Path(tag).expanduser()
         if not path.is_file():
             raise UserError(f"--pretrained {tag}: checkpoint file not found; pass an existing .pt/.bin/.safetensors file")
+        _check_checkpoint_file(path)
         tag = str(path)
     else:
         known = ", ".join(open_clip.list_pretrained_tags_by_model(name)
                           + ([BUNDLED_TAG] if name in BUNDLED_CHECKPOINTS else [])) or "none known"
         raise UserError(f"--pretrained {tag}: not a known tag for {name} (known: {known}); or pass a local checkpoint path")
     try:
-        with _hub_offline(offline), _quiet_open_clip(), _seeded(INIT_SEED):
-            model, _, preprocess = open_clip.create_model_and_transforms(
+        with _hub_offline(offline), _quiet_open_clip(), _seeded(INIT_SEED), warnings.catch_warnings():
+            warnings.simplefilter("ignore")           # a loader's warnings would add lines to the one error line
+            model, _, _ = open_clip.create_model_and_transforms(
                 name, pretrained=tag, device=dev, precision=precision if dev.type == "cuda" else "fp32",
                 force_quick_gelu=quick_gelu)
     except Exception as exc:  # any loader failure becomes one actionable line
         raise UserError(_weights_error(name, tag if pretrained == BUNDLED_TAG else pretrained, exc)) from None
     if dev.type != "cuda" and precision != "fp32":
         model = model.to(_DTYPES[precision])
+    check_finite_weights(model, name, tag if pretrained == BUNDLED_TAG else pretrained, precision)
     model.eval()
-    return ClipModel(model, preprocess, open_clip.get_tokenizer(name), name, pretrained or "none", dev, precision)
+    # preprocessing from the model's open_clip config (the same config open_clip built `preprocess` from)
+    return ClipModel(model, Preprocess.of(model), open_clip.get_tokenizer(name), name, pretrained or "none", dev,
+                     precision)
+
+
+def _check_checkpoint_file(path: Path) -> None:
+    """A TorchScript archive (`torch.jit.save`) is refused by name: open_clip would try to run it and
+    fail in three lines. Its marker is the `constants.pkl` member torch.load looks for."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            scripted = any(n == "constants.pkl" or n.endswith("/constants.pkl") for n in zf.namelist())
+    except (OSError, zipfile.BadZipFile, ValueError, EOFError):
+        return                                   # not a zip: the loader reports what it is
+    if scripted:
+        raise UserError(f"--pretrained {path}: is a TorchScript archive (torch.jit.save), not a checkpoint; pass "
+                        "the model's weights saved with torch.save(model.state_dict(), PATH), or an "
+                        "open_clip/OpenAI CLIP checkpoint file")
+
+
+def check_finite_weights(model: torch.nn.Module, name: str, pretrained: str | None, precision: str) -> None:
+    """Refuse a model with a NaN or infinite parameter (a damaged checkpoint, or weights beyond float16's
+    65504 cast to fp16), naming the checkpoint and the first bad tensor (buffers such as the text
+    attention mask hold -inf by design)."""
+    for key, t in model.named_parameters():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            why = (f"beyond {precision}'s range (pass --precision fp32)" if precision != "fp32"
+                   and bool(torch.isinf(t).any()) and not bool(torch.isnan(t).any()) else "a damaged checkpoint")
+            raise UserError(f"--pretrained {pretrained or 'none'}: weights of --model {name} hold non-finite "
+                            f"values (NaN or inf) in {key[:80]}: {why}; pass a checkpoint with finite weights")
 
 
 def _bundled_tag(name: str, tag: str) -> tuple[str, str]:
@@ -347,7 +383,7 @@ def _weights_error(name: str, pretrained: str, exc: Exception | str) -> str:
     msg = " ".join(lines[0].split())
     msg = msg if len(msg) <= 120 else msg[:117] + "..."
     if _looks_like_path(str(pretrained)) and not _is_known_tag(name, str(pretrained)):
-        return (f"could not load checkpoint {pretrained} into {name} ({msg}); "
+        return (f"--pretrained {pretrained}: could not load checkpoint {pretrained} into {name} ({msg}); "
                 "pass an open_clip/OpenAI CLIP checkpoint file for this architecture (--model must match it)")
     return (f"weights for --model {name} --pretrained {pretrained} could not be downloaded or loaded ({msg}); "
             f"fetch them once on a machine with internet into the Hugging Face cache ({hub_cache_dir()}, "
@@ -419,6 +455,10 @@ def build_text_classifier(clip: ClipModel, classnames: list[str], templates: lis
             pass
         log.warning("ignoring unreadable classifier cache %s; recomputing", path)
     weights = encode_classes(clip, names, templates)
+    if not bool(torch.isfinite(weights).all()):
+        raise UserError(f"--pretrained {clip.pretrained}: --model {clip.name} gives non-finite text features (NaN or "
+                        f"inf) in {clip.precision}: its weights overflow there; pass --precision fp32 or a "
+                        "checkpoint with finite weights")
     if path is not None:
         try:
             with atomic_open(path, "wb") as fh:

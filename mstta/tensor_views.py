@@ -13,8 +13,8 @@ value, Dirichlet weight and Beta mix from `sample_rng(seed, index)` exactly as t
   and translate through PIL's inverse affine maps in one `grid_sample` (bilinear, edge-clamped,
   truncated, black where the source point is outside, as PIL's Geometry.c); mixed in float32 as
   `mstta.views.augmix_pil`;
-- view 0: the model's torchvision Resize/CenterCrop as PIL computes them (bicubic or bilinear
-  weights, the same two passes), through PIL for any other transform.
+- view 0: the model's Resize/CenterCrop (`mstta.views.Geometry`, from its open_clip preprocess config)
+  as PIL computes them (bicubic or bilinear weights, the same two passes), through PIL otherwise.
 That exact arithmetic is the default (always on CUDA; the equivalence tests' reference). On CPU
 tensors `TensorViewMaker(..., exact=False)` (extraction's workers use it) runs `mstta.fast_views`
 instead (torch's uint8 antialiased resize with PIL's edge rows, float32 grid, lookup tables; within
@@ -36,7 +36,7 @@ from PIL import Image
 from .errors import UserError
 from .fast_views import affine32, autocontrast_lut, equalize_lut, fast_crops, translate
 from .threads import small_ops
-from .views import ViewMaker, ViewParams
+from .views import ViewMaker, ViewParams, check_image_shape
 
 log = logging.getLogger(__name__)
 
@@ -153,31 +153,25 @@ def resized_crops_fast(img: torch.Tensor, boxes: Sequence[tuple[int, int, int, i
                       resize_taps(height, b[:, 1], b[:, 1] + b[:, 3], size))
 
 
-def geometry_plan(steps: list, width: int, height: int) -> tuple | None:
-    """torchvision Resize/CenterCrop steps on a width x height image -> (filter, resized (w, h), crop
-    (left, top, w, h)), the integer geometry PIL runs; None for what this does not cover (max_size,
-    padding crops, other filters)."""
-    from torchvision.transforms import InterpolationMode as M
+def geometry_plan(geometry, width: int, height: int) -> tuple | None:
+    """A `mstta.views.Geometry` on a width x height image -> (filter, resized (w, h), crop (left, top,
+    w, h)), the integer geometry PIL runs for torchvision's Resize + CenterCrop; None for what this
+    does not cover (`longest`, non-square `shortest`, any other callable: view 0 then goes through PIL)."""
+    from .views import Geometry
 
-    w, h, crop, filt = width, height, None, None
-    for t in steps:
-        if hasattr(t, "interpolation"):                                           # Resize
-            if crop is not None or t.max_size is not None or t.interpolation not in (M.BILINEAR, M.BICUBIC):
-                return None
-            size = [t.size] if isinstance(t.size, int) else list(t.size)
-            if len(size) == 1:                                                     # shorter side -> size
-                short, long = sorted((w, h))
-                new_short, new_long = size[0], int(size[0] * long / short)
-                w, h = (new_short, new_long) if w <= h else (new_long, new_short)
-            else:
-                h, w = size
-            filt = "bicubic" if t.interpolation == M.BICUBIC else "bilinear"
-        else:                                                                      # CenterCrop
-            ch, cw = t.size
-            if ch > h or cw > w or crop is not None:
-                return None
-            crop = (int(round((w - cw) / 2.0)), int(round((h - ch) / 2.0)), cw, ch)
-    return None if filt is None else (filt, (w, h), crop or (0, 0, w, h))
+    if not isinstance(geometry, Geometry) or geometry.interpolation not in FILTERS:
+        return None
+    pair = (geometry.size, geometry.size) if isinstance(geometry.size, int) else tuple(geometry.size)
+    if geometry.resize_mode == "squash":
+        h, w = pair
+        return geometry.interpolation, (w, h), (0, 0, w, h)
+    if geometry.resize_mode != "shortest" or pair[0] != pair[1]:
+        return None
+    side = pair[0]
+    short, long = sorted((width, height))
+    new_short, new_long = side, int(side * long / short)            # torchvision's shorter-side resize
+    w, h = (new_short, new_long) if width <= height else (new_long, new_short)
+    return geometry.interpolation, (w, h), (int(round((w - side) / 2.0)), int(round((h - side) / 2.0)), side, side)
 
 
 def resized_view0(img: torch.Tensor, plan: tuple) -> torch.Tensor:
@@ -321,20 +315,6 @@ def augmix_batch(crops: torch.Tensor, params: Sequence[ViewParams], exact: bool 
     return crops.float().mul_(m).add_(mix.mul_(1 - m))
 
 
-def _tensor_geometry(geometry) -> list | None:
-    """The model's resize/crop steps when all are torchvision Resize/CenterCrop, else None (view 0
-    then goes through PIL)."""
-    from torchvision import transforms as T
-
-    steps = []
-    for t in getattr(geometry, "transforms", [geometry]):
-        if isinstance(t, (T.Resize, T.CenterCrop)):
-            steps.append(t)
-        elif "convert" not in (getattr(t, "__name__", "") or type(t).__name__).lower():
-            return None
-    return steps
-
-
 def to_pil(img: torch.Tensor) -> Image.Image:
     """uint8 [3, H, W] (any device) -> PIL RGB."""
     return Image.fromarray(img.permute(1, 2, 0).cpu().numpy())
@@ -348,7 +328,6 @@ class TensorViewMaker:
         self.maker = maker
         self.exact = exact                      # False: `mstta.fast_views` on CPU tensors (exact on CUDA)
         self.chunk = chunk                      # views per batched call; halved on GPU out-of-memory
-        self._steps = _tensor_geometry(maker.geometry)
         self._warned = False
 
     def __call__(self, img: torch.Tensor, index: int) -> torch.Tensor:
@@ -356,8 +335,8 @@ class TensorViewMaker:
 
     def view0(self, img: torch.Tensor) -> torch.Tensor:
         """CLIP's own resize + center crop of the image (uint8 [3, S, S]): PIL's arithmetic on the
-        tensor for torchvision Resize/CenterCrop steps, else the model's transform through PIL."""
-        plan = geometry_plan(self._steps, img.shape[2], img.shape[1]) if self._steps is not None else None
+        tensor for a `shortest`/`squash` geometry (`geometry_plan`), else the model's transform through PIL."""
+        plan = geometry_plan(self.maker.geometry, img.shape[2], img.shape[1])
         if plan is None or not self._exact(img):         # on CPU tensors PIL's own resize is the fast exact one
             return torch.from_numpy(np.array(self.maker.geometry(to_pil(img)))).permute(2, 0, 1).to(img.device)
         return resized_view0(img, plan)
@@ -379,6 +358,7 @@ class TensorViewMaker:
         than two threads under a competing load; extraction runs one worker per core)."""
         if img.dtype != torch.uint8 or img.ndim != 3 or img.shape[0] != 3:
             raise ValueError(f"expected a uint8 image [3, H, W], got {img.dtype} {tuple(img.shape)}")
+        check_image_shape(img.shape[2], img.shape[1])
         with small_ops(img.device):
             out = [self.view0(img).to(self.maker.dtype).unsqueeze(0)]
             out += self._chunks(img, params)

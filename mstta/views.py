@@ -11,8 +11,9 @@ normalises on the encoder's device, so one forward encodes every view. The rando
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Callable, Sequence
+from dataclasses import asdict, dataclass, is_dataclass
+from types import SimpleNamespace
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -21,33 +22,122 @@ from PIL import Image, ImageOps
 from .errors import UserError
 
 AUGMENTS = ("augmix", "crop")
-OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
-OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
 CROP_SCALE = (0.08, 1.0)         # RandomResizedCrop defaults (both peers)
 CROP_RATIO = (3 / 4, 4 / 3)
+MAX_ASPECT = 100                 # longer side / shorter side of an image views are made of (docs/limits.md):
+                                 # view 0 resizes the shorter side to S, so its memory is S x S x aspect
 FILL = (0, 0, 0)                 # fill of rotate/shear/translate: PIL's default black, as TDA's augmix_ops.py
                                  # calls rotate()/transform() without a fill colour
 
 
-def split_preprocess(preprocess: Callable) -> tuple[Callable, int, tuple, tuple]:
-    """open_clip's transform -> (PIL geometry part, output size, mean, std)."""
-    from torchvision import transforms as T
+@dataclass(frozen=True)
+class Geometry:
+    """CLIP's PIL resize + crop for view 0, as open_clip's `image_transform(is_train=False)` builds it
+    from a preprocess config: `shortest` (shorter side to S, centre crop), `squash` (resize to S x S)
+    or `longest` (longer side to S, centre crop or pad with `fill`). Called on a PIL image."""
 
-    steps = list(getattr(preprocess, "transforms", []))
-    geometry, mean, std = [], OPENAI_MEAN, OPENAI_STD
-    for i, t in enumerate(steps):
-        if isinstance(t, T.ToTensor):
-            geometry = steps[:i]
-        if isinstance(t, T.Normalize):
-            mean, std = tuple(float(m) for m in t.mean), tuple(float(s) for s in t.std)
-    size = None
-    for t in geometry:
-        s = getattr(t, "size", None)
-        if s is not None:
-            size = int(s[0] if isinstance(s, (tuple, list)) else s)
-    if not geometry or size is None:
-        raise UserError("the model's preprocessing has no PIL resize/crop stage; mstta needs an open_clip image transform")
-    return T.Compose(geometry), size, mean, std
+    size: int | tuple[int, int]
+    interpolation: str = "bicubic"
+    resize_mode: str = "shortest"
+    fill: int = 0
+
+    @property
+    def steps(self) -> list:
+        """The torchvision/open_clip transforms this geometry runs, in order."""
+        from open_clip.transform import CenterCropOrPad, ResizeKeepRatio
+        from torchvision import transforms as T
+
+        mode = T.InterpolationMode.BILINEAR if self.interpolation == "bilinear" else T.InterpolationMode.BICUBIC
+        size = self.size
+        if self.resize_mode == "longest":
+            return [ResizeKeepRatio(size, interpolation=mode, longest=1), CenterCropOrPad(size, fill=self.fill)]
+        if self.resize_mode == "squash":
+            return [T.Resize((size, size) if isinstance(size, int) else size, interpolation=mode)]
+        pair = (size, size) if isinstance(size, int) else tuple(size)
+        if pair[0] == pair[1]:
+            return [T.Resize(pair[0], interpolation=mode), T.CenterCrop(pair)]
+        return [ResizeKeepRatio(pair), T.CenterCrop(pair)]
+
+    def __call__(self, img: Image.Image) -> Image.Image:
+        for step in self.steps:
+            img = step(img)
+        return img
+
+
+@dataclass(frozen=True)
+class Preprocess:
+    """A model's image preprocessing, read from its open_clip preprocess config
+    (`open_clip.get_model_preprocess_cfg`, open_clip's `PreprocessCfg` defaults for missing keys):
+    `geometry` (PIL, view 0), output `size`, `mean`, `std`. Called on a PIL image it gives the model's
+    input [3, S, S] float32, as open_clip's own transform (RGB, ToTensor, Normalize)."""
+
+    geometry: Geometry
+    size: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+    @classmethod
+    def from_cfg(cls, cfg: Any) -> "Preprocess":
+        """From a preprocess config: a dict or an open_clip `PreprocessCfg`."""
+        from open_clip.transform import PreprocessCfg
+
+        d = {**asdict(PreprocessCfg()), **(asdict(cfg) if is_dataclass(cfg) else dict(cfg))}
+        size = d["size"]
+        side = int(size[0] if isinstance(size, (tuple, list)) else size)
+        interpolation = d.get("interpolation") or "bicubic"
+        if interpolation not in ("bicubic", "bilinear"):
+            raise UserError(f"the model's preprocessing uses {interpolation!r} interpolation; mstta makes views "
+                            "with bicubic or bilinear only")
+        geometry = Geometry(tuple(size) if isinstance(size, (tuple, list)) else int(size), interpolation,
+                            d.get("resize_mode") or "shortest", int(d.get("fill_color") or 0))
+        return cls(geometry, side, tuple(float(m) for m in d["mean"]), tuple(float(x) for x in d["std"]))
+
+    @classmethod
+    def of(cls, model: Any) -> "Preprocess":
+        """The preprocessing of an open_clip model (`open_clip.get_model_preprocess_cfg`)."""
+        import open_clip
+
+        return cls.from_cfg(open_clip.get_model_preprocess_cfg(model))
+
+    def __call__(self, img: Image.Image) -> torch.Tensor:
+        x = self.geometry(img if img.mode == "RGB" else img.convert("RGB"))
+        return to_pixels(_chw(x).unsqueeze(0), self.mean, self.std)[0]
+
+
+def split_preprocess(source: Any) -> tuple[Callable, int, tuple, tuple]:
+    """A model's preprocessing -> (PIL geometry, output size, mean, std). `source`: a `Preprocess`
+    (`ClipModel.preprocess`), a `ClipModel` or open_clip model, or a preprocess config (dict or
+    `PreprocessCfg`); read from open_clip's config, never from a transform's steps."""
+    from open_clip.transform import PreprocessCfg
+
+    if isinstance(source, Preprocess):
+        pre = source
+    elif isinstance(getattr(source, "preprocess", None), Preprocess):
+        pre = source.preprocess
+    elif hasattr(getattr(source, "model", None), "visual"):
+        pre = Preprocess.of(source.model)
+    elif hasattr(source, "visual"):
+        pre = Preprocess.of(source)
+    elif isinstance(source, (dict, PreprocessCfg)):
+        pre = Preprocess.from_cfg(source)
+    else:
+        raise UserError("the model's preprocessing is not an open_clip preprocess config; pass ClipModel.preprocess "
+                        "(mstta.views.Preprocess), an open_clip model or its preprocess config")
+    return pre.geometry, pre.size, pre.mean, pre.std
+
+
+class ImageShapeError(UserError):
+    """An image whose shape would make its views take memory out of proportion to its size."""
+
+
+def check_image_shape(width: int, height: int) -> None:
+    """Refuse (never downscale: the views of every accepted image stay the peers' pixels) an image
+    whose longer side exceeds MAX_ASPECT times its shorter side: a 475-byte 1 x 100000 PNG would be
+    resized to S x 100000 S for view 0 (gigabytes). Extraction skips such an image with this reason."""
+    short, long = min(width, height), max(width, height)
+    if short < 1 or long > MAX_ASPECT * short:
+        raise ImageShapeError(f"a {width}x{height} image: aspect ratio beyond {MAX_ASPECT}:1, refused before its "
+                              "views are made (their memory grows with it; docs/limits.md)")
 
 
 def sample_rng(seed: int, index: int) -> np.random.Generator:
@@ -205,8 +295,10 @@ class ViewMaker:
     seed: int = 1
 
     def __post_init__(self) -> None:
-        if not isinstance(self.views, int) or self.views < 1:
-            raise UserError(f"--views {self.views}: expected an integer >= 1 (1 = the original image only)")
+        from .checks import check_int
+        from .config import MAX_VIEWS
+
+        check_int(SimpleNamespace(**{"--views": self.views}), "--views", 1, MAX_VIEWS, " (1 = the original image only)")
         if self.views > 1 and self.augment not in AUGMENTS:
             raise UserError(f"--augment {self.augment}: choose one of {', '.join(AUGMENTS)}")
 
@@ -217,7 +309,8 @@ class ViewMaker:
 
     def params(self, width: int, height: int, index: int) -> list[ViewParams]:
         """The V-1 augmented views' parameters of sample `index` (an image of width x height), drawn
-        from `sample_rng(seed, index)` in the order the views are made."""
+        from `sample_rng(seed, index)` in the order the views are made (`check_image_shape` first)."""
+        check_image_shape(width, height)
         if self.views == 1:
             return []
         rng = sample_rng(self.seed, index)
@@ -228,6 +321,7 @@ class ViewMaker:
 
     def make(self, img: Image.Image, params: Sequence[ViewParams]) -> torch.Tensor:
         """The views of `img` with given parameters, made with PIL (the reference path)."""
+        check_image_shape(*img.size)
         dtype = np.float32 if self.dtype == torch.float32 else np.uint8
         out = [_chw(self.geometry(img), dtype)]
         for p in params:

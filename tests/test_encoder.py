@@ -13,7 +13,7 @@ from PIL import Image
 from app.encoder import MAX_VIEWS, VIEW_CHUNK, FrameEncoder
 from mstta.errors import UserError
 from mstta.models import MODEL_CONFIG_DIR, ClipModel
-from mstta.views import ViewMaker, split_preprocess, to_pixels
+from mstta.views import Preprocess, ViewMaker, split_preprocess, to_pixels
 
 
 def _tiny_variant(tmp_path, name: str, image_size: int, **force) -> ClipModel:
@@ -30,7 +30,10 @@ def _tiny_variant(tmp_path, name: str, image_size: int, **force) -> ClipModel:
     torch.manual_seed(0)
     model, _, preprocess = open_clip.create_model_and_transforms(name, pretrained=None, device="cpu", **force)
     model.eval()
-    return ClipModel(model, preprocess, open_clip.get_tokenizer(name), name, "none", torch.device("cpu"), "fp32")
+    clip = ClipModel(model, Preprocess.of(model), open_clip.get_tokenizer(name), name, "none", torch.device("cpu"),
+                     "fp32")
+    clip.open_clip_preprocess = preprocess           # open_clip's own transform: the reference pixels
+    return clip
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +51,10 @@ def test_each_model_gets_its_own_preprocessing(variants):
     a, b = variants
     pa, pb = FrameEncoder(a).pixels([img]), FrameEncoder(b).pixels([img])
     assert pa.shape == (1, 3, 64, 64) and pb.shape == (1, 3, 48, 48)
-    assert torch.allclose(pa, a.preprocess(Image.fromarray(img)).unsqueeze(0), atol=1e-6)
-    assert torch.allclose(pb, b.preprocess(Image.fromarray(img)).unsqueeze(0), atol=1e-6)
+    assert torch.allclose(pa, a.open_clip_preprocess(Image.fromarray(img)).unsqueeze(0), atol=1e-6)
+    assert torch.allclose(pb, b.open_clip_preprocess(Image.fromarray(img)).unsqueeze(0), atol=1e-6)
+    for clip in (a, b):                          # read from the config, equal to open_clip's transform
+        assert torch.equal(clip.preprocess(Image.fromarray(img)), clip.open_clip_preprocess(Image.fromarray(img)))
     # mean/std 0.5: pixel p maps to 2p - 1, so the range is [-1, 1] (OpenAI's mean/std give another range)
     assert pb.min() >= -1.0 - 1e-6 and pb.max() <= 1.0 + 1e-6
     white = np.full((72, 120, 3), 255, np.uint8)

@@ -238,13 +238,15 @@ def test_cli_template_for_imagefolder(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("extra, expected", [
-    (["--views", "0"], "--views 0: expected an integer from 1 to 256"),
-    (["--views", "100000"], "--views 100000: expected an integer from 1 to 256"),
+    (["--views", "0"], "bad value for '--views': 0; expected an integer in [1, 256]"),
+    (["--views", "100000"], "bad value for '--views': 100000; expected an integer in [1, 256]"),
     (["--views-on", "gpu"], "invalid choice: 'gpu'"),
-    (["--limit", "0"], "--limit 0"),
-    (["--batch-size", "0"], "--batch-size 0"),
-    (["--shard-size", "0"], "--shard-size 0"),
-    (["--workers", "-1"], "--workers -1"),
+    (["--limit", "0"], "bad value for '--limit': 0"),
+    (["--batch-size", "0"], "bad value for '--batch-size': 0"),
+    (["--batch-size", "10000000"], "bad value for '--batch-size': 10000000; expected an integer in [1, 65,536]"),
+    (["--shard-size", "0"], "bad value for '--shard-size': 0"),
+    (["--workers", "-1"], "bad value for '--workers': -1"),
+    (["--workers", "100000"], "bad value for '--workers': 100000; expected an integer in [0, 256]"),
     (["--template", "no placeholder"], "exactly one '{}'"),
     (["--precision", "fp8"], "invalid choice: 'fp8'"),
     (["--device", "cuda:7"], "--device cuda:7"),

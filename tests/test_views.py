@@ -28,18 +28,25 @@ def _image(w=50, h=37, seed=0) -> Image.Image:
     return Image.fromarray(rng.integers(0, 256, size=(h, w, 3), dtype=np.uint8))
 
 
-def _vit_b16_preprocess():
+def _open_clip_transform(tiny_clip, which):
+    """open_clip's own eval transform (the reference pixels) and the config it is built from."""
     import open_clip
-    return open_clip.image_transform(224, is_train=False)
+    from open_clip.transform import PreprocessCfg
+
+    cfg = PreprocessCfg(**open_clip.get_model_preprocess_cfg(tiny_clip.model)) if which == "tiny" \
+        else PreprocessCfg(size=224)
+    return open_clip.transform.image_transform_v2(cfg, is_train=False), cfg
 
 
 @pytest.mark.parametrize("which", ["tiny", "vit-b-16"])
 def test_view0_equals_clip_preprocessing(tiny_clip, which):
-    pre = tiny_clip.preprocess if which == "tiny" else _vit_b16_preprocess()
-    geometry, size, mean, std = split_preprocess(pre)
-    img = _image(300, 211)
-    views = ViewMaker(geometry, size, views=3, augment="augmix", seed=1)(img, 0)
-    assert torch.equal(to_pixels(views[:1], mean, std)[0], pre(img))
+    pre, cfg = _open_clip_transform(tiny_clip, which)
+    geometry, size, mean, std = split_preprocess(tiny_clip if which == "tiny" else cfg)
+    for img in (_image(300, 211), _image(90, 300, 1).convert("L")):
+        views = ViewMaker(geometry, size, views=3, augment="augmix", seed=1)(img.convert("RGB"), 0)
+        assert torch.equal(to_pixels(views[:1], mean, std)[0], pre(img))
+    if which == "tiny":
+        assert torch.equal(tiny_clip.preprocess(img), pre(img))      # ClipModel.preprocess is open_clip's
 
 
 @pytest.mark.parametrize("augment", AUGMENTS)
@@ -62,7 +69,11 @@ def test_single_view_is_the_original_only(tiny_clip):
     assert ViewMaker(geometry, size, views=1)(_image(), 0).shape == (1, 3, size, size)
 
 
-@pytest.mark.parametrize("views, augment, expected", [(0, "crop", "--views 0"), (2, "cutout", "--augment cutout")])
+@pytest.mark.parametrize("views, augment, expected", [
+    (0, "crop", "bad value for '--views': 0"),
+    (257, "crop", "'--views': 257; expected an integer in \\[1, 256\\]"),
+    (2, "cutout", "--augment cutout"),
+])
 def test_bad_view_settings(tiny_clip, views, augment, expected):
     geometry, size, _, _ = split_preprocess(tiny_clip.preprocess)
     with pytest.raises(UserError, match=expected):

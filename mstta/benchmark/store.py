@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
+from ..models import DEFAULT_MODEL, DEFAULT_TAG
 
 log = logging.getLogger(__name__)
 
 VIEW_SUFFIX = {"gpu": "-gpuviews", "cpu-tensors": "-tensorviews"}   # the pixel paths other than PIL's
-DEFAULT_PRETRAINED = {"ViT-B-16": "openai", "RN50": "openai", "mstta-tiny": "none", "mstta-digits": "bundled"}
+DEFAULT_PRETRAINED = {DEFAULT_MODEL: DEFAULT_TAG, "RN50": "openai", "mstta-tiny": "none", "mstta-digits": "bundled"}
 BACKBONE_ALIASES = {"vit-b/16": "ViT-B-16", "vit_b16": "ViT-B-16", "vit-b-16": "ViT-B-16", "vitb16": "ViT-B-16",
                     "rn50": "RN50", "resnet50": "RN50", "resnet-50": "RN50"}
 

@@ -7,12 +7,11 @@ import argparse
 import json
 import os
 
-from ..atomic import output_lock
 from ..config import MAX_VIEWS, BenchConfig, check_seed, dataset_config_path, load_dataset_config
 from ..data import FOLDER_PREFIX, LISTINGS, list_datasets, resolve_key
 from ..extract import run_extraction
 from ..extract_views import VIEWS_ON
-from ..models import PRECISIONS
+from ..models import DEFAULT_MODEL, DEFAULT_TAG, PRECISIONS
 from ..views import AUGMENTS
 
 
@@ -20,8 +19,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset", required=True, metavar="NAME",
                    help=f"one of {', '.join(list_datasets())}; short names I/A/V/R/S; or imagefolder:PATH")
     p.add_argument("--data-root", metavar="DIR", help="folder holding the datasets in the CoOp/TDA layout")
-    p.add_argument("--model", default="ViT-B-16", help="open_clip architecture (default ViT-B-16; mstta-tiny for tests)")
-    p.add_argument("--pretrained", default="openai", metavar="TAG|PATH",
+    p.add_argument("--model", default=DEFAULT_MODEL,
+                   help=f"open_clip architecture (default {DEFAULT_MODEL}; mstta-tiny for tests)")
+    p.add_argument("--pretrained", default=DEFAULT_TAG, metavar="TAG|PATH",
                    help="open_clip pretrained tag, a local checkpoint file (OpenAI .pt files need --model NAME-quickgelu), or none (random weights)")
     p.add_argument("--precision", choices=PRECISIONS, help="default: fp16 on GPU, fp32 on CPU")
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
@@ -61,13 +61,13 @@ def bench_defaults(dataset: str) -> BenchConfig:
 def run(args: argparse.Namespace) -> int:
     check_seed(args.seed, "--seed")
     bench = bench_defaults(args.dataset)
-    with output_lock(args.out, "--out"):   # a second extraction into the same output is refused, naming this one
-        result = run_extraction(
-            args.dataset, args.out, args.data_root, model=args.model, pretrained=args.pretrained,
-            precision=args.precision, device=args.device, views=bench.views if args.views is None else args.views,
-            augment=args.augment or bench.augment, seed=args.seed, batch_size=args.batch_size,
-            workers=args.workers, limit=args.limit, templates=args.template, cache_dir=args.cache_dir,
-            shard_size=args.shard_size, progress=True, listing=args.listing, views_on=args.views_on)
+    # one writer per output file, however --out spells it: run_extraction locks the resolved file
+    result = run_extraction(
+        args.dataset, args.out, args.data_root, model=args.model, pretrained=args.pretrained,
+        precision=args.precision, device=args.device, views=bench.views if args.views is None else args.views,
+        augment=args.augment or bench.augment, seed=args.seed, batch_size=args.batch_size,
+        workers=args.workers, limit=args.limit, templates=args.template, cache_dir=args.cache_dir,
+        shard_size=args.shard_size, progress=True, listing=args.listing, views_on=args.views_on)
     if int(os.environ.get("RANK", "0")) != 0:
         return 0
     report = {"out": str(result.path), "reused": result.reused, "n": result.n, "skipped": result.skipped,
