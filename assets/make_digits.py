@@ -15,9 +15,10 @@ prompt ensemble among them). Same-class pairs in a batch count as positives of t
 the logit scale is learned (CLIP's init, 1/0.07). The checkpoint is the model's state_dict in
 fp16, loadable by open_clip (`--model mstta-digits`, tag `bundled`).
 
-The clip shows held-out digits (test split only) one after the other, each for SEGMENT_FRAMES
-frames, under a shift that strengthens over the clip (`shift`): the digit turns, blurs, loses
-contrast and gets noisier. H.264 (libx264, yuv420p, faststart) written with PyAV.
+The clip shows held-out digits (test split only, each once) one after the other, each for
+SEGMENT_FRAMES frames, scene after scene (`SCENES`): a short clean lead-in drawn exactly as the
+model was trained, then one steady camera change held to the end (the camera moved back: every
+digit smaller, hand-held). H.264 (libx264, yuv420p, faststart) written with PyAV.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import cv2
 import numpy as np
@@ -43,10 +45,8 @@ SPLIT_SEED = 0                  # the split is fixed (tests recompute it)
 WIDTH, HEIGHT = 384, 288        # frame size of the clip (and of the images the model is trained on)
 PAPER, INK = 236.0, 24.0        # grey levels of the page and of full ink
 DIGIT_FRACTION = 0.8            # the digit's box, as a fraction of the frame height
-FPS = 12
-SEGMENT_FRAMES = 6              # frames each digit stays on screen (0.5 s)
-CLIP_DIGITS = 80                # digits in the clip: 80 x 0.5 s = 40 s
-CLEAN_LEAD = 0.1                # the first 10% of the clip is unshifted
+FPS = 8
+SEGMENT_FRAMES = 4              # frames each digit stays on screen (0.5 s)
 LABELS_HEADER = ("# Classes shown in digits.mp4 (scikit-learn's handwritten digits, made by assets/make_digits.py);\n"
                  "# one name per line.\n")
 
@@ -71,25 +71,6 @@ def render(digit: np.ndarray, width: int = WIDTH, height: int = HEIGHT) -> np.nd
     ink[y:y + side, x:x + side] = np.clip(cv2.resize(digit / 16.0, (side, side), interpolation=cv2.INTER_CUBIC), 0, 1)
     ink = cv2.GaussianBlur(ink, (0, 0), side / 40)          # soften the 8x8 blocks into strokes
     return PAPER - (PAPER - INK) * ink
-
-
-def shift(frame: np.ndarray, strength: float, angle: float, rng: np.random.Generator) -> np.ndarray:
-    """The clip's distribution shift at `strength` 0..1: rotation by `angle` degrees, blur, lower
-    contrast, coarse sensor noise; grey float32 [H, W] in, RGB uint8 [H, W, 3] out."""
-    h, w = frame.shape
-    out = frame
-    if angle:
-        m = cv2.getRotationMatrix2D((w / 2, h / 2), angle, 1.0)
-        out = cv2.warpAffine(out, m, (w, h), flags=cv2.INTER_LINEAR, borderValue=PAPER)
-    sigma = 9.0 * strength * h / 288
-    if sigma > 0.3:
-        out = cv2.GaussianBlur(out, (0, 0), sigma)
-    mid = (PAPER + INK) / 2
-    out = mid + (out - mid) * (1.0 - 0.6 * strength)
-    grain = rng.normal(0.0, 1.0, (h // 6, w // 6)).astype(np.float32)   # noise in 6x6 grains
-    out = out + 70.0 * strength * cv2.resize(grain, (w, h), interpolation=cv2.INTER_LINEAR)
-    grey = np.clip(out, 0, 255).astype(np.uint8)
-    return np.repeat(grey[..., None], 3, axis=-1)
 
 
 def as_rgb(frame: np.ndarray) -> np.ndarray:
@@ -193,37 +174,118 @@ def save_checkpoint(model: torch.nn.Module, path: Path) -> None:
 
 
 # --------------------------------------------------------------------------------------- clip
-MAX_ANGLE = 40.0                # degrees of turn at full strength (each digit's sign and size drawn)
+class Scene(NamedTuple):
+    """How one stretch of the clip is filmed: the camera, the paper, the pen. Every digit of a
+    scene is drawn the same way (a steady shift), only the hand-held jitter moves frame to frame."""
+
+    name: str
+    digits: int                                 # digits shown in this scene, the same number of each class
+    paper: tuple[float, float, float] = (PAPER, PAPER, PAPER)   # RGB of the page under this light
+    ink: tuple[float, float, float] = (INK, INK, INK)           # RGB of the pen
+    size: float = DIGIT_FRACTION                # the digit's box, as a fraction of the frame height
+    offset: tuple[float, float] = (0.0, 0.0)    # the digit's centre from the frame's, in frame heights (x, y)
+    angle: float = 0.0                          # degrees the page is turned (counter-clockwise)
+    slant: float = 0.0                          # italic shear of the handwriting (x moves by slant * -y)
+    stroke: float = 0.0                         # pen width added, in fractions of the digit's box
+    blur: float = 0.0                           # lens defocus, Gaussian sigma in px (of a 288 px high frame)
+    light: float = 0.0                          # uneven light: the far corner this much darker (0..1)
+    specks: int = 0                             # dust specks on the lens (fixed for the scene)
+    noise: float = 0.0                          # sensor noise, sigma in grey levels (new every frame)
+    jpeg: int = 0                               # JPEG quality of the camera's stream (0: none)
+    jitter: float = 0.0                         # hand-held shake, px sigma per frame
 
 
-def strength_at(frame: int, total: int) -> float:
-    """Shift strength 0..1 of a frame: 0 for the first CLEAN_LEAD of the clip, then rising linearly to 1."""
-    t = frame / max(total - 1, 1)
-    return float(np.clip((t - CLEAN_LEAD) / (1.0 - CLEAN_LEAD), 0.0, 1.0))
+LEAD_IN = Scene("lead-in: the training camera", digits=10)
+SCENES = (
+    LEAD_IN,
+    # the camera moved back: every digit at 5/8 of the size the model was trained on, hand-held
+    Scene("the camera moved back", digits=230, size=0.5, jitter=1.0),
+)
 
 
-def clip_digits(seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """The clip's digits: CLIP_DIGITS test-split digits, the same number of each class, in a seeded order."""
+def scene_ink(digit: np.ndarray, scene: Scene, dx: float = 0.0, dy: float = 0.0,
+              width: int = WIDTH, height: int = HEIGHT) -> np.ndarray:
+    """Ink coverage 0..1 [H, W] of a digit as `scene` places it (size, offset, turn, slant, pen), moved by (dx, dy) px."""
+    side = int(round(height * scene.size))
+    pad = side // 2
+    patch = np.zeros((side + 2 * pad, side + 2 * pad), np.float32)
+    patch[pad:pad + side, pad:pad + side] = np.clip(
+        cv2.resize(digit / 16.0, (side, side), interpolation=cv2.INTER_CUBIC), 0, 1)
+    if scene.stroke > 0:
+        r = max(1, int(round(scene.stroke * side / 2)))
+        patch = cv2.dilate(patch, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * r + 1, 2 * r + 1)))
+    patch = cv2.GaussianBlur(patch, (0, 0), side / 40)        # soften the 8x8 blocks into strokes
+    c = patch.shape[0] / 2
+    turn = cv2.getRotationMatrix2D((c, c), scene.angle, 1.0)                 # 2x3
+    shear = np.array([[1.0, -scene.slant, scene.slant * c], [0.0, 1.0, 0.0]])
+    m = np.vstack([turn, [0, 0, 1]]) @ np.vstack([shear, [0, 0, 1]])
+    cx = width / 2 + scene.offset[0] * height + dx
+    cy = height / 2 + scene.offset[1] * height + dy
+    m[0, 2] += cx - c
+    m[1, 2] += cy - c
+    return cv2.warpAffine(patch, m[:2], (width, height), flags=cv2.INTER_LINEAR, borderValue=0)
+
+
+def scene_fixed(scene: Scene, rng: np.random.Generator, width: int = WIDTH, height: int = HEIGHT) -> np.ndarray:
+    """What stays put through a scene: the light falloff and the dust specks, as a gain [H, W] 0..1."""
+    yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
+    far = np.hypot(xx / width, yy / height) / np.sqrt(2)      # 0 at the top-left, 1 at the far corner
+    gain = 1.0 - scene.light * far
+    dust = np.zeros((height, width), np.float32)
+    for _ in range(scene.specks):
+        x, y = rng.uniform(0.1, 0.9) * width, rng.uniform(0.1, 0.9) * height
+        cv2.circle(dust, (int(x), int(y)), int(rng.integers(2, 6)), float(rng.uniform(0.4, 0.8)), -1)
+    dust = cv2.GaussianBlur(dust, (0, 0), 1.5)
+    return gain * (1.0 - dust)
+
+
+def draw(digit: np.ndarray, scene: Scene, fixed: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One frame of `digit` filmed in `scene`: RGB uint8 [H, W, 3]."""
+    if scene == LEAD_IN:
+        return as_rgb(render(digit))                          # exactly the drawing the model was trained on
+    dx, dy = rng.normal(0.0, scene.jitter, 2) if scene.jitter else (0.0, 0.0)
+    ink = scene_ink(digit, scene, dx, dy)[..., None]
+    paper, pen = np.array(scene.paper, np.float32), np.array(scene.ink, np.float32)
+    out = (paper * (1.0 - ink) + pen * ink) * fixed[..., None]
+    if scene.blur > 0:
+        out = cv2.GaussianBlur(out, (0, 0), scene.blur * HEIGHT / 288)
+    if scene.noise > 0:
+        out = out + rng.normal(0.0, scene.noise, out.shape[:2])[..., None].astype(np.float32)
+    out = np.clip(out, 0, 255).astype(np.uint8)
+    if scene.jpeg:
+        ok, buf = cv2.imencode(".jpg", out[..., ::-1], [cv2.IMWRITE_JPEG_QUALITY, scene.jpeg])
+        out = cv2.imdecode(buf, cv2.IMREAD_COLOR)[..., ::-1]
+    return np.ascontiguousarray(out)
+
+
+def clip_digits(seed: int, scenes: tuple[Scene, ...] = SCENES) -> tuple[np.ndarray, np.ndarray]:
+    """The clip's digits: distinct test-split digits, each scene the same number of each class, in a seeded order."""
     xs, ys = digits_split()["test"]
     rng = np.random.default_rng(seed)
-    per = CLIP_DIGITS // len(CLASSNAMES)
-    pick = np.concatenate([rng.choice(np.flatnonzero(ys == c), per, replace=False) for c in range(len(CLASSNAMES))])
-    pick = rng.permutation(pick)
+    pool = [rng.permutation(np.flatnonzero(ys == c)) for c in range(len(CLASSNAMES))]
+    used, picks = [0] * len(CLASSNAMES), []
+    for scene in scenes:
+        per = scene.digits // len(CLASSNAMES)
+        pick = np.concatenate([pool[c][used[c]:used[c] + per] for c in range(len(CLASSNAMES))])
+        used = [u + per for u in used]
+        picks.append(rng.permutation(pick))
+    pick = np.concatenate(picks)
     return xs[pick], ys[pick]
 
 
-def clip_frames(seed: int):
-    """Yield (frame index, RGB uint8 frame) of the clip, and set up its truth: see `make_clip`."""
-    xs, _ = clip_digits(seed)
+def scene_of_digits(scenes: tuple[Scene, ...] = SCENES) -> list[Scene]:
+    """The scene each digit of the clip is filmed in, in order."""
+    return [s for s in scenes for _ in range(s.digits)]
+
+
+def clip_frames(seed: int, scenes: tuple[Scene, ...] = SCENES):
+    """Yield (frame index, RGB uint8 frame) of the clip: each digit SEGMENT_FRAMES frames, scene after scene."""
+    xs, _ = clip_digits(seed, scenes)
     rng = np.random.default_rng(seed + 1)
-    total = len(xs) * SEGMENT_FRAMES
-    for s, digit in enumerate(xs):
-        clean = render(digit)
-        mid = strength_at(s * SEGMENT_FRAMES + SEGMENT_FRAMES // 2, total)
-        angle = rng.uniform(-1.0, 1.0) * MAX_ANGLE * mid
+    fixed = {s: scene_fixed(s, rng) for s in scenes}
+    for d, (digit, scene) in enumerate(zip(xs, scene_of_digits(scenes))):
         for j in range(SEGMENT_FRAMES):
-            i = s * SEGMENT_FRAMES + j
-            yield i, shift(clean, strength_at(i, total), angle, rng)
+            yield d * SEGMENT_FRAMES + j, draw(digit, scene, fixed[scene], rng)
 
 
 def write_mp4(path: Path, frames, fps: int = FPS, crf: int = 30) -> int:
@@ -278,13 +340,13 @@ def report(clip, seed: int) -> dict:
            "clean_test_accuracy_digit_prompts": round(zero_shot_accuracy(clip, clean, ys, DIGIT_TEMPLATES), 2),
            "test_digits": len(ys)}
     _, labels = clip_digits(seed)
+    scene_of = scene_of_digits()
     frames = list(clip_frames(seed))
-    quarter = len(frames) // 4
-    for q in range(4):                 # the clip's frames as drawn (before H.264), per quarter
-        part = frames[q * quarter:(q + 1) * quarter]
+    for k, scene in enumerate(SCENES):     # the clip's frames as drawn (before H.264), per scene
+        part = [(i, f) for i, f in frames if scene_of[i // SEGMENT_FRAMES] is scene]
         y = np.array([labels[i // SEGMENT_FRAMES] for i, _ in part])
         acc = zero_shot_accuracy(clip, pixels(clip, [f for _, f in part]), y, list(DEFAULT_TEMPLATES))
-        out[f"clip_quarter{q + 1}_accuracy_default_prompts"] = round(acc, 2)
+        out[f"clip_scene{k + 1}_accuracy_default_prompts ({scene.name})"] = round(acc, 2)
     return out
 
 

@@ -114,17 +114,33 @@ def test_clip_labels_and_truth_agree(md):
         assert stream.codec_context.name == "h264" and stream.codec_context.pix_fmt == "yuv420p"
         width, height, fps = stream.codec_context.width, stream.codec_context.height, float(stream.average_rate)
         frames = [f.to_ndarray(format="rgb24") for f in container.decode(stream)]
-    assert width % 2 == 0 and height % 2 == 0 and 30 <= len(frames) / fps <= 45
+    # a minute or two (issue 24), every digit on screen long enough to read
+    assert width % 2 == 0 and height % 2 == 0 and 60 <= len(frames) / fps <= 150
+    assert fps == md.FPS and md.SEGMENT_FRAMES / fps >= 0.4
     ranges = truth.ranges
     assert ranges[0][0] == 0 and ranges[-1][1] == len(frames) - 1
     assert all(e0 + 1 == s1 for (_, e0, _), (s1, _, _) in zip(ranges, ranges[1:]))     # every frame labelled
+    assert all(e - s + 1 == md.SEGMENT_FRAMES for s, e, _ in ranges)
     _, labels = md.clip_digits(0)
     assert [c for _, _, c in ranges] == list(labels)
-    assert np.bincount(labels, minlength=10).tolist() == [len(labels) // 10] * 10
-    # the opening frames are the unshifted drawing of the first digit (within H.264's error)
+    scenes = md.scene_of_digits()
+    assert len(scenes) == len(labels) and scenes[0] == md.LEAD_IN
+    start = 0
+    for scene in md.SCENES:             # each scene shows every class equally often
+        part = labels[start:start + scene.digits]
+        assert np.bincount(part, minlength=10).tolist() == [scene.digits // 10] * 10
+        start += scene.digits
+    # the opening frames are the unshifted drawing of the first digit (within H.264's error) ...
     clean = md.as_rgb(md.render(md.clip_digits(0)[0][0]))
     assert np.abs(frames[0].astype(np.float32) - clean).mean() < 4.0
-    assert VIDEO.stat().st_size < 4e6
+    # ... and the first frames after the lead-in are the shifted scene as make_digits.py draws it
+    lead = md.LEAD_IN.digits * md.SEGMENT_FRAMES
+    drawn = [x for _, x in zip(range(lead + md.SEGMENT_FRAMES), md.clip_frames(0))][lead:]
+    for (i, f) in drawn:
+        assert np.abs(frames[i].astype(np.float32) - f).mean() < 4.0
+    shifted_first = md.as_rgb(md.render(md.clip_digits(0)[0][md.LEAD_IN.digits]))
+    assert np.abs(frames[lead].astype(np.float32) - shifted_first).mean() > 8.0
+    assert VIDEO.stat().st_size < 3e6
 
 
 def test_clip_digits_are_held_out(md):
@@ -132,3 +148,4 @@ def test_clip_digits_are_held_out(md):
     train = md.digits_split()["train"][0].reshape(-1, 64)
     shown = md.clip_digits(0)[0].reshape(-1, 64)
     assert not (shown[:, None, :] == train[None, :, :]).all(-1).any()
+    assert len(np.unique(shown, axis=0)) == len(shown)      # and each is shown once
