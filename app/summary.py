@@ -58,6 +58,7 @@ class Tally:
         self.labelled = 0
         self.racers: dict[str, Racer] = {}
         self.clip_ms = 0.0
+        self.model_ms = 0.0      # every frame's encoder pass + all raced steps (FrameResult.latency_ms)
         self._prev: tuple[int, int] | None = None
 
     def add(self, result: FrameResult, truth: str | None = None) -> None:
@@ -74,6 +75,7 @@ class Tally:
             self.correct["clip"] += result.clip_label == truth
             self.correct["tta"] += result.tta_label == truth
         self.clip_ms += result.encode_ms
+        self.model_ms += result.latency_ms
         for raced in result.methods:
             self.racers.setdefault(raced.method, Racer(raced.method)).add(result, raced, truth)
 
@@ -99,6 +101,11 @@ class Tally:
         if self.labelled:
             rows.sort(key=lambda row: -(row["accuracy"] or 0.0))   # stable: ties keep the raced order
         return rows
+
+    @property
+    def mean_ms(self) -> float:
+        """The model's mean time per processed frame (ms): encoder pass + every raced step."""
+        return self.model_ms / self.processed if self.processed else 0.0
 
     @property
     def agreement(self) -> float | None:

@@ -396,8 +396,3 @@ def test_bad_truth_files_are_one_line_never_internal_error(server, name):
     assert status == "complete" and text.startswith("⚠️") and "Internal error" not in text, text
     assert "Ground truth" in text or "ground-truth" in text, text
     assert refused_lines(server) == lines + 1 or "missing from the labels" in text
-
-
-def test_the_table_names_every_case():
-    """The suite's size, for the report: each name is one case above."""
-    assert len(CASES) == 17 and len(GRADIO_CASES) == 25 and len(HTTP_CASES) == 5 and len(CSV_CASES) == 4

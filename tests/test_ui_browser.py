@@ -156,7 +156,7 @@ def test_preloaded_video_then_an_upload_then_reset_and_apply_empty_the_plots(ui,
         # `mstta-demo --video ... --labels ...` processes the preloaded clip as soon as the page opens
         wait_for_plots(page, frames=15)
         assert page_series(page, "#mstta-accuracy") == {"CLIP zero-shot": 15, "MS-TTA": 15}, "truth: accuracy"
-        assert re.search(r"accuracy CLIP [\d.]+%", page.inner_text("#mstta-stats"))
+        assert re.search(r"MS-TTA\s+[\d.]+%", page.inner_text("#mstta-leaderboard")), "truth: the board has accuracy"
         tab(page, "Settings")
         assert page.input_value("#mstta-labels textarea") == "\n".join(LABELS)
         save_shot(page, tmp_path, "ui_01_preloaded_video.png")
@@ -209,7 +209,8 @@ def test_bad_labels_show_a_message_and_keep_the_results(ui, tmp_path):
         page.click("#mstta-apply")
         status = wait_for_text(page, "#mstta-status", r"duplicate class name")
         assert "lines 1 and 3" in status
-        page.get_by_text("duplicate class name").first.wait_for()   # also a toast
+        time.sleep(1.0)
+        assert page.locator(".toast-body").count() == 0, "the status line says it: no toast repeating it"
         assert page.inner_text("#mstta-stats") == before, "the session's results are untouched"
         save_shot(page, tmp_path, "ui_04_bad_labels.png")
         page.fill("#mstta-labels textarea", "")
@@ -334,7 +335,7 @@ def test_plots_never_blank_while_streaming_then_stop(ui, tmp_path):
         assert "Processing long.avi" in page.inner_text("#mstta-status"), "sampled while the run went on"
         save_shot(page, tmp_path, "ui_09_streaming.png")
         page.click("#mstta-stop")
-        status = wait_for_text(page, "#mstta-status", r"Stopped after \d+ frames of long\.avi")
+        status = wait_for_text(page, "#mstta-status", r"Stopped after \d+ frames? of long\.avi")
         stopped_at = int(re.search(r"Stopped after (\d+)", status).group(1))
         assert 0 < stopped_at < 10000
         time.sleep(1.0)
@@ -363,7 +364,7 @@ def test_webcam_with_chromiums_fake_camera_then_its_summary(ui, tmp_path):
         names = page.locator("#mstta-downloads").inner_text()
         assert "webcam-annotated.mp4" in names.replace("\n", "") or "webcam" in names, names
         assert re.search(r"agreement [\d.]+%; switches CLIP \d+, MS-TTA \d+", summary), summary
-        assert re.search(r"\([\d.]+ fps\)", summary), summary
+        assert re.search(r"\([\d.]+ ms per frame\)", summary) and "fps" not in summary, summary
         assert_clean(page, context)
 
 
@@ -380,22 +381,38 @@ def test_webcam_denied_shows_why(ui, tmp_path):
 
 
 def test_first_screen_at_1280x720_and_the_random_weights_banner(ui, tmp_path):
-    """Frame (>= 480 px wide), banner, the leaderboard, the gain plot and the running accuracy in one
-    1280x720 screen, without scrolling (the frame draws both top-k; the bars follow below); class names
-    in the banner do not look like links."""
+    """Frame (>= 480 px wide) with its numbers line, banner, the leaderboard (every column whole), the
+    gain plot and the running accuracy in one 1280x720 screen, without scrolling, after a run (its
+    Downloads shown: "Real time" stays on screen); no label over the frame's random-weights mark;
+    class names in the banner do not look like links."""
     with chromium(tmp_path, width=1280, height=720) as context:
         page = open_page(context, ui.url)
         wait_for_plots(page, frames=15)
+        page.locator("#mstta-downloads").wait_for(state="visible", timeout=10_000)
         banner = page.locator("#mstta-random-weights")
         assert banner.is_visible() and "Random weights — predictions are meaningless" in banner.inner_text()
         assert page.evaluate("() => [window.scrollX, window.scrollY]") == [0, 0]
-        for sel in ("#mstta-frame img", "#mstta-verdict", "#mstta-leaderboard", "#mstta-gain",
-                    "#mstta-accuracy", "#mstta-random-weights", "#mstta-status", "#mstta-run"):
+        for sel in ("#mstta-frame img", "#mstta-stats", "#mstta-verdict", "#mstta-leaderboard", "#mstta-gain",
+                    "#mstta-accuracy", "#mstta-random-weights", "#mstta-status", "#mstta-run", "#mstta-realtime",
+                    "#mstta-explain"):
             box = page.locator(sel).bounding_box()
             assert box and box["x"] >= 0 and box["y"] >= 0, f"{sel}: {box}"
             assert box["x"] + box["width"] <= 1280 and box["y"] + box["height"] <= 720, f"{sel} not in the first screen: {box}"
         frame = page.locator("#mstta-frame img").bounding_box()
         assert frame["width"] >= 480, f"the frame is {frame['width']:.0f} px wide"
+        assert "15 frames" in page.inner_text("#mstta-stats")
+        cut = page.evaluate("""() => Array.from(document.querySelectorAll('#mstta-leaderboard th, #mstta-leaderboard td'))
+            .filter(e => e.scrollWidth > e.clientWidth + 1 && !e.classList.contains('name')).map(e => e.innerText)""")
+        assert not cut, f"leaderboard cells cut short: {cut}"
+        table = page.locator("#mstta-leaderboard table").bounding_box()
+        column = page.locator("#mstta-leaderboard").bounding_box()
+        assert table["x"] + table["width"] <= column["x"] + column["width"] + 0.5, (table, column)
+        assert "frame" in page.locator("#mstta-leaderboard th").last.inner_text(), "the ms per frame column"
+        labels = page.locator("#mstta-frame label, #mstta-frame [data-testid=block-label]")
+        for i in range(labels.count()):
+            box = labels.nth(i).bounding_box()
+            assert not box or not labels.nth(i).is_visible() or box["y"] > frame["y"] + 40, \
+                f"a label over the frame's random-weights mark: {box}"
         assert drawn_lines(page, "#mstta-agreement") == 1 and drawn_lines(page, "#mstta-accuracy") == 2
         sizes = page.evaluate("""() => Array.from(document.querySelectorAll('#mstta-gain svg text, #mstta-accuracy svg text'))
             .map(e => e.getBoundingClientRect().height)""")
@@ -407,7 +424,104 @@ def test_first_screen_at_1280x720_and_the_random_weights_banner(ui, tmp_path):
             text = page.inner_text(sel)
             assert "processed frames" in text, f"{sel} has no x-axis title"
         assert "(every " not in page.inner_text("#mstta-status"), "no jargon"
+        status = page.inner_text("#mstta-status")
+        assert "fps" not in status and "fps" not in page.inner_text("#mstta-stats"), "one speed figure: ms per frame"
+        speed = re.search(r"[\d.]+ ms per frame", status).group(0)
+        assert speed in page.inner_text("#mstta-stats"), (speed, page.inner_text("#mstta-stats"))
         save_shot(page, tmp_path, "ui_12_first_screen_1280x720.png", full_page=False)
+        page.get_by_text("What you're seeing").click()
+        explain = page.locator("#mstta-explain-text")
+        explain.wait_for(state="visible", timeout=10_000)
+        assert "Test-time adaptation" in explain.inner_text()
+        on_top = page.evaluate("""() => { const r = document.querySelector('#mstta-explain-text').getBoundingClientRect();
+            const hit = document.elementFromPoint(r.x + r.width / 2, r.y + Math.min(r.height / 2, 40));
+            return !!(hit && hit.closest('#mstta-explain-text')); }""")
+        assert on_top, "the panel is drawn over the page, not hidden behind it"
+        assert page.locator("#mstta-frame img").bounding_box() == frame, "it opens over the page, moving nothing"
+        save_shot(page, tmp_path, "ui_12b_what_youre_seeing.png", full_page=False)
+        assert_clean(page, context)
+
+
+def test_stop_while_the_preloaded_video_is_still_starting(ui, tmp_path):
+    """Stop pressed while the auto-started run still says "Processing the preloaded video…": the run
+    stops (never plays on to "Done")."""
+    with chromium(tmp_path) as context:
+        page = open_page(context, ui.url, preloaded=False)
+        hello = page.inner_text("#mstta-status")
+        page.click("#mstta-stop")
+        status = wait_for_text(page, "#mstta-status", r"Stopped|Done", timeout=60)
+        assert status.startswith("Stopped"), f"pressed at {hello!r}, the run went on: {status!r}"
+        assert_clean(page, context)
+
+
+def test_digits_model_demo_clip_and_its_disagreement_strip(tmp_path):
+    """The bundled digits model: "Use the demo clip" loads the model's own clip (digits.mp4, its ten
+    labels, its truth), not the photographs clip; the run's disagreement strip lists frames newest
+    first with both predictions and the truth, and a click enlarges a picture (a click elsewhere
+    shrinks it)."""
+    from app.bundled import ASSETS, DIGITS_DEMO
+    from app.labels import read_labels
+
+    require_chromium()
+    if not (ASSETS / DIGITS_DEMO.checkpoint).is_file() or not (ASSETS / DIGITS_DEMO.video).is_file():
+        pytest.fail(f"assets/{DIGITS_DEMO.checkpoint} or assets/{DIGITS_DEMO.video} is missing: {DIGITS_DEMO.make}")
+    server = UIProcess(["--model", DIGITS_DEMO.model, "--pretrained", DIGITS_DEMO.pretrained, "--port", "0"],
+                       gradio_tmp=tmp_path / "gradio")
+    try:
+        with chromium(tmp_path) as context:
+            page = open_page(context, server.url, preloaded=False)
+            page.click("#mstta-demo-clip")
+            wait_for_file(page, "#mstta-video", DIGITS_DEMO.video)
+            wait_for_file(page, "#mstta-truth", DIGITS_DEMO.truth)
+            tab(page, "Settings")
+            assert page.input_value("#mstta-labels textarea").split("\n") == read_labels(ASSETS / DIGITS_DEMO.labels)
+            set_every(page, 4)
+            fast(page)
+            page.click("#mstta-run")
+            wait_for_text(page, "#mstta-status", r"Done: digits\.mp4", timeout=180)
+            items = page.locator("#mstta-disagreements .item")
+            assert items.count() > 0, page.inner_text("#mstta-leaderboard")
+            frames = [int(x) for x in page.evaluate(
+                "() => Array.from(document.querySelectorAll('#mstta-disagreements .item')).map(e => e.dataset.frame)")]
+            assert frames == sorted(frames, reverse=True), "newest first"
+            text = items.first.inner_text()
+            assert "CLIP" in text and "MS-TTA" in text and "truth" in text, text
+            picture = items.first.locator("img")
+            picture.scroll_into_view_if_needed()
+            small = picture.bounding_box()
+            picture.click()
+            page.wait_for_timeout(300)
+            big = picture.bounding_box()
+            assert big["width"] >= 2.5 * small["width"], (small, big)
+            viewport = page.viewport_size
+            assert abs(big["x"] + big["width"] / 2 - viewport["width"] / 2) < 5, "centred on the screen"
+            save_shot(page, tmp_path, "ui_14_strip_enlarged.png", full_page=False)
+            page.mouse.click(5, 5)
+            page.wait_for_timeout(300)
+            assert picture.bounding_box()["width"] < 1.2 * small["width"]
+            assert_clean(page, context)
+    finally:
+        assert server.stop() == 0, server.log()
+    assert "Traceback" not in server.log(), server.log()
+
+
+def test_empty_stride_box_and_a_bad_upload_are_reported_at_once(ui, tmp_path):
+    """An emptied "every N-th frame" box is an error (never taken as 0); a file no decoder reads is
+    reported when uploaded, before Process."""
+    broken = tmp_path / "broken.mp4"
+    broken.write_bytes(b"this is not a video" * 64)
+    with chromium(tmp_path) as context:
+        page = open_page(context, ui.url)
+        tab(page, "Video")
+        page.locator("#mstta-every input[type=number]").fill("")
+        page.click("#mstta-run")
+        wait_for_text(page, "#mstta-status", r"Every N-th frame: the box is empty")
+        set_every(page, 2)
+        clear_file(page, "#mstta-video")
+        page.locator("#mstta-video input[type=file]").set_input_files(str(broken))
+        status = wait_for_text(page, "#mstta-status", r"broken\.mp4", timeout=30)
+        assert status.startswith("⚠️"), status
+        save_shot(page, tmp_path, "ui_15_bad_upload.png", full_page=False)
         assert_clean(page, context)
 
 
@@ -456,7 +570,7 @@ def method_walk(methods: list[str]) -> list[str]:
 
 
 def test_notes_match_the_method_after_every_method_change(ui, tmp_path):
-    """All 9 x 9 transitions: after each change every control's note and state are the new method's
+    """All n x n transitions between the registry's methods: after each change every control's note and state are the new method's
     (never the previous method's "Unused: ..." on a control that is enabled again)."""
     from app.ui.handlers import method_info
     from mstta.methods import get_method, list_methods
@@ -486,14 +600,14 @@ def test_notes_match_the_method_after_every_method_change(ui, tmp_path):
                                              for other in other_notes)]
             assert not stale, f"{before} -> {after}: stale notes on {stale}"
             seen.add((before, after))
-        assert len(seen) == 72, "every change between the 9 methods (and 9 x staying put: nothing to change)"
+        assert len(seen) == len(names) * (len(names) - 1), "every change between two methods"
         save_shot(page, tmp_path, "ui_13_notes_after_changes.png")
         assert_clean(page, context)
 
 
 def test_real_time_playback_and_as_fast_as_possible(ui, tmp_path):
     """A 10 s clip takes 9-12 s in real time (watchable: the page refreshes >= 4 times a second) and
-    under 3 s as fast as possible."""
+    less than half that as fast as possible."""
     clip = write_h264(tmp_path / "ten.mp4", n=100, size=(160, 120), fps=10.0)   # 10 s
     with chromium(tmp_path) as context:
         page = open_page(context, ui.url)
@@ -517,7 +631,7 @@ def test_real_time_playback_and_as_fast_as_possible(ui, tmp_path):
         page.click("#mstta-run")
         wait_for_text(page, "#mstta-status", r"Done: ten\.mp4.*as fast as possible", timeout=60)
         quick = time.monotonic() - started
-        assert quick < 3.0, f"as fast as possible took {quick:.1f} s"
+        assert quick < real / 2, f"as fast as possible took {quick:.1f} s, real time {real:.1f} s"
         assert "as fast as possible" in page.inner_text("#mstta-status")
         assert_clean(page, context)
 

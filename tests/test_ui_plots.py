@@ -86,7 +86,7 @@ def test_page_text():
     h = History()
     h.update(result(0, 0), "cat")
     summary = plots.run_summary(h, 0.5, "MS-TTA")
-    assert summary.startswith("1 frame processed in 0.5 s (2.0 fps)") and "accuracy CLIP 100.0%" in summary
+    assert summary.startswith("1 frame processed in 0.5 s (1.0 ms per frame)") and "accuracy CLIP 100.0%" in summary
     assert plots.progress_bar(5, 10).endswith("50%") and plots.progress_bar(5, None) == ""
     assert "Random weights — predictions are meaningless" in plots.RANDOM_WEIGHTS_HTML
     assert "<u>" not in plots.verdict_html(result(0, 1)), "class names must not look like links"
@@ -112,4 +112,21 @@ def test_stats_show_views_and_the_per_frame_cost():
     one = plots.stats_markdown(h, Stream(), 10.0)
     assert "1.0 ms per frame" in one and "views" not in one
     four = plots.stats_markdown(h, Stream(), 10.0, views=4, skipped=3)
-    assert "4 views per frame, 1.0 ms per frame" in four and "3 frames skipped to keep real time" in four
+    assert "1.0 ms per frame (4 views)" in four and "3 frames skipped to keep real time" in four
+
+
+def test_one_speed_figure_defined_once():
+    """The numbers line and the run's summary give the same speed: the model's mean ms per frame
+    over the run (not the last frame's, and no fps beside it)."""
+    import dataclasses
+
+    class Stream:
+        method = __import__("mstta.methods", fromlist=["get_method"]).get_method("ms-tta")
+        config = __import__("mstta.config", fromlist=["EngineConfig"]).EngineConfig(bank_size=16)
+
+    h = History()
+    for i, ms in enumerate((10.0, 30.0, 20.0)):
+        h.update(dataclasses.replace(result(0, 0), latency_ms=ms))
+    stats, summary = plots.stats_markdown(h, Stream(), 99.0), plots.run_summary(h, 2.0, "MS-TTA")
+    assert "20.0 ms per frame" in stats and "20.0 ms per frame" in summary
+    assert "fps" not in stats and "fps" not in summary

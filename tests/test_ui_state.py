@@ -148,37 +148,75 @@ def test_history_counts_like_the_headless_summary():
     assert h.processed == 0 and not h.points and h.last is None
 
 
+def _frame_result(i: int):
+    from app.session import FrameResult, Scored
+
+    top = [Scored("cat", 0, 0.7), Scored("dog", 1, 0.3)]
+    return FrameResult(top, top, 0.1, 0, 0, i, 1.0)
+
+
 def test_a_sessions_downloads_are_whole_files_and_go_with_the_session(tmp_path):
-    """A run's MP4 and JSONL (written with the headless sinks) appear whole when it finishes; a new run
-    replaces them; closing the session removes its folder."""
+    """A run's MP4 and JSONL (written with the headless sinks) appear whole when it finishes; the next
+    finished run replaces them; closing the session removes its folder."""
     import json
 
     import av
     import numpy as np
 
-    from app.session import FrameResult, Scored
     from app.sources import Frame
     from app.ui.recording import Downloads
 
-    top = [Scored("cat", 0, 0.7), Scored("dog", 1, 0.3)]
     ui = UISession()
     ui.downloads = Downloads(tmp_path)
     rec = ui.downloads.start("my clip (1).mp4", fps=5.0)
     for i in range(7):
         image = np.full((48, 64, 3), i * 30, np.uint8)
-        rec.write(Frame(i * 6, i / 5, image, "x"), FrameResult(top, top, 0.1, 0, 0, i, 1.0), "cat", image)
-    assert all(p.name.startswith(".") for p in ui.downloads.folder.iterdir()), "only hidden temp files yet"
-    files = ui.downloads.finish()
+        rec.write(Frame(i * 6, i / 5, image, "x"), _frame_result(i), "cat", image)
+    assert all(p.name.startswith(".") for p in rec.folder.iterdir()), "only hidden temp files yet"
+    files = ui.downloads.finish(rec)
     assert [p.rsplit("/", 1)[1] for p in files] == ["my_clip_1-annotated.mp4", "my_clip_1-predictions.jsonl"]
     rows = [json.loads(line) for line in open(files[1], encoding="utf-8")]
     assert [r["frame"] for r in rows] == [0, 6, 12, 18, 24, 30, 36] and rows[3]["bank_size"] == 3
     with av.open(files[0]) as container:
         assert sum(1 for _ in container.decode(video=0)) == 7
-    ui.downloads.start("next.mp4", fps=5.0)
-    assert not any(__import__("os").path.exists(p) for p in files), "a new run replaces the last run's files"
+    nxt = ui.downloads.start("next.mp4", fps=5.0)
+    nxt.write(Frame(0, 0.0, image, "x"), _frame_result(0), None, image)
+    assert all(__import__("os").path.exists(p) for p in files), "offered until the next run has its own"
+    ui.downloads.finish(nxt)
+    assert ui.downloads.files != files, "the next finished run is offered"
+    ui.downloads.finish(ui.downloads.start("third.mp4", fps=5.0))
+    assert ui.downloads.files != files
     folder = ui.downloads.folder
     ui.close()
     assert not folder.exists(), "the session's files go with it"
+
+
+def test_two_overlapping_runs_of_one_session_never_share_a_file(tmp_path):
+    """Two runs of one session written at once (a second video while the first runs): each run's
+    files hold its own frames only, row for row, even with the same video name."""
+    import json
+
+    import numpy as np
+
+    from app.sources import Frame
+    from app.ui.recording import Downloads
+
+    downloads = Downloads(tmp_path)
+    first, second = downloads.start("clip.mp4", fps=5.0), downloads.start("clip.mp4", fps=5.0)
+    image = np.zeros((16, 16, 3), np.uint8)
+    for i in range(4):   # interleaved, as two runs' frames arrive
+        first.write(Frame(100 + i, i / 5, image, "x"), _frame_result(i), None, image)
+        second.write(Frame(i, i / 5, image, "x"), _frame_result(i), None, image)
+    second_files = downloads.finish(second)
+    first_files = downloads.finish(first)
+    assert set(first_files).isdisjoint(second_files)
+    frames = [[json.loads(line)["frame"] for line in open(f[1], encoding="utf-8")] for f in (first_files, second_files)]
+    assert frames == [[100, 101, 102, 103], [0, 1, 2, 3]]
+    assert downloads.files == second_files, "the session offers the newer run, whichever ended last"
+    third = downloads.start("clip.mp4", fps=5.0)
+    third.write(Frame(0, 0.0, image, "x"), _frame_result(0), None, image)
+    downloads.finish(third)
+    assert not any(__import__("os").path.exists(p) for p in first_files), "older runs' files go"
 
 
 @pytest.mark.parametrize("views_on", ["cpu", "device"])

@@ -122,7 +122,7 @@ def build_app(clip: Any, *, labels: Sequence[str] | None = None, video: str | No
     autostart = bool(video and labels) if autostart is None else autostart
     ctx = Context(clip=clip, base=base, slots=ModelSlots(concurrency), sessions=Sessions(max_sessions), views=views,
                   views_on=views_on, topk=topk, max_frames=max_frames, max_pixels=max_pixels, update_interval=update_interval,
-                  demo_clip=handlers.demo_clip() if offer_demo_clip else None)
+                  demo_clip=handlers.demo_clip(getattr(clip, "name", None)) if offer_demo_clip else None)
 
     def state_deleted(ui: Any) -> None:   # Gradio's time to live ran out (or its own capacity)
         if isinstance(ui, UISession):
@@ -180,28 +180,24 @@ class Wiring:
     def page(self, result: dict[str, Any] | None) -> dict[Any, Any]:
         return {self.by_name[name]: value for name, value in (result or {}).items()}
 
-    def refused(self, ui: UISession, exc: Exception, toast: bool = True) -> dict[Any, Any]:
+    def refused(self, ui: UISession, exc: Exception) -> dict[Any, Any]:
         text = one_line(exc)
         log.info("refused (session %s): %s", ui.session_hash, text)   # one server line, no traceback
-        if toast:
-            gr.Warning(text)
-        return self.page(message(ui, warn(text)))
+        return self.page(message(ui, warn(text)))   # in the status line only: a toast would repeat it
 
     def crashed(self, fn: Callable, exc: Exception) -> dict[Any, Any]:
         log.exception("UI handler %s failed", fn.__name__)
         return {self.c.status: warn(f"Internal error ({type(exc).__name__}: {one_line(exc)[:200]}); details are "
                                     "in the server log.")}
 
-    def guarded(self, fn: Callable, once: bool = False) -> Callable:
-        """fn(ui, form) -> page, with the session looked up and errors shown as one line (`once`: a
-        stream's repeated error toasts once, then stays in the status line)."""
+    def guarded(self, fn: Callable) -> Callable:
+        """fn(ui, form) -> page, with the session looked up and errors shown as one status line."""
         def run(request: gr.Request, **form: Any) -> dict[Any, Any]:
             ui = self.session_of(form.pop("state", None), request)
             try:
                 return self.page(fn(ui, form))
             except UserError as exc:
-                repeated, ui.last_error = ui.last_error == one_line(exc), one_line(exc) if once else None
-                return self.refused(ui, exc, toast=not (once and repeated))
+                return self.refused(ui, exc)
             except Exception as exc:  # logged with its traceback, shown as one line
                 return self.crashed(fn, exc)
         run.__name__ = fn.__name__
@@ -227,18 +223,24 @@ class Wiring:
         def process_video(ui, form):
             return video.process_video(ctx, ui, form)
 
+        def process_preloaded(ui, form):
+            return video.process_video(ctx, ui, form, autostart=True)
+
         form = c.form(video=c.video, truth=c.truth, every=c.every, keep=c.keep, realtime=c.realtime)
         run = self.guarded_stream(process_video)
         stream = dict(concurrency_limit=streams, concurrency_id="mstta-streams", show_progress="hidden")
         c.run.click(run, None, self.out, inputs_kwargs=form, api_name="process_video", **stream)
         if autostart:
-            demo.load(run, None, self.out, inputs_kwargs=form, api_name=False, **stream)
+            demo.load(self.guarded_stream(process_preloaded), None, self.out, inputs_kwargs=form, api_name=False,
+                      **stream)
         # Stop is a flag the video loop reads after each frame, not an event cancel: the run then ends
         # with a last, complete page (summary, downloads) instead of being cut off between two updates.
-        c.stop.click(self.guarded(lambda ui, form: handlers.stop(ui)), None, self.out,
+        c.stop.click(self.guarded(lambda ui, form: handlers.stop(ui, autostart)), None, self.out,
                      inputs_kwargs={"state": c.state}, api_name="stop", queue=False)
-        c.video.upload(self.guarded(lambda ui, form: handlers.video_changed(ui, form["truth"])), None, self.out,
-                       inputs_kwargs={"truth": c.truth, "state": c.state}, api_name=False, queue=False)
+        c.video.upload(self.guarded(lambda ui, form: handlers.video_changed(ui, form["video"], form["truth"],
+                                                                          ctx.max_pixels)), None, self.out,
+                       inputs_kwargs={"video": c.video, "truth": c.truth, "state": c.state}, api_name=False,
+                       queue=False)
         if ctx.demo_clip is not None:
             c.demo_clip.click(lambda: ctx.demo_clip, None, [c.video, c.labels, c.truth], api_name=False, queue=False)
 
@@ -262,7 +264,7 @@ class Wiring:
             run.__name__ = how.__name__
             return run
 
-        c.webcam.stream(self.guarded(webcam, once=True), None, timer_out,
+        c.webcam.stream(self.guarded(webcam), None, timer_out,
                         inputs_kwargs=c.form(image=c.webcam, keep=c.keep), api_name="webcam",
                         stream_every=every, time_limit=time_limit, **stream)
         c.webcam_stop.click(self.guarded(ended(handlers.webcam_stop)), None, timer_out,
@@ -271,7 +273,7 @@ class Wiring:
         c.webcam_timer.tick(self.guarded(ended(handlers.webcam_tick)), None, timer_out,
                             inputs_kwargs={"state": c.state}, api_name=False, concurrency_limit=None,
                             show_progress="hidden")
-        c.api_button.click(self.guarded(lambda ui, form: handlers.process_frame(ctx, ui, form), once=True), None,
+        c.api_button.click(self.guarded(lambda ui, form: handlers.process_frame(ctx, ui, form)), None,
                            self.out, inputs_kwargs=c.form(image=c.api_frame, keep=c.keep), api_name="process_frame",
                            **stream)
 

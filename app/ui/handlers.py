@@ -109,9 +109,11 @@ def reset(ctx: Context, ui: UISession) -> dict[str, Any]:
     return render(ui, "Adaptation state cleared: empty cache and bank.", clear_frame=True, views=ctx.views)
 
 
-def stop(ui: UISession) -> dict[str, Any]:
-    """Ask the running video to end after its current frame; the run itself then reports."""
-    if not ui.runs:
+def stop(ui: UISession, autostart: bool = False) -> dict[str, Any]:
+    """Ask the running video to end after its current frame; the run itself then reports. With
+    `autostart` (the page processes a preloaded video at load) a Stop before that run has begun
+    stops it too (it counts from the page's load)."""
+    if not ui.runs and not (autostart and not ui.autostarted):
         return message(ui, "Nothing to stop: no video is being processed.")
     ui.stop_at = time.monotonic()
     return {"state": ui}   # a message here could land after the run's last page and hide it
@@ -123,10 +125,16 @@ def drop_truth(ui: UISession) -> dict[str, Any]:
                    truth=None, drop_truth=shown(False))
 
 
-def video_changed(ui: UISession, truth: str | None) -> dict[str, Any]:
-    """A new video was uploaded: a ground-truth file belongs to one video, so it is dropped, saying so."""
+def video_changed(ui: UISession, video: str | None, truth: str | None, max_pixels: int = MAX_PIXELS
+                  ) -> dict[str, Any]:
+    """A new video was uploaded: it is opened at once (a file no decoder reads is reported now, not
+    at Process); a ground-truth file belongs to one video, so it is dropped, saying so."""
+    if video:
+        from .video import open_video
+
+        open_video(str(video), max_pixels).close()   # a one-line UserError naming the upload
     if not truth:
-        return {"state": ui}
+        return message(ui, f"Video '{Path(str(video)).name}' loaded: press **Process video**.") if video else {"state": ui}
     return message(ui, f"New video: the ground-truth file '{Path(str(truth)).name}' belonged to the previous one "
                    "and was dropped; add this video's CSV to see accuracy.", truth=None, drop_truth=shown(False))
 
@@ -158,7 +166,7 @@ def _webcam_start(ctx: Context, ui: UISession, keep: bool, note: str | None) -> 
     ui.restart_history("webcam")
     ui.truth_state = "webcam"
     ui.webcam_started = time.monotonic()
-    ui.downloads.start("webcam", fps=5.0)
+    ui.webcam_recording = ui.downloads.start("webcam", fps=5.0)
     return prefix
 
 
@@ -181,10 +189,10 @@ def process_frame(ctx: Context, ui: UISession, form: Mapping[str, Any]) -> dict[
         ui.webcam_frames += 1
         ui.webcam_last = time.monotonic()
         fps, index = ui.meter.tick(), ui.webcam_frames
-        shown_image = picture(ui, image, result, fps, None)
-        if ui.downloads.current is not None:
+        shown_image = picture(ui, image, result, None)
+        if ui.webcam_recording is not None:
             frame = Frame(index - 1, ui.webcam_last - ui.webcam_started, image, "webcam")
-            ui.downloads.current.write(frame, result, None, shown_image)
+            ui.webcam_recording.write(frame, result, None, shown_image)
         page = render(ui, f"{prefix}Webcam: frame {index} processed.", image=shown_image, result=result, fps=fps,
                       views=ctx.views)
     if index == 1:
@@ -196,7 +204,8 @@ def _webcam_end(ctx: Context, ui: UISession, how: str) -> dict[str, Any]:
     """The webcam run's summary and downloads (under the session's lock)."""
     text = plots.run_summary(ui.history, max(ui.webcam_last - ui.webcam_started, 1e-3), ui.stream.method.title)
     ui.source = "webcam-done"   # reported once; the next frame (after WEBCAM_LATE_S) starts a new run
-    files = ui.downloads.finish()
+    files = ui.downloads.finish(ui.webcam_recording) if ui.webcam_recording is not None else []
+    ui.webcam_recording = None
     return render(ui, f"{how}: {text}", result=ui.history.last, views=ctx.views) | {"downloads": offered(files)}
 
 
@@ -219,10 +228,17 @@ def webcam_tick(ctx: Context, ui: UISession) -> dict[str, Any] | None:
         return _webcam_end(ctx, ui, "Webcam ended (no frame for a while)")
 
 
-def demo_clip() -> tuple[str, str, str | None] | None:
-    """The bundled demo clip as (video, labels text, truth CSV), or None when assets/ lacks it."""
-    video, labels, truth = ASSETS_DIR / "demo.mp4", ASSETS_DIR / "labels.txt", ASSETS_DIR / "truth.csv"
+def demo_clip(model: str | None = None) -> tuple[str, str, str | None] | None:
+    """The bundled clip made for `model` as (video, labels text, truth CSV): the digits clip for the
+    bundled digits model, the photographs clip for CLIP models (`app.bundled`); None when assets/
+    lacks it."""
+    from ..bundled import CLIP_DEMO, DIGITS_DEMO
+
+    demo = DIGITS_DEMO if model == DIGITS_DEMO.model else CLIP_DEMO
+    video, labels, truth = (ASSETS_DIR / name for name in (demo.video, demo.labels, demo.truth))
     if not (video.is_file() and labels.is_file()):
+        log.warning("not offering the demo clip: %s or %s is missing (make it with: %s)", video.name, labels.name,
+                    demo.make)
         return None
     try:
         names = read_labels(labels)

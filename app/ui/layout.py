@@ -32,7 +32,8 @@ CSS = """
 .gradio-container {max-width: 100% !important}
 .gradio-container > main, .gradio-container .main {padding-top: 0 !important; padding-bottom: 0 !important}
 .gradio-container .contain {gap: 8px !important}
-#mstta-header {align-items: center; gap: 8px; flex-wrap: nowrap}
+#mstta-header {align-items: center; gap: 8px; flex-wrap: nowrap; overflow: visible !important; z-index: 50;
+  position: relative}
 #mstta-title p {margin: 0; font-size: .85rem; white-space: nowrap; overflow: hidden; text-overflow: ellipsis}
 #mstta-title strong:first-child {font-size: 1.05rem}
 #mstta-random-weights {padding: 2px 10px; border-radius: 8px; background: #fef3c7; color: #92400e;
@@ -48,6 +49,8 @@ CSS = """
 #mstta-status {min-height: 0; padding: 3px 10px !important; font-size: .85rem; line-height: 1.25}
 #mstta-status p {margin: 0}
 #mstta-stats p {margin: 0; font-size: .85rem}
+#mstta-frame {padding: 0 !important; border: none !important; background: none !important}
+#mstta-middle {gap: 6px}
 .mstta-hidden {display: none !important}
 .mstta-chart {margin: 0}
 .mstta-chart figcaption {font-size: .8rem; display: flex; gap: 2px 12px; flex-wrap: wrap; align-items: center;
@@ -64,16 +67,20 @@ CSS = """
 .mstta-bars .axis .track {background: none; height: .9rem; border-top: 1px solid #9ca3af; border-radius: 0}
 .mstta-bars .tick {position: absolute; top: 0; transform: translateX(-50%); font-size: .7rem; color: #6b7280}
 .mstta-bars .axis-title {text-align: center; font-size: .7rem; color: #6b7280; padding-left: 32%}
-.mstta-board {overflow-x: auto}
-.mstta-board table {width: 100%; border-collapse: collapse; font-size: .74rem; font-variant-numeric: tabular-nums;
-  border: none !important; margin: 0 !important}
+.mstta-board {overflow: hidden}
+.mstta-board table {width: 100% !important; table-layout: fixed; border-collapse: collapse; font-size: .74rem;
+  font-variant-numeric: tabular-nums; border: none !important; margin: 0 !important}
+.mstta-board th {white-space: normal !important; line-height: .9rem !important; vertical-align: bottom}
+.mstta-board th:nth-child(1) {width: 22px} .mstta-board th:nth-child(3) {width: 68px}
+.mstta-board th:nth-child(4) {width: 56px} .mstta-board th:nth-child(5) {width: 50px}
+.mstta-board th:nth-child(6) {width: 50px}
 .mstta-board th, .mstta-board td {border: none !important; background: none !important; line-height: 1.15rem}
 .mstta-board th {font-weight: 600; color: #6b7280; text-align: right; padding: 0 4px !important; font-size: .72rem;
   white-space: nowrap}
 .mstta-board td {text-align: right; padding: 0 4px !important; border-top: 1px solid #f3f4f6 !important;
   white-space: nowrap}
-.mstta-board td.name, .mstta-board th:nth-child(2) {text-align: left; max-width: 96px; overflow: hidden;
-  text-overflow: ellipsis}
+.mstta-board td, .mstta-board th {overflow: hidden; text-overflow: ellipsis}
+.mstta-board td.name, .mstta-board th:nth-child(2) {text-align: left}
 .mstta-board td.rank {color: #6b7280; width: 1em}
 .mstta-board td.name i {display: inline-block; width: 10px; height: 10px; border-radius: 2px; margin-right: 4px}
 .mstta-board .mark {font-size: .7rem; color: #92400e; background: #fef3c7; border-radius: 4px; padding: 0 3px}
@@ -85,7 +92,14 @@ CSS = """
 .mstta-strip img:focus {position: fixed; z-index: 1000; left: 50%; top: 50%; width: min(80vw, 640px);
   transform: translate(-50%, -50%); cursor: zoom-out; box-shadow: 0 0 0 100vmax rgba(0,0,0,.6); outline: none}
 .mstta-strip .clip b {color: #3b82f6} .mstta-strip .tta b {color: #b45309}
-#mstta-explain {padding: 0 !important}
+#mstta-explain {flex: 0 0 auto; width: auto !important; min-width: 0 !important; padding: 2px 8px !important;
+  position: relative; overflow: visible !important; z-index: 50}
+#mstta-explain > div:last-child {position: absolute; right: 0; top: 100%; width: min(720px, 90vw); z-index: 60;
+  background: var(--background-fill-primary, white); border: 1px solid #d1d5db; border-radius: 8px; padding: 4px 12px;
+  box-shadow: 0 8px 24px rgba(0,0,0,.18)}
+.mstta-file .upload-container {padding-top: 24px !important}
+.mstta-file [data-testid=upload-text] .or {display: none}
+.toast-wrap {top: 8px !important; left: 50% !important; right: auto !important; transform: translateX(-50%)}
 """
 
 
@@ -229,10 +243,14 @@ def method_choices() -> list[tuple[str, str]]:
 
 
 def _header(title_md: str, random_weights: bool) -> None:
+    """The title, the random-weights banner, and "What you're seeing" (it opens over the page, so
+    the first screen keeps its height)."""
     with gr.Row(elem_id="mstta-header"):
         gr.Markdown(title_md, elem_id="mstta-title")
         if random_weights:
             gr.HTML(plots.RANDOM_WEIGHTS_HTML, elem_id="mstta-random-weights-banner")
+        with gr.Accordion("What you're seeing", open=False, elem_id="mstta-explain"):
+            gr.Markdown(EXPLAIN, elem_id="mstta-explain-text")
 
 
 def _video_tab(video: str | None, truth: str | None, every: int | None, realtime: bool, demo_clip: bool) -> dict:
@@ -245,9 +263,9 @@ def _video_tab(video: str | None, truth: str | None, every: int | None, realtime
                                     elem_id="mstta-demo-clip") if demo_clip else None)
         c |= dict(
             video=gr.File(value=video, label="Video file (mp4, avi, mov, mkv, webm, ...)", file_types=list(VIDEO_TYPES),
-                          height=150, elem_id="mstta-video", elem_classes=["mstta-file"]),
+                          height=128, elem_id="mstta-video", elem_classes=["mstta-file"]),
             truth=quiet(gr.File(value=truth, label="Ground truth CSV (adds accuracy)",
-                                file_types=[".csv", ".txt"], height=150, elem_id="mstta-truth",
+                                file_types=[".csv", ".txt"], height=128, elem_id="mstta-truth",
                                 elem_classes=["mstta-file"])),
             drop_truth=gr.Button("Drop the ground-truth file", size="sm", visible=False, elem_id="mstta-drop-truth"),
             realtime=quiet(gr.Checkbox(realtime, label="Real time (off: as fast as possible)",
@@ -306,10 +324,10 @@ def _settings_tab(labels: Sequence[str] | None, template: str | None, method: st
 
 def _results(first: dict[str, Any]) -> dict:
     """The middle (banner, frame, numbers) and right (top-k, agreement, accuracy) columns."""
-    with gr.Column(scale=5, min_width=480):
+    with gr.Column(scale=5, min_width=480, elem_id="mstta-middle"):
         c = dict(verdict=gr.HTML(first["verdict"], elem_id="mstta-verdict"),
-                 frame=gr.Image(label="Current frame, both predictions drawn", type="numpy", format="jpeg",
-                                interactive=False, height=505, elem_id="mstta-frame"),
+                 frame=gr.Image(label="Current frame, both predictions drawn", show_label=False, type="numpy",
+                                format="jpeg", interactive=False, height=500, elem_id="mstta-frame"),
                  stats=gr.Markdown("", elem_id="mstta-stats"))
     with gr.Column(scale=4, min_width=340, elem_id="mstta-right"):
         for name in ("leaderboard", "gain", "accuracy", "clip_topk", "tta_topk"):
@@ -345,17 +363,16 @@ def build_layout(*, title_md: str, random_weights: bool, labels: Sequence[str] |
     first = empty_page(status=hello)
     _header(title_md, random_weights)
     c["status"] = gr.Markdown(hello, elem_id="mstta-status", container=True)
-    with gr.Accordion("What you're seeing", open=False, elem_id="mstta-explain"):
-        gr.Markdown(EXPLAIN, elem_id="mstta-explain-text")
     with gr.Row(equal_height=False):
         with gr.Column(scale=0, min_width=290, elem_id="mstta-side"):
-            c["downloads"] = gr.File(label="Downloads: the last run's annotated video and log",
-                                     file_count="multiple", interactive=False, height=125, visible=False,
-                                     elem_id="mstta-downloads")
             with gr.Tabs(overflow_behavior="wrap"):   # all three tabs always shown (never behind a "..." menu)
                 c |= _video_tab(video, truth, every, realtime, demo_clip)
                 c |= _webcam_tab()
                 c |= _settings_tab(labels, template, method, race, base)
+            # under the tabs: a run's files never push the Video tab's controls down
+            c["downloads"] = gr.File(label="Downloads: the last run's annotated video and log",
+                                     file_count="multiple", interactive=False, height=110, visible=False,
+                                     elem_id="mstta-downloads")
         c |= _results(first)
     c |= _below(first)
     return Components(**c)

@@ -46,11 +46,12 @@ def warn(text: str) -> str:
     return f"⚠️ {text}"
 
 
-def picture(ui: UISession, image: np.ndarray, result, fps: float | None, truth: str | None) -> np.ndarray:
-    """The annotated frame (as the page shows it and the downloaded MP4 holds it)."""
+def picture(ui: UISession, image: np.ndarray, result, truth: str | None) -> np.ndarray:
+    """The annotated frame (as the page shows it and the downloaded MP4 holds it); no fps on it:
+    the page's one speed figure is the numbers line's (`plots.speed`)."""
     s = ui.stream
     mark = RANDOM_WEIGHTS_MARK if s is not None and s.clip.pretrained == "none" else None
-    return annotate(image, result, fps=fps, bank_limit=s.config.bank_size if s else None, truth=truth, mark=mark)
+    return annotate(image, result, bank_limit=s.config.bank_size if s else None, truth=truth, mark=mark)
 
 
 def render(ui: UISession, status: str, *, image: np.ndarray | None = None, result=None, fps: float | None = None,

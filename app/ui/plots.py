@@ -247,7 +247,7 @@ def leaderboard_html(history: History, stream: StreamSession | None) -> str:
     return (f'<figure class="mstta-chart mstta-board" id="mstta-leaderboard-chart"><figcaption><b>Leaderboard</b>'
             f'<span>{frames(history.processed)}, {what}</span></figcaption><table><thead><tr><th></th><th>method</th>'
             f'<th>accuracy</th><th title="agrees with CLIP">agree</th><th title="frames CLIP got wrong and it got right · '
-            f'the reverse">fixed · broke</th><th title="encoder pass + its own step">ms/frame</th></tr></thead>'
+            f'the reverse">fixed · broke</th><th title="milliseconds per frame: encoder pass + its own step">ms / frame</th></tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table></figure>')
 
 
@@ -354,37 +354,33 @@ def frames(n: int) -> str:
     return f"{n} {plural(n, 'frame')}"
 
 
-def stats_markdown(h: History, s: StreamSession | None, fps: float | None, views: int = 1,
+def speed(h: History) -> str:
+    """The run's one speed figure, as the numbers line and the summary say it: the model's mean time
+    per processed frame (the encoder pass plus every raced method's step), in ms."""
+    return f"{h.tally.mean_ms:.1f} ms per frame" if h.processed else ""
+
+
+def stats_markdown(h: History, s: StreamSession | None, fps: float | None = None, views: int = 1,
                    skipped: int = 0) -> str:
-    """The one-line summary under the bar charts (Markdown): counts, rates, per-frame cost (with the
-    views per frame when more than one), cache, bank, accuracy, frames skipped to keep real time."""
+    """The numbers line under the frame (Markdown, one line at 1280x720): frames, agreement, the
+    speed (`speed`; with the views per frame when more than one), frames skipped to keep real time.
+    Accuracy, fixed and broke are the leaderboard's, cache and bank drawn on the frame; `fps` is
+    not shown (one speed figure)."""
     if h.processed == 0 or s is None or h.last is None:
         return ""
-    title, last, t = s.method.title, h.last, h.tally
-    parts = [f"**{frames(h.processed)}**", f"agreement **{h.agreement:.1f}%**",
-             f"switches CLIP **{t.switches['clip']}**, {title} **{t.switches['tta']}**"]
-    if fps:
-        parts.append(f"{fps:.1f} fps")
-    cost = f"{last.latency_ms:.1f} ms per frame"
-    parts.append(f"{views} views per frame, {cost}" if views > 1 else cost)
+    parts = [f"**{frames(h.processed)}**", f"agreement **{h.agreement:.1f}%**"]
+    parts.append(f"{speed(h)} ({views} views)" if views > 1 else speed(h))
     if skipped:
         parts.append(f"{frames(skipped)} skipped to keep real time")
-    if last.cache_capacity:
-        parts.append(f"cache {last.cache_size}/{last.cache_capacity}")
-    if last.bank_rows:
-        parts.append(f"bank {last.bank_rows}/{s.config.bank_size or '∞'}")
-    if h.labelled:
-        parts.append(f"accuracy CLIP **{t.accuracy('clip'):.1f}%**, {title} **{t.accuracy('tta'):.1f}%** "
-                     f"({h.labelled} labelled)")
     return " · ".join(parts)
 
 
 def run_summary(h: History, seconds: float, title: str, skipped: int = 0) -> str:
-    """The end-of-run summary, the same for a video and the webcam: frames, agreement, switches,
-    fps, frames skipped to keep real time, and accuracy when frames were labelled."""
+    """The end-of-run summary, the same for a video and the webcam: frames, the time it took, the
+    speed (`speed`), agreement, switches, frames skipped to keep real time, and accuracy when
+    frames were labelled."""
     t = h.tally
-    fps = h.processed / seconds if seconds > 0 else 0.0
-    text = (f"{frames(h.processed)} processed in {seconds:.1f} s ({fps:.1f} fps); agreement "
+    text = (f"{frames(h.processed)} processed in {seconds:.1f} s ({speed(h)}); agreement "
             f"{h.agreement:.1f}%; switches CLIP {t.switches['clip']}, {title} {t.switches['tta']}")
     if skipped:
         text += f"; {frames(skipped)} skipped to keep real time"

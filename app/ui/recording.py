@@ -2,9 +2,9 @@
 written frame by frame with the headless demo's own sinks (`app.sinks`) into the session's folder.
 
     folder = Downloads(root)                             # one per session, under the server's root
-    rec = folder.start("clip", fps=30.0)                  # a new run: the last run's files go
+    rec = folder.start("clip", fps=30.0)                  # a new run: its own folder and files
     rec.write(frame, result, truth, picture)              # every processed frame
-    paths = rec.finish()                                  # [mp4, jsonl]: finished, ready to download
+    paths = folder.finish(rec)                            # [mp4, jsonl] of that run; the run before's go
     folder.close()                                        # the session ends: its folder goes
 
 The sinks write hidden temp files and rename them into place when closed, so a download is always
@@ -49,13 +49,20 @@ def safe_stem(name: str) -> str:
     return stem or "run"
 
 
+KEEP_FINISHED = 2   # finished runs whose files a session keeps: the one offered, and one before it (its
+                    # caller may still be fetching them when a newer run ends first)
+
+
 class Recording:
-    """One run's annotated video and prediction log, being written."""
+    """One run's annotated video and prediction log, being written (in the run's own folder)."""
 
     def __init__(self, folder: Path, stem: str, fps: float):
+        self.folder = folder
         self.video = VideoSink(folder / f"{stem}-annotated.mp4", fps=max(fps, 1e-3))
         self.log = JsonlSink(folder / f"{stem}-predictions.jsonl")
         self.rows = 0
+        self.closed = False
+        self.number = 0     # the session's run number (order asked for)
 
     def write(self, frame: Frame, result, truth: str | None, picture: np.ndarray) -> None:
         """Record one processed frame: its JSONL row and its annotated picture."""
@@ -65,57 +72,93 @@ class Recording:
 
     def finish(self) -> list[str]:
         """Close both files; their paths (none when no frame was processed)."""
+        if self.closed:
+            return [str(self.video.path), str(self.log.path)] if self.rows else []
+        self.closed = True
         self.video.close()
         self.log.close()
         if not self.rows:
-            Path(self.log.path).unlink(missing_ok=True)
+            shutil.rmtree(self.folder, ignore_errors=True)
             return []
         return [str(self.video.path), str(self.log.path)]
 
+    def delete(self) -> None:
+        with contextlib.suppress(Exception):
+            self.finish()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
 
 class Downloads:
-    """A session's folder of downloads: the files of its last run only."""
+    """A session's downloads: every run writes its own `Recording` (its own folder, so two runs of
+    one session never share a file), and the session offers the files of its last finished run.
+
+        rec = downloads.start("clip", fps=30.0)     # a new run's recording
+        rec.write(...); files = downloads.finish(rec)   # its files; older finished runs' are deleted
+    """
 
     def __init__(self, root: Path | None = None):
         self.root = root
         self.folder: Path | None = None
-        self.current: Recording | None = None
+        self.running: list[Recording] = []
+        self.last: Recording | None = None
+        self.finished: list[Recording] = []   # the newest finished runs (the last one is offered)
         self.files: list[str] = []
+        self._runs = 0
+        self._lock = threading.Lock()
+
+    @property
+    def current(self) -> Recording | None:
+        """The newest run being written (None when none is)."""
+        return self.running[-1] if self.running else None
 
     def start(self, name: str, fps: float) -> Recording:
-        """A new run: the previous run's files are deleted, a new recording starts."""
-        self.discard()
-        if self.folder is None:
-            self.folder = Path(tempfile.mkdtemp(prefix="session-", dir=self.root or downloads_root()))
-        self.current = Recording(self.folder, safe_stem(name), fps)
-        return self.current
+        """A new run's recording, in a folder of its own under the session's."""
+        with self._lock:
+            if self.folder is None:
+                self.folder = Path(tempfile.mkdtemp(prefix="session-", dir=self.root or downloads_root()))
+            self._runs += 1
+            run_folder = self.folder / f"run-{self._runs}"
+            run_folder.mkdir()
+            rec = Recording(run_folder, safe_stem(name), fps)
+            rec.number = self._runs
+            self.running.append(rec)
+            return rec
 
-    def finish(self) -> list[str]:
-        """The current run ended: its files are the session's downloads."""
-        rec, self.current = self.current, None
-        if rec is not None:
+    def finish(self, rec: Recording | None = None) -> list[str]:
+        """Run `rec` (default: the newest) ended: its files are the session's downloads, the previous
+        finished run's are deleted. The files `rec` wrote: [mp4, jsonl], or [] (no frame, or a failure)."""
+        with self._lock:
+            rec = rec if rec is not None else self.current
+            if rec is None:
+                return self.files
+            if rec.closed and rec not in self.running:   # finished before: the same files, once
+                return rec.finish() if rec in self.finished else []
+            if rec in self.running:
+                self.running.remove(rec)
             try:
-                self.files = rec.finish()
+                files = rec.finish()
             except Exception as exc:  # a failed encoder loses the downloads, not the run
                 log.warning("the run's downloads could not be finished: %s", exc)
-                self.files = []
-        return self.files
+                rec.delete()
+                files = []
+            if files:
+                self.finished = sorted([*self.finished, rec], key=lambda r: r.number)
+                for old in self.finished[:-KEEP_FINISHED]:   # an older run's files go once newer ones exist
+                    old.delete()
+                self.finished = self.finished[-KEEP_FINISHED:]
+                self.last = self.finished[-1]   # the newest run asked for, not the one that ended last
+                self.files = self.last.finish()
+            return files
 
     def discard(self) -> None:
-        """Drop the run being written (if any) and the last run's files."""
-        if self.current is not None:
-            with contextlib.suppress(Exception):
-                self.current.finish()
-            self.current = None
-        for path in self.files:
-            Path(path).unlink(missing_ok=True)
-        if self.folder is not None:
-            for leftover in self.folder.iterdir():
-                leftover.unlink(missing_ok=True)
-        self.files = []
+        """Drop every run being written and the last run's files."""
+        with self._lock:
+            for rec in self.running + self.finished:
+                rec.delete()
+            self.running, self.finished, self.last, self.files = [], [], None, []
 
     def close(self) -> None:
-        """The session ended: remove its folder."""
+        """The session ended: remove its folder (open recordings closed first)."""
         self.discard()
         if self.folder is not None:
             shutil.rmtree(self.folder, ignore_errors=True)

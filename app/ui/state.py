@@ -173,9 +173,12 @@ class UISession:
         self.webcam_frames = 0
         self.webcam_started = 0.0            # monotonic time of the webcam run's first frame
         self.webcam_last = 0.0               # ... and of its latest one (the run ends when they stop coming)
-        self.last_error: str | None = None   # the webcam's last error, shown once as a toast
+        self.webcam_recording = None         # the webcam run's downloads being written
         self.last_plots = 0.0                # when the webcam last redrew the plots over time
-        self.runs = 0                        # videos being processed now (normally 0 or 1)
+        self.runs = 0                        # videos being processed (or asked for) now (normally 0 or 1)
+        self.run_id = 0                      # the newest video run asked for (an older one gives way to it)
+        self.created = time.monotonic()      # the page's load (an auto-started run counts from here)
+        self.autostarted = False             # the page's auto-started run has begun
         self.stop_at = 0.0                   # when Stop was last pressed (monotonic clock)
         self.webcam_stopped = 0.0            # when the webcam's Stop was pressed (frames in flight are dropped)
         self.expired = False                 # dropped by the session cap: the user must press Reset

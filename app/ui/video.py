@@ -10,7 +10,6 @@ downloads (annotated MP4 + JSONL); the page is refreshed at most every `ctx.upda
 """
 from __future__ import annotations
 
-import contextlib
 import html
 import logging
 import time
@@ -59,54 +58,81 @@ def _checked(ctx: Context, form: Mapping[str, Any]) -> tuple[str, Any, int, Trut
         raise UserError(f"'{Path(str(video)).name}' is no longer on the server (uploads are kept "
                         f"{UPLOAD_KEEP_MIN} minutes); upload it again.")
     settings = ctx.settings(form)
-    every = form.get("every")
-    step = int_control(every, "Every N-th frame") if every not in (None, "") else 0
+    if form.get("every") in (None, ""):   # an emptied box is an error, never taken as 0
+        raise UserError("Every N-th frame: the box is empty; enter a whole number (0 = about 5 frames per second)")
+    step = int_control(form.get("every"), "Every N-th frame")
     if step < 0:
         raise UserError(f"Every N-th frame: {step} is negative; use 0 for about 5 frames per second")
     truth, problem = check_truth(form.get("truth"), settings.labels)
     return str(video), settings, step, truth, problem
 
 
-def process_video(ctx: Context, ui: UISession, form: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
-    """Process a video file, streaming pages as frames are done."""
-    if ui.expired:
-        yield message(ui, warn(EXPIRED))
-        return
-    video, settings, step, truth, problem = _checked(ctx, form)
-    name = Path(video).name
-    source = open_video(video, ctx.max_pixels)
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(source)
-        every = step or default_every(source.fps)
-        with ctx.model_and(ui)():
-            note = apply_settings(ui, settings, ctx.new_stream)
-            prefix = (note + " ") if note else fresh_or_kept(ui, bool(form.get("keep")))
-            ui.restart_history(f"video:{name}")
-            ui.truth_state = "off" if problem else ("loaded" if truth is not None else "none")
-            ui.downloads.start(name, fps=source.fps / every)
-            ui.runs += 1
-        stack.callback(_ended, ui)
-        if problem:
-            prefix = warn("Accuracy off: " + problem) + " " + prefix
-        yield from _run(ctx, ui, source, name, every, truth, prefix, form.get("realtime", True) is not False)
+def process_video(ctx: Context, ui: UISession, form: Mapping[str, Any], autostart: bool = False
+                  ) -> Iterator[dict[str, Any]]:
+    """Process a video file, streaming pages as frames are done.
 
-
-def _ended(ui: UISession) -> None:
+    The run counts as going from the moment it is asked for (an auto-started one: from the page's
+    load), so a Stop pressed while it still opens the video or builds the classifier stops it. A new
+    run in the same session replaces the one going: that one ends after its current frame (touching
+    neither the new run's history nor its files) with its own files and summary."""
+    started = ui.created if autostart else time.monotonic()
     with ui.lock:
-        ui.runs -= 1
-        ui.downloads.finish()
+        if autostart:
+            ui.autostarted = True
+        ui.runs += 1
+        ui.run_id += 1
+        run_id = ui.run_id
+    try:
+        if ui.expired:
+            yield message(ui, warn(EXPIRED))
+            return
+        video, settings, step, truth, problem = _checked(ctx, form)
+        name = Path(video).name
+        with open_video(video, ctx.max_pixels) as source:
+            every = step or default_every(source.fps)
+            with ctx.model_and(ui)():
+                if ui.run_id != run_id:   # a newer run was asked for meanwhile: it replaces this one
+                    yield message(ui, "Replaced by a newer run.")
+                    return
+                note = apply_settings(ui, settings, ctx.new_stream)
+                prefix = (note + " ") if note else fresh_or_kept(ui, bool(form.get("keep")))
+                ui.restart_history(f"video:{name}")
+                ui.truth_state = "off" if problem else ("loaded" if truth is not None else "none")
+                recording = ui.downloads.start(name, fps=source.fps / every)
+            try:
+                if problem:
+                    prefix = warn("Accuracy off: " + problem) + " " + prefix
+                yield from _run(ctx, ui, source, name, every, truth, prefix, form.get("realtime", True) is not False,
+                                started=started, run_id=run_id, recording=recording)
+            finally:
+                with ui.lock:
+                    ui.downloads.finish(recording)
+    finally:
+        with ui.lock:
+            ui.runs -= 1
 
 
 class _Run:
     """What one video run shows while it goes: its name, stride, pacing and the page's timing."""
 
     def __init__(self, ctx: Context, ui: UISession, name: str, every: int, expected: int | None, prefix: str,
-                 pacer: Pacer):
+                 pacer: Pacer, started: float, run_id: int, recording):
         self.ctx, self.ui, self.every, self.expected, self.prefix, self.pacer = ctx, ui, every, expected, prefix, pacer
         self.name, self.shown = name, html.escape(name)
         self.last_page = 0.0
         self.pages = 0
-        self.started, self.start = time.monotonic(), time.perf_counter()
+        self.started, self.start = started, time.perf_counter()
+        self.run_id, self.recording = run_id, recording
+
+    @property
+    def stopped(self) -> bool:
+        """Stop was pressed since the run was asked for."""
+        return self.ui.stop_at > self.started
+
+    @property
+    def replaced(self) -> bool:
+        """A newer run of the session took over (this one must touch nothing shared)."""
+        return self.ui.run_id != self.run_id
 
     def mode(self) -> str:
         nth = "every frame" if self.every == 1 else f"1 frame in {self.every}"
@@ -134,35 +160,45 @@ class _Run:
 
 
 def _run(ctx: Context, ui: UISession, source, name: str, every: int, truth: Truth | None, prefix: str,
-         realtime: bool) -> Iterator[dict[str, Any]]:
+         realtime: bool, *, started: float, run_id: int, recording) -> Iterator[dict[str, Any]]:
     """The run: paced frames through `iter_steps`, recorded, pages at most every `update_interval` s."""
     session = ui.stream
-    pacer = Pacer(realtime, stopped=lambda: ui.stop_at > run.started)
-    run = _Run(ctx, ui, name, every, expected_frames(source, every, ctx.max_frames), prefix, pacer)
+    pacer = Pacer(realtime, stopped=lambda: run.stopped or run.replaced)
+    run = _Run(ctx, ui, name, every, expected_frames(source, every, ctx.max_frames), prefix, pacer, started, run_id,
+               recording)
     last: tuple[Step, Any] | None = None
+    if run.stopped:   # Stop came before the first frame (e.g. while the classifier was built)
+        yield _final_page(run, None)
+        return
     try:
         for st in iter_steps(pacer(Sampler(every)(source)), session, truth=truth, max_frames=ctx.max_frames,
                              model_slot=ctx.model_and(ui)):
             page = None
             with ui.lock:   # never held across a yield: the next frame may run on another thread
-                if ui.stream is not session:   # the page closed or the session was dropped mid-run
-                    return
+                if ui.stream is not session or run.replaced:   # closed, dropped, or a newer run took over
+                    break
                 ui.history.update(st.result, st.truth_label,
                                   plots.thumbnail(st.frame.image) if st.result.disagree else None)
-                image = picture(ui, st.frame.image, st.result, st.fps, st.truth_label)
-                if ui.downloads.current is not None:
-                    ui.downloads.current.write(st.frame, st.result, st.truth_label, image)
+                image = picture(ui, st.frame.image, st.result, st.truth_label)
+                recording.write(st.frame, st.result, st.truth_label, image)
                 last = (st, image)
                 if run.due():
                     page, last = run.page(st, run.status(st.processed), image), None
             if page is not None:
                 yield page
-            if ui.stop_at > run.started:
+            if run.stopped:
                 break
     except OSError as exc:   # a decoder failing mid-file
-        failure = f"{name}: reading the video failed after {ui.history.processed} frames ({one_line(exc)[:200]})"
+        failure = f"{name}: reading the video failed after {recording.rows} frames ({one_line(exc)[:200]})"
         log.warning("%s", failure)
         yield render(ui, warn(failure), result=ui.history.last, views=ctx.views)
+        return
+    if run.replaced or ui.stream is not session:
+        with ui.lock:
+            files = ui.downloads.finish(recording)
+        log.info("%s: replaced after %d frames", name, recording.rows)
+        yield {"status": f"Replaced by a newer run after {plots.frames(recording.rows)} of **{run.shown}**.",
+               "downloads": offered(files), "state": ui}
         return
     yield _final_page(run, last)
 
@@ -170,17 +206,17 @@ def _run(ctx: Context, ui: UISession, source, name: str, every: int, truth: Trut
 def _final_page(run: _Run, last) -> dict[str, Any]:
     """The run's last page: its summary, the last frame, and the downloads."""
     ui, h = run.ui, run.ui.history
-    stopped = ui.stop_at > run.started
+    stopped = run.stopped
     seconds = time.perf_counter() - run.start
     log.info("%s: %d frames processed in %.1f s%s", run.name, h.processed, seconds, " (stopped)" if stopped else "")
     with ui.lock:
-        files = ui.downloads.finish()
+        files = ui.downloads.finish(run.recording)
         if h.processed == 0:
             text = "Stopped before the first frame." if stopped else warn(f"{run.name}: no frame could be processed.")
             return render(ui, text, clear_frame=True, views=run.ctx.views)
         summary = plots.run_summary(h, seconds, ui.stream.method.title, run.pacer.skipped)
         if stopped:
-            status = (f"Stopped after {h.processed} frames of **{run.shown}**: {summary} The adaptation state is "
+            status = (f"Stopped after {plots.frames(h.processed)} of **{run.shown}**: {summary} The adaptation state is "
                       "kept (**Reset** clears it).")
         else:
             status = f"{run.prefix}Done: **{run.shown}**, {summary} Processed {run.mode()}."
