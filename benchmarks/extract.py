@@ -78,9 +78,9 @@ def view_making(clip, path: Path, views: int, augment: str, repeats: int = 5, vi
 
     geometry, size, _, _ = split_preprocess(clip.preprocess)
     if view_size:                               # ViT-B/16's own preprocessing at that size
-        from torchvision import transforms as T
+        from mstta.views import Geometry
 
-        geometry, size = T.Compose([T.Resize(view_size, T.InterpolationMode.BICUBIC), T.CenterCrop(view_size)]), view_size
+        geometry, size = Geometry(view_size), view_size
     maker = ViewMaker(geometry, size, views, augment, 1)
     tensor = TensorViewMaker(maker, exact=False)                 # fast path on CPU tensors, exact on CUDA
     with Image.open(path) as im:

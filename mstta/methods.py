@@ -5,7 +5,6 @@ from __future__ import annotations
 from .errors import UserError
 from .families import Method, family_rows
 
-
 # The paper's order: its main tables (CLIP, TDA, BoostAdapter, MS-TTA), then the ablation against
 # the §3.1 baseline, then the plug-in tables (TDA + MS, BoostAdapter + MS). The `+boost` methods
 # (issue 9) are MS-TTA and its baseline run on BoostAdapter's pipeline: the paper's other reading.

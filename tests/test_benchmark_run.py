@@ -51,7 +51,7 @@ def bench(tmp_path_factory):
 
 def test_every_cell_recorded_with_its_settings(bench):
     runs = bench["data"]["runs"]
-    assert len(runs) == N == 20
+    assert len(runs) == N == 2 * len(list_methods()) + 2
     assert {(r["dataset"], r["method"]) for r in runs} == CELLS
     for r in runs:
         assert {"dataset", "backbone", "pretrained", "method", "seed", "accuracy", "zero_shot_accuracy", "fps",

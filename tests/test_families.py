@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 import torch
+from synthetic import make_stream
 
 import mstta.families as families
 from mstta import Engine, EngineConfig, MultiEngine, UserError, get_method, list_methods, load_dataset_config, replay
 from mstta.config import FAMILY_SECTIONS
 from mstta.families.base import CACHE, Method, StepOut
-from synthetic import make_stream
 
 
 # ---------------------------------------------------------------- a family written for the test
@@ -246,8 +246,9 @@ def test_replay_prints_a_rows_marks(tmp_path, capsys, monkeypatch):
     import json
 
     from helpers_cli import run_bench
-    from mstta import save_features
+
     from mstta import methods as registry
+    from mstta import save_features
     s = make_stream(n=20, classes=3, dim=8, seed=5)
     save_features(tmp_path / "f.npz", s["features"], s["text"], labels=s["labels"])
     row = Method(name="tda-marked", title="TDA (marked)", summary="", cache=True, negative=True,

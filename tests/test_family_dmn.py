@@ -8,11 +8,11 @@ import json
 
 import numpy as np
 import pytest
-import torch
-
 import reference_dmn as ref
+import torch
 from helpers_cli import run_bench
 from synthetic import make_stream
+
 from mstta import Engine, MultiEngine, replay
 from mstta.config import EngineConfig, load_dataset_config
 from mstta.errors import UserError

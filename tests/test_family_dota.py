@@ -7,16 +7,15 @@ import dataclasses
 
 import numpy as np
 import pytest
+import reference_dota as R
 import torch
+from synthetic import make_stream
 
 import mstta
 import mstta.safety
 from mstta import Engine, EngineConfig, MultiEngine, UserError
 from mstta.config import load_dataset_config
 from mstta.families import dota
-
-import reference_dota as R
-from synthetic import make_stream
 
 # The official values, copied here from skylineeeeen/DOTA configs/vit/*.yaml (@ bc67d44), by the
 # repository's own file names: (epsilon, sigma, eta, rho).

@@ -15,12 +15,12 @@ from helpers_data import make_fake_dataset
 from mstta.benchmark.report import render_report
 from mstta.cli import main
 from mstta.config import load_dataset_config
-from mstta.extract import read_meta
-from mstta.features import load_features
+from mstta.features import load_features, read_meta
 from mstta.methods import get_method, list_methods
 from mstta.replay import replay
 
 BOOSTING = {m for m in list_methods() if get_method(m).boost} | {"ms-tta+boost@original", "baseline+boost@original"}
+OWN_CROPS = {m for m in list_methods() if get_method(m).augment == "crop"}  # ZERO, MTA, DMN: crops everywhere
 
 
 @pytest.fixture(scope="module")
@@ -40,14 +40,15 @@ def bench(tmp_path_factory):
 
 
 def test_each_method_reads_its_own_view_kind_from_the_store(bench):
-    """BoostAdapter's code makes crops everywhere; TDA's makes AugMix views on ImageNet-A/V2/R/S."""
+    """BoostAdapter's, ZERO's, MTA's and DMN's code make crops everywhere; TDA's makes AugMix views on
+    ImageNet-A/V2/R/S."""
     files = sorted(p.relative_to(bench["store"]).as_posix() for p in bench["store"].rglob("*.npz"))
     model, v = default_model_dir(), default_views_suffix()   # mstta-tiny-none-fp32 on a CPU, -fp16 on a GPU
     assert files == [f"{model}/dtd/views4-crop-seed1{v}.npz",              # each kind extracted once
                      f"{model}/imagenet_a/views4-augmix-seed1{v}.npz", f"{model}/imagenet_a/views4-crop-seed1{v}.npz"]
     for (dataset, method), r in bench["by"].items():
         meta = read_meta(r["features"])                 # what the file read really holds
-        want = "crop" if dataset == "dtd" or method in BOOSTING else "augmix"
+        want = "crop" if dataset == "dtd" or method in BOOSTING | OWN_CROPS else "augmix"
         assert meta["augment"] == want == r["augment"], (dataset, method)
         assert meta["views"] == 4 and meta["dataset"] == dataset
 

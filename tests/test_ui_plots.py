@@ -125,7 +125,7 @@ def test_one_speed_figure_defined_once():
         config = __import__("mstta.config", fromlist=["EngineConfig"]).EngineConfig(bank_size=16)
 
     h = History()
-    for i, ms in enumerate((10.0, 30.0, 20.0)):
+    for _i, ms in enumerate((10.0, 30.0, 20.0)):
         h.update(dataclasses.replace(result(0, 0), latency_ms=ms))
     stats, summary = plots.stats_markdown(h, Stream(), 99.0), plots.run_summary(h, 2.0, "MS-TTA")
     assert "20.0 ms per frame" in stats and "20.0 ms per frame" in summary

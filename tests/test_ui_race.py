@@ -60,9 +60,9 @@ def test_more_than_three_raced_beside_the_method_is_one_line(app):
 
 
 def test_the_disagreement_strip_is_newest_first_with_the_truth(app):
-    from app.ui.state import History
     from app.session import FrameResult, MethodResult, Scored
     from app.ui import plots
+    from app.ui.state import History
 
     h = History()
     def result(clip, tta):

@@ -88,6 +88,11 @@ def weights_status(backbone: Backbone) -> str:
     tag = backbone.pretrained
     if tag in ("none", ""):
         return "random"
+    if tag == "bundled":  # a model this project trains and ships (mstta-digits)
+        from ..models import bundled_checkpoint
+        ckpt = bundled_checkpoint(backbone.name)
+        if ckpt is not None:
+            return "file" if ckpt.is_file() else f"missing: {ckpt} (python assets/make_digits.py)"
     if open_clip.is_pretrained_cfg(backbone.name, tag):
         return "cached" if weights_cached(backbone.name, tag) else "download (not in the local cache)"
     path = Path(tag).expanduser()

@@ -178,7 +178,7 @@ def search_on_labels(fs: FeatureSet, method: str, engine_cfg, device, out: Path 
         rows = ", ".join(m.name for m in dmn.METHODS)
         raise UserError(f"--search-on-labels: only for the dmn-zs rows ({rows}), not '{method}'")
     if fs.labels is None or not (fs.labels >= 0).any():
-        raise UserError(f"--search-on-labels: the feature file has no labels to search on")
+        raise UserError("--search-on-labels: the feature file has no labels to search on")
     if out is not None and out.suffix == ".npy":
         raise UserError(f"--out {out}: a .npy cannot carry the label-tuned mark; use .csv or .jsonl with --search-on-labels")
     text = torch.as_tensor(fs.text).to(device)

@@ -11,7 +11,7 @@ from ..config import VIEW_MODES
 from ..data import LISTINGS
 from ..errors import UserError
 from ..extract_views import VIEWS_ON
-from ..models import PRECISIONS
+from ..models import DEFAULT_MODEL, PRECISIONS
 from ..views import AUGMENTS
 
 SEEDS_HELP = ("stream-order seeds, e.g. 1,2,3,4,5 (default 1). Seed S orders the stream by torch.randperm(n) "
@@ -28,7 +28,7 @@ def add_common(p: argparse.ArgumentParser, datasets_default: str = "all") -> Non
                         "of dataset names/aliases/imagefolder:PATH, mixable: 'ood,dtd' (default "
                         + ("the datasets of the paper's ablation of --param" if datasets_default == "paper"
                            else datasets_default) + ")")
-    p.add_argument("--backbone", default="ViT-B-16", metavar="NAME[,NAME]",
+    p.add_argument("--backbone", default=DEFAULT_MODEL, metavar="NAME[,NAME]",
                    help="ViT-B-16, RN50 (OpenAI weights), mstta-tiny (random weights) or any open_clip "
                         "architecture; a comma list runs each (default ViT-B-16)")
     p.add_argument("--pretrained", metavar="TAG|PATH|none",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..data import LISTINGS
 from ..errors import UserError
-from ..models import PRECISIONS
+from ..models import DEFAULT_MODEL, PRECISIONS
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -23,7 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a hyperparameter, e.g. --set k=4")
     g = p.add_argument_group("with --dataset (as `mstta-bench run`)")
     g.add_argument("--data-root", metavar="DIR", help="folder holding the datasets")
-    g.add_argument("--backbone", default="ViT-B-16", metavar="NAME", help="ViT-B-16, RN50, mstta-tiny or any open_clip model")
+    g.add_argument("--backbone", default=DEFAULT_MODEL, metavar="NAME", help="ViT-B-16, RN50, mstta-tiny or any open_clip model")
     g.add_argument("--pretrained", metavar="TAG|PATH|none", help="weights (default openai; none for mstta-tiny)")
     g.add_argument("--store", default="features", metavar="DIR", help="feature store (default features/)")
     g.add_argument("--seed", type=int, default=1, metavar="S", help="stream-order seed (default 1; as `run --seeds`)")

@@ -10,7 +10,7 @@ from typing import Any
 from ..errors import UserError
 
 LISTINGS = ("full", "peer")   # full: every image; peer: the peers' listing (drops names containing "sh")
-IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm")  # the one list (library and demo)
 
 
 @dataclass

@@ -24,8 +24,8 @@ from ..errors import UserError
 from ..safety import check_memory, human_bytes
 from ..streams import UNBOUNDED_START, Streams
 from ..threads import small_ops
-from .base import Method, StepOut
 from . import get_family
+from .base import Method, StepOut
 
 
 class FeatureBank:
