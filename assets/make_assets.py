@@ -10,6 +10,7 @@ blurs and gets noisier, so zero-shot CLIP has a distribution shift to cope with 
 adaptation something to absorb. `truth.csv` gives each segment's frame range and class.
 H.264 (libx264, yuv420p, faststart) written with PyAV; 384x288 at 24 fps; 45 s; a few MB.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,10 @@ PHOTOS = {
     "coins": "coins",
     "clock": "clock",
 }
-LABELS_HEADER = ("# Classes shown in demo.mp4 (scikit-image's sample photographs, made by assets/make_assets.py);\n"
-                 "# one name per line.\n")
+LABELS_HEADER = (
+    "# Classes shown in demo.mp4 (scikit-image's sample photographs, made by assets/make_assets.py);\n"
+    "# one name per line.\n"
+)
 
 
 def load_photos() -> dict[str, np.ndarray]:
@@ -58,7 +61,7 @@ def _smooth(t: float) -> float:
 
 def camera_path(rng: np.random.Generator, width: int, height: int, aspect: float) -> tuple[np.ndarray, np.ndarray]:
     """Start and end boxes (cx, cy, w) of a slow pan and zoom inside a photo of `width` x `height`."""
-    full = min(width, height * aspect)        # widest box of the clip's aspect that fits
+    full = min(width, height * aspect)  # widest box of the clip's aspect that fits
     boxes = []
     for zoom in rng.permutation([rng.uniform(0.92, 1.0), rng.uniform(0.6, 0.75)]):
         w = full * zoom
@@ -81,20 +84,28 @@ def view(photo: np.ndarray, box: np.ndarray, width: int, height: int) -> np.ndar
 def dusk(img: np.ndarray, shift: float, rng: np.random.Generator) -> np.ndarray:
     """The distribution shift at strength `shift` (0..1): darker, bluer, blurrier, noisier."""
     out = img.astype(np.float32)
-    out *= 1.0 - 0.5 * shift                       # light fades
-    out[..., 0] *= 1.0 - 0.35 * shift              # a dusk cast: less red and green, more blue
+    out *= 1.0 - 0.5 * shift  # light fades
+    out[..., 0] *= 1.0 - 0.35 * shift  # a dusk cast: less red and green, more blue
     out[..., 1] *= 1.0 - 0.15 * shift
     out[..., 2] += 30.0 * shift
     sigma = 2.2 * shift
     if sigma > 0.3:
         out = cv2.GaussianBlur(out, (0, 0), sigma)
     out += rng.normal(0.0, 14.0 * shift, out.shape[:2])[..., None].astype(np.float32)  # luma sensor noise
-    out += rng.normal(0.0, 5.0 * shift, out.shape).astype(np.float32)                  # and a little chroma
+    out += rng.normal(0.0, 5.0 * shift, out.shape).astype(np.float32)  # and a little chroma
     return np.clip(out, 0, 255).astype(np.uint8)
 
 
-def make(out_dir: Path, width: int = 384, height: int = 288, fps: int = 24, segment_s: float = 2.5,
-         repeats: int = 2, crf: int = 28, seed: int = 0) -> dict:
+def make(
+    out_dir: Path,
+    width: int = 384,
+    height: int = 288,
+    fps: int = 24,
+    segment_s: float = 2.5,
+    repeats: int = 2,
+    crf: int = 28,
+    seed: int = 0,
+) -> dict:
     import av
 
     photos = load_photos()
@@ -131,8 +142,7 @@ def make(out_dir: Path, width: int = 384, height: int = 288, fps: int = 24, segm
     (out_dir / "labels.txt").write_text(LABELS_HEADER + "\n".join(classes) + "\n", encoding="utf-8")
     rows = [f"{s * seg_frames},{(s + 1) * seg_frames - 1},{name}" for s, name in enumerate(order)]
     (out_dir / "truth.csv").write_text("start_frame,end_frame,label\n" + "\n".join(rows) + "\n", encoding="utf-8")
-    return {"video": str(video), "frames": total, "seconds": total / fps, "bytes": video.stat().st_size,
-            "order": order}
+    return {"video": str(video), "frames": total, "seconds": total / fps, "bytes": video.stat().st_size, "order": order}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -141,8 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     info = make(args.out_dir, seed=args.seed)
-    print(f"wrote {info['video']}: {info['frames']} frames, {info['seconds']:.0f} s, {info['bytes'] / 1e6:.2f} MB; "
-          f"labels.txt and truth.csv beside it")
+    print(
+        f"wrote {info['video']}: {info['frames']} frames, {info['seconds']:.0f} s, {info['bytes'] / 1e6:.2f} MB; "
+        f"labels.txt and truth.csv beside it"
+    )
     return 0
 
 

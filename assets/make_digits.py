@@ -20,6 +20,7 @@ SEGMENT_FRAMES frames, scene after scene (`SCENES`): a short clean lead-in drawn
 model was trained, then one steady camera change held to the end (the camera moved back: every
 digit smaller, hand-held). H.264 (libx264, yuv420p, faststart) written with PyAV.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,17 +39,26 @@ HERE = Path(__file__).resolve().parent
 MODEL = "mstta-digits"
 CHECKPOINT = HERE / "mstta-digits.pt"
 CLASSNAMES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
-DIGIT_TEMPLATES = ["a photo of the digit {}.", "a handwritten {}.", "the digit {}.", "a photo of the number {}.",
-                   "a scan of a handwritten {}.", "the number {}.", "{}"]
-TEST_FRACTION = 1 / 3           # digits never trained on: the clean test split and the clip's digits
-SPLIT_SEED = 0                  # the split is fixed (tests recompute it)
-WIDTH, HEIGHT = 384, 288        # frame size of the clip (and of the images the model is trained on)
-PAPER, INK = 236.0, 24.0        # grey levels of the page and of full ink
-DIGIT_FRACTION = 0.8            # the digit's box, as a fraction of the frame height
+DIGIT_TEMPLATES = [
+    "a photo of the digit {}.",
+    "a handwritten {}.",
+    "the digit {}.",
+    "a photo of the number {}.",
+    "a scan of a handwritten {}.",
+    "the number {}.",
+    "{}",
+]
+TEST_FRACTION = 1 / 3  # digits never trained on: the clean test split and the clip's digits
+SPLIT_SEED = 0  # the split is fixed (tests recompute it)
+WIDTH, HEIGHT = 384, 288  # frame size of the clip (and of the images the model is trained on)
+PAPER, INK = 236.0, 24.0  # grey levels of the page and of full ink
+DIGIT_FRACTION = 0.8  # the digit's box, as a fraction of the frame height
 FPS = 8
-SEGMENT_FRAMES = 4              # frames each digit stays on screen (0.5 s)
-LABELS_HEADER = ("# Classes shown in digits.mp4 (scikit-learn's handwritten digits, made by assets/make_digits.py);\n"
-                 "# one name per line.\n")
+SEGMENT_FRAMES = 4  # frames each digit stays on screen (0.5 s)
+LABELS_HEADER = (
+    "# Classes shown in digits.mp4 (scikit-learn's handwritten digits, made by assets/make_digits.py);\n"
+    "# one name per line.\n"
+)
 
 
 # --------------------------------------------------------------------------------------- data
@@ -58,8 +68,13 @@ def digits_split() -> dict[str, tuple[np.ndarray, np.ndarray]]:
     from sklearn.model_selection import train_test_split
 
     d = load_digits()
-    xtr, xte, ytr, yte = train_test_split(d.images.astype(np.float32), d.target.astype(np.int64),
-                                          test_size=TEST_FRACTION, stratify=d.target, random_state=SPLIT_SEED)
+    xtr, xte, ytr, yte = train_test_split(
+        d.images.astype(np.float32),
+        d.target.astype(np.int64),
+        test_size=TEST_FRACTION,
+        stratify=d.target,
+        random_state=SPLIT_SEED,
+    )
     return {"train": (xtr, ytr), "test": (xte, yte)}
 
 
@@ -68,8 +83,10 @@ def render(digit: np.ndarray, width: int = WIDTH, height: int = HEIGHT) -> np.nd
     side = int(round(height * DIGIT_FRACTION))
     ink = np.zeros((height, width), np.float32)
     y, x = (height - side) // 2, (width - side) // 2
-    ink[y:y + side, x:x + side] = np.clip(cv2.resize(digit / 16.0, (side, side), interpolation=cv2.INTER_CUBIC), 0, 1)
-    ink = cv2.GaussianBlur(ink, (0, 0), side / 40)          # soften the 8x8 blocks into strokes
+    ink[y : y + side, x : x + side] = np.clip(
+        cv2.resize(digit / 16.0, (side, side), interpolation=cv2.INTER_CUBIC), 0, 1
+    )
+    ink = cv2.GaussianBlur(ink, (0, 0), side / 40)  # soften the 8x8 blocks into strokes
     return PAPER - (PAPER - INK) * ink
 
 
@@ -122,6 +139,7 @@ def _loss(img: torch.Tensor, txt: torch.Tensor, labels: torch.Tensor, scale: tor
 
     def side(lg: torch.Tensor) -> torch.Tensor:
         return -(torch.logsumexp(lg.masked_fill(~pos, -1e4), 1) - torch.logsumexp(lg, 1)).mean()
+
     return (side(logits) + side(logits.T)) / 2
 
 
@@ -131,7 +149,7 @@ def train(seed: int, epochs: int = 60, batch: int = 128, lr: float = 2e-3):
     from mstta.templates import fill
 
     torch.manual_seed(seed)
-    logging.disable(logging.WARNING)        # its "RANDOM weights" warning: true, and the point here
+    logging.disable(logging.WARNING)  # its "RANDOM weights" warning: true, and the point here
     try:
         clip = load_clip(MODEL, "none", device="cpu")
     finally:
@@ -159,7 +177,7 @@ def train(seed: int, epochs: int = 60, batch: int = 128, lr: float = 2e-3):
             opt.step()
             sched.step()
             with torch.no_grad():
-                model.logit_scale.clamp_(0, np.log(100))       # CLIP's bound on the learned scale
+                model.logit_scale.clamp_(0, np.log(100))  # CLIP's bound on the learned scale
     model.eval()
     return clip
 
@@ -179,20 +197,20 @@ class Scene(NamedTuple):
     scene is drawn the same way (a steady shift), only the hand-held jitter moves frame to frame."""
 
     name: str
-    digits: int                                 # digits shown in this scene, the same number of each class
-    paper: tuple[float, float, float] = (PAPER, PAPER, PAPER)   # RGB of the page under this light
-    ink: tuple[float, float, float] = (INK, INK, INK)           # RGB of the pen
-    size: float = DIGIT_FRACTION                # the digit's box, as a fraction of the frame height
-    offset: tuple[float, float] = (0.0, 0.0)    # the digit's centre from the frame's, in frame heights (x, y)
-    angle: float = 0.0                          # degrees the page is turned (counter-clockwise)
-    slant: float = 0.0                          # italic shear of the handwriting (x moves by slant * -y)
-    stroke: float = 0.0                         # pen width added, in fractions of the digit's box
-    blur: float = 0.0                           # lens defocus, Gaussian sigma in px (of a 288 px high frame)
-    light: float = 0.0                          # uneven light: the far corner this much darker (0..1)
-    specks: int = 0                             # dust specks on the lens (fixed for the scene)
-    noise: float = 0.0                          # sensor noise, sigma in grey levels (new every frame)
-    jpeg: int = 0                               # JPEG quality of the camera's stream (0: none)
-    jitter: float = 0.0                         # hand-held shake, px sigma per frame
+    digits: int  # digits shown in this scene, the same number of each class
+    paper: tuple[float, float, float] = (PAPER, PAPER, PAPER)  # RGB of the page under this light
+    ink: tuple[float, float, float] = (INK, INK, INK)  # RGB of the pen
+    size: float = DIGIT_FRACTION  # the digit's box, as a fraction of the frame height
+    offset: tuple[float, float] = (0.0, 0.0)  # the digit's centre from the frame's, in frame heights (x, y)
+    angle: float = 0.0  # degrees the page is turned (counter-clockwise)
+    slant: float = 0.0  # italic shear of the handwriting (x moves by slant * -y)
+    stroke: float = 0.0  # pen width added, in fractions of the digit's box
+    blur: float = 0.0  # lens defocus, Gaussian sigma in px (of a 288 px high frame)
+    light: float = 0.0  # uneven light: the far corner this much darker (0..1)
+    specks: int = 0  # dust specks on the lens (fixed for the scene)
+    noise: float = 0.0  # sensor noise, sigma in grey levels (new every frame)
+    jpeg: int = 0  # JPEG quality of the camera's stream (0: none)
+    jitter: float = 0.0  # hand-held shake, px sigma per frame
 
 
 LEAD_IN = Scene("lead-in: the training camera", digits=10)
@@ -203,20 +221,23 @@ SCENES = (
 )
 
 
-def scene_ink(digit: np.ndarray, scene: Scene, dx: float = 0.0, dy: float = 0.0,
-              width: int = WIDTH, height: int = HEIGHT) -> np.ndarray:
-    """Ink coverage 0..1 [H, W] of a digit as `scene` places it (size, offset, turn, slant, pen), moved by (dx, dy) px."""
+def scene_ink(
+    digit: np.ndarray, scene: Scene, dx: float = 0.0, dy: float = 0.0, width: int = WIDTH, height: int = HEIGHT
+) -> np.ndarray:
+    """Ink coverage 0..1 [H, W] of a digit as `scene` places it (size, offset, turn, slant, pen),
+    moved by (dx, dy) px."""
     side = int(round(height * scene.size))
     pad = side // 2
     patch = np.zeros((side + 2 * pad, side + 2 * pad), np.float32)
-    patch[pad:pad + side, pad:pad + side] = np.clip(
-        cv2.resize(digit / 16.0, (side, side), interpolation=cv2.INTER_CUBIC), 0, 1)
+    patch[pad : pad + side, pad : pad + side] = np.clip(
+        cv2.resize(digit / 16.0, (side, side), interpolation=cv2.INTER_CUBIC), 0, 1
+    )
     if scene.stroke > 0:
         r = max(1, int(round(scene.stroke * side / 2)))
         patch = cv2.dilate(patch, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * r + 1, 2 * r + 1)))
-    patch = cv2.GaussianBlur(patch, (0, 0), side / 40)        # soften the 8x8 blocks into strokes
+    patch = cv2.GaussianBlur(patch, (0, 0), side / 40)  # soften the 8x8 blocks into strokes
     c = patch.shape[0] / 2
-    turn = cv2.getRotationMatrix2D((c, c), scene.angle, 1.0)                 # 2x3
+    turn = cv2.getRotationMatrix2D((c, c), scene.angle, 1.0)  # 2x3
     shear = np.array([[1.0, -scene.slant, scene.slant * c], [0.0, 1.0, 0.0]])
     m = np.vstack([turn, [0, 0, 1]]) @ np.vstack([shear, [0, 0, 1]])
     cx = width / 2 + scene.offset[0] * height + dx
@@ -229,7 +250,7 @@ def scene_ink(digit: np.ndarray, scene: Scene, dx: float = 0.0, dy: float = 0.0,
 def scene_fixed(scene: Scene, rng: np.random.Generator, width: int = WIDTH, height: int = HEIGHT) -> np.ndarray:
     """What stays put through a scene: the light falloff and the dust specks, as a gain [H, W] 0..1."""
     yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
-    far = np.hypot(xx / width, yy / height) / np.sqrt(2)      # 0 at the top-left, 1 at the far corner
+    far = np.hypot(xx / width, yy / height) / np.sqrt(2)  # 0 at the top-left, 1 at the far corner
     gain = 1.0 - scene.light * far
     dust = np.zeros((height, width), np.float32)
     for _ in range(scene.specks):
@@ -242,7 +263,7 @@ def scene_fixed(scene: Scene, rng: np.random.Generator, width: int = WIDTH, heig
 def draw(digit: np.ndarray, scene: Scene, fixed: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """One frame of `digit` filmed in `scene`: RGB uint8 [H, W, 3]."""
     if scene == LEAD_IN:
-        return as_rgb(render(digit))                          # exactly the drawing the model was trained on
+        return as_rgb(render(digit))  # exactly the drawing the model was trained on
     dx, dy = rng.normal(0.0, scene.jitter, 2) if scene.jitter else (0.0, 0.0)
     ink = scene_ink(digit, scene, dx, dy)[..., None]
     paper, pen = np.array(scene.paper, np.float32), np.array(scene.ink, np.float32)
@@ -266,7 +287,7 @@ def clip_digits(seed: int, scenes: tuple[Scene, ...] = SCENES) -> tuple[np.ndarr
     used, picks = [0] * len(CLASSNAMES), []
     for scene in scenes:
         per = scene.digits // len(CLASSNAMES)
-        pick = np.concatenate([pool[c][used[c]:used[c] + per] for c in range(len(CLASSNAMES))])
+        pick = np.concatenate([pool[c][used[c] : used[c] + per] for c in range(len(CLASSNAMES))])
         used = [u + per for u in used]
         picks.append(rng.permutation(pick))
     pick = np.concatenate(picks)
@@ -297,8 +318,9 @@ def write_mp4(path: Path, frames, fps: int = FPS, crf: int = 30) -> int:
     tmp, n = temp_path(path, ".part.mp4"), 0
     try:
         with av.open(str(tmp), "w", format="mp4", options={"movflags": "+faststart"}) as container:
-            stream = container.add_stream("libx264", rate=fps, options={"crf": str(crf), "preset": "slow",
-                                                                        "threads": "1"})
+            stream = container.add_stream(
+                "libx264", rate=fps, options={"crf": str(crf), "preset": "slow", "threads": "1"}
+            )
             stream.width, stream.height, stream.pix_fmt = WIDTH, HEIGHT, "yuv420p"
             for frame in frames:
                 for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
@@ -321,8 +343,10 @@ def make_clip(out_dir: Path, seed: int) -> dict:
     video = out_dir / "digits.mp4"
     frames = write_mp4(video, (f for _, f in clip_frames(seed)))
     rows = [f"{s * SEGMENT_FRAMES},{(s + 1) * SEGMENT_FRAMES - 1},{CLASSNAMES[c]}" for s, c in enumerate(labels)]
-    for name, text in (("digits_labels.txt", LABELS_HEADER + "\n".join(CLASSNAMES) + "\n"),
-                       ("digits_truth.csv", "start_frame,end_frame,label\n" + "\n".join(rows) + "\n")):
+    for name, text in (
+        ("digits_labels.txt", LABELS_HEADER + "\n".join(CLASSNAMES) + "\n"),
+        ("digits_truth.csv", "start_frame,end_frame,label\n" + "\n".join(rows) + "\n"),
+    ):
         with atomic_open(out_dir / name, "w") as fh:
             fh.write(text)
     return {"video": str(video), "frames": frames, "seconds": frames / FPS, "bytes": video.stat().st_size}
@@ -335,14 +359,16 @@ def report(clip, seed: int) -> dict:
 
     xs, ys = digits_split()["test"]
     clean = pixels(clip, [as_rgb(render(d)) for d in xs])
-    out = {"logit_scale": round(clip.logit_scale, 2),
-           "clean_test_accuracy_default_prompts": round(zero_shot_accuracy(clip, clean, ys, list(DEFAULT_TEMPLATES)), 2),
-           "clean_test_accuracy_digit_prompts": round(zero_shot_accuracy(clip, clean, ys, DIGIT_TEMPLATES), 2),
-           "test_digits": len(ys)}
+    out = {
+        "logit_scale": round(clip.logit_scale, 2),
+        "clean_test_accuracy_default_prompts": round(zero_shot_accuracy(clip, clean, ys, list(DEFAULT_TEMPLATES)), 2),
+        "clean_test_accuracy_digit_prompts": round(zero_shot_accuracy(clip, clean, ys, DIGIT_TEMPLATES), 2),
+        "test_digits": len(ys),
+    }
     _, labels = clip_digits(seed)
     scene_of = scene_of_digits()
     frames = list(clip_frames(seed))
-    for k, scene in enumerate(SCENES):     # the clip's frames as drawn (before H.264), per scene
+    for k, scene in enumerate(SCENES):  # the clip's frames as drawn (before H.264), per scene
         part = [(i, f) for i, f in frames if scene_of[i // SEGMENT_FRAMES] is scene]
         y = np.array([labels[i // SEGMENT_FRAMES] for i, _ in part])
         acc = zero_shot_accuracy(clip, pixels(clip, [f for _, f in part]), y, list(DEFAULT_TEMPLATES))
@@ -355,8 +381,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out-dir", type=Path, default=HERE, help="where to write (default: assets/)")
     p.add_argument("--seed", type=int, default=0, help="seed of the training and of the clip (default 0)")
     p.add_argument("--epochs", type=int, default=60, help="training epochs (default 60)")
-    p.add_argument("--threads", type=int, default=1,
-                   help="CPU threads (default 1: the model is so small that more threads mostly wait on each other)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="CPU threads (default 1: the model is so small that more threads mostly wait on each other)",
+    )
     p.add_argument("--clip-only", action="store_true", help="keep the checkpoint, rewrite only the clip files")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -371,11 +401,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"trained {MODEL} in {time.perf_counter() - t0:.0f} s ({args.epochs} epochs, {args.threads} threads)")
         args.out_dir.mkdir(parents=True, exist_ok=True)
         save_checkpoint(clip.model, checkpoint)
-        clip = load_clip(MODEL, str(checkpoint), device="cpu")      # measure what was written (fp16)
+        clip = load_clip(MODEL, str(checkpoint), device="cpu")  # measure what was written (fp16)
         print(f"wrote {checkpoint}: {checkpoint.stat().st_size / 1e6:.2f} MB")
     info = make_clip(args.out_dir, args.seed)
-    print(f"wrote {info['video']}: {info['frames']} frames, {info['seconds']:.0f} s, {info['bytes'] / 1e6:.2f} MB; "
-          "digits_labels.txt and digits_truth.csv beside it")
+    print(
+        f"wrote {info['video']}: {info['frames']} frames, {info['seconds']:.0f} s, {info['bytes'] / 1e6:.2f} MB; "
+        "digits_labels.txt and digits_truth.csv beside it"
+    )
     for key, value in report(clip, args.seed).items():
         print(f"{key}: {value}")
     return 0

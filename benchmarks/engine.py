@@ -31,6 +31,7 @@ Parts (choose with --parts):
 Rates are the best of 3 runs (the machine may be shared); the 1-minute load average at start and
 end is printed with them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -89,7 +90,7 @@ def online_rate(feats, text, method, cfg, device, cuda_graph=None) -> float:
         t0 = time.perf_counter()
         for row in x:
             r = engine.step(row)
-        _ = r.prediction      # read the last result, as a consumer would
+        _ = r.prediction  # read the last result, as a consumer would
         _sync(device)
         best = max(best, len(x) / (time.perf_counter() - t0))
     return best
@@ -133,11 +134,15 @@ def part_online(feats, text, cfg, device) -> dict:
             continue
         r["idle_samples_per_s"] = round(online_rate(feats, text, method, cfg, device), 1)
         with policy_off():
-            r[f"idle_samples_per_s_{torch.get_num_threads()}_threads"] = round(online_rate(feats, text, method, cfg, device), 1)
+            r[f"idle_samples_per_s_{torch.get_num_threads()}_threads"] = round(
+                online_rate(feats, text, method, cfg, device), 1
+            )
         with cpu_load(load):
             r["loaded_samples_per_s"] = round(online_rate(feats, text, method, cfg, device), 1)
             with policy_off():
-                r[f"loaded_samples_per_s_{torch.get_num_threads()}_threads"] = round(online_rate(feats, text, method, cfg, device), 1)
+                r[f"loaded_samples_per_s_{torch.get_num_threads()}_threads"] = round(
+                    online_rate(feats, text, method, cfg, device), 1
+                )
     out["competing_load"] = f"{load} busy-looping processes (one per core)"
     return out
 
@@ -155,12 +160,15 @@ def part_replay(feats, text, cfg, device) -> dict:
         if device.type != "cpu":
             continue
         with policy_off():
-            r[f"replay_samples_per_s_{torch.get_num_threads()}_threads"] = round(replay_rate(feats, text, method, cfg, device), 1)
+            r[f"replay_samples_per_s_{torch.get_num_threads()}_threads"] = round(
+                replay_rate(feats, text, method, cfg, device), 1
+            )
         with cpu_load(load):
             r["loaded_replay_samples_per_s"] = round(replay_rate(feats, text, method, cfg, device), 1)
             with policy_off():
                 r[f"loaded_replay_samples_per_s_{torch.get_num_threads()}_threads"] = round(
-                    replay_rate(feats, text, method, cfg, device), 1)
+                    replay_rate(feats, text, method, cfg, device), 1
+                )
         r["loaded_to_idle"] = round(r["loaded_replay_samples_per_s"] / r["replay_samples_per_s"], 3)
     if device.type == "cpu":
         out["competing_load"] = f"{load} busy-looping processes (one per core)"
@@ -194,8 +202,11 @@ def multi_rates(feats, text, cfg, device, streams: int, steps: int) -> dict:
         _ = rs[-1].prediction
         _sync(device)
         best_s = max(best_s, streams * steps / (time.perf_counter() - t0))
-    return {"multi_stream_steps_per_s": round(best_m, 1), "separate_stream_steps_per_s": round(best_s, 1),
-            "speedup": round(best_m / best_s, 2)}
+    return {
+        "multi_stream_steps_per_s": round(best_m, 1),
+        "separate_stream_steps_per_s": round(best_s, 1),
+        "speedup": round(best_m / best_s, 2),
+    }
 
 
 def part_multi(feats, text, cfg, device, steps: int) -> dict:
@@ -217,7 +228,8 @@ def share_rate(pool: ThreadPoolExecutor, chunks: int = 24) -> float:
         with threads.intra_op_threads(1):
             for _ in range(10):
                 a @ b
-    list(pool.map(chunk, range(2)))   # warm-up
+
+    list(pool.map(chunk, range(2)))  # warm-up
     best = 0.0
     for _ in range(REPEAT):
         t0 = time.perf_counter()
@@ -238,8 +250,11 @@ def part_share() -> dict:
             idle = share_rate(pool)
             with cpu_load(load):
                 loaded = share_rate(pool)
-        out[f"workers={w}"] = {"idle_chunks_per_s": round(idle, 1), "loaded_chunks_per_s": round(loaded, 1),
-                               "loaded_to_idle": round(loaded / idle, 3)}
+        out[f"workers={w}"] = {
+            "idle_chunks_per_s": round(idle, 1),
+            "loaded_chunks_per_s": round(loaded, 1),
+            "loaded_to_idle": round(loaded / idle, 3),
+        }
     out["competing_load"] = f"{load} busy-looping processes (one per core)"
     return out
 
@@ -254,7 +269,9 @@ def part_bank_dtype(feats, text, cfg, device) -> dict:
             r[f"{dtype}_agreement"] = round(float((half == exact).mean()), 5)
     if device.type == "cuda":
         for dtype in ("float32", "float16", "bfloat16"):
-            rate = online_rate(feats, text, "ms-tta", dataclasses.replace(cfg, bank_dtype=dtype), device, cuda_graph=True)
+            rate = online_rate(
+                feats, text, "ms-tta", dataclasses.replace(cfg, bank_dtype=dtype), device, cuda_graph=True
+            )
             out[f"ms-tta_cuda_graph_step_ms_{dtype}"] = round(1000 / rate, 4)
     out["n"] = int(feats.shape[0])
     return out
@@ -281,6 +298,7 @@ def state_bytes(engine) -> int:
 def part_methods(args, device) -> dict:
     """Per method and view count: replay and online samples/s, state bytes (see the module doc)."""
     from mstta import UserError, get_method, list_methods
+
     names = args.methods.split(",") if args.methods else list_methods()
     out: dict = {}
     for views in sorted({1, args.views}):
@@ -307,11 +325,17 @@ def part_methods(args, device) -> dict:
                 _ = res.prediction
                 _sync(device)
                 online = done / (time.perf_counter() - t0)
-                n = min(args.methods_n, max(20, int(online * args.method_seconds * 2)))  # a slow method replays a prefix
+                n = min(
+                    args.methods_n, max(20, int(online * args.method_seconds * 2))
+                )  # a slow method replays a prefix
                 r = replay(feats[:n].to(device), text.to(device), name, cfg, device=device)
-                row[f"views_{views}"] = {"replay_samples_per_s": round(r.samples_per_s, 1), "replay_n": n,
-                                         "online_samples_per_s": round(online, 1), "online_steps": done,
-                                         "state_bytes": state_bytes(engine)}
+                row[f"views_{views}"] = {
+                    "replay_samples_per_s": round(r.samples_per_s, 1),
+                    "replay_n": n,
+                    "online_samples_per_s": round(online, 1),
+                    "online_steps": done,
+                    "state_bytes": state_bytes(engine),
+                }
             except UserError as exc:
                 row[f"views_{views}"] = {"refused": str(exc)}
     return out
@@ -343,15 +367,37 @@ def long_stream(steps: int, classes: int, dim: int, device: torch.device) -> dic
         engine.step(torch.nn.functional.normalize(torch.randn(dim, generator=g), dim=0).to(device))
         if i in marks:
             _sync(device)
-            curve.append({"step": i, "bank_rows": engine.bank_len, "step_ms": round(1000 * (time.perf_counter() - t0) / window, 3),
-                          "rss_mb": round(rss_mb(), 1)})
-    return {"steps": steps, "bank_size": engine.config.bank_size, "rss_start_mb": round(rss_start, 1),
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1), "curve": curve}
+            curve.append(
+                {
+                    "step": i,
+                    "bank_rows": engine.bank_len,
+                    "step_ms": round(1000 * (time.perf_counter() - t0) / window, 3),
+                    "rss_mb": round(rss_mb(), 1),
+                }
+            )
+    return {
+        "steps": steps,
+        "bank_size": engine.config.bank_size,
+        "rss_start_mb": round(rss_start, 1),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "curve": curve,
+    }
 
 
 def part_memory(args) -> dict:
-    cmd = [sys.executable, __file__, "--child-long-stream", "--steps", str(args.steps), "--classes", str(args.classes),
-           "--dim", str(args.dim), "--device", args.device]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child-long-stream",
+        "--steps",
+        str(args.steps),
+        "--classes",
+        str(args.classes),
+        "--dim",
+        str(args.dim),
+        "--device",
+        args.device,
+    ]
     done = subprocess.run(cmd, check=True, capture_output=True, text=True)
     return json.loads(done.stdout)
 
@@ -363,18 +409,32 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=5000, help="samples of the online and replay stream (default 5000)")
     ap.add_argument("--k", type=int, default=2)
     ap.add_argument("--capacity", type=int, default=3)
-    ap.add_argument("--bank-size", type=int, default=DEFAULT_BANK_SIZE, help="bank of the online/replay runs (default 65536)")
+    ap.add_argument(
+        "--bank-size", type=int, default=DEFAULT_BANK_SIZE, help="bank of the online/replay runs (default 65536)"
+    )
     ap.add_argument("--steps", type=int, default=100_000, help="samples of the memory run (default 100000)")
     ap.add_argument("--multi-n", type=int, default=200, help="steps per stream of the multi part (default 200)")
-    ap.add_argument("--multi-bank-size", type=int, default=4096, help="bank rows per stream of the multi part (default 4096)")
+    ap.add_argument(
+        "--multi-bank-size", type=int, default=4096, help="bank rows per stream of the multi part (default 4096)"
+    )
     ap.add_argument("--parts", default=",".join(DEFAULT_PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
     ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
-    ap.add_argument("--methods", default="", help="methods part: comma-separated methods (default: every registered one)")
-    ap.add_argument("--methods-n", type=int, default=2000, help="methods part: samples replayed per method (default 2000)")
-    ap.add_argument("--methods-steps", type=int, default=200, help="methods part: online steps timed per method (default 200)")
+    ap.add_argument(
+        "--methods", default="", help="methods part: comma-separated methods (default: every registered one)"
+    )
+    ap.add_argument(
+        "--methods-n", type=int, default=2000, help="methods part: samples replayed per method (default 2000)"
+    )
+    ap.add_argument(
+        "--methods-steps", type=int, default=200, help="methods part: online steps timed per method (default 200)"
+    )
     ap.add_argument("--views", type=int, default=64, help="methods part: the multi-view stream's views (default 64)")
-    ap.add_argument("--method-seconds", type=float, default=10.0,
-                    help="methods part: time budget per method's online run (default 10; a slower method replays a shorter prefix)")
+    ap.add_argument(
+        "--method-seconds",
+        type=float,
+        default=10.0,
+        help="methods part: time budget per method's online run (default 10; a slower method replays a shorter prefix)",
+    )
     ap.add_argument("--child-long-stream", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     device = torch.device(args.device)
@@ -389,17 +449,29 @@ def main() -> None:
         ap.error(f"--parts: unknown part(s) {', '.join(bad)}; choose from {', '.join(PARTS)}")
     feats, text = stream(args.n, args.classes, args.dim)
     cfg = EngineConfig(k=args.k, capacity=args.capacity, bank_size=args.bank_size)
-    out = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-           "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-           "torch": torch.__version__, "intra_op_threads": torch.get_num_threads(),
-           "classes": args.classes, "dim": args.dim, "n": args.n, "k": args.k, "capacity": args.capacity,
-           "bank_size": args.bank_size, "best_of": REPEAT, "loadavg_1min_at_start": round(os.getloadavg()[0], 2)}
+    out = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "cpu": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "torch": torch.__version__,
+        "intra_op_threads": torch.get_num_threads(),
+        "classes": args.classes,
+        "dim": args.dim,
+        "n": args.n,
+        "k": args.k,
+        "capacity": args.capacity,
+        "bank_size": args.bank_size,
+        "best_of": REPEAT,
+        "loadavg_1min_at_start": round(os.getloadavg()[0], 2),
+    }
     if "online" in parts:
         out["online"] = part_online(feats, text, cfg, device)
     if "replay" in parts:
         out["replay"] = part_replay(feats, text, cfg, device)
     if "multi" in parts:
-        out["multi"] = part_multi(feats, text, dataclasses.replace(cfg, bank_size=args.multi_bank_size), device, args.multi_n)
+        out["multi"] = part_multi(
+            feats, text, dataclasses.replace(cfg, bank_size=args.multi_bank_size), device, args.multi_n
+        )
     if "bank_dtype" in parts:
         out["bank_dtype"] = part_bank_dtype(feats, text, cfg, device)
     if "share" in parts and device.type == "cpu":

@@ -16,6 +16,7 @@ Per model, on `--samples` generated 500x375 JPEGs (ImageNet-A's typical size) wi
     .venv/bin/python benchmarks/extract.py [--models mstta-tiny,ViT-B-16] [--samples 64] [--views 64]
         [--augment augmix|crop] [--device cuda] [--batch-size 256] [--workers N]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,7 +53,7 @@ def encoder_only(clip, batch_size: int, images: int) -> dict:
     """Random uint8 pixels already on the device -> normalise + encode, `batch_size` per forward."""
     _, size, mean, std = split_preprocess(clip.preprocess)
     x = torch.randint(0, 256, (batch_size, 3, size, size), dtype=torch.uint8, device=clip.device)
-    clip.encode_images(to_pixels(x, mean, std, clip.device, clip.dtype))              # warm-up
+    clip.encode_images(to_pixels(x, mean, std, clip.device, clip.dtype))  # warm-up
     _sync(clip.device)
     done, t0 = 0, time.perf_counter()
     while done < images:
@@ -63,11 +64,33 @@ def encoder_only(clip, batch_size: int, images: int) -> dict:
     return {"views": done, "seconds": round(seconds, 2), "views_per_s": round(done / seconds, 1)}
 
 
-def extraction(model: str, data: Path, out: Path, views: int, augment: str, samples: int, batch_size: int,
-               device: str, workers: int, views_on: str) -> dict:
-    res = run_extraction("oxford_pets", out, data, model=model, pretrained="none", device=device, views=views,
-                         augment=augment, batch_size=batch_size, limit=samples, cache_dir=out.parent,
-                         workers=workers, views_on=views_on)
+def extraction(
+    model: str,
+    data: Path,
+    out: Path,
+    views: int,
+    augment: str,
+    samples: int,
+    batch_size: int,
+    device: str,
+    workers: int,
+    views_on: str,
+) -> dict:
+    res = run_extraction(
+        "oxford_pets",
+        out,
+        data,
+        model=model,
+        pretrained="none",
+        device=device,
+        views=views,
+        augment=augment,
+        batch_size=batch_size,
+        limit=samples,
+        cache_dir=out.parent,
+        workers=workers,
+        views_on=views_on,
+    )
     return {"views": res.n * views, "seconds": round(res.seconds, 2), "views_per_s": round(res.images_per_s, 1)}
 
 
@@ -77,12 +100,12 @@ def view_making(clip, path: Path, views: int, augment: str, repeats: int = 5, vi
     from PIL import Image
 
     geometry, size, _, _ = split_preprocess(clip.preprocess)
-    if view_size:                               # ViT-B/16's own preprocessing at that size
+    if view_size:  # ViT-B/16's own preprocessing at that size
         from mstta.views import Geometry
 
         geometry, size = Geometry(view_size), view_size
     maker = ViewMaker(geometry, size, views, augment, 1)
-    tensor = TensorViewMaker(maker, exact=False)                 # fast path on CPU tensors, exact on CUDA
+    tensor = TensorViewMaker(maker, exact=False)  # fast path on CPU tensors, exact on CUDA
     with Image.open(path) as im:
         img = im.convert("RGB")
     pixels = pil_tensor(img).to(clip.device)
@@ -91,8 +114,8 @@ def view_making(clip, path: Path, views: int, augment: str, repeats: int = 5, vi
     paths = (("pil", maker, img), ("tensor", tensor, pixels))
     times = {name: [] for name, _, _ in paths}
     for _, make, x in paths:
-        make(x, 0)                                                                   # warm-up
-    for i in range(repeats):                                                         # interleaved: same load
+        make(x, 0)  # warm-up
+    for i in range(repeats):  # interleaved: same load
         for name, make, x in paths:
             _sync(clip.device)
             t0 = time.perf_counter()
@@ -108,19 +131,39 @@ def view_making(clip, path: Path, views: int, augment: str, repeats: int = 5, vi
 def bench_model(model: str, data: Path, tmp: Path, args) -> dict:
     clip = load_clip(model, "none", device=args.device)
     images = args.samples * args.views
-    out = {"views": args.views, "samples": args.samples, "augment": args.augment, "image_size": clip.image_size,
-           "precision": clip.precision, "batch_size": args.batch_size, "workers": args.workers,
-           "encoder_only": encoder_only(clip, args.batch_size, images),
-           "view_making_ms_per_view": view_making(clip, load_split("oxford_pets", data).items[0][0], args.views,
-                                                  args.augment),
-           "view_making_224px_ms_per_view": view_making(clip, load_split("oxford_pets", data).items[0][0], args.views,
-                                                        args.augment, view_size=224)}
+    out = {
+        "views": args.views,
+        "samples": args.samples,
+        "augment": args.augment,
+        "image_size": clip.image_size,
+        "precision": clip.precision,
+        "batch_size": args.batch_size,
+        "workers": args.workers,
+        "encoder_only": encoder_only(clip, args.batch_size, images),
+        "view_making_ms_per_view": view_making(
+            clip, load_split("oxford_pets", data).items[0][0], args.views, args.augment
+        ),
+        "view_making_224px_ms_per_view": view_making(
+            clip, load_split("oxford_pets", data).items[0][0], args.views, args.augment, view_size=224
+        ),
+    }
     del clip
     for where in ("cpu", "device"):
-        out[f"extract_{where}_views"] = extraction(model, data, tmp / f"{model}-{where}.npz", args.views, args.augment,
-                                                   args.samples, args.batch_size, args.device, args.workers, where)
-        out[f"extract_{where}_views_vs_encoder"] = round(out[f"extract_{where}_views"]["views_per_s"]
-                                                         / out["encoder_only"]["views_per_s"], 3)
+        out[f"extract_{where}_views"] = extraction(
+            model,
+            data,
+            tmp / f"{model}-{where}.npz",
+            args.views,
+            args.augment,
+            args.samples,
+            args.batch_size,
+            args.device,
+            args.workers,
+            where,
+        )
+        out[f"extract_{where}_views_vs_encoder"] = round(
+            out[f"extract_{where}_views"]["views_per_s"] / out["encoder_only"]["views_per_s"], 3
+        )
     return out
 
 
@@ -131,14 +174,22 @@ def main() -> None:
     ap.add_argument("--views", type=int, default=64)
     ap.add_argument("--augment", default="augmix", choices=("augmix", "crop"))
     ap.add_argument("--batch-size", type=int, default=256, help="images per forward")
-    ap.add_argument("--workers", type=int, default=default_workers(), help="data-loader workers (default: free cores, <= 8)")
+    ap.add_argument(
+        "--workers", type=int, default=default_workers(), help="data-loader workers (default: free cores, <= 8)"
+    )
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = ap.parse_args()
     logging.basicConfig(level=logging.ERROR)
-    report = {"device": args.device, "torch": torch.__version__, "threads": torch.get_num_threads(),
-              "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
-              "gpu": torch.cuda.get_device_name() if torch.device(args.device).type == "cuda" else None,
-              "loadavg_1m_start": round(os.getloadavg()[0], 2), "models": {}}
+    report = {
+        "device": args.device,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "cpu": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "gpu": torch.cuda.get_device_name() if torch.device(args.device).type == "cuda" else None,
+        "loadavg_1m_start": round(os.getloadavg()[0], 2),
+        "models": {},
+    }
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "data"
         per_class = -(-args.samples // 4)

@@ -14,6 +14,7 @@ Random features: the predictions mean nothing, the work per sample is the real o
 entropy allows). Rows whose cost grows past linear with N or C (name them with --separate) are
 summed apart. `--scale` shrinks N (not C, V or d) for a CPU run; the JSON says which scale ran.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -74,31 +75,48 @@ def main(argv=None) -> int:
         streams: dict[int, FeatureSet] = {}
         for name in a.methods.split(","):
             row = Row.parse(name)
-            views = dcfg.bench.views        # every row reads the dataset's view count (its kind varies)
+            views = dcfg.bench.views  # every row reads the dataset's view count (its kind varies)
             fs = streams.setdefault(views, _stream(n, views, classes, 0))
             ecfg = row_engine_config(row, dcfg)
             fkey = FeatureKey(ds, backbone, "fp16", views, view_kind(row.method, dcfg), 1)
-            fc = FieldCell(Cell(row, {"dataset": ds, "seed": 1, "method": name}, ecfg, fkey),
-                           Choice("peer", "peer"), {}, "")
+            fc = FieldCell(
+                Cell(row, {"dataset": ds, "seed": 1, "method": name}, ecfg, fkey), Choice("peer", "peer"), {}, ""
+            )
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             t0 = time.perf_counter()
             rec = measure(fs, fs.text.to(device), fc, opts, device, None, None)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
-            rows.append({"dataset": ds, "method": name, "n": n, "classes": classes, "views": views,
-                         "seconds": round(time.perf_counter() - t0, 3), "samples_per_s": rec["samples_per_s"],
-                         "state_bytes": rec["state_bytes"]})
+            rows.append(
+                {
+                    "dataset": ds,
+                    "method": name,
+                    "n": n,
+                    "classes": classes,
+                    "views": views,
+                    "seconds": round(time.perf_counter() - t0, 3),
+                    "samples_per_s": rec["samples_per_s"],
+                    "state_bytes": rec["state_bytes"],
+                }
+            )
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     total: dict[str, float] = {}
     for r in rows:
         total[r["method"]] = total.get(r["method"], 0.0) + r["seconds"]
-    out = {"device": str(device), "torch": torch.__version__, "python": platform.python_version(),
-           "cpu_threads": torch.get_num_threads(), "scale": a.scale, "orders": a.orders, "d": DIM,
-           "per_method_seconds": {k: round(v, 2) for k, v in total.items()},
-           "total_seconds": round(sum(v for k, v in total.items() if k not in separate), 2),
-           "separate_seconds": round(sum(v for k, v in total.items() if k in separate), 2),
-           "cells": rows}
+    out = {
+        "device": str(device),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cpu_threads": torch.get_num_threads(),
+        "scale": a.scale,
+        "orders": a.orders,
+        "d": DIM,
+        "per_method_seconds": {k: round(v, 2) for k, v in total.items()},
+        "total_seconds": round(sum(v for k, v in total.items() if k not in separate), 2),
+        "separate_seconds": round(sum(v for k, v in total.items() if k in separate), 2),
+        "cells": rows,
+    }
     text = json.dumps(out, indent=1)
     print(text)
     if a.out:

@@ -10,6 +10,7 @@ CUDA graph (`Engine(..., cuda_graph=None|True|False)`); `list_methods()` gives t
 paper's order, `get_method(name).title` their human titles. `MultiEngine(text, method, config,
 streams=S)` steps S independent streams together, equal to S engines. Semantics: docs/engine.md.
 """
+
 from ._version import __version__
 from .config import BenchConfig, DatasetConfig, EngineConfig, load_dataset_config
 from .engine import Engine, StepResult
@@ -20,9 +21,24 @@ from .multi import MultiEngine
 from .replay import ReplayResult, mean_shifted, replay
 
 __all__ = [
-    "BenchConfig", "DatasetConfig", "Engine", "EngineConfig", "FeatureSet", "Method", "MultiEngine", "ReplayResult",
-    "StepResult", "UserError", "get_method", "list_methods", "load_dataset_config", "load_features",
-    "mean_shifted", "replay", "save_features", "__version__",
+    "BenchConfig",
+    "DatasetConfig",
+    "Engine",
+    "EngineConfig",
+    "FeatureSet",
+    "Method",
+    "MultiEngine",
+    "ReplayResult",
+    "StepResult",
+    "UserError",
+    "get_method",
+    "list_methods",
+    "load_dataset_config",
+    "load_features",
+    "mean_shifted",
+    "replay",
+    "save_features",
+    "__version__",
 ]
 
 # The model layer imports open_clip on first use only (the engine needs neither open_clip nor a model).
@@ -31,8 +47,10 @@ __all__ = [
 def __getattr__(name: str):
     if name in ("load_clip", "build_text_classifier"):
         from . import models
+
         return getattr(models, name)
     if name == "extract_features":
         from .extract import extract_features
+
         return extract_features
     raise AttributeError(f"module 'mstta' has no attribute {name!r}")

@@ -1,5 +1,6 @@
 """Atomic file writes: a temp file beside the target, renamed into place only when complete; and
 an exclusive lock on an output, so two runs never write one output at once."""
+
 from __future__ import annotations
 
 import contextlib
@@ -17,10 +18,10 @@ from .errors import UserError
 # Every temp file a command writes is `.<target name>.<pid>-<token><suffix>` beside its target,
 # so a later run can tell a dead process's leftovers from a live one's (see `sweep_stale`).
 _TEMP_RE = re.compile(r"^\..+\.(\d+)-[0-9a-f]{8}(\.tmp|\.part(\.[A-Za-z0-9]+)?|\.work)$")
-LOCK_SUFFIX = ".mstta-lock"     # `.<target name>.mstta-lock`: see `output_lock`
+LOCK_SUFFIX = ".mstta-lock"  # `.<target name>.mstta-lock`: see `output_lock`
 _LOCK_RE = re.compile(r"^\..+\.mstta-lock$")
-NAME_MAX = 255                  # bytes in one file name (Linux, macOS)
-_HELD: set[tuple[str, int]] = set()   # (lock file, thread) this process holds (`output_lock` nests per thread)
+NAME_MAX = 255  # bytes in one file name (Linux, macOS)
+_HELD: set[tuple[str, int]] = set()  # (lock file, thread) this process holds (`output_lock` nests per thread)
 
 
 def hidden_name(name: str, tail: str) -> str:
@@ -83,8 +84,9 @@ def _start_time(pid: int) -> float | None:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
         ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22, after the parenthesised name
-        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
-                    if line.startswith("btime "))
+        boot = next(
+            float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime ")
+        )
         return boot + ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError, StopIteration):
         return None
@@ -133,7 +135,7 @@ def _remove_unheld_lock(entry: Path) -> bool:
         return False
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        entry.unlink()        # a waiter that opened it meanwhile sees another inode and retries
+        entry.unlink()  # a waiter that opened it meanwhile sees another inode and retries
         return True
     except OSError:
         return False
@@ -174,7 +176,7 @@ def output_lock(target: str | Path, flag: str = "--out") -> Iterator[Path]:
         with contextlib.suppress(OSError):
             lock.unlink()
         os.close(fd)
-        for d in made:        # folders made only for the lock go again when nothing was written
+        for d in made:  # folders made only for the lock go again when nothing was written
             with contextlib.suppress(OSError):
                 d.rmdir()
 
@@ -191,8 +193,10 @@ def _acquire(lock: Path, flag: str, target: Path) -> int:
             os.close(fd)
             if exc.errno not in (errno.EWOULDBLOCK, errno.EACCES):
                 raise
-            raise UserError(f"{flag} {target}: another mstta run (pid {holder}) is writing it; wait for it to "
-                            f"finish or pass another {flag}") from None
+            raise UserError(
+                f"{flag} {target}: another mstta run (pid {holder}) is writing it; wait for it to "
+                f"finish or pass another {flag}"
+            ) from None
         try:
             same = os.fstat(fd).st_ino == os.stat(lock).st_ino
         except FileNotFoundError:

@@ -2,6 +2,7 @@
 slots of the classes the boosting views touch (BoostAdapter runner.py `cur_pos_cache =
 copy.deepcopy(pos_cache)`), one stream at a time. The one part of the step that does not batch
 over streams nor avoid the host (the copies are per sample and per class)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -29,15 +30,26 @@ def select_views(x: torch.Tensor, text: torch.Tensor, logit_scale: float, ratio:
     return views, labels.tolist(), ent.gather(1, sel).tolist()
 
 
-def boosted_logits(q: torch.Tensor, pos: torch.Tensor, cache: Cache, keys: torch.Tensor, labels, ents,
-                   streams, delta: int, beta: float, kernel: str, a: float) -> torch.Tensor:
+def boosted_logits(
+    q: torch.Tensor,
+    pos: torch.Tensor,
+    cache: Cache,
+    keys: torch.Tensor,
+    labels,
+    ents,
+    streams,
+    delta: int,
+    beta: float,
+    kernel: str,
+    a: float,
+) -> torch.Tensor:
     """Positive logits [S, C] where each stream in `streams` reads a throw-away copy of its cache
     with capacity Q + delta holding its boosting views too (`update_cache(..., shot_capacity +
     delta)`); only the classes the views touch change."""
     pos = pos.clone()
     for s in streams:
         for c in sorted(set(labels[s])):
-            pos[s, c] = _class_logit(q[s:s + 1], cache, s, c, keys[s], labels[s], ents[s], delta, beta, kernel, a)
+            pos[s, c] = _class_logit(q[s : s + 1], cache, s, c, keys[s], labels[s], ents[s], delta, beta, kernel, a)
     return pos
 
 

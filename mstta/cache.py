@@ -5,6 +5,7 @@ engine (S = 1) and `MultiEngine` (S streams) hold the same records and step them
 code. Writes are masked per stream (`ok`), so a stream that skips a step, or whose sample is not
 admitted, keeps its slots, with no host round trip.
 """
+
 from __future__ import annotations
 
 import functools
@@ -23,17 +24,19 @@ class Bank:
     empty) and its kNN bias (0 filled, -inf empty: the mask lives in the state, so a step never
     builds one over the whole bank)."""
 
-    rows: torch.Tensor   # [S, R, d] f / |f|
-    norm: torch.Tensor   # [S, R] |f|
-    time: torch.Tensor   # [S, R] long
-    bias: torch.Tensor   # [S, R] 0 or -inf
+    rows: torch.Tensor  # [S, R, d] f / |f|
+    norm: torch.Tensor  # [S, R] |f|
+    time: torch.Tensor  # [S, R] long
+    bias: torch.Tensor  # [S, R] 0 or -inf
 
     @classmethod
     def empty(cls, streams: int, rows: int, dim: int, dtype: torch.dtype, device) -> Bank:
-        return cls(torch.zeros(streams, rows, dim, dtype=dtype, device=device),
-                   torch.ones(streams, rows, device=device),
-                   torch.full((streams, rows), EMPTY_TIME, dtype=torch.long, device=device),
-                   torch.full((streams, rows), float("-inf"), device=device))
+        return cls(
+            torch.zeros(streams, rows, dim, dtype=dtype, device=device),
+            torch.ones(streams, rows, device=device),
+            torch.full((streams, rows), EMPTY_TIME, dtype=torch.long, device=device),
+            torch.full((streams, rows), float("-inf"), device=device),
+        )
 
     def clear(self, s: int) -> None:
         self.rows[s] = 0
@@ -62,29 +65,41 @@ class Cache:
     keys, entropies (+inf = empty), insertion times (-1 = empty), the fused kernel's bias (ln a -
     beta filled, -inf empty) and, for the negative cache, the values (one-hot otherwise)."""
 
-    keys: torch.Tensor             # [S, C*Q, d]
-    ent: torch.Tensor              # [S, C, Q]
-    time: torch.Tensor             # [S, C, Q] long
-    bias: torch.Tensor             # [S, C*Q]
-    values: torch.Tensor | None    # [S, C*Q, C] or None (one-hot of the slot's class)
+    keys: torch.Tensor  # [S, C*Q, d]
+    ent: torch.Tensor  # [S, C, Q]
+    time: torch.Tensor  # [S, C, Q] long
+    bias: torch.Tensor  # [S, C*Q]
+    values: torch.Tensor | None  # [S, C*Q, C] or None (one-hot of the slot's class)
 
     @classmethod
     def empty(cls, streams: int, classes: int, capacity: int, dim: int, device, values: bool) -> Cache:
         e = classes * capacity
-        return cls(torch.zeros(streams, e, dim, device=device),
-                   torch.full((streams, classes, capacity), float("inf"), device=device),
-                   torch.full((streams, classes, capacity), EMPTY_TIME, dtype=torch.long, device=device),
-                   torch.full((streams, e), float("-inf"), device=device),
-                   torch.zeros(streams, e, classes, device=device) if values else None)
+        return cls(
+            torch.zeros(streams, e, dim, device=device),
+            torch.full((streams, classes, capacity), float("inf"), device=device),
+            torch.full((streams, classes, capacity), EMPTY_TIME, dtype=torch.long, device=device),
+            torch.full((streams, e), float("-inf"), device=device),
+            torch.zeros(streams, e, classes, device=device) if values else None,
+        )
 
     def clear(self, s: int) -> None:
-        fresh = Cache.empty(1, self.ent.shape[1], self.ent.shape[2], self.keys.shape[2], self.keys.device,
-                            self.values is not None)
+        fresh = Cache.empty(
+            1, self.ent.shape[1], self.ent.shape[2], self.keys.shape[2], self.keys.device, self.values is not None
+        )
         for mine, new in zip(tensors(self), tensors(fresh)):
             mine[s] = new[0]
 
-    def insert(self, p: torch.Tensor, h: torch.Tensor, key: torch.Tensor, clock: torch.Tensor, log_w: float,
-               fifo: bool = False, ok: torch.Tensor | None = None, value: torch.Tensor | None = None) -> None:
+    def insert(
+        self,
+        p: torch.Tensor,
+        h: torch.Tensor,
+        key: torch.Tensor,
+        clock: torch.Tensor,
+        log_w: float,
+        fifo: bool = False,
+        ok: torch.Tensor | None = None,
+        value: torch.Tensor | None = None,
+    ) -> None:
         """Each stream's sample (pseudo-label p [S], entropy h [S], key [S, d], value [S, C]) into
         class p's slots: lowest-entropy rule (§3.1, TDA `update_cache`: the first empty slot, else
         over the highest-entropy entry when h is strictly lower) or first in, first out

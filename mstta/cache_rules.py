@@ -4,6 +4,7 @@ Each rule is written for one class row, twice side by side: on host rows (the re
 over a whole stream, BoostAdapter's throw-away per-view copies) and as device tensor ops (the
 online engine's step, with no host round trip). A test checks the two agree on random rows.
 """
+
 from __future__ import annotations
 
 import math
@@ -38,7 +39,9 @@ def entropy_gate(h: float, num_classes: int, lower: float, upper: float) -> bool
     return bool(lower < hn < upper)
 
 
-def entropy_slot_t(row_entropy: torch.Tensor, row_time: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def entropy_slot_t(
+    row_entropy: torch.Tensor, row_time: torch.Tensor, h: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """`entropy_slot` as tensor ops: of the highest-entropy slots the latest (all empty slots have
     time -1: the first wins). rows [R, Q], times [R, Q], h [R] -> (slot [R], inserted [R] bool)."""
     top = row_entropy == row_entropy.amax(-1, keepdim=True)

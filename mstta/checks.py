@@ -1,5 +1,6 @@
 """Value checks shared by every config dataclass: each refusal is one line naming the key, the value
 (shortened) and the range it must be in (docs/limits.md gives each bound's reason)."""
+
 from __future__ import annotations
 
 import math
@@ -24,8 +25,13 @@ def check_int(obj: Any, key: str, low: int, high: int, extra: str = "") -> None:
 def check_num(obj: Any, key: str, low: float, high: float, low_open: bool = False) -> None:
     """A finite number in [low, high] ((low, high] with `low_open`); NaN and infinities refused."""
     v = getattr(obj, key)
-    ok = (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-          and (low < v if low_open else low <= v) and v <= high)
+    ok = (
+        isinstance(v, (int, float))
+        and not isinstance(v, bool)
+        and math.isfinite(v)
+        and (low < v if low_open else low <= v)
+        and v <= high
+    )
     check(ok, key, v, f"a finite number in {'(' if low_open else '['}{low:g}, {high:g}] (bounds: docs/limits.md)")
 
 
@@ -41,5 +47,3 @@ def show(value: Any) -> str:
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
         return f"{'-' if value < 0 else ''}an integer of {value.bit_length():,} bits"
     return _REPR.repr(value)
-
-

@@ -1,5 +1,6 @@
 """`mstta-bench`, the command line: each subcommand lives in `mstta/commands/<name>.py` and exposes
 `add_arguments(parser)` and `run(args) -> int`; this file only dispatches (`python -m mstta.cli`)."""
+
 from __future__ import annotations
 
 import argparse

@@ -3,6 +3,7 @@
 Layers apply in a fixed order: defaults -> YAML file -> `key=value` overrides -> validation in
 `__post_init__`. There is no global config; the dataclass is passed down.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,43 +38,47 @@ VIEW_MODES = ("confident", "original", *(n for n, f in FAMILIES.items() if hasat
 # Upper bounds of the values that memory or time grows with (docs/limits.md gives each reason).
 # Each is far above anything the paper or its peers use, and low enough that a typo (an extra
 # zero run) gets a one-line refusal instead of a MemoryError or a run that never ends.
-MAX_K = 256                 # paper: k = 2 (ablation up to 16); kNN gathers [chunk, k, d] floats
-MAX_MS_STEPS = 64           # paper: 1 step (ablation 2, 4); time grows linearly with steps
-MAX_CAPACITY = 256          # TDA: 3 positive, 2 negative per class; cache [C, Q, d] (+ [C, Q, C])
-MAX_BANK_SIZE = 2**24       # 16,777,216 > 300x ImageNet's test set; the bank is [M, d] floats
-MAX_VIEWS = 256             # TDA / BoostAdapter: 64 views; extraction time and [N, V, d] storage
-MAX_WEIGHT = 1e6            # lam, alphas, betas, logit_scale (TDA's are <= 10; CLIP's scale 100):
-                            # keeps every logit far inside float32 (1e6 x 1e6 x 256 << 3.4e38)
-MIN_LOGIT_SCALE = 1e-3      # CLIP's is 100; below 1e-3 the scaled logits are ~0 (1e-320 underflows to 0
-                            # in float32) and every sample gets the same prediction
-MAX_SEED = 2**63 - 1        # torch.Generator.manual_seed takes a 64-bit integer; seeds are >= 0
+MAX_K = 256  # paper: k = 2 (ablation up to 16); kNN gathers [chunk, k, d] floats
+MAX_MS_STEPS = 64  # paper: 1 step (ablation 2, 4); time grows linearly with steps
+MAX_CAPACITY = 256  # TDA: 3 positive, 2 negative per class; cache [C, Q, d] (+ [C, Q, C])
+MAX_BANK_SIZE = 2**24  # 16,777,216 > 300x ImageNet's test set; the bank is [M, d] floats
+MAX_VIEWS = 256  # TDA / BoostAdapter: 64 views; extraction time and [N, V, d] storage
+MAX_WEIGHT = 1e6  # lam, alphas, betas, logit_scale (TDA's are <= 10; CLIP's scale 100):
+# keeps every logit far inside float32 (1e6 x 1e6 x 256 << 3.4e38)
+MIN_LOGIT_SCALE = 1e-3  # CLIP's is 100; below 1e-3 the scaled logits are ~0 (1e-320 underflows to 0
+# in float32) and every sample gets the same prediction
+MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes a 64-bit integer; seeds are >= 0
 
 
 @dataclass
 class EngineConfig:
     """Hyperparameters of every method (names as in the paper: k, alpha, lam, beta, capacity)."""
 
-    k: int = 2                      # kNN neighbours of the mean shift, Eq. (9)
-    alpha: float = 0.8              # mean-shift weight: z ~ (1-alpha) f + alpha/m sum_nn f_j, Eq. (10)
-    ms_steps: int = 1               # mean-shift steps (the paper uses 1; its ablation 2 and 4)
-    bank_size: int | None = DEFAULT_BANK_SIZE  # FIFO bound of the feature bank M; None = unbounded (the paper's literal setting)
-    capacity: int = 3               # Q: entries per class in the positive cache (TDA's shot capacity)
-    lam: float = 1.0                # lambda: weight of the cache logits; 0 = the CLIP logits of the method's prediction path
-    kernel: str = "exp"             # cache affinity: "exp" = exp(-beta(1 - qK^T)) (TDA), "linear" = qK^T (§3.1)
-    cache_alpha: float = 2.0        # a: TDA's positive-cache alpha (per dataset in configs/<dataset>.yaml)
-    beta: float = 5.0               # TDA's positive-cache beta (sharpness of the exp kernel)
-    logit_scale: float = 100.0      # CLIP's logit scale
-    neg_capacity: int = 2           # negative cache entries per class (tda, tda+ms, boostadapter*)
-    neg_alpha: float = 0.117        # negative-cache logit multiplier (subtracted)
-    neg_beta: float = 1.0           # negative-cache kernel sharpness
+    k: int = 2  # kNN neighbours of the mean shift, Eq. (9)
+    alpha: float = 0.8  # mean-shift weight: z ~ (1-alpha) f + alpha/m sum_nn f_j, Eq. (10)
+    ms_steps: int = 1  # mean-shift steps (the paper uses 1; its ablation 2 and 4)
+    bank_size: int | None = (
+        DEFAULT_BANK_SIZE  # FIFO bound of the feature bank M; None = unbounded (the paper's literal setting)
+    )
+    capacity: int = 3  # Q: entries per class in the positive cache (TDA's shot capacity)
+    lam: float = 1.0  # lambda: weight of the cache logits; 0 = the CLIP logits of the method's prediction path
+    kernel: str = "exp"  # cache affinity: "exp" = exp(-beta(1 - qK^T)) (TDA), "linear" = qK^T (§3.1)
+    cache_alpha: float = 2.0  # a: TDA's positive-cache alpha (per dataset in configs/<dataset>.yaml)
+    beta: float = 5.0  # TDA's positive-cache beta (sharpness of the exp kernel)
+    logit_scale: float = 100.0  # CLIP's logit scale
+    neg_capacity: int = 2  # negative cache entries per class (tda, tda+ms, boostadapter*)
+    neg_alpha: float = 0.117  # negative-cache logit multiplier (subtracted)
+    neg_beta: float = 1.0  # negative-cache kernel sharpness
     neg_entropy_lower: float = 0.2  # admit when lower < H/log2(C) < upper
     neg_entropy_upper: float = 0.5
-    neg_mask_lower: float = 0.03    # negative value: 1 where lower < p < upper
+    neg_mask_lower: float = 0.03  # negative value: 1 where lower < p < upper
     neg_mask_upper: float = 1.0
-    delta: int = 0                  # BoostAdapter: extra per-class capacity of the boosted cache
-    view_mode: str = "confident"    # multi-view samples: "confident" (TDA, OOD) or "original" (view 0)
-    view_ratio: float = 0.1         # fraction of views kept by confidence (floor(0.1*64) = 6)
-    bank_dtype: str = "float32"     # storage of the kNN bank: float32 (exact) or float16/bfloat16 (half the bytes; sums in float32)
+    delta: int = 0  # BoostAdapter: extra per-class capacity of the boosted cache
+    view_mode: str = "confident"  # multi-view samples: "confident" (TDA, OOD) or "original" (view 0)
+    view_ratio: float = 0.1  # fraction of views kept by confidence (floor(0.1*64) = 6)
+    bank_dtype: str = (
+        "float32"  # storage of the kNN bank: float32 (exact) or float16/bfloat16 (half the bytes; sums in float32)
+    )
     # The other families' hyperparameters, one section each (`engine: dota: {eta: 0.3}` in a dataset
     # YAML, `--set dota.eta=0.3`); each section's defaults and sources are in its module's `Params`.
     zero: ZeroParams = field(default_factory=ZeroParams)
@@ -101,23 +106,35 @@ class EngineConfig:
         _num(self, "neg_beta", 0.0, MAX_WEIGHT)
         for key in ("neg_entropy_lower", "neg_entropy_upper", "neg_mask_lower", "neg_mask_upper"):
             _num(self, key, 0.0, 1.0)  # compared with normalised entropies and probabilities
-        _check(self.neg_entropy_lower < self.neg_entropy_upper, "neg_entropy_lower",
-               self.neg_entropy_lower, f"below neg_entropy_upper ({self.neg_entropy_upper})")
-        _check(self.neg_mask_lower < self.neg_mask_upper, "neg_mask_lower",
-               self.neg_mask_lower, f"below neg_mask_upper ({self.neg_mask_upper})")
+        _check(
+            self.neg_entropy_lower < self.neg_entropy_upper,
+            "neg_entropy_lower",
+            self.neg_entropy_lower,
+            f"below neg_entropy_upper ({self.neg_entropy_upper})",
+        )
+        _check(
+            self.neg_mask_lower < self.neg_mask_upper,
+            "neg_mask_lower",
+            self.neg_mask_lower,
+            f"below neg_mask_upper ({self.neg_mask_upper})",
+        )
         _int(self, "delta", 0, MAX_CAPACITY)
         _check(self.view_mode in VIEW_MODES, "view_mode", self.view_mode, f"one of {', '.join(VIEW_MODES)}")
         _num(self, "view_ratio", 0.0, 1.0, low_open=True)
-        _check(self.bank_dtype in ("float32", "float16", "bfloat16"), "bank_dtype", self.bank_dtype,
-               "one of float32 (exact), float16, bfloat16")
+        _check(
+            self.bank_dtype in ("float32", "float16", "bfloat16"),
+            "bank_dtype",
+            self.bank_dtype,
+            "one of float32 (exact), float16, bfloat16",
+        )
 
 
 @dataclass
 class BenchConfig:
     """How a dataset is fed to the engine in the benchmark (the `bench:` section of a dataset YAML)."""
 
-    views: int = 1                  # images per sample fed to CLIP, the original included (64 for OOD)
-    augment: str = "augmix"         # view augmentation: "augmix" (TDA/TPT) or "crop" (BoostAdapter)
+    views: int = 1  # images per sample fed to CLIP, the original included (64 for OOD)
+    augment: str = "augmix"  # view augmentation: "augmix" (TDA/TPT) or "crop" (BoostAdapter)
 
     def __post_init__(self) -> None:
         _int(self, "views", 1, MAX_VIEWS)
@@ -261,14 +278,17 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise UserError(f"config file {p} is not a regular file; pass a YAML file (see configs/)")
     if p.stat().st_size > MAX_CONFIG_BYTES:
-        raise UserError(f"config file {p} is {p.stat().st_size:,} bytes; a config is a small YAML file "
-                        f"(limit {MAX_CONFIG_BYTES:,} bytes)")
+        raise UserError(
+            f"config file {p} is {p.stat().st_size:,} bytes; a config is a small YAML file "
+            f"(limit {MAX_CONFIG_BYTES:,} bytes)"
+        )
     try:
         with p.open("rb") as fh:  # at most the limit: a /proc file reports size 0 and may be endless
             raw = fh.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
-        raise UserError(f"config file {p} (--config) cannot be read ({exc.strerror or exc}); "
-                        "pass a YAML file (see configs/)") from None
+        raise UserError(
+            f"config file {p} (--config) cannot be read ({exc.strerror or exc}); pass a YAML file (see configs/)"
+        ) from None
     if len(raw) > MAX_CONFIG_BYTES:
         raise UserError(f"config file {p} (--config) is over {MAX_CONFIG_BYTES:,} bytes; a config is a small YAML file")
     try:
@@ -309,8 +329,9 @@ def parse_overrides(pairs: Iterable[str]) -> dict[str, Any]:
     return out
 
 
-def load_dataset_config(path: str | Path | None = None,
-                        overrides: Iterable[str] | Mapping[str, Any] = ()) -> DatasetConfig:
+def load_dataset_config(
+    path: str | Path | None = None, overrides: Iterable[str] | Mapping[str, Any] = ()
+) -> DatasetConfig:
     """Defaults, then the YAML file (sections `engine:` and `bench:`), then `--set` overrides
     (`KEY=VALUE` strings, or the mapping `parse_overrides` made of them).
 

@@ -11,6 +11,7 @@ libjpeg's own warnings ("Corrupt JPEG data: 2 extraneous bytes before marker 0xd
 decoder prints straight to the process's stderr, are captured while it runs and logged at debug
 level: the PIL path is silent on such files, and so is this one.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -31,7 +32,7 @@ from PIL import Image
 log = logging.getLogger(__name__)
 
 JPEG_MODES = ("RGB", "L")
-CHATTER_BYTES = 4096             # the decoder's captured stderr kept for the debug log
+CHATTER_BYTES = 4096  # the decoder's captured stderr kept for the debug log
 
 
 def _flush_c_stdio() -> None:
@@ -47,7 +48,7 @@ def native_stderr_to_log(what: str):
     try:
         sys.stderr.flush()
         saved = os.dup(2)
-    except (OSError, ValueError, AttributeError):        # no usable stderr: nothing to silence
+    except (OSError, ValueError, AttributeError):  # no usable stderr: nothing to silence
         yield
         return
     with tempfile.TemporaryFile() as sink:
@@ -69,9 +70,9 @@ class Loaded:
     """A file read for view making: decoded pixels, or JPEG bytes still to decode on the device."""
 
     path: str
-    pixels: torch.Tensor | None = None    # uint8 [3, H, W]
-    jpeg: torch.Tensor | None = None      # uint8 [n] file bytes
-    size: tuple[int, int] = (0, 0)        # (width, height) from the header
+    pixels: torch.Tensor | None = None  # uint8 [3, H, W]
+    jpeg: torch.Tensor | None = None  # uint8 [n] file bytes
+    size: tuple[int, int] = (0, 0)  # (width, height) from the header
 
 
 def pil_tensor(img: Image.Image) -> torch.Tensor:
@@ -86,7 +87,7 @@ def complete_jpeg(data: bytes) -> bool:
 
 def load(path: str | Path, jpeg_bytes: bool) -> Loaded:
     """Read one file (raises as PIL does on bad input); JPEG bytes are kept undecoded when `jpeg_bytes`."""
-    with Image.open(path) as im:                       # header: PIL's size bound and format
+    with Image.open(path) as im:  # header: PIL's size bound and format
         if jpeg_bytes and im.format == "JPEG" and im.mode in JPEG_MODES:
             data = Path(path).read_bytes()
             if complete_jpeg(data):
@@ -112,9 +113,9 @@ def decode(items: Sequence[Loaded], device: torch.device | str) -> list[torch.Te
     if jpegs:
         try:
             with warnings.catch_warnings(), native_stderr_to_log("JPEG decoder"):
-                warnings.simplefilter("ignore", DeprecationWarning)   # torchvision 0.29 deprecates its decoders
+                warnings.simplefilter("ignore", DeprecationWarning)  # torchvision 0.29 deprecates its decoders
                 got = decode_jpeg([items[i].jpeg for i in jpegs], mode=ImageReadMode.RGB, device=device)
-        except RuntimeError:                            # one bad file fails the batch: all of it through PIL
+        except RuntimeError:  # one bad file fails the batch: all of it through PIL
             got = [None] * len(jpegs)
         for i, img in zip(jpegs, got):
             if img is None or tuple(img.shape[1:]) != items[i].size[::-1]:

@@ -1,4 +1,5 @@
 """Device selection: cuda when available, the CPU otherwise."""
+
 from __future__ import annotations
 
 import torch
@@ -15,8 +16,10 @@ def resolve_device(name: str | None = "auto") -> torch.device:
     except RuntimeError:
         raise UserError(f"--device {name!r}: not a device name; use auto, cpu, cuda or cuda:N") from None
     if dev.type not in ("cpu", "cuda"):  # meta holds no data; mps, xpu, ... are not supported
-        raise UserError(f"--device {name}: {'holds no data' if dev.type == 'meta' else 'is not supported'}; "
-                        "use auto, cpu, cuda or cuda:N")
+        raise UserError(
+            f"--device {name}: {'holds no data' if dev.type == 'meta' else 'is not supported'}; "
+            "use auto, cpu, cuda or cuda:N"
+        )
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise UserError(f"--device {name}: CUDA is not available on this machine; use --device cpu")
     if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():

@@ -6,6 +6,7 @@ a UI session or a test snapshot. Device comes from the text classifier; math run
 lives on the device and whose step never waits on the host, so on CUDA the step of a bounded
 bank can be captured once as a CUDA graph and replayed (`mstta.graphs`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -77,11 +78,24 @@ class Engine(Streams):
     def __new__(cls, *args, **kwargs):
         return super().__new__(_family_class(cls, Engine, _FamilyEngine, *args, **kwargs))
 
-    def __init__(self, text: torch.Tensor, method: str | Method = "ms-tta",
-                 config: EngineConfig | None = None, device: str | torch.device | None = None,
-                 cuda_graph: bool | None = None, stream_length: int | None = None):
-        super().__init__(text, get_method(method) if isinstance(method, str) else method, config, device,
-                         cuda_graph, streams=1, stream_length=stream_length)
+    def __init__(
+        self,
+        text: torch.Tensor,
+        method: str | Method = "ms-tta",
+        config: EngineConfig | None = None,
+        device: str | torch.device | None = None,
+        cuda_graph: bool | None = None,
+        stream_length: int | None = None,
+    ):
+        super().__init__(
+            text,
+            get_method(method) if isinstance(method, str) else method,
+            config,
+            device,
+            cuda_graph,
+            streams=1,
+            stream_length=stream_length,
+        )
 
     @property
     def n_seen(self) -> int:
@@ -111,7 +125,9 @@ class Engine(Streams):
         if x.dim() == 1:
             x = x.unsqueeze(0)
         if x.dim() != 2 or x.shape[1] != self.dim or x.shape[0] == 0:
-            raise UserError(f"feature shape {shape} does not match the classifier: expected [{self.dim}] or [V, {self.dim}]")
+            raise UserError(
+                f"feature shape {shape} does not match the classifier: expected [{self.dim}] or [V, {self.dim}]"
+            )
         out = self._run(x.to(self.device, self.text.dtype).unsqueeze(0), None)
         return StepResult(*(t[0] for t in out))
 

@@ -1,4 +1,5 @@
 """User-facing errors and the one-line CLI error convention (exit code 2, no traceback)."""
+
 from __future__ import annotations
 
 import logging

@@ -11,6 +11,7 @@ An interrupted shard write leaves nothing (its temp file is removed on Ctrl-C/SI
 process's leftovers are swept (`mstta.atomic.sweep_stale`) before anything is written.
 Batches never cross a shard, so single-process and multi-rank runs compute identical features.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -45,12 +46,12 @@ from .views import AUGMENTS, ViewMaker, split_preprocess, to_pixels
 
 log = logging.getLogger(__name__)
 
-SHARD_IMAGES = 4096            # default shard size, in encoded images (samples x views)
-MAX_SKIPPED_LISTED = 20        # unreadable image paths recorded in `meta`
-MAX_BATCH = 65536              # --batch-size: images per encoder forward (docs/limits.md)
-MAX_SHARD = 1 << 20            # --shard-size: samples per shard, held in memory until written
-MAX_WORKERS = 256              # --workers: data-loader processes
-MAX_LIMIT = 2**31 - 1          # --limit: samples
+SHARD_IMAGES = 4096  # default shard size, in encoded images (samples x views)
+MAX_SKIPPED_LISTED = 20  # unreadable image paths recorded in `meta`
+MAX_BATCH = 65536  # --batch-size: images per encoder forward (docs/limits.md)
+MAX_SHARD = 1 << 20  # --shard-size: samples per shard, held in memory until written
+MAX_WORKERS = 256  # --workers: data-loader processes
+MAX_LIMIT = 2**31 - 1  # --limit: samples
 
 
 @dataclass(frozen=True)
@@ -60,15 +61,15 @@ class ExtractSettings:
     dataset: str
     model: str
     pretrained: str
-    weights: str               # pretrained_id: tag, checkpoint path+size+mtime, or seeded random init
+    weights: str  # pretrained_id: tag, checkpoint path+size+mtime, or seeded random init
     precision: str
     views: int
     augment: str
     seed: int
     template_hash: str
     limit: int | None
-    stream_hash: str           # hash of the ordered (relative path, label) stream
-    listing: str = "full"      # full | peer (`mstta.data.load_split`)
+    stream_hash: str  # hash of the ordered (relative path, label) stream
+    listing: str = "full"  # full | peer (`mstta.data.load_split`)
 
     def diff(self, meta: dict) -> list[str]:
         """'key: old -> new' for every setting that differs from a file's meta (files written before
@@ -79,7 +80,8 @@ class ExtractSettings:
 
 @dataclass
 class ExtractResult:
-    """What an extraction produced: the file, whether it was reused, counts, and encoded images (samples x views) per s."""
+    """What an extraction produced: the file, whether it was reused, counts, and encoded images
+    (samples x views) per s."""
 
     path: Path
     reused: bool
@@ -116,8 +118,11 @@ def _safe(text: str) -> str:
 
 def default_file_name(s: ExtractSettings) -> str:
     """`{dataset}_{model}_{pretrained}_v{views}_s{seed}[_n{limit}].npz` (names made file-safe)."""
-    dataset = (f"imagefolder-{Path(s.dataset[len(FOLDER_PREFIX):]).name}" if s.dataset.startswith(FOLDER_PREFIX)
-               else s.dataset)
+    dataset = (
+        f"imagefolder-{Path(s.dataset[len(FOLDER_PREFIX) :]).name}"
+        if s.dataset.startswith(FOLDER_PREFIX)
+        else s.dataset
+    )
     pretrained = Path(s.pretrained).stem if os.sep in s.pretrained else s.pretrained
     limit = f"_n{s.limit}" if s.limit else ""
     listing = f"_{s.listing}" if s.listing != "full" else ""
@@ -146,8 +151,10 @@ def check_existing(out: Path, s: ExtractSettings, flag: str = "--out") -> bool:
         raise UserError(f"{flag} {out}: exists but is not a feature file; delete it or pass a different {flag}")
     diff = s.diff(meta)
     if diff:
-        raise UserError(f"{flag} {out}: exists with different settings ({'; '.join(diff[:4])}); "
-                        f"pass a different {flag} or delete the file")
+        raise UserError(
+            f"{flag} {out}: exists with different settings ({'; '.join(diff[:4])}); "
+            f"pass a different {flag} or delete the file"
+        )
     return True
 
 
@@ -158,7 +165,7 @@ def check_existing(out: Path, s: ExtractSettings, flag: str = "--out") -> bool:
 class _Dist:
     rank: int = 0
     world: int = 1
-    owned: bool = False        # we initialised the process group (and destroy it)
+    owned: bool = False  # we initialised the process group (and destroy it)
 
     def barrier(self) -> None:
         if self.world > 1:
@@ -249,8 +256,12 @@ def _read_shard(path: Path, k: int, s: ExtractSettings, shard_size: int, n: int)
         return None
     if sorted(pos.tolist() + skipped.tolist()) != list(range(lo, hi)):
         return None
-    if len(pos) and (feats.ndim != 3 or feats.shape[:2] != (len(pos), s.views) or feats.dtype != np.float16
-                     or not np.isfinite(feats).all()):
+    if len(pos) and (
+        feats.ndim != 3
+        or feats.shape[:2] != (len(pos), s.views)
+        or feats.dtype != np.float16
+        or not np.isfinite(feats).all()
+    ):
         return None
     return got
 
@@ -261,11 +272,15 @@ def check_shards(work: Path, s: ExtractSettings, shard_size: int, n: int) -> lis
     good = []
     for path in sorted(work.glob("shard-*.npz")):
         try:
-            k = int(path.name[len("shard-"):-len(".npz")])
+            k = int(path.name[len("shard-") : -len(".npz")])
         except ValueError:
             k = -1
-        if 0 <= k < math.ceil(n / shard_size) and path.is_file() and not path.is_symlink() \
-                and _read_shard(path, k, s, shard_size, n) is not None:
+        if (
+            0 <= k < math.ceil(n / shard_size)
+            and path.is_file()
+            and not path.is_symlink()
+            and _read_shard(path, k, s, shard_size, n) is not None
+        ):
             good.append(k)
             continue
         log.warning("discarding %s: torn, or not a shard of this extraction; it is encoded again", path)
@@ -276,13 +291,16 @@ def check_shards(work: Path, s: ExtractSettings, shard_size: int, n: int) -> lis
     return good
 
 
-def _write_shard(path: Path, positions: list[int], feats: list[np.ndarray], skipped: list[tuple[int, str]],
-                 stamp: str) -> None:
-    arrays = {"positions": np.asarray(positions, np.int64),
-              "features": np.concatenate(feats) if feats else np.zeros((0, 0, 0), np.float16),
-              "skipped": np.asarray([p for p, _ in skipped], np.int64),
-              "reasons": np.asarray([r for _, r in skipped] or [""]),
-              "stamp": np.asarray(stamp)}
+def _write_shard(
+    path: Path, positions: list[int], feats: list[np.ndarray], skipped: list[tuple[int, str]], stamp: str
+) -> None:
+    arrays = {
+        "positions": np.asarray(positions, np.int64),
+        "features": np.concatenate(feats) if feats else np.zeros((0, 0, 0), np.float16),
+        "skipped": np.asarray([p for p, _ in skipped], np.int64),
+        "reasons": np.asarray([r for _, r in skipped] or [""]),
+        "stamp": np.asarray(stamp),
+    }
     with atomic_open(path, "wb") as fh:
         np.savez(fh, **arrays)
 
@@ -299,19 +317,33 @@ def _encode(clip: ClipModel, views: torch.Tensor, mean, std, batch_size: int) ->
     """uint8 [B, V, 3, S, S] -> fp16 features [B, V, d], at most `batch_size` images per forward."""
     b, v = views.shape[:2]
     flat = views.reshape(b * v, *views.shape[2:])
-    out = [clip.encode_images(to_pixels(flat[i:i + batch_size], mean, std, clip.device, clip.dtype))
-           for i in range(0, b * v, batch_size)]
+    out = [
+        clip.encode_images(to_pixels(flat[i : i + batch_size], mean, std, clip.device, clip.dtype))
+        for i in range(0, b * v, batch_size)
+    ]
     feats = torch.cat(out)
-    if not bool(torch.isfinite(feats).all()):      # never written: a feature file holds finite rows only
-        raise UserError(f"--pretrained {clip.pretrained}: --model {clip.name} gives non-finite image features (NaN "
-                        f"or inf) in {clip.precision}: its weights overflow there; pass --precision fp32 or a "
-                        "checkpoint with finite weights")
+    if not bool(torch.isfinite(feats).all()):  # never written: a feature file holds finite rows only
+        raise UserError(
+            f"--pretrained {clip.pretrained}: --model {clip.name} gives non-finite image features (NaN "
+            f"or inf) in {clip.precision}: its weights overflow there; pass --precision fp32 or a "
+            "checkpoint with finite weights"
+        )
     return feats.view(b, v, -1).half().cpu().numpy()
 
 
-def _run_shards(clip: ClipModel, split: TestSplit, order: list[int], shards: list[int], work: Path,
-                s: ExtractSettings, shard_size: int, batch_size: int, workers: int, progress: bool,
-                views_on: str = "cpu") -> None:
+def _run_shards(
+    clip: ClipModel,
+    split: TestSplit,
+    order: list[int],
+    shards: list[int],
+    work: Path,
+    s: ExtractSettings,
+    shard_size: int,
+    batch_size: int,
+    workers: int,
+    progress: bool,
+    views_on: str = "cpu",
+) -> None:
     """Encode the given shards of the stream, writing each one as soon as it is complete; views made
     where `views_on` says (`mstta.extract_views`)."""
     geometry, size, mean, std = split_preprocess(clip.preprocess)
@@ -322,12 +354,16 @@ def _run_shards(clip: ClipModel, split: TestSplit, order: list[int], shards: lis
     loader = torch.utils.data.DataLoader(
         ViewSource([p for p, _ in split.items], order, maker, views_on, clip.device),
         batch_sampler=list(_batches(shards, shard_size, n, per_batch)),
-        num_workers=workers, collate_fn=collate, pin_memory=clip.device.type == "cuda")
+        num_workers=workers,
+        collate_fn=collate,
+        pin_memory=clip.device.type == "cuda",
+    )
     total = sum(min(n, (k + 1) * shard_size) - k * shard_size for k in shards)
     from tqdm import tqdm
 
-    bar = tqdm(total=total, unit="img", desc=f"extract {s.dataset}", disable=None if progress else True,
-               dynamic_ncols=True)  # None: shown on a terminal only
+    bar = tqdm(
+        total=total, unit="img", desc=f"extract {s.dataset}", disable=None if progress else True, dynamic_ncols=True
+    )  # None: shown on a terminal only
     buf: dict[int, tuple[list, list, list]] = {}
     t0 = time.perf_counter()
     try:
@@ -351,31 +387,48 @@ def _run_shards(clip: ClipModel, split: TestSplit, order: list[int], shards: lis
         bar.close()
 
 
-def _merge(work: Path, out: Path, s: ExtractSettings, shard_size: int, split: TestSplit, order: list[int],
-           text: torch.Tensor, meta: dict) -> tuple[int, int]:
+def _merge(
+    work: Path,
+    out: Path,
+    s: ExtractSettings,
+    shard_size: int,
+    split: TestSplit,
+    order: list[int],
+    text: torch.Tensor,
+    meta: dict,
+) -> tuple[int, int]:
     """Concatenate the shards in stream order into the final feature file; (kept, skipped)."""
     positions, feats, skipped, reasons = [], [], [], []
     for k in range(math.ceil(len(order) / shard_size)):
         path = _shard_path(work, k)
         z = _read_shard(path, k, s, shard_size, len(order)) if path.is_file() else None
         if z is None:
-            raise UserError(f"shard {path} is missing or torn after every rank finished; rerun the same command "
-                            "to encode it again")
+            raise UserError(
+                f"shard {path} is missing or torn after every rank finished; rerun the same command to encode it again"
+            )
         if len(z["positions"]):
             positions.append(z["positions"])
             feats.append(z["features"])
         skipped.extend(z["skipped"].tolist())
-        reasons.extend(z["reasons"].tolist()[:len(z["skipped"])])
+        reasons.extend(z["reasons"].tolist()[: len(z["skipped"])])
     if not positions:
-        raise UserError(f"dataset {split.key}: none of the {len(order)} images could be read "
-                        f"(first: {reasons[0] if reasons else '?'}); check the image files")
+        raise UserError(
+            f"dataset {split.key}: none of the {len(order)} images could be read "
+            f"(first: {reasons[0] if reasons else '?'}); check the image files"
+        )
     pos = np.concatenate(positions)
     features = np.concatenate(feats)
     if features.shape[1] == 1:
         features = features[:, 0]
     labels = np.asarray([split.items[order[p]][1] for p in pos.tolist()], np.int64)
-    meta = {**meta, "n": int(len(pos)), "skipped": len(skipped), "skipped_paths": reasons[:MAX_SKIPPED_LISTED],
-            "classes": split.num_classes, "dim": int(features.shape[-1])}
+    meta = {
+        **meta,
+        "n": int(len(pos)),
+        "skipped": len(skipped),
+        "skipped_paths": reasons[:MAX_SKIPPED_LISTED],
+        "classes": split.num_classes,
+        "dim": int(features.shape[-1]),
+    }
     save_features(out, features, text.cpu(), labels=labels, classnames=split.classnames, meta=meta)
     if skipped:
         log.warning("skipped %d unreadable image(s) of %d (first: %s)", len(skipped), len(order), reasons[0])
@@ -388,8 +441,13 @@ def _check_out(out: Path, split: TestSplit, data_root: str | Path | None, flag: 
     from .safety import check_outputs
 
     check_outputs({flag: out})
-    base = (Path(split.key[len(FOLDER_PREFIX):]) if split.key.startswith(FOLDER_PREFIX)
-            else Path(data_root) if data_root else None)
+    base = (
+        Path(split.key[len(FOLDER_PREFIX) :])
+        if split.key.startswith(FOLDER_PREFIX)
+        else Path(data_root)
+        if data_root
+        else None
+    )
     if base is not None:
         b, o = base.expanduser().resolve(), out.expanduser().resolve()
         if b == o or b in o.parents:
@@ -401,10 +459,21 @@ def default_workers(world: int = 1) -> int:
     return max(1, min(8, (os.cpu_count() or 2) // max(world, 1) - 1))
 
 
-def plan(dataset: str, data_root: str | Path | None, *, model: str, pretrained: str, precision: str | None,
-         device: str, views: int, augment: str, seed: int, limit: int | None,
-         templates: Sequence[str] | None, listing: str = "full"
-         ) -> tuple[TestSplit, list[str], list[int], ExtractSettings]:
+def plan(
+    dataset: str,
+    data_root: str | Path | None,
+    *,
+    model: str,
+    pretrained: str,
+    precision: str | None,
+    device: str,
+    views: int,
+    augment: str,
+    seed: int,
+    limit: int | None,
+    templates: Sequence[str] | None,
+    listing: str = "full",
+) -> tuple[TestSplit, list[str], list[int], ExtractSettings]:
     """Validate the options and read the split: (split, templates, stream order, settings)."""
     check_int(SimpleNamespace(**{"--views": views}), "--views", 1, MAX_VIEWS, " (1 = the original image only)")
     if limit is not None:
@@ -414,25 +483,54 @@ def plan(dataset: str, data_root: str | Path | None, *, model: str, pretrained: 
     check_listing(listing)
     split = load_split(dataset, data_root, listing)
     if split.num_classes < 2:
-        raise UserError(f"--dataset {dataset}: has {split.num_classes} class ({', '.join(split.classnames)}); "
-                        "a feature file needs at least 2 classes (replay ranks classes); add class folders")
+        raise UserError(
+            f"--dataset {dataset}: has {split.num_classes} class ({', '.join(split.classnames)}); "
+            "a feature file needs at least 2 classes (replay ranks classes); add class folders"
+        )
     tmpl = check_templates(templates) if templates else split.templates
     order = stream_order(len(split), seed)[:limit]
-    base = Path(split.key[len(FOLDER_PREFIX):]) if split.key.startswith(FOLDER_PREFIX) else Path(data_root or ".")
-    s = ExtractSettings(split.key, model, str(pretrained), pretrained_id(model, pretrained),
-                        precision or default_precision(resolve_device(device)), views,
-                        augment if views > 1 else "none", int(seed), template_hash(tmpl), limit,
-                        stream_hash(split, order, base.expanduser()), listing)
+    base = Path(split.key[len(FOLDER_PREFIX) :]) if split.key.startswith(FOLDER_PREFIX) else Path(data_root or ".")
+    s = ExtractSettings(
+        split.key,
+        model,
+        str(pretrained),
+        pretrained_id(model, pretrained),
+        precision or default_precision(resolve_device(device)),
+        views,
+        augment if views > 1 else "none",
+        int(seed),
+        template_hash(tmpl),
+        limit,
+        stream_hash(split, order, base.expanduser()),
+        listing,
+    )
     return split, tmpl, order, s
 
 
-def run_extraction(dataset: str, out: str | Path, data_root: str | Path | None = None, *, model: str = DEFAULT_MODEL,
-                   pretrained: str = "openai", precision: str | None = None, device: str = "auto", views: int = 1,
-                   augment: str = "augmix", seed: int = 1, batch_size: int = 256, workers: int | None = None,
-                   limit: int | None = None, templates: Sequence[str] | None = None,
-                   cache_dir: str | Path | None = None, shard_size: int | None = None,
-                   progress: bool = False, clip: ClipModel | None = None, listing: str = "full",
-                   views_on: str = "auto", flag: str = "--out") -> ExtractResult:
+def run_extraction(
+    dataset: str,
+    out: str | Path,
+    data_root: str | Path | None = None,
+    *,
+    model: str = DEFAULT_MODEL,
+    pretrained: str = "openai",
+    precision: str | None = None,
+    device: str = "auto",
+    views: int = 1,
+    augment: str = "augmix",
+    seed: int = 1,
+    batch_size: int = 256,
+    workers: int | None = None,
+    limit: int | None = None,
+    templates: Sequence[str] | None = None,
+    cache_dir: str | Path | None = None,
+    shard_size: int | None = None,
+    progress: bool = False,
+    clip: ClipModel | None = None,
+    listing: str = "full",
+    views_on: str = "auto",
+    flag: str = "--out",
+) -> ExtractResult:
     """Extract a feature file (see module docstring); returns where it is and what was done.
 
     `clip`: an already loaded model for (model, pretrained, precision), used instead of loading one.
@@ -441,42 +539,85 @@ def run_extraction(dataset: str, out: str | Path, data_root: str | Path | None =
     whether `out` named it or its folder) has one writer: a second extraction into it is refused
     (`mstta.atomic.output_lock`) before it writes anything.
     """
-    for name, value, low, high in (("--batch-size", batch_size, 1, MAX_BATCH), ("--shard-size", shard_size, 1, MAX_SHARD),
-                                   ("--workers", workers, 0, MAX_WORKERS)):
+    for name, value, low, high in (
+        ("--batch-size", batch_size, 1, MAX_BATCH),
+        ("--shard-size", shard_size, 1, MAX_SHARD),
+        ("--workers", workers, 0, MAX_WORKERS),
+    ):
         if value is not None:
             check_int(SimpleNamespace(**{name: value}), name, low, high)
-    split, tmpl, order, s = plan(dataset, data_root, model=model, pretrained=pretrained, precision=precision,
-                                 device=device, views=views, augment=augment, seed=seed, limit=limit,
-                                 templates=templates, listing=listing)
+    split, tmpl, order, s = plan(
+        dataset,
+        data_root,
+        model=model,
+        pretrained=pretrained,
+        precision=precision,
+        device=device,
+        views=views,
+        augment=augment,
+        seed=seed,
+        limit=limit,
+        templates=templates,
+        listing=listing,
+    )
     if clip is not None and (clip.name, clip.pretrained, clip.precision) != (model, str(pretrained), s.precision):
-        raise UserError(f"the loaded model is {clip.name} {clip.pretrained} {clip.precision}, but the extraction asks "
-                        f"for {model} {pretrained} {s.precision}; pass the matching model")
-    where = resolve_views_on(views_on, resolve_device(device)) if views > 1 else "cpu"   # 1 view: CLIP's own, PIL
+        raise UserError(
+            f"the loaded model is {clip.name} {clip.pretrained} {clip.precision}, but the extraction asks "
+            f"for {model} {pretrained} {s.precision}; pass the matching model"
+        )
+    where = resolve_views_on(views_on, resolve_device(device)) if views > 1 else "cpu"  # 1 view: CLIP's own, PIL
     out_path = resolve_out(out, s, flag)
     _check_out(out_path, split, data_root, flag)
-    real = Path(os.path.realpath(out_path))          # one writer, one work folder, however `out` is spelled
+    real = Path(os.path.realpath(out_path))  # one writer, one work folder, however `out` is spelled
     with output_lock(real, flag):
         if check_existing(out_path, s, flag):
             log.info("reusing %s: it already holds these settings", out_path)
             return ExtractResult(out_path, True, len(order), 0, 0.0, 0.0)
         kept, skipped, encoded, seconds = _extract(
-            split, tmpl, order, s, real, data_root, device=device, batch_size=batch_size, workers=workers,
-            cache_dir=cache_dir, shard_size=shard_size or max(1, SHARD_IMAGES // views), progress=progress,
-            clip=clip, where=where, weights=(model, pretrained))
+            split,
+            tmpl,
+            order,
+            s,
+            real,
+            data_root,
+            device=device,
+            batch_size=batch_size,
+            workers=workers,
+            cache_dir=cache_dir,
+            shard_size=shard_size or max(1, SHARD_IMAGES // views),
+            progress=progress,
+            clip=clip,
+            where=where,
+            weights=(model, pretrained),
+        )
     return ExtractResult(out_path, False, kept, skipped, seconds, encoded * views / max(seconds, 1e-9))
 
 
-def _extract(split: TestSplit, tmpl: list[str], order: list[int], s: ExtractSettings, out_path: Path,
-             data_root: str | Path | None, *, device: str, batch_size: int, workers: int | None,
-             cache_dir: str | Path | None, shard_size: int, progress: bool, clip: ClipModel | None,
-             where: str, weights: tuple[str, str]) -> tuple[int, int, int, float]:
+def _extract(
+    split: TestSplit,
+    tmpl: list[str],
+    order: list[int],
+    s: ExtractSettings,
+    out_path: Path,
+    data_root: str | Path | None,
+    *,
+    device: str,
+    batch_size: int,
+    workers: int | None,
+    cache_dir: str | Path | None,
+    shard_size: int,
+    progress: bool,
+    clip: ClipModel | None,
+    where: str,
+    weights: tuple[str, str],
+) -> tuple[int, int, int, float]:
     """Encode the missing shards and merge them into `out_path` (its writer holds its lock):
     (kept, skipped, encoded samples, seconds)."""
     dist, dev = _start_dist(device)
     try:
         clip = clip if clip is not None else load_clip(*weights, dev, s.precision)  # before any write
         text = build_text_classifier(clip, split.classnames, tmpl, cache_dir) if dist.rank == 0 else None
-        t0 = time.perf_counter()                                    # images/s: encoding and merging only
+        t0 = time.perf_counter()  # images/s: encoding and merging only
         n_shards = math.ceil(len(order) / shard_size)
         work = out_path.parent / hidden_name(out_path.name, ".work")
         if dist.rank == 0:
@@ -489,19 +630,34 @@ def _extract(split: TestSplit, tmpl: list[str], order: list[int], s: ExtractSett
         encoded = sum(min(len(order), (k + 1) * shard_size) - k * shard_size for k in mine) * dist.world
         if mine:
             try:
-                _run_shards(clip, split, order, mine, work, s, shard_size, batch_size,
-                            default_workers(dist.world) if workers is None else workers, progress and dist.rank == 0,
-                            where)
-            except UserError:               # a refusal (not an interrupt): a rerun refuses again, keep nothing
+                _run_shards(
+                    clip,
+                    split,
+                    order,
+                    mine,
+                    work,
+                    s,
+                    shard_size,
+                    batch_size,
+                    default_workers(dist.world) if workers is None else workers,
+                    progress and dist.rank == 0,
+                    where,
+                )
+            except UserError:  # a refusal (not an interrupt): a rerun refuses again, keep nothing
                 if dist.world == 1:
                     shutil.rmtree(work, ignore_errors=True)
                 raise
         dist.barrier()
         kept, skipped = len(order), 0
         if dist.rank == 0:
-            meta = {**asdict(s), "templates": len(tmpl), "version": __version__,
-                    "stream": f"torch.randperm(n, seed={s.seed})", "data_root": str(data_root or ""),
-                    "views_on": where}
+            meta = {
+                **asdict(s),
+                "templates": len(tmpl),
+                "version": __version__,
+                "stream": f"torch.randperm(n, seed={s.seed})",
+                "data_root": str(data_root or ""),
+                "views_on": where,
+            }
             kept, skipped = _merge(work, out_path, s, shard_size, split, order, text, meta)
             shutil.rmtree(work, ignore_errors=True)
     finally:

@@ -8,6 +8,7 @@
 `auto` is `device` on CUDA, else `cpu`. Both paths draw the same parameters from
 `sample_rng(seed, index)`; an unreadable file is skipped with the same reason on every path.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -41,7 +42,7 @@ def view_path(views_on: str, device: torch.device | str) -> str:
 
 
 def _reason(path, exc: Exception) -> str:
-    if isinstance(exc, UserError):             # a refusal says why (e.g. `mstta.views.check_image_shape`)
+    if isinstance(exc, UserError):  # a refusal says why (e.g. `mstta.views.check_image_shape`)
         return f"{path} ({' '.join(str(exc).split())[:160]})"
     return f"{path} ({type(exc).__name__})"
 
@@ -54,7 +55,7 @@ class ViewSource(torch.utils.data.Dataset):
         self.order = list(order)
         self.maker = maker
         self.mode = "pil" if where == "cpu" else "raw" if torch.device(device).type == "cuda" else "tensor"
-        self.tensor = TensorViewMaker(maker, exact=False)   # CPU tensors: the fast path (mstta.fast_views)
+        self.tensor = TensorViewMaker(maker, exact=False)  # CPU tensors: the fast path (mstta.fast_views)
 
     def __len__(self) -> int:
         return len(self.order)
@@ -90,8 +91,9 @@ def collate(rows):
     return [r[0] for r in ok], torch.stack([r[1] for r in ok]) if ok else None, failed
 
 
-def on_device(positions: list[int], raw: list[tuple[Loaded, list]], maker: TensorViewMaker,
-              device: torch.device) -> tuple[list[int], torch.Tensor | None, list[tuple[int, str]]]:
+def on_device(
+    positions: list[int], raw: list[tuple[Loaded, list]], maker: TensorViewMaker, device: torch.device
+) -> tuple[list[int], torch.Tensor | None, list[tuple[int, str]]]:
     """Decode a batch of files on `device` and make their views there -> (positions, views, failures)."""
     pixels = decode([item for item, _ in raw], device)
     keep, views, failed = [], [], []

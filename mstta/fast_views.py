@@ -10,6 +10,7 @@ tolerance of PIL instead of bit-exact, and faster than PIL per view on a CPU.
 - rotate, shear x/y: PIL's inverse affine maps in one float32 `grid_sample` (bilinear, edge-clamped,
   black where the source point is outside, floor(v + 1e-4) for PIL's truncation): max 1 level.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -19,24 +20,35 @@ import torch
 import torch.nn.functional as F
 
 
-def fast_crops(img: torch.Tensor, boxes: Sequence[tuple[int, int, int, int]], flips: Sequence[bool],
-               size: int, tx: tuple, ty: tuple) -> torch.Tensor:
+def fast_crops(
+    img: torch.Tensor,
+    boxes: Sequence[tuple[int, int, int, int]],
+    flips: Sequence[bool],
+    size: int,
+    tx: tuple,
+    ty: tuple,
+) -> torch.Tensor:
     """uint8 [3, H, W] -> uint8 [B, 3, size, size]: each box (left, top, w, h) resized (bilinear,
     antialiased), its edge rows/columns where PIL reads past the box replaced by PIL's own values from
     the taps `tx`, `ty` (`mstta.tensor_views.resize_taps`), then flipped where asked."""
-    src = img.unsqueeze(0).contiguous(memory_format=torch.channels_last)     # the fast uint8 kernel's layout
+    src = img.unsqueeze(0).contiguous(memory_format=torch.channels_last)  # the fast uint8 kernel's layout
     pixels = img.numpy().astype(np.int32)
     out = torch.empty(len(boxes), 3, size, size, dtype=torch.uint8, device=img.device)
     for i, ((left, top, w, h), flip) in enumerate(zip(boxes, flips)):
-        crop = F.interpolate(src[:, :, top:top + h, left:left + w], size=(size, size), mode="bilinear",
-                             antialias=True, align_corners=False)[0]
+        crop = F.interpolate(
+            src[:, :, top : top + h, left : left + w],
+            size=(size, size),
+            mode="bilinear",
+            antialias=True,
+            align_corners=False,
+        )[0]
         _pil_edges(crop.numpy(), pixels, (tx[0][i], tx[1][i]), (ty[0][i], ty[1][i]), (left, top, w, h))
         out[i] = crop.flip(-1) if flip else crop
     return out
 
 
 def _shift8(x: np.ndarray) -> np.ndarray:
-    return np.minimum((x + (1 << 21)) >> 22, 255)        # PIL's rounding of its 22-bit sums (bilinear: >= 0)
+    return np.minimum((x + (1 << 21)) >> 22, 255)  # PIL's rounding of its 22-bit sums (bilinear: >= 0)
 
 
 def _taps_used(w: np.ndarray) -> int:
@@ -50,10 +62,10 @@ def _pil_edges(crop: np.ndarray, pixels: np.ndarray, tx: tuple, ty: tuple, box: 
     (ix, wx), (iy, wy), (left, top, w, h) = tx, ty, box
     kx, ky = _taps_used(wx), _taps_used(wy)
     ix, iy = ix[:, :kx], iy[:, :ky]
-    wx, wy = wx[:, :kx].astype(np.int32), wy[:, :ky].astype(np.int32)   # 255 x 2^22 sums fit in int32
+    wx, wy = wx[:, :kx].astype(np.int32), wy[:, :ky].astype(np.int32)  # 255 x 2^22 sums fit in int32
     cols = np.flatnonzero(((wx != 0) & ((ix < left) | (ix >= left + w))).any(1))
     rows = np.flatnonzero(((wy != 0) & ((iy < top) | (iy >= top + h))).any(1))
-    if len(rows):                   # vertical pass first here (PIL: horizontal first): within 1 level, far less work
+    if len(rows):  # vertical pass first here (PIL: horizontal first): within 1 level, far less work
         x0, x1 = int(ix.min()), int(ix.max()) + 1
         vert = _shift8((pixels[:, iy[rows], x0:x1] * wy[rows][None, :, :, None]).sum(2))  # [3, r, x1 - x0]
         crop[:, rows] = _shift8((vert[..., ix - x0] * wx).sum(-1))
@@ -71,8 +83,9 @@ def translate(x: torch.Tensor, dx: Sequence[int], dy: Sequence[int]) -> torch.Te
         cx, cy = int(cx), int(cy)
         if abs(cx) >= w or abs(cy) >= h:
             continue
-        out[i, :, max(0, -cy):h - max(0, cy), max(0, -cx):w - max(0, cx)] = \
-            x[i, :, max(0, cy):h + min(0, cy), max(0, cx):w + min(0, cx)]
+        out[i, :, max(0, -cy) : h - max(0, cy), max(0, -cx) : w - max(0, cx)] = x[
+            i, :, max(0, cy) : h + min(0, cy), max(0, cx) : w + min(0, cx)
+        ]
     return out
 
 
@@ -87,7 +100,7 @@ def affine32(x: torch.Tensor, coeffs: torch.Tensor) -> torch.Tensor:
     grid = torch.empty(n, h, w, 2, device=x.device)
     torch.add(a * u, b * (h / w) * v + (a + b * (h / w) + 2 * c / w - 1), out=grid[..., 0])
     torch.add(d * (w / h) * u, e * v + (d * (w / h) + e + 2 * f / h - 1), out=grid[..., 1])
-    inside = grid.abs().amax(-1) < 1                                   # source point inside the image
+    inside = grid.abs().amax(-1) < 1  # source point inside the image
     out = F.grid_sample(x.float(), grid, mode="bilinear", padding_mode="border", align_corners=False)
     return out.add_(1e-4).floor_().clamp_(0, 255).to(torch.uint8).mul_(inside.unsqueeze(1))
 

@@ -6,6 +6,7 @@ strings, optional `meta` (a JSON string: model, dataset, views, seed, ...). Rows
 L2-normalised on load, scale-invariantly: any finite, non-zero magnitude (1e-300 in float64, 3e38 in
 float32) gives the same unit rows. Headers are checked against the file and the machine before loading.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,18 +31,28 @@ FLOAT_TYPES = (np.float16, np.float32, np.float64)  # float128/longdouble refuse
 COMPRESSIONS = {zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA}
 # What a damaged or hostile archive raises while its members are read: a bad zip, a bad stream of
 # its compression, a malformed `.npy` header dict (numpy parses it with ast/tokenize).
-_ARCHIVE_ERRORS = (OSError, EOFError, ValueError, SyntaxError, RuntimeError, NotImplementedError,
-                   zipfile.BadZipFile, zlib.error, lzma.LZMAError, tokenize.TokenError)
+_ARCHIVE_ERRORS = (
+    OSError,
+    EOFError,
+    ValueError,
+    SyntaxError,
+    RuntimeError,
+    NotImplementedError,
+    zipfile.BadZipFile,
+    zlib.error,
+    lzma.LZMAError,
+    tokenize.TokenError,
+)
 
 
 @dataclass
 class FeatureSet:
     """A loaded, validated feature file (rows unit-norm; text float32, features in the stored dtype)."""
 
-    features: torch.Tensor                 # [N, d] or [N, V, d], stored dtype (float16, 32 or 64)
-    text: torch.Tensor                     # [C, d]
-    labels: np.ndarray | None = None       # [N] int64, -1 = unknown
-    classnames: list[str] | None = None    # [C]
+    features: torch.Tensor  # [N, d] or [N, V, d], stored dtype (float16, 32 or 64)
+    text: torch.Tensor  # [C, d]
+    labels: np.ndarray | None = None  # [N] int64, -1 = unknown
+    classnames: list[str] | None = None  # [C]
     meta: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -69,24 +80,30 @@ def _check_rows(name: str, arr: np.ndarray, path: Path, chunk: int = 8192) -> No
     flat = arr.reshape(-1, arr.shape[-1])
     tiny = float(np.finfo(arr.dtype).tiny)
     for a in range(0, flat.shape[0], chunk):
-        block = flat[a:a + chunk]
+        block = flat[a : a + chunk]
         with np.errstate(all="ignore"):
             nonfinite = ~np.isfinite(block).all(-1)
             largest = np.abs(block).max(-1)
         if nonfinite.any():
             i = a + _first_bad_row(nonfinite)
-            raise UserError(f"{path}: array '{name}' has a non-finite value at index {_row_index(arr, i)}; "
-                            "re-extract the features or drop that sample")
+            raise UserError(
+                f"{path}: array '{name}' has a non-finite value at index {_row_index(arr, i)}; "
+                "re-extract the features or drop that sample"
+            )
         small = ~(largest >= tiny)
         if small.any():
             i = _first_bad_row(small)
             if largest[i] == 0:
-                raise UserError(f"{path}: array '{name}' has an all-zero row at index {_row_index(arr, a + i)}; "
-                                "a feature must be non-zero to be L2-normalised")
+                raise UserError(
+                    f"{path}: array '{name}' has an all-zero row at index {_row_index(arr, a + i)}; "
+                    "a feature must be non-zero to be L2-normalised"
+                )
             i += a
-            raise UserError(f"{path}: array '{name}' has a row of subnormal values at index {_row_index(arr, i)} "
-                            f"(all below {arr.dtype}'s {tiny:.3g}); too small to carry a direction: save the "
-                            "features at their usual scale (CLIP's are near 1) or as float64")
+            raise UserError(
+                f"{path}: array '{name}' has a row of subnormal values at index {_row_index(arr, i)} "
+                f"(all below {arr.dtype}'s {tiny:.3g}); too small to carry a direction: save the "
+                "features at their usual scale (CLIP's are near 1) or as float64"
+            )
 
 
 def _normalized(arr: np.ndarray, chunk: int = 8192) -> torch.Tensor:
@@ -99,9 +116,9 @@ def _normalized(arr: np.ndarray, chunk: int = 8192) -> torch.Tensor:
     flat = out.view(-1, arr.shape[-1])
     wide = torch.promote_types(out.dtype, torch.float32)
     for a in range(0, flat.shape[0], chunk):
-        block = flat[a:a + chunk].to(wide)
+        block = flat[a : a + chunk].to(wide)
         block = block / block.abs().amax(-1, keepdim=True)
-        flat[a:a + chunk] = torch.nn.functional.normalize(block.float(), dim=-1).to(out.dtype)
+        flat[a : a + chunk] = torch.nn.functional.normalize(block.float(), dim=-1).to(out.dtype)
     return out
 
 
@@ -124,8 +141,10 @@ class ArrayHeader:
 
 
 def _bad_npz(p: Path, why: object) -> UserError:
-    return UserError(f"cannot read feature file {p}: not a valid .npz ({' '.join(str(why).split())[:120]}); "
-                     "a feature file is an np.savez archive (see docs/engine.md)")
+    return UserError(
+        f"cannot read feature file {p}: not a valid .npz ({' '.join(str(why).split())[:120]}); "
+        "a feature file is an np.savez archive (see docs/engine.md)"
+    )
 
 
 def _read_header(zf: zipfile.ZipFile, info: zipfile.ZipInfo, p: Path, name: str) -> ArrayHeader:
@@ -141,15 +160,18 @@ def _read_header(zf: zipfile.ZipFile, info: zipfile.ZipInfo, p: Path, name: str)
             raise _bad_npz(p, f"array '{name}' uses .npy format version {version}")
         offset = fp.tell()
     if dtype.hasobject:
-        raise UserError(f"{p}: array '{name}' holds Python objects (pickled); a feature file holds numbers "
-                        "and strings only")
+        raise UserError(
+            f"{p}: array '{name}' holds Python objects (pickled); a feature file holds numbers and strings only"
+        )
     head = ArrayHeader(tuple(int(n) for n in shape), dtype)
     if any(n < 0 for n in head.shape):
         raise _bad_npz(p, f"array '{name}' declares a negative dimension in shape {head.shape}")
     if offset + head.nbytes != info.file_size:
-        raise UserError(f"{p}: array '{name}' declares shape {head.shape} {dtype} ({human_bytes(head.nbytes)}) "
-                        f"but holds {human_bytes(max(0, info.file_size - offset))}; the file is truncated or "
-                        "corrupt: re-extract it")
+        raise UserError(
+            f"{p}: array '{name}' declares shape {head.shape} {dtype} ({human_bytes(head.nbytes)}) "
+            f"but holds {human_bytes(max(0, info.file_size - offset))}; the file is truncated or "
+            "corrupt: re-extract it"
+        )
     return head
 
 
@@ -172,15 +194,18 @@ def _read_archive(p: Path) -> dict[str, np.ndarray]:
             members[name] = info
         for key in ("features", "text"):
             if key not in members:
-                raise UserError(f"{p}: missing array '{key}'; a feature file needs 'features' [N,d] or "
-                                "[N,V,d] and 'text' [C,d]")
+                raise UserError(
+                    f"{p}: missing array '{key}'; a feature file needs 'features' [N,d] or [N,V,d] and 'text' [C,d]"
+                )
         try:
             heads = {name: _read_header(zf, info, p, name) for name, info in members.items()}
             _check_shapes(p, heads["features"], heads["text"])
             shape = "x".join(map(str, heads["features"].shape))
-            check_memory(sum(h.nbytes for h in heads.values()),
-                         f"feature file {p} (features {shape} {heads['features'].dtype})",
-                         fix="split the file or use a machine with more memory")
+            check_memory(
+                sum(h.nbytes for h in heads.values()),
+                f"feature file {p} (features {shape} {heads['features'].dtype})",
+                fix="split the file or use a machine with more memory",
+            )
             out = {}
             for name, info in members.items():
                 with zf.open(info) as fp:
@@ -197,16 +222,20 @@ def _check_member(p: Path, name: str, info: zipfile.ZipInfo) -> None:
     if info.flag_bits & 0x1:
         raise UserError(f"{p}: array '{name}' is encrypted; save the file with np.savez (no password)")
     if info.compress_type not in COMPRESSIONS:
-        raise UserError(f"{p}: array '{name}' uses zip compression method {info.compress_type}, which numpy cannot "
-                        "read; save the file with np.savez or np.savez_compressed")
+        raise UserError(
+            f"{p}: array '{name}' uses zip compression method {info.compress_type}, which numpy cannot "
+            "read; save the file with np.savez or np.savez_compressed"
+        )
 
 
 def _check_shapes(p: Path, feats: ArrayHeader, text: ArrayHeader) -> None:
     """float16/32/64 only; features [N, d] or [N, V, d] with N, V, d >= 1; text [C, d], C >= 2."""
     for name, h in (("features", feats), ("text", text)):
         if h.dtype.type not in FLOAT_TYPES:
-            raise UserError(f"{p}: array '{name}' must be float16, float32 or float64, got {h.dtype}; "
-                            "re-save it with .astype(np.float32)")
+            raise UserError(
+                f"{p}: array '{name}' must be float16, float32 or float64, got {h.dtype}; "
+                "re-save it with .astype(np.float32)"
+            )
     if len(feats.shape) not in (2, 3) or min(feats.shape) < 1:
         raise UserError(f"{p}: array 'features' must be [N, d] or [N, V, d] with N, V, d >= 1, got shape {feats.shape}")
     if len(text.shape) != 2 or text.shape[0] < 2 or text.shape[1] < 1:
@@ -238,15 +267,20 @@ def load_features(path: str | Path) -> FeatureSet:
         bad = (labels < -1) | (labels >= c)
         if bad.any():
             i = _first_bad_row(bad)
-            raise UserError(f"{p}: array 'labels' is out of range at index {i} (value {int(labels[i])}); "
-                            f"labels must be in [0, {c - 1}] or -1 for unknown")
+            raise UserError(
+                f"{p}: array 'labels' is out of range at index {i} (value {int(labels[i])}); "
+                f"labels must be in [0, {c - 1}] or -1 for unknown"
+            )
         labels = labels.astype(np.int64)
 
     classnames = None
     if "classnames" in data:
         names = data["classnames"]
         if names.ndim != 1 or names.shape[0] != c or names.dtype.kind not in "US":
-            raise UserError(f"{p}: array 'classnames' must hold {c} strings (one per row of 'text'), got {names.dtype} {names.shape}")
+            raise UserError(
+                f"{p}: array 'classnames' must hold {c} strings (one per row of 'text'), "
+                f"got {names.dtype} {names.shape}"
+            )
         classnames = [s.decode("utf-8", "replace") if isinstance(s, bytes) else str(s) for s in names.tolist()]
         _check_unique(p, classnames)
 
@@ -266,7 +300,7 @@ def _parse_meta(p: Path, m: np.ndarray) -> dict[str, Any]:
     return meta
 
 
-META_BYTES = 1 << 20   # a feature file's meta (a JSON string) read on its own is at most this
+META_BYTES = 1 << 20  # a feature file's meta (a JSON string) read on its own is at most this
 
 
 def read_meta(path: str | Path) -> dict[str, Any]:
@@ -280,8 +314,10 @@ def read_meta(path: str | Path) -> dict[str, Any]:
             _check_member(p, "meta", info)
             head = _read_header(zf, info, p, "meta")
             if head.nbytes > META_BYTES:
-                raise UserError(f"{p}: array 'meta' declares {human_bytes(head.nbytes)}; a meta string is at most "
-                                f"{human_bytes(META_BYTES)}: re-extract the file")
+                raise UserError(
+                    f"{p}: array 'meta' declares {human_bytes(head.nbytes)}; a meta string is at most "
+                    f"{human_bytes(META_BYTES)}: re-extract the file"
+                )
             with zf.open(info) as fp:
                 return _parse_meta(p, np.lib.format.read_array(fp, allow_pickle=False))
     except UserError:
@@ -295,8 +331,10 @@ def _check_unique(p: Path, classnames: list[str]) -> None:
     seen: dict[str, int] = {}
     for i, name in enumerate(classnames):
         if name in seen:
-            raise UserError(f"{p}: array 'classnames' has {name[:60]!r} twice (classes {seen[name]} and {i}); "
-                            "give each class one name")
+            raise UserError(
+                f"{p}: array 'classnames' has {name[:60]!r} twice (classes {seen[name]} and {i}); "
+                "give each class one name"
+            )
         seen[name] = i
 
 
@@ -308,9 +346,15 @@ def _numpy(x: np.ndarray | torch.Tensor, dtype: Any) -> np.ndarray:
     return np.asarray(x, dtype=dtype)
 
 
-def save_features(path: str | Path, features: np.ndarray | torch.Tensor, text: np.ndarray | torch.Tensor,
-                  labels: np.ndarray | None = None, classnames: list[str] | None = None,
-                  meta: dict[str, Any] | None = None, dtype: Any = np.float16) -> Path:
+def save_features(
+    path: str | Path,
+    features: np.ndarray | torch.Tensor,
+    text: np.ndarray | torch.Tensor,
+    labels: np.ndarray | None = None,
+    classnames: list[str] | None = None,
+    meta: dict[str, Any] | None = None,
+    dtype: Any = np.float16,
+) -> Path:
     """Write a feature file atomically (temp file + rename): never a half-written `.npz`."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)

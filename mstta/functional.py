@@ -4,6 +4,7 @@ Equation numbers refer to the MS-TTA paper (§3.1 baseline, §4.1 mean shift, Al
 TDA/BoostAdapter for the peers' caches. The online engine and the replay both compose these,
 so the semantics are written once.
 """
+
 from __future__ import annotations
 
 import math
@@ -46,8 +47,9 @@ def aggregate_views(feats: torch.Tensor, logits: torch.Tensor, ratio: float):
     return kept_feats.mean(-2), kept_logits.mean(-2), h, probs
 
 
-def form_queries(x: torch.Tensor, text: torch.Tensor, logit_scale: float, view_mode: str, view_ratio: float,
-                 params=None):
+def form_queries(
+    x: torch.Tensor, text: torch.Tensor, logit_scale: float, view_mode: str, view_ratio: float, params=None
+):
     """Query formation (Alg. 1 line 1, Eq. 1): CLIP logits, entropy H and pseudo-label source of
     each sample. Views [N, V, d] (view 0 = the original image) -> (f [N, d], clip [N, C], H [N],
     probs [N, C]): one view or `view_mode` "original" predict from view 0 (BoostAdapter's
@@ -57,6 +59,7 @@ def form_queries(x: torch.Tensor, text: torch.Tensor, logit_scale: float, view_m
     x = normalize(x.float())
     if x.shape[-2] > 1 and view_mode not in ("confident", "original"):
         from .families import get_family
+
         f, clip = get_family(view_mode).aggregate(x, text, logit_scale, params)
         logp = torch.log_softmax(clip, dim=-1)
         probs = logp.exp()
@@ -144,8 +147,16 @@ def similarities(q: torch.Tensor, bank: torch.Tensor, bias: torch.Tensor | None 
     return out if bias is None else out + bias
 
 
-def mean_shift_step(q: torch.Tensor, bank: torch.Tensor, norm: torch.Tensor, age: torch.Tensor | None,
-                    k: int, alpha: float, bias: torch.Tensor | None = None, host_ties: bool = False) -> torch.Tensor:
+def mean_shift_step(
+    q: torch.Tensor,
+    bank: torch.Tensor,
+    norm: torch.Tensor,
+    age: torch.Tensor | None,
+    k: int,
+    alpha: float,
+    bias: torch.Tensor | None = None,
+    host_ties: bool = False,
+) -> torch.Tensor:
     """One mean-shift step, Eq. (9)-(11): each query moves toward its k nearest bank features by
     cosine (ties: the older first); a row with no usable bank feature stays as it is.
 
@@ -158,9 +169,17 @@ def mean_shift_step(q: torch.Tensor, bank: torch.Tensor, norm: torch.Tensor, age
     return shift_by_sims(q, similarities(q, bank, bias), bank, norm, age, k, alpha, bias is not None, host_ties)
 
 
-def shift_by_sims(q: torch.Tensor, sims: torch.Tensor, bank: torch.Tensor, norm: torch.Tensor,
-                  age: torch.Tensor | None, k: int, alpha: float, masked: bool = True,
-                  host_ties: bool = False) -> torch.Tensor:
+def shift_by_sims(
+    q: torch.Tensor,
+    sims: torch.Tensor,
+    bank: torch.Tensor,
+    norm: torch.Tensor,
+    age: torch.Tensor | None,
+    k: int,
+    alpha: float,
+    masked: bool = True,
+    host_ties: bool = False,
+) -> torch.Tensor:
     """`mean_shift_step` given its similarities `sims` [..., n, M] (-inf = a column the row may not
     use; `masked=False` promises none and M >= 1). `host_ties` (2-D, age None): the top-k of
     `knn_indices_host_ties`, for the replay's large batches, which mask their sims in place."""
@@ -192,8 +211,9 @@ def log_weight(a: float, beta: float) -> float:
     return math.log(a) - beta if a > 0 else float("-inf")
 
 
-def cache_weights(q: torch.Tensor, keys: torch.Tensor, bias: torch.Tensor, beta: float, kernel: str,
-                  a: float) -> torch.Tensor:
+def cache_weights(
+    q: torch.Tensor, keys: torch.Tensor, bias: torch.Tensor, beta: float, kernel: str, a: float
+) -> torch.Tensor:
     """Per-entry cache weight of the cache logits, Eq. (3) and (13) (`z Z^T Y`): kernel "exp"
     (default): TDA's affinity a * exp(-beta (1 - q k)) (TDA tda_runner.py `compute_cache_logits`:
     `((-1) * (beta - beta * affinity)).exp()`, times `alpha`) = exp(beta q k + ln a - beta), fused

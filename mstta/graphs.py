@@ -4,6 +4,7 @@ The graph runs the static-shape step (the whole ring buffer, its empty rows mask
 bias; every stream, the skipped ones' writes masked), so it reads and writes the same tensors on
 every replay; outputs are copied out of its buffers.
 """
+
 from __future__ import annotations
 
 import logging

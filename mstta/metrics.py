@@ -6,6 +6,7 @@ open stream's unknowns); accuracy, ECE and NLL are over the known samples only. 
 are a method's probabilities (`ReplayResult.probs`, `replay(..., keep_probs=True)`): the softmax
 of the logits for the cache family, each other family's own (`mstta.families.<family>`).
 """
+
 from __future__ import annotations
 
 import math
@@ -15,11 +16,11 @@ import numpy as np
 
 from .errors import UserError
 
-ECE_BINS = 20          # equal-width confidence bins (TTA-VLM reports 20; 15 is the other common choice)
+ECE_BINS = 20  # equal-width confidence bins (TTA-VLM reports 20; 15 is the other common choice)
 MAX_ECE_BINS = 10_000
-NLL_FLOOR = 1e-12      # a probability of the true class below this counts as this (NLL <= 27.6 nats)
-TPR_AT = 0.95          # FPR is read where this share of the known samples is accepted
-WORST_SHARE = 0.10     # the worst 10% of stream orders
+NLL_FLOOR = 1e-12  # a probability of the true class below this counts as this (NLL <= 27.6 nats)
+TPR_AT = 0.95  # FPR is read where this share of the known samples is accepted
+WORST_SHARE = 0.10  # the worst 10% of stream orders
 
 
 def _known(labels: np.ndarray) -> np.ndarray:
@@ -111,8 +112,12 @@ def order_stats(accuracies: Sequence[float], worst: float = WORST_SHARE) -> dict
     if len(a) == 0:
         return {"mean": math.nan, "std": math.nan, "worst": math.nan, "orders": 0}
     k = max(1, math.ceil(worst * len(a) - 1e-9))
-    return {"mean": float(a.mean()), "std": float(a.std(ddof=1)) if len(a) > 1 else 0.0,
-            "worst": float(a[:k].mean()), "orders": int(len(a))}
+    return {
+        "mean": float(a.mean()),
+        "std": float(a.std(ddof=1)) if len(a) > 1 else 0.0,
+        "worst": float(a[:k].mean()),
+        "orders": int(len(a)),
+    }
 
 
 # ---------------------------------------------------------------------- open streams
@@ -121,9 +126,11 @@ def withheld_classes(num_classes: int, seed: int, share: float = 0.5) -> np.ndar
     `seed`; a UserError when fewer than two classes would stay known (or none be withheld)."""
     drop = int(math.floor(share * num_classes))
     if num_classes - drop < 2 or drop < 1:
-        raise UserError(f"withheld-class setting: {num_classes} classes leave {num_classes - drop} known and "
-                        f"{drop} withheld; it needs at least two known classes and one withheld (a dataset "
-                        "with >= 3 classes), or drop --open withheld")
+        raise UserError(
+            f"withheld-class setting: {num_classes} classes leave {num_classes - drop} known and "
+            f"{drop} withheld; it needs at least two known classes and one withheld (a dataset "
+            "with >= 3 classes), or drop --open withheld"
+        )
     rng = np.random.default_rng(seed)
     return np.sort(rng.choice(num_classes, size=drop, replace=False))
 
@@ -131,7 +138,7 @@ def withheld_classes(num_classes: int, seed: int, share: float = 0.5) -> np.ndar
 def withhold(labels: np.ndarray, num_classes: int, withheld: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(kept class indices [K], labels remapped to 0..K-1 with withheld classes' samples -1)."""
     kept = np.setdiff1d(np.arange(num_classes), withheld)
-    remap = np.full(num_classes + 1, -1, dtype=np.int64)   # index -1 (already unknown) stays -1
+    remap = np.full(num_classes + 1, -1, dtype=np.int64)  # index -1 (already unknown) stays -1
     remap[kept] = np.arange(len(kept))
     lab = np.asarray(labels, dtype=np.int64)
     return kept, remap[np.where(lab >= 0, lab, num_classes)]
@@ -159,4 +166,8 @@ def open_set(pred: np.ndarray, probs: np.ndarray, labels: np.ndarray) -> dict[st
     if int(known.sum()) < 1:
         raise UserError("open-set setting: the stream holds no known sample")
     score, unknown = max_prob(probs), ~known
-    return {"auroc": auroc(score, unknown), "fpr95": fpr_at_tpr(score, unknown), "known_accuracy": accuracy(pred, labels)}
+    return {
+        "auroc": auroc(score, unknown),
+        "fpr95": fpr_at_tpr(score, unknown),
+        "known_accuracy": accuracy(pred, labels),
+    }

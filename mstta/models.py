@@ -9,6 +9,7 @@ builds the same random model). Tags whose weights were trained with QuickGELU (a
 `openai` ones) get it forced; a local OpenAI checkpoint needs the `-quickgelu` name (ViT-B-16-quickgelu).
 Weights that are neither cached nor reachable fail in about a second instead of retrying for a minute.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -38,13 +39,13 @@ from .views import Preprocess
 log = logging.getLogger(__name__)
 
 MODEL_CONFIG_DIR = CONFIG_DIR / "models"
-DEFAULT_MODEL = "ViT-B-16"      # the architecture every command loads when none is named
-DEFAULT_TAG = "openai"          # ... and its weights (`default_pretrained` for project-trained models)
+DEFAULT_MODEL = "ViT-B-16"  # the architecture every command loads when none is named
+DEFAULT_TAG = "openai"  # ... and its weights (`default_pretrained` for project-trained models)
 PRECISIONS = ("fp32", "fp16", "bf16")
 _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-INIT_SEED = 0                   # random init (`--pretrained none`) is seeded: same weights in every process
-PROBE_TIMEOUT_S = 3.0           # how long to wait for the download host before calling it offline
-TEXT_CHUNK = 1024               # prompts per text-encoder forward
+INIT_SEED = 0  # random init (`--pretrained none`) is seeded: same weights in every process
+PROBE_TIMEOUT_S = 3.0  # how long to wait for the download host before calling it offline
+TEXT_CHUNK = 1024  # prompts per text-encoder forward
 _CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".ckpt")
 ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
 BUNDLED_TAG = "bundled"
@@ -87,7 +88,7 @@ class ClipModel:
     """A loaded CLIP: the model in eval mode, its image preprocessing and tokenizer."""
 
     model: Any
-    preprocess: Callable            # PIL image -> [3, H, W] float tensor (`mstta.views.Preprocess`)
+    preprocess: Callable  # PIL image -> [3, H, W] float tensor (`mstta.views.Preprocess`)
     tokenizer: Callable
     name: str
     pretrained: str
@@ -105,8 +106,11 @@ class ClipModel:
 
     @property
     def embed_dim(self) -> int:
-        return int(self.model.text_projection.shape[-1]) if hasattr(self.model, "text_projection") \
-            and self.model.text_projection is not None else int(self.encode_text(["x"]).shape[-1])
+        return (
+            int(self.model.text_projection.shape[-1])
+            if hasattr(self.model, "text_projection") and self.model.text_projection is not None
+            else int(self.encode_text(["x"]).shape[-1])
+        )
 
     @property
     def logit_scale(self) -> float:
@@ -133,8 +137,12 @@ def default_precision(device: torch.device) -> str:
     return "fp16" if device.type == "cuda" else "fp32"
 
 
-def load_clip(name: str = DEFAULT_MODEL, pretrained: str = DEFAULT_TAG, device: str | torch.device = "auto",
-              precision: str | None = None) -> ClipModel:
+def load_clip(
+    name: str = DEFAULT_MODEL,
+    pretrained: str = DEFAULT_TAG,
+    device: str | torch.device = "auto",
+    precision: str | None = None,
+) -> ClipModel:
     """Load an open_clip model; missing/bad weights are one-line UserErrors saying how to fix it."""
     import open_clip
 
@@ -144,14 +152,19 @@ def load_clip(name: str = DEFAULT_MODEL, pretrained: str = DEFAULT_TAG, device: 
     if precision not in PRECISIONS:
         raise UserError(f"--precision {precision}: choose one of {', '.join(PRECISIONS)}")
     if name not in open_clip.list_models():
-        raise UserError(f"--model {name}: unknown architecture; choose one open_clip knows "
-                        f"(e.g. ViT-B-16, RN50, mstta-tiny; full list: python -c 'import open_clip; print(open_clip.list_models())')")
+        raise UserError(
+            f"--model {name}: unknown architecture; choose one open_clip knows "
+            "(e.g. ViT-B-16, RN50, mstta-tiny; full list: "
+            "python -c 'import open_clip; print(open_clip.list_models())')"
+        )
     tag = None if pretrained in (None, "", "none") else str(pretrained)
     if tag is not None and name in BUNDLED_CHECKPOINTS:
         pretrained, tag = _bundled_tag(name, tag)
     offline, quick_gelu = False, False
     if tag is None:
-        log.warning("%s --pretrained none: RANDOM weights, predictions are meaningless (tests and speed runs only)", name)
+        log.warning(
+            "%s --pretrained none: RANDOM weights, predictions are meaningless (tests and speed runs only)", name
+        )
     elif open_clip.is_pretrained_cfg(name, tag):
         offline = _ensure_weights_reachable(name, tag)
         # OpenAI weights were trained with QuickGELU; open_clip's plain configs (ViT-B-16) use GELU
@@ -159,19 +172,31 @@ def load_clip(name: str = DEFAULT_MODEL, pretrained: str = DEFAULT_TAG, device: 
     elif _looks_like_path(tag):
         path = Path(tag).expanduser()
         if not path.is_file():
-            raise UserError(f"--pretrained {tag}: checkpoint file not found; pass an existing .pt/.bin/.safetensors file")
+            raise UserError(
+                f"--pretrained {tag}: checkpoint file not found; pass an existing .pt/.bin/.safetensors file"
+            )
         _check_checkpoint_file(path)
         tag = str(path)
     else:
-        known = ", ".join(open_clip.list_pretrained_tags_by_model(name)
-                          + ([BUNDLED_TAG] if name in BUNDLED_CHECKPOINTS else [])) or "none known"
-        raise UserError(f"--pretrained {tag}: not a known tag for {name} (known: {known}); or pass a local checkpoint path")
+        known = (
+            ", ".join(
+                open_clip.list_pretrained_tags_by_model(name) + ([BUNDLED_TAG] if name in BUNDLED_CHECKPOINTS else [])
+            )
+            or "none known"
+        )
+        raise UserError(
+            f"--pretrained {tag}: not a known tag for {name} (known: {known}); or pass a local checkpoint path"
+        )
     try:
         with _hub_offline(offline), _quiet_open_clip(), _seeded(INIT_SEED), warnings.catch_warnings():
-            warnings.simplefilter("ignore")           # a loader's warnings would add lines to the one error line
+            warnings.simplefilter("ignore")  # a loader's warnings would add lines to the one error line
             model, _, _ = open_clip.create_model_and_transforms(
-                name, pretrained=tag, device=dev, precision=precision if dev.type == "cuda" else "fp32",
-                force_quick_gelu=quick_gelu)
+                name,
+                pretrained=tag,
+                device=dev,
+                precision=precision if dev.type == "cuda" else "fp32",
+                force_quick_gelu=quick_gelu,
+            )
     except Exception as exc:  # any loader failure becomes one actionable line
         raise UserError(_weights_error(name, tag if pretrained == BUNDLED_TAG else pretrained, exc)) from None
     if dev.type != "cuda" and precision != "fp32":
@@ -179,8 +204,9 @@ def load_clip(name: str = DEFAULT_MODEL, pretrained: str = DEFAULT_TAG, device: 
     check_finite_weights(model, name, tag if pretrained == BUNDLED_TAG else pretrained, precision)
     model.eval()
     # preprocessing from the model's open_clip config (the same config open_clip built `preprocess` from)
-    return ClipModel(model, Preprocess.of(model), open_clip.get_tokenizer(name), name, pretrained or "none", dev,
-                     precision)
+    return ClipModel(
+        model, Preprocess.of(model), open_clip.get_tokenizer(name), name, pretrained or "none", dev, precision
+    )
 
 
 def _check_checkpoint_file(path: Path) -> None:
@@ -190,11 +216,13 @@ def _check_checkpoint_file(path: Path) -> None:
         with zipfile.ZipFile(path) as zf:
             scripted = any(n == "constants.pkl" or n.endswith("/constants.pkl") for n in zf.namelist())
     except (OSError, zipfile.BadZipFile, ValueError, EOFError):
-        return                                   # not a zip: the loader reports what it is
+        return  # not a zip: the loader reports what it is
     if scripted:
-        raise UserError(f"--pretrained {path}: is a TorchScript archive (torch.jit.save), not a checkpoint; pass "
-                        "the model's weights saved with torch.save(model.state_dict(), PATH), or an "
-                        "open_clip/OpenAI CLIP checkpoint file")
+        raise UserError(
+            f"--pretrained {path}: is a TorchScript archive (torch.jit.save), not a checkpoint; pass "
+            "the model's weights saved with torch.save(model.state_dict(), PATH), or an "
+            "open_clip/OpenAI CLIP checkpoint file"
+        )
 
 
 def check_finite_weights(model: torch.nn.Module, name: str, pretrained: str | None, precision: str) -> None:
@@ -203,10 +231,15 @@ def check_finite_weights(model: torch.nn.Module, name: str, pretrained: str | No
     attention mask hold -inf by design)."""
     for key, t in model.named_parameters():
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
-            why = (f"beyond {precision}'s range (pass --precision fp32)" if precision != "fp32"
-                   and bool(torch.isinf(t).any()) and not bool(torch.isnan(t).any()) else "a damaged checkpoint")
-            raise UserError(f"--pretrained {pretrained or 'none'}: weights of --model {name} hold non-finite "
-                            f"values (NaN or inf) in {key[:80]}: {why}; pass a checkpoint with finite weights")
+            why = (
+                f"beyond {precision}'s range (pass --precision fp32)"
+                if precision != "fp32" and bool(torch.isinf(t).any()) and not bool(torch.isnan(t).any())
+                else "a damaged checkpoint"
+            )
+            raise UserError(
+                f"--pretrained {pretrained or 'none'}: weights of --model {name} hold non-finite "
+                f"values (NaN or inf) in {key[:80]}: {why}; pass a checkpoint with finite weights"
+            )
 
 
 def _bundled_tag(name: str, tag: str) -> tuple[str, str]:
@@ -216,16 +249,17 @@ def _bundled_tag(name: str, tag: str) -> tuple[str, str]:
         return tag, tag
     path = BUNDLED_CHECKPOINTS[name]
     if not path.is_file():
-        raise UserError(f"--model {name} --pretrained {BUNDLED_TAG}: its checkpoint {path} is missing; run "
-                        "python assets/make_digits.py in a repository checkout, or pass --pretrained /path/to/checkpoint")
+        raise UserError(
+            f"--model {name} --pretrained {BUNDLED_TAG}: its checkpoint {path} is missing; run "
+            "python assets/make_digits.py in a repository checkout, or pass --pretrained /path/to/checkpoint"
+        )
     if tag != BUNDLED_TAG:
         log.info("%s has no '%s' weights; loading its bundled checkpoint %s", name, tag, path)
     return BUNDLED_TAG, str(path)
 
 
 def _looks_like_path(tag: str) -> bool:
-    return (os.sep in tag or tag.endswith(_CHECKPOINT_SUFFIXES) or tag.startswith((".", "~"))
-            or Path(tag).is_file())
+    return os.sep in tag or tag.endswith(_CHECKPOINT_SUFFIXES) or tag.startswith((".", "~")) or Path(tag).is_file()
 
 
 @contextlib.contextmanager
@@ -319,7 +353,9 @@ def weights_cached(name: str, tag: str) -> bool:
 
 def _download_host(pcfg: dict) -> tuple[str, int]:
     """(host, port) the weights would be fetched from, through an HTTPS proxy if one is set."""
-    proxy = next((os.environ[k] for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy") if os.environ.get(k)), "")
+    proxy = next(
+        (os.environ[k] for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy") if os.environ.get(k)), ""
+    )
     if proxy:
         u = urlparse(proxy if "://" in proxy else f"http://{proxy}")
         return u.hostname or "", u.port or 3128
@@ -383,12 +419,16 @@ def _weights_error(name: str, pretrained: str, exc: Exception | str) -> str:
     msg = " ".join(lines[0].split())
     msg = msg if len(msg) <= 120 else msg[:117] + "..."
     if _looks_like_path(str(pretrained)) and not _is_known_tag(name, str(pretrained)):
-        return (f"--pretrained {pretrained}: could not load checkpoint {pretrained} into {name} ({msg}); "
-                "pass an open_clip/OpenAI CLIP checkpoint file for this architecture (--model must match it)")
-    return (f"weights for --model {name} --pretrained {pretrained} could not be downloaded or loaded ({msg}); "
-            f"fetch them once on a machine with internet into the Hugging Face cache ({hub_cache_dir()}, "
-            f"or {url_cache_dir()} for URL weights), or pass --pretrained /path/to/checkpoint, "
-            "or use --model mstta-tiny --pretrained none for a test run")
+        return (
+            f"--pretrained {pretrained}: could not load checkpoint {pretrained} into {name} ({msg}); "
+            "pass an open_clip/OpenAI CLIP checkpoint file for this architecture (--model must match it)"
+        )
+    return (
+        f"weights for --model {name} --pretrained {pretrained} could not be downloaded or loaded ({msg}); "
+        f"fetch them once on a machine with internet into the Hugging Face cache ({hub_cache_dir()}, "
+        f"or {url_cache_dir()} for URL weights), or pass --pretrained /path/to/checkpoint, "
+        "or use --model mstta-tiny --pretrained none for a test run"
+    )
 
 
 def _is_known_tag(name: str, tag: str) -> bool:
@@ -409,7 +449,7 @@ def pretrained_id(name: str, pretrained: str | None) -> str:
     if p == "none":
         return f"none:seed{INIT_SEED}:torch{torch.__version__}:open_clip{open_clip.__version__}"
     if p == BUNDLED_TAG and name in BUNDLED_CHECKPOINTS:
-        p = str(BUNDLED_CHECKPOINTS[name])      # the shipped file's identity: a regenerated one is new weights
+        p = str(BUNDLED_CHECKPOINTS[name])  # the shipped file's identity: a regenerated one is new weights
     path = Path(p).expanduser()
     if path.is_file() and not _is_known_tag(name, p):
         st = path.stat()
@@ -424,21 +464,30 @@ def weights_id(clip: ClipModel) -> str:
 
 def classifier_key(clip: ClipModel, classnames: Sequence[str], templates: Sequence[str]) -> str:
     """Hash of (model, pretrained, precision, class names, templates): the classifier cache key."""
-    blob = json.dumps({"model": clip.name, "weights": weights_id(clip), "precision": clip.precision,
-                       "classnames": list(classnames), "templates": list(templates)}, sort_keys=True)
+    blob = json.dumps(
+        {
+            "model": clip.name,
+            "weights": weights_id(clip),
+            "precision": clip.precision,
+            "classnames": list(classnames),
+            "templates": list(templates),
+        },
+        sort_keys=True,
+    )
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:24]
 
 
 def encode_classes(clip: ClipModel, classnames: Sequence[str], templates: Sequence[str]) -> torch.Tensor:
     """Per class: mean of the normalised template embeddings, re-normalised. -> [C, d] float32."""
     prompts = [fill(t, c) for c in classnames for t in templates]
-    feats = torch.cat([clip.encode_text(prompts[i:i + TEXT_CHUNK]) for i in range(0, len(prompts), TEXT_CHUNK)])
+    feats = torch.cat([clip.encode_text(prompts[i : i + TEXT_CHUNK]) for i in range(0, len(prompts), TEXT_CHUNK)])
     mean = feats.view(len(classnames), len(templates), -1).mean(dim=1)
     return torch.nn.functional.normalize(mean, dim=-1)
 
 
-def build_text_classifier(clip: ClipModel, classnames: list[str], templates: list[str],
-                          cache_dir: str | Path | None = None) -> torch.Tensor:
+def build_text_classifier(
+    clip: ClipModel, classnames: list[str], templates: list[str], cache_dir: str | Path | None = None
+) -> torch.Tensor:
     """Zero-shot text classifier [C, d] (float32, on clip.device), cached on disk when `cache_dir` is set."""
     names = [str(c) for c in classnames]
     if not names:
@@ -456,9 +505,11 @@ def build_text_classifier(clip: ClipModel, classnames: list[str], templates: lis
         log.warning("ignoring unreadable classifier cache %s; recomputing", path)
     weights = encode_classes(clip, names, templates)
     if not bool(torch.isfinite(weights).all()):
-        raise UserError(f"--pretrained {clip.pretrained}: --model {clip.name} gives non-finite text features (NaN or "
-                        f"inf) in {clip.precision}: its weights overflow there; pass --precision fp32 or a "
-                        "checkpoint with finite weights")
+        raise UserError(
+            f"--pretrained {clip.pretrained}: --model {clip.name} gives non-finite text features (NaN or "
+            f"inf) in {clip.precision}: its weights overflow there; pass --precision fp32 or a "
+            "checkpoint with finite weights"
+        )
     if path is not None:
         try:
             with atomic_open(path, "wb") as fh:

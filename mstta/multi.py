@@ -9,6 +9,7 @@ stacked and stepped by batched ops, each stream exactly as its own `Engine` woul
 Every part of the step is batched over streams except BoostAdapter's throw-away boosted caches
 (`mstta.boost`), which are built per stepping stream on the host, as for one engine.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,11 +31,11 @@ class MultiStepResult:
     """One step of S streams, as device tensors with a leading stream dimension; `active` [S]
     marks the streams that stepped (the others' rows are meaningless)."""
 
-    logits: torch.Tensor          # [S, C]
-    clip_logits: torch.Tensor     # [S, C]
+    logits: torch.Tensor  # [S, C]
+    clip_logits: torch.Tensor  # [S, C]
     entropy_tensor: torch.Tensor  # [S]
-    feature: torch.Tensor         # [S, d]
-    active: np.ndarray            # [S] bool
+    feature: torch.Tensor  # [S, d]
+    active: np.ndarray  # [S] bool
     probs: torch.Tensor | None = None  # [S, C] the method's probabilities (None = softmax of logits)
 
     @property
@@ -46,8 +47,13 @@ class MultiStepResult:
         """Stream s's result as one engine's `StepResult`, or None when it skipped the step."""
         if not self.active[s]:
             return None
-        return StepResult(self.logits[s], self.clip_logits[s], self.entropy_tensor[s], self.feature[s],
-                          None if self.probs is None else self.probs[s])
+        return StepResult(
+            self.logits[s],
+            self.clip_logits[s],
+            self.entropy_tensor[s],
+            self.feature[s],
+            None if self.probs is None else self.probs[s],
+        )
 
 
 class MultiEngine(Streams):
@@ -62,13 +68,27 @@ class MultiEngine(Streams):
     def __new__(cls, *args, **kwargs):
         return super().__new__(_family_class(cls, MultiEngine, _FamilyMultiEngine, *args, **kwargs))
 
-    def __init__(self, text: torch.Tensor, method: str | Method = "ms-tta", config: EngineConfig | None = None,
-                 streams: int = 2, device: str | torch.device | None = None, cuda_graph: bool | None = None,
-                 stream_length: int | None = None):
+    def __init__(
+        self,
+        text: torch.Tensor,
+        method: str | Method = "ms-tta",
+        config: EngineConfig | None = None,
+        streams: int = 2,
+        device: str | torch.device | None = None,
+        cuda_graph: bool | None = None,
+        stream_length: int | None = None,
+    ):
         if not isinstance(streams, int) or streams < 1:
             raise UserError(f"streams must be a positive integer, got {streams!r}")
-        super().__init__(text, get_method(method) if isinstance(method, str) else method, config, device,
-                         cuda_graph, streams, stream_length)
+        super().__init__(
+            text,
+            get_method(method) if isinstance(method, str) else method,
+            config,
+            device,
+            cuda_graph,
+            streams,
+            stream_length,
+        )
 
     @property
     def n_seen(self) -> np.ndarray:
@@ -96,8 +116,9 @@ class MultiEngine(Streams):
                 raise UserError("every stream skips this step: pass at least one sample")
             like = given[0].reshape(-1, d) if given[0].numel() % d == 0 else given[0]
             act = np.array([f is not None for f in features])
-            features = torch.stack([torch.as_tensor(f).reshape(like.shape) if f is not None
-                                    else torch.zeros(like.shape) for f in features])
+            features = torch.stack(
+                [torch.as_tensor(f).reshape(like.shape) if f is not None else torch.zeros(like.shape) for f in features]
+            )
         else:
             act = np.ones(S, dtype=bool)
         x = torch.as_tensor(features)
@@ -105,8 +126,10 @@ class MultiEngine(Streams):
         if x.dim() == 2:
             x = x.unsqueeze(1)
         if x.dim() != 3 or x.shape[0] != S or x.shape[2] != d or x.shape[1] == 0:
-            raise UserError(f"feature shape {shape} does not match {S} streams and the classifier: "
-                            f"expected [{S}, {d}] or [{S}, V, {d}]")
+            raise UserError(
+                f"feature shape {shape} does not match {S} streams and the classifier: "
+                f"expected [{S}, {d}] or [{S}, V, {d}]"
+            )
         if active is not None:
             act = act & np.asarray(active, dtype=bool).reshape(S)
         if not act.any():

@@ -7,9 +7,11 @@ features) is known up front. So replay computes those in batches with the engine
 (`functional.form_queries`, `shift_by_sims`, `cache_weights`, `final_logits`), decides cache
 membership with the engine's slot rules in one host-side scan (each cached entry lives over an
 interval of the stream), and computes cache logits in chunks over the entries alive in each
-chunk. Every batched phase is a list of independent row chunks (`mstta.threads.map_chunks`). The boosting methods' per-sample boosted caches do not decompose this way; they replay
-online.
+chunk. Every batched phase is a list of independent row chunks (`mstta.threads.map_chunks`). The
+boosting methods' per-sample boosted caches do not decompose this way; they replay online, and
+so do the other families without a vectorised `replay` of their own (`mstta.families`).
 """
+
 from __future__ import annotations
 
 import math
@@ -28,19 +30,21 @@ from .families.base import CACHE
 from .methods import Method, get_method
 from .threads import map_chunks
 
-SIMS_BYTES = 64 * 2**20  # similarities of one mean-shift chunk at most (255 rows x the default bank's 65,536 + 254 columns)
+SIMS_BYTES = (
+    64 * 2**20
+)  # similarities of one mean-shift chunk at most (255 rows x the default bank's 65,536 + 254 columns)
 
 
 @dataclass
 class ReplayResult:
     """Per-sample outputs of a replay, all [N] numpy arrays."""
 
-    predictions: np.ndarray       # final prediction
+    predictions: np.ndarray  # final prediction
     clip_predictions: np.ndarray  # zero-shot CLIP prediction
-    confidence: np.ndarray        # softmax probability of the final prediction
-    clip_confidence: np.ndarray   # softmax probability of CLIP's prediction
-    entropy: np.ndarray           # CLIP entropy (nats) used by the caches
-    seconds: float                # adaptation time, loading excluded
+    confidence: np.ndarray  # softmax probability of the final prediction
+    clip_confidence: np.ndarray  # softmax probability of CLIP's prediction
+    entropy: np.ndarray  # CLIP entropy (nats) used by the caches
+    seconds: float  # adaptation time, loading excluded
     probs: np.ndarray | None = None  # [N, C] float32, the method's probabilities (`keep_probs=True`)
 
     @property
@@ -48,9 +52,16 @@ class ReplayResult:
         return len(self.predictions) / self.seconds if self.seconds > 0 else float("inf")
 
 
-def replay(features: torch.Tensor, text: torch.Tensor, method: str | Method = "ms-tta",
-           config: EngineConfig | None = None, device: str | torch.device | None = None,
-           online: bool = False, chunk: int = 256, keep_probs: bool = False) -> ReplayResult:
+def replay(
+    features: torch.Tensor,
+    text: torch.Tensor,
+    method: str | Method = "ms-tta",
+    config: EngineConfig | None = None,
+    device: str | torch.device | None = None,
+    online: bool = False,
+    chunk: int = 256,
+    keep_probs: bool = False,
+) -> ReplayResult:
     """Run `method` over `features` [N, d] or [N, V, d] in stream order. `online=True` forces the
     per-sample engine loop (the reference the vectorised path must match); `keep_probs` keeps
     every sample's probabilities ([N, C]: the softmax of the logits, or the family's own)."""
@@ -60,7 +71,7 @@ def replay(features: torch.Tensor, text: torch.Tensor, method: str | Method = "m
     feats = _as_views(features)
     if cfg.view_mode == "original" and not m.boost and m.augment is None:
         feats = feats[:, :1]  # only view 0 is ever read: same predictions, V times less memory
-    feats = feats.to(dev)     # kept in its stored dtype; converted to float32 per chunk
+    feats = feats.to(dev)  # kept in its stored dtype; converted to float32 per chunk
     t0 = time.perf_counter()
     with torch.inference_mode():
         if m.family != CACHE:  # another family: its own replay, or its step sample by sample
@@ -68,7 +79,7 @@ def replay(features: torch.Tensor, text: torch.Tensor, method: str | Method = "m
         elif online or m.boost:  # the engine's step: small ops, one thread (mstta.threads)
             logits, clip, ent = _replay_online(feats, text, m, cfg, dev)
             out = [_summarise(logits, clip, ent, None, keep_probs)]
-        else:                  # independent row chunks on the pool's one-thread workers (mstta.threads)
+        else:  # independent row chunks on the pool's one-thread workers (mstta.threads)
             text32 = Fn.normalize(torch.as_tensor(text).to(dev, torch.float32))
             out = _replay_vectorised(feats, text32, m, cfg, chunk, keep_probs)
         pred, cpred, pf, pc, ent, *probs = (torch.cat(part).cpu().numpy() for part in zip(*out))
@@ -90,11 +101,14 @@ def _replay_family(feats, text, m, cfg, dev, online):
         return out.scores, out.clip, out.entropy, out.probs
     engine = Engine(text, m, cfg, device=dev, stream_length=max(1, feats.shape[0]))
     rows = [engine.step(x) for x in feats]
-    return tuple(torch.stack([getattr(r, k) for r in rows]) for k in ("logits", "clip_logits", "entropy_tensor", "probs"))
+    return tuple(
+        torch.stack([getattr(r, k) for r in rows]) for k in ("logits", "clip_logits", "entropy_tensor", "probs")
+    )
 
 
-def mean_shifted(features: torch.Tensor, text: torch.Tensor, config: EngineConfig | None = None,
-                 chunk: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
+def mean_shifted(
+    features: torch.Tensor, text: torch.Tensor, config: EngineConfig | None = None, chunk: int = 256
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(f, z) of a whole stream: each sample's query feature (views aggregated per `view_mode`,
     as the engine does) and its mean-shifted embedding, Eq. (9)-(11). [N, d] each."""
     cfg = config if config is not None else EngineConfig()
@@ -110,8 +124,13 @@ def _as_views(features) -> torch.Tensor:
     return feats.unsqueeze(1) if feats.dim() == 2 else feats
 
 
-def _summarise(logits: torch.Tensor, clip: torch.Tensor, ent: torch.Tensor, probs: torch.Tensor | None = None,
-               keep_probs: bool = False):
+def _summarise(
+    logits: torch.Tensor,
+    clip: torch.Tensor,
+    ent: torch.Tensor,
+    probs: torch.Tensor | None = None,
+    keep_probs: bool = False,
+):
     """(prediction, CLIP prediction, the probability of each, entropy[, probabilities]) of a run of
     samples: the prediction is the argmax of the logits, its probability from `probs` (the
     method's own) or the softmax of the logits."""
@@ -145,9 +164,16 @@ def _queries(feats: torch.Tensor, text: torch.Tensor, cfg: EngineConfig, chunk: 
     spans = _spans(feats.shape[0], size)
 
     def one(ab):
-        out = Fn.form_queries(feats[ab[0]:ab[1]], text, cfg.logit_scale, cfg.view_mode, cfg.view_ratio,
-                              getattr(cfg, cfg.view_mode, None))
+        out = Fn.form_queries(
+            feats[ab[0] : ab[1]],
+            text,
+            cfg.logit_scale,
+            cfg.view_mode,
+            cfg.view_ratio,
+            getattr(cfg, cfg.view_mode, None),
+        )
         return (*out, out[1].argmax(-1))
+
     return spans, map_chunks(one, spans, feats.device)
 
 
@@ -178,6 +204,7 @@ def _replay_vectorised(feats, text, m, cfg, chunk, keep_probs=False):
         pos_logits = pos.logits(q, a, b, C)
         neg_logits = None if neg is None else neg.logits(q, a, b, C)
         return _summarise(Fn.final_logits(clip, pos_logits, neg_logits, cfg.lam), clip, ent[a:b], None, keep_probs)
+
     return map_chunks(run, range(len(spans)), q.device)
 
 
@@ -196,24 +223,26 @@ def _shift_all(f: torch.Tensor, cfg: EngineConfig, chunk: int) -> torch.Tensor:
         a, b = ab
         lo = 0 if cfg.bank_size is None else max(0, a - cfg.bank_size)
         rows = torch.arange(a, b, device=f.device).unsqueeze(1)
-        diag = torch.arange(a, b - 1, device=f.device).unsqueeze(0)   # the chunk's own columns
+        diag = torch.arange(a, b - 1, device=f.device).unsqueeze(0)  # the chunk's own columns
         q = f[a:b]
         for _ in range(cfg.ms_steps):
-            sims = Fn.similarities(q, bank[lo:b - 1])
-            sims[:, a - lo:].masked_fill_(diag >= rows, float("-inf"))
-            if cfg.bank_size is not None and lo < b - 1 - cfg.bank_size:   # columns that left the bank
+            sims = Fn.similarities(q, bank[lo : b - 1])
+            sims[:, a - lo :].masked_fill_(diag >= rows, float("-inf"))
+            if cfg.bank_size is not None and lo < b - 1 - cfg.bank_size:  # columns that left the bank
                 old = torch.arange(lo, b - 1 - cfg.bank_size, device=f.device).unsqueeze(0)
-                sims[:, :old.shape[1]].masked_fill_(old < rows - cfg.bank_size, float("-inf"))
-            q = Fn.shift_by_sims(q, sims, bank[lo:b - 1], norms[lo:b - 1], None, cfg.k, cfg.alpha, host_ties=True)
+                sims[:, : old.shape[1]].masked_fill_(old < rows - cfg.bank_size, float("-inf"))
+            q = Fn.shift_by_sims(q, sims, bank[lo : b - 1], norms[lo : b - 1], None, cfg.k, cfg.alpha, host_ties=True)
         return q
-    cols = n - 1 if cfg.bank_size is None else min(n - 1, cfg.bank_size + chunk - 1)   # a chunk's most columns
-    rows = max(1, min(chunk, SIMS_BYTES // (4 * max(1, cols))))     # so its sims stay within SIMS_BYTES
-    spans = _spans(n, rows, start=1)[::-1]    # the last chunks see the most columns: first
+
+    cols = n - 1 if cfg.bank_size is None else min(n - 1, cfg.bank_size + chunk - 1)  # a chunk's most columns
+    rows = max(1, min(chunk, SIMS_BYTES // (4 * max(1, cols))))  # so its sims stay within SIMS_BYTES
+    spans = _spans(n, rows, start=1)[::-1]  # the last chunks see the most columns: first
     return torch.cat([f[:1], *map_chunks(shift, spans, f.device)[::-1]])
 
 
-def _intervals(labels: np.ndarray, h: np.ndarray, capacity: int, num_classes: int, policy: str,
-               gate: list[bool] | None = None) -> np.ndarray:
+def _intervals(
+    labels: np.ndarray, h: np.ndarray, capacity: int, num_classes: int, policy: str, gate: list[bool] | None = None
+) -> np.ndarray:
     """Scan the stream with the engine's slot rules; sample s is cached over [s, end[s])
     (end = -1: never cached; N: still cached at the end). Plain Python lists: Q slots per class."""
     n = len(labels)

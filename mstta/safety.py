@@ -4,6 +4,7 @@ special files, and no allocation is attempted that the machine cannot hold.
 One function per guard, shared by `mstta-bench` and `mstta-demo`; each raises a one-line
 `UserError` naming the flag, the file and the fix.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,8 +33,9 @@ def _same(a: Path, b: Path) -> bool:
         return False
 
 
-def check_outputs(outputs: Mapping[str, PathLike | None], inputs: Mapping[str, PathLike | None] = {},
-                  stdout_ok: tuple[str, ...] = ()) -> None:
+def check_outputs(
+    outputs: Mapping[str, PathLike | None], inputs: Mapping[str, PathLike | None] = {}, stdout_ok: tuple[str, ...] = ()
+) -> None:
     """Refuse output paths that would destroy something: an output that resolves to an input or
     to another output (same path, symlink or hard link), an existing output that is not a regular
     file (device such as /dev/null, FIFO, folder, socket) or is a symbolic link (the atomic rename
@@ -56,13 +58,17 @@ def check_outputs(outputs: Mapping[str, PathLike | None], inputs: Mapping[str, P
         r = _resolve(p)
         for in_flag, q in ins.items():
             if _same(r, q):
-                raise UserError(f"{flag} {shown}: is the same file as the input {in_flag}; pass a different output path")
+                raise UserError(
+                    f"{flag} {shown}: is the same file as the input {in_flag}; pass a different output path"
+                )
         for out_flag, q in seen.items():
             if _same(r, q):
                 raise UserError(f"{flag} {shown}: is the same file as {out_flag}; pass a different path to each output")
         if p.is_symlink():
-            raise UserError(f"{flag} {shown}: is a symbolic link (to {os.readlink(p)}); pass a regular file path "
-                            "(a link is never written through)")
+            raise UserError(
+                f"{flag} {shown}: is a symbolic link (to {os.readlink(p)}); pass a regular file path "
+                "(a link is never written through)"
+            )
         if p.exists() and not p.is_file():
             raise UserError(f"{flag} {shown}: is {_kind(p)}, not a regular file; pass a path to a regular file")
         _check_parent(flag, p, shown)
@@ -74,8 +80,9 @@ def check_output_dir(flag: str, path: PathLike, inputs: Mapping[str, PathLike | 
     is a file or unwritable, or when it is one of the inputs."""
     p = Path(os.fspath(path))
     if p.exists() and not p.is_dir():
-        raise UserError(f"{flag} {p}: exists and is {_kind(p) if not p.is_file() else 'a file'}, not a folder; "
-                        "pass a folder path")
+        raise UserError(
+            f"{flag} {p}: exists and is {_kind(p) if not p.is_file() else 'a file'}, not a folder; pass a folder path"
+        )
     r = _resolve(p)
     for in_flag, q in inputs.items():
         if q is not None and os.fspath(q) != STDOUT and _same(r, _resolve(q)):

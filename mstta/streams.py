@@ -5,6 +5,7 @@ The whole state (bank, caches, a sample counter per stream) lives on the device 
 waits on the host (no `.item()`, no branch on a tensor's value; BoostAdapter's per-view cache
 copies excepted), so on CUDA the step of a bounded bank can be captured once as a CUDA graph.
 """
+
 from __future__ import annotations
 
 import copy
@@ -34,9 +35,16 @@ RECORDS = ("bank", "pos", "neg")
 class Streams:
     """S streams of one method and config over one text classifier, stepped together."""
 
-    def __init__(self, text: torch.Tensor, method: str | Method, config: EngineConfig | None,
-                 device: str | torch.device | None, cuda_graph: bool | None, streams: int,
-                 stream_length: int | None = None):
+    def __init__(
+        self,
+        text: torch.Tensor,
+        method: str | Method,
+        config: EngineConfig | None,
+        device: str | torch.device | None,
+        cuda_graph: bool | None,
+        streams: int,
+        stream_length: int | None = None,
+    ):
         self.method = get_method(method) if isinstance(method, str) else method  # stream_length: other families
         self.config = config if config is not None else EngineConfig()
         text = torch.as_tensor(text)
@@ -44,11 +52,18 @@ class Streams:
             raise UserError(f"text classifier must be [C, d] with C >= 2 classes, got shape {tuple(text.shape)}")
         self.text = Fn.normalize(text.to(device=device or text.device, dtype=torch.float32))
         self.streams = streams
-        can_graph = (self.device.type == "cuda" and self.config.bank_size is not None and not self.method.boost
-                     and self.config.view_mode in ("confident", "original"))  # a family's view mode syncs
+        can_graph = (
+            self.device.type == "cuda"
+            and self.config.bank_size is not None
+            and not self.method.boost
+            and self.config.view_mode in ("confident", "original")
+        )  # a family's view mode syncs
         if cuda_graph and not can_graph:
-            raise UserError("cuda_graph=True needs a CUDA device, a bounded bank (bank_size), a method "
-                            "without boosting views and view_mode confident or original; pass cuda_graph=None to choose automatically")
+            raise UserError(
+                "cuda_graph=True needs a CUDA device, a bounded bank (bank_size), a method "
+                "without boosting views and view_mode confident or original; "
+                "pass cuda_graph=None to choose automatically"
+            )
         self.cuda_graph = can_graph if cuda_graph is None else bool(cuda_graph)
         self._graph_required = bool(cuda_graph)
         self.reset()
@@ -82,8 +97,8 @@ class Streams:
         qn = cfg.neg_capacity if m.negative else 0
         self._check_memory(rows, q, qn)
         self.graphs: dict[int, Any] = {}
-        self.seen = np.zeros(S, dtype=np.int64)                              # samples seen, on the host
-        self.clock = torch.zeros(S, dtype=torch.long, device=dev)            # the same, on the device
+        self.seen = np.zeros(S, dtype=np.int64)  # samples seen, on the host
+        self.clock = torch.zeros(S, dtype=torch.long, device=dev)  # the same, on the device
         self.bank = Bank.empty(S, rows, d, getattr(torch, cfg.bank_dtype), dev) if m.mean_shift else None
         self.pos = Cache.empty(S, C, q, d, dev, values=False) if m.cache else None
         self.neg = Cache.empty(S, C, qn, d, dev, values=True) if m.negative else None
@@ -92,10 +107,14 @@ class Streams:
         C, d, S = self.num_classes, self.dim, self.streams
         item = torch.empty(0, dtype=getattr(torch, self.config.bank_dtype)).element_size()
         per = f" per stream, {S} streams" if S > 1 else ""
-        parts = [(S * rows * (d * item + 16), f"bank {rows} x {d} dims (bank_size){per}"),
-                 (S * C * q * (d + 3) * 4, f"positive cache: capacity {q} x {C} classes x {d} dims{per}"),
-                 (S * C * qn * (d + C + 4) * 4,
-                  f"negative cache: neg_capacity {qn} x {C} classes x ({d} dims + {C} classes){per}")]
+        parts = [
+            (S * rows * (d * item + 16), f"bank {rows} x {d} dims (bank_size){per}"),
+            (S * C * q * (d + 3) * 4, f"positive cache: capacity {q} x {C} classes x {d} dims{per}"),
+            (
+                S * C * qn * (d + C + 4) * 4,
+                f"negative cache: neg_capacity {qn} x {C} classes x ({d} dims + {C} classes){per}",
+            ),
+        ]
         used = [(b, w) for b, w in parts if b > 0]
         total = sum(b for b, _ in used)
         what = "the engine's state (" + "; ".join(w for _, w in used) + ")"
@@ -129,7 +148,8 @@ class Streams:
         captured CUDA graph stays valid), else the tensors are replaced (and graphs dropped)."""
         mine = self._tensors()
         fits = mine.keys() == {k for k in state if k != "seen"} and all(
-            mine[k].shape == v.shape and mine[k].dtype == v.dtype for k, v in state.items() if k != "seen")
+            mine[k].shape == v.shape and mine[k].dtype == v.dtype for k, v in state.items() if k != "seen"
+        )
         if fits:
             self._restore(state)
             return
@@ -175,8 +195,9 @@ class Streams:
         """The step on the device state, Alg. 1. `rows` = (bank rows searched, masked or not):
         eager, the filled prefix; under a CUDA graph, every row with the empty ones masked."""
         cfg, m = self.config, self.method
-        f, clip, h, probs = Fn.form_queries(x, self.text, cfg.logit_scale, cfg.view_mode, cfg.view_ratio,
-                                            getattr(cfg, cfg.view_mode, None))
+        f, clip, h, probs = Fn.form_queries(
+            x, self.text, cfg.logit_scale, cfg.view_mode, cfg.view_ratio, getattr(cfg, cfg.view_mode, None)
+        )
         if not m.cache:
             self.clock += 1 if ok is None else ok
             return clip, clip, h, f
@@ -191,11 +212,21 @@ class Streams:
         self.pos.insert(p, h, q, self.clock, Fn.log_weight(cfg.cache_alpha, cfg.beta), ok=ok)
         if m.negative:
             gate = entropy_gate_t(h, self.num_classes, cfg.neg_entropy_lower, cfg.neg_entropy_upper)
-            self.neg.insert(p, h, q, self.clock, Fn.log_weight(cfg.neg_alpha, cfg.neg_beta), m.neg_policy == "fifo",
-                            gate if ok is None else gate & ok, Fn.negative_mask(probs, cfg.neg_mask_lower, cfg.neg_mask_upper))
+            self.neg.insert(
+                p,
+                h,
+                q,
+                self.clock,
+                Fn.log_weight(cfg.neg_alpha, cfg.neg_beta),
+                m.neg_policy == "fifo",
+                gate if ok is None else gate & ok,
+                Fn.negative_mask(probs, cfg.neg_mask_lower, cfg.neg_mask_upper),
+            )
         pos = self.pos.logits(q, cfg.beta, cfg.kernel, cfg.cache_alpha)
         if boost is not None:
-            pos = boosted_logits(q, pos, self.pos, *boost, self._stepping(ok), cfg.delta, cfg.beta, cfg.kernel, cfg.cache_alpha)
+            pos = boosted_logits(
+                q, pos, self.pos, *boost, self._stepping(ok), cfg.delta, cfg.beta, cfg.kernel, cfg.cache_alpha
+            )
         neg = self.neg.logits(q, cfg.neg_beta, "exp", cfg.neg_alpha) if m.negative else None
         self.clock += 1 if ok is None else ok
         return Fn.final_logits(clip, pos, neg, cfg.lam), clip, h, q
@@ -211,8 +242,9 @@ class Streams:
         b = self.bank
         bias = b.bias[:, None, :n] if masked else None
         for _ in range(self.config.ms_steps):
-            q = Fn.mean_shift_step(q, b.rows[:, :n], b.norm[:, :n], b.time[:, None, :n], self.config.k,
-                                   self.config.alpha, bias)
+            q = Fn.mean_shift_step(
+                q, b.rows[:, :n], b.norm[:, :n], b.time[:, None, :n], self.config.k, self.config.alpha, bias
+            )
         return q
 
     def _grow_if_full(self) -> None:

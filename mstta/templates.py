@@ -1,4 +1,5 @@
 """Prompt templates (data in `mstta/resources/templates.json`): per-dataset sets as the peers use them."""
+
 from __future__ import annotations
 
 import hashlib
@@ -43,8 +44,10 @@ def check_templates(templates: Sequence[str], where: str = "--template") -> list
         raise UserError(f"{where}: no templates given; pass at least one, e.g. --template 'a photo of a {{}}.'")
     for t in out:
         if not isinstance(t, str) or t.count("{}") != 1:
-            raise UserError(f"{where} {t!r}: a template needs exactly one '{{}}' where the class name goes, "
-                            "e.g. 'a photo of a {}.'")
+            raise UserError(
+                f"{where} {t!r}: a template needs exactly one '{{}}' where the class name goes, "
+                "e.g. 'a photo of a {}.'"
+            )
     return out
 
 
@@ -63,9 +66,9 @@ DEFAULT_TEMPLATES: list[str] = list(_data()["default"])
 
 # ---------------------------------------------------------------------- text sets (docs/field.md)
 TEXT_SETS_FILE = Path(__file__).resolve().parent / "resources" / "text_sets.json"
-TEXT_SETS = ("peer", "photo", "tip7", "cupl", "user")   # `official` picks one per method row
-MAX_CUPL_BYTES = 64 * 2**20        # a CuPL JSON file at most (DMN's ImageNet file is ~4 MB)
-MAX_CUPL_PROMPTS = 1000            # prompts per class at most (CuPL's files hold ~50)
+TEXT_SETS = ("peer", "photo", "tip7", "cupl", "user")  # `official` picks one per method row
+MAX_CUPL_BYTES = 64 * 2**20  # a CuPL JSON file at most (DMN's ImageNet file is ~4 MB)
+MAX_CUPL_PROMPTS = 1000  # prompts per class at most (CuPL's files hold ~50)
 MAX_PROMPT_CHARS = 1000
 
 
@@ -115,20 +118,30 @@ def read_cupl(path: str | Path, classnames: Sequence[str], flag: str = "--cupl")
         raise UserError(f"{flag} {p}: expected a JSON object {{class name: [prompts]}}")
     by_name: dict[str, list[str]] = {}
     for name, prompts in data.items():
-        if (not isinstance(prompts, list) or not prompts or len(prompts) > MAX_CUPL_PROMPTS
-                or not all(isinstance(s, str) and s.strip() and len(s) <= MAX_PROMPT_CHARS for s in prompts)):
-            raise UserError(f"{flag} {p}: class {name!r} needs a list of 1 to {MAX_CUPL_PROMPTS} non-empty prompt "
-                            f"strings of at most {MAX_PROMPT_CHARS} characters")
+        if (
+            not isinstance(prompts, list)
+            or not prompts
+            or len(prompts) > MAX_CUPL_PROMPTS
+            or not all(isinstance(s, str) and s.strip() and len(s) <= MAX_PROMPT_CHARS for s in prompts)
+        ):
+            raise UserError(
+                f"{flag} {p}: class {name!r} needs a list of 1 to {MAX_CUPL_PROMPTS} non-empty prompt "
+                f"strings of at most {MAX_PROMPT_CHARS} characters"
+            )
         by_name[_norm_class(name)] = list(prompts)
     want = [_norm_class(c) for c in classnames]
     extra = sorted(set(by_name) - set(want))
     missing = [c for c, w in zip(classnames, want) if w not in by_name]
     if extra:
-        raise UserError(f"{flag} {p}: names {len(extra)} class(es) the dataset does not have (first: {extra[0]!r}); "
-                        "pass the prompt file of this dataset")
+        raise UserError(
+            f"{flag} {p}: names {len(extra)} class(es) the dataset does not have (first: {extra[0]!r}); "
+            "pass the prompt file of this dataset"
+        )
     if missing:
-        raise UserError(f"{flag} {p}: has no prompts for {len(missing)} of the dataset's {len(want)} classes "
-                        f"(first: {missing[0]!r}); pass the prompt file of this dataset")
+        raise UserError(
+            f"{flag} {p}: has no prompts for {len(missing)} of the dataset's {len(want)} classes "
+            f"(first: {missing[0]!r}); pass the prompt file of this dataset"
+        )
     return [by_name[w] for w in want]
 
 
@@ -144,8 +157,9 @@ def read_user_text(path: str | Path, num_classes: int, dim: int | None = None, f
     except FileNotFoundError:
         raise UserError(f"{flag} {p}: file not found; pass a .npy file holding a [C, d] float array") from None
     except (OSError, ValueError, EOFError) as exc:
-        raise UserError(f"{flag} {p}: not a .npy array ({' '.join(str(exc).split())[:80]}); "
-                        "save one with numpy.save") from None
+        raise UserError(
+            f"{flag} {p}: not a .npy array ({' '.join(str(exc).split())[:80]}); save one with numpy.save"
+        ) from None
     if not isinstance(arr, np.ndarray):
         raise UserError(f"{flag} {p}: not a single .npy array; save the [C, d] classifier with numpy.save")
     want = f"[{num_classes}, {dim if dim is not None else 'd'}]"
@@ -157,6 +171,8 @@ def read_user_text(path: str | Path, num_classes: int, dim: int | None = None, f
     if not np.isfinite(a).all():
         raise UserError(f"{flag} {p}: holds non-finite values (NaN or inf); pass a finite classifier")
     if (np.abs(a).max(1) == 0).any():
-        raise UserError(f"{flag} {p}: row {int(np.flatnonzero(np.abs(a).max(1) == 0)[0])} is all zeros; "
-                        "every class needs a direction")
+        raise UserError(
+            f"{flag} {p}: row {int(np.flatnonzero(np.abs(a).max(1) == 0)[0])} is all zeros; "
+            "every class needs a direction"
+        )
     return torch.nn.functional.normalize(torch.from_numpy(a), dim=-1).float()

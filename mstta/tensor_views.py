@@ -22,6 +22,7 @@ the issue's tolerance and faster than PIL per view), with the AugMix chains in c
 view 0 there goes through PIL's own resize (exact, one per sample).
 Measured against PIL in tests/test_tensor_views.py and docs/benchmark.md ("Views on tensors").
 """
+
 from __future__ import annotations
 
 import logging
@@ -40,9 +41,9 @@ from .views import ViewMaker, ViewParams, check_image_shape
 
 log = logging.getLogger(__name__)
 
-PRECISION_BITS = 22              # PIL's fixed-point resize weights (Resample.c: 32 - 8 - 2)
-CHUNK_BYTES = 256 * 2**20        # largest intermediate of one batched crop call (views are chunked to fit)
-CPU_CHUNK_BYTES = 16 * 2**20     # CPU tensors: float32 AugMix chains per call kept near the caches (measured fastest)
+PRECISION_BITS = 22  # PIL's fixed-point resize weights (Resample.c: 32 - 8 - 2)
+CHUNK_BYTES = 256 * 2**20  # largest intermediate of one batched crop call (views are chunked to fit)
+CPU_CHUNK_BYTES = 16 * 2**20  # CPU tensors: float32 AugMix chains per call kept near the caches (measured fastest)
 GEOMETRIC = ("rotate", "shear_x", "shear_y", "translate_x", "translate_y")
 
 
@@ -53,15 +54,17 @@ def _bilinear(x: np.ndarray) -> np.ndarray:
 
 def _bicubic(x: np.ndarray) -> np.ndarray:
     a, x = -0.5, np.abs(x)
-    return np.where(x < 1.0, ((a + 2.0) * x - (a + 3.0)) * x * x + 1,
-                    np.where(x < 2.0, (((x - 5) * x + 8) * x - 4) * a, 0.0))
+    return np.where(
+        x < 1.0, ((a + 2.0) * x - (a + 3.0)) * x * x + 1, np.where(x < 2.0, (((x - 5) * x + 8) * x - 4) * a, 0.0)
+    )
 
 
-FILTERS = {"bilinear": (_bilinear, 1.0), "bicubic": (_bicubic, 2.0)}    # PIL's filters and supports
+FILTERS = {"bilinear": (_bilinear, 1.0), "bicubic": (_bicubic, 2.0)}  # PIL's filters and supports
 
 
-def resize_taps(in_size: int, in0: np.ndarray, in1: np.ndarray, out_size: int,
-                filt: str = "bilinear") -> tuple[np.ndarray, np.ndarray]:
+def resize_taps(
+    in_size: int, in0: np.ndarray, in1: np.ndarray, out_size: int, filt: str = "bilinear"
+) -> tuple[np.ndarray, np.ndarray]:
     """PIL's resize weights of boxes [in0, in1) -> out_size pixels (Resample.c `precompute_coeffs` +
     `normalize_coeffs_8bpc`), for B boxes at once -> (source index, 22-bit fixed-point weight), both
     [B, out_size, K]; the window reaches past the box by the filter support, clipped to the image."""
@@ -71,20 +74,21 @@ def resize_taps(in_size: int, in0: np.ndarray, in1: np.ndarray, out_size: int,
     filterscale = np.maximum(scale, 1.0)
     support = base_support * filterscale
     k = int(math.ceil(float(support.max()))) * 2 + 1
-    center = in0 + (np.arange(out_size) + 0.5) * scale                       # [B, S]
+    center = in0 + (np.arange(out_size) + 0.5) * scale  # [B, S]
     xmin = np.maximum(np.trunc(center - support + 0.5), 0).astype(np.int64)
     xmax = np.minimum(np.trunc(center + support + 0.5), in_size).astype(np.int64)
-    src = xmin[..., None] + np.arange(k)                                      # [B, S, K]
+    src = xmin[..., None] + np.arange(k)  # [B, S, K]
     valid = src < xmax[..., None]
     w = np.where(valid, fn((src - center[..., None] + 0.5) / filterscale[..., None]), 0.0)
     total = w.sum(-1, keepdims=True)
     w = np.divide(w, total, out=np.zeros_like(w), where=total != 0)
-    fixed = np.trunc(w * (1 << PRECISION_BITS) + np.where(w < 0, -0.5, 0.5))   # C's (int)(x +- 0.5)
+    fixed = np.trunc(w * (1 << PRECISION_BITS) + np.where(w < 0, -0.5, 0.5))  # C's (int)(x +- 0.5)
     return np.where(valid, src, 0), fixed
 
 
-def _dense(taps: tuple[np.ndarray, np.ndarray], in_size: int, flip: np.ndarray | None,
-           device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+def _dense(
+    taps: tuple[np.ndarray, np.ndarray], in_size: int, flip: np.ndarray | None, device: torch.device, dtype: torch.dtype
+) -> torch.Tensor:
     """Taps [B, S, K] -> dense fixed-point weights [B, S, in_size] on `device`, rows reversed where flipped."""
     idx, w = (torch.from_numpy(a).to(device) for a in taps)
     out = torch.zeros(*idx.shape[:2], in_size, dtype=dtype, device=device)
@@ -97,15 +101,15 @@ def _dense(taps: tuple[np.ndarray, np.ndarray], in_size: int, flip: np.ndarray |
 
 def _round8(x: torch.Tensor) -> torch.Tensor:
     """A pass's fixed-point sums -> 0..255 as PIL: (sum + 2^21) >> 22, clipped."""
-    return x.add_(1 << (PRECISION_BITS - 1)).mul_(2.0 ** -PRECISION_BITS).floor_().clamp_(0, 255)
+    return x.add_(1 << (PRECISION_BITS - 1)).mul_(2.0**-PRECISION_BITS).floor_().clamp_(0, 255)
 
 
 def two_pass(img: torch.Tensor, wx: torch.Tensor, wy: torch.Tensor) -> torch.Tensor:
     """uint8 [3, H, W] -> uint8 [B, 3, Sy, Sx] through fixed-point weights wx [B, Sx, W], wy [B, Sy, H]:
     PIL's horizontal pass, rounded to uint8, then its vertical pass (Resample.c `ImagingResampleInner`)."""
-    src = img.to(wx.dtype).unsqueeze(0)                                        # [1, 3, H, W]
-    rows = _round8(src @ wx.transpose(1, 2).unsqueeze(1))                     # [B, 3, H, Sx]
-    return _round8(wy.unsqueeze(1) @ rows).to(torch.uint8)                    # [B, 3, Sy, Sx]
+    src = img.to(wx.dtype).unsqueeze(0)  # [1, 3, H, W]
+    rows = _round8(src @ wx.transpose(1, 2).unsqueeze(1))  # [B, 3, H, Sx]
+    return _round8(wy.unsqueeze(1) @ rows).to(torch.uint8)  # [B, 3, Sy, Sx]
 
 
 def _shift8(x: torch.Tensor) -> torch.Tensor:
@@ -120,8 +124,8 @@ def two_pass_taps(img: torch.Tensor, tx: tuple, ty: tuple, flips: np.ndarray | N
     out = []
     for v in range(len(ix)):
         y0, y1 = int(iy[v].min()), int(iy[v].max()) + 1
-        rows = _shift8((src[:, y0:y1, ix[v]] * wx[v]).sum(-1))                    # [3, h, Sx]
-        o = _shift8((rows[:, iy[v] - y0] * wy[v].unsqueeze(-1)).sum(2)).to(torch.uint8)   # [3, Sy, Sx]
+        rows = _shift8((src[:, y0:y1, ix[v]] * wx[v]).sum(-1))  # [3, h, Sx]
+        o = _shift8((rows[:, iy[v] - y0] * wy[v].unsqueeze(-1)).sum(2)).to(torch.uint8)  # [3, Sy, Sx]
         out.append(o.flip(-1) if flips is not None and flips[v] else o)
     return torch.stack(out)
 
@@ -130,27 +134,41 @@ def resample(img: torch.Tensor, tx: tuple, ty: tuple, flips: np.ndarray | None =
     """PIL's two-pass resize of `img` by the taps (horizontal, vertical) of B views -> uint8 [B, 3, Sy, Sx]."""
     if img.device.type == "cpu":
         return two_pass_taps(img, tx, ty, flips)
-    dtype = torch.float64     # sums of 22-bit weights x 8-bit pixels: exact in float64 (not float32, nor TF32)
-    return two_pass(img, _dense(tx, img.shape[2], flips, img.device, dtype), _dense(ty, img.shape[1], None, img.device, dtype))
+    dtype = torch.float64  # sums of 22-bit weights x 8-bit pixels: exact in float64 (not float32, nor TF32)
+    return two_pass(
+        img, _dense(tx, img.shape[2], flips, img.device, dtype), _dense(ty, img.shape[1], None, img.device, dtype)
+    )
 
 
-def resized_crops(img: torch.Tensor, boxes: Sequence[tuple[int, int, int, int]], flips: Sequence[bool],
-                  size: int) -> torch.Tensor:
+def resized_crops(
+    img: torch.Tensor, boxes: Sequence[tuple[int, int, int, int]], flips: Sequence[bool], size: int
+) -> torch.Tensor:
     """uint8 image [3, H, W] -> uint8 crops [B, 3, size, size]: PIL's `resize((size, size), BILINEAR,
     box)` of each box (left, top, w, h), then its horizontal flip (`mstta.views.crop_pil`)."""
     _, height, width = img.shape
     b = np.asarray(boxes, np.float64).reshape(-1, 4)
-    return resample(img, resize_taps(width, b[:, 0], b[:, 0] + b[:, 2], size),
-                    resize_taps(height, b[:, 1], b[:, 1] + b[:, 3], size), np.asarray(flips, bool))
+    return resample(
+        img,
+        resize_taps(width, b[:, 0], b[:, 0] + b[:, 2], size),
+        resize_taps(height, b[:, 1], b[:, 1] + b[:, 3], size),
+        np.asarray(flips, bool),
+    )
 
 
-def resized_crops_fast(img: torch.Tensor, boxes: Sequence[tuple[int, int, int, int]], flips: Sequence[bool],
-                       size: int) -> torch.Tensor:
+def resized_crops_fast(
+    img: torch.Tensor, boxes: Sequence[tuple[int, int, int, int]], flips: Sequence[bool], size: int
+) -> torch.Tensor:
     """`resized_crops` by `mstta.fast_views.fast_crops` (CPU tensors): within 1 level of PIL."""
     _, height, width = img.shape
     b = np.asarray(boxes, np.float64).reshape(-1, 4)
-    return fast_crops(img, boxes, flips, size, resize_taps(width, b[:, 0], b[:, 0] + b[:, 2], size),
-                      resize_taps(height, b[:, 1], b[:, 1] + b[:, 3], size))
+    return fast_crops(
+        img,
+        boxes,
+        flips,
+        size,
+        resize_taps(width, b[:, 0], b[:, 0] + b[:, 2], size),
+        resize_taps(height, b[:, 1], b[:, 1] + b[:, 3], size),
+    )
 
 
 def geometry_plan(geometry, width: int, height: int) -> tuple | None:
@@ -169,7 +187,7 @@ def geometry_plan(geometry, width: int, height: int) -> tuple | None:
         return None
     side = pair[0]
     short, long = sorted((width, height))
-    new_short, new_long = side, int(side * long / short)            # torchvision's shorter-side resize
+    new_short, new_long = side, int(side * long / short)  # torchvision's shorter-side resize
     w, h = (new_short, new_long) if width <= height else (new_long, new_short)
     return geometry.interpolation, (w, h), (int(round((w - side) / 2.0)), int(round((h - side) / 2.0)), side, side)
 
@@ -178,8 +196,8 @@ def resized_view0(img: torch.Tensor, plan: tuple) -> torch.Tensor:
     """View 0 by `geometry_plan`: PIL's resize of the whole image, then the centre crop -> uint8 [3, h, w]."""
     filt, (w, h), (left, top, cw, ch) = plan
     _, height, width = img.shape
-    tx = tuple(a[:, left:left + cw] for a in resize_taps(width, [0], [width], w, filt))
-    ty = tuple(a[:, top:top + ch] for a in resize_taps(height, [0], [height], h, filt))
+    tx = tuple(a[:, left : left + cw] for a in resize_taps(width, [0], [width], w, filt))
+    ty = tuple(a[:, top : top + ch] for a in resize_taps(height, [0], [height], h, filt))
     return resample(img, tx, ty)[0]
 
 
@@ -190,7 +208,7 @@ def autocontrast(x: torch.Tensor, v=None) -> torch.Tensor:
     """PIL ImageOps.autocontrast (cutoff 0): per channel, lut[i] = int(i * 255/(hi-lo) - lo * 255/(hi-lo))."""
     lo = x.amin((2, 3), keepdim=True).double()
     hi = x.amax((2, 3), keepdim=True).double()
-    scale = torch.full_like(lo, 255.0).div_((hi - lo).clamp_min(1))      # not 255 / t: that is 255 * (1 / t)
+    scale = torch.full_like(lo, 255.0).div_((hi - lo).clamp_min(1))  # not 255 / t: that is 255 * (1 / t)
     out = (x.double() * scale + (-lo * scale)).trunc_().clamp_(0, 255).to(torch.uint8)
     return torch.where(hi > lo, out, x)
 
@@ -237,10 +255,13 @@ def affine(x: torch.Tensor, coeffs: torch.Tensor) -> torch.Tensor:
     neighbours clamped to the edge; truncated to uint8 (Geometry.c `bilinear_filter32RGB`)."""
     n, _, h, w = x.shape
     c = coeffs.to(x.device, torch.float64).view(n, 2, 3)
-    ys, xs = torch.meshgrid(torch.arange(h, device=x.device, dtype=torch.float64) + 0.5,
-                            torch.arange(w, device=x.device, dtype=torch.float64) + 0.5, indexing="ij")
+    ys, xs = torch.meshgrid(
+        torch.arange(h, device=x.device, dtype=torch.float64) + 0.5,
+        torch.arange(w, device=x.device, dtype=torch.float64) + 0.5,
+        indexing="ij",
+    )
     pts = torch.stack([xs, ys, torch.ones_like(xs)], -1).view(1, h * w, 3)
-    src = (pts @ c.transpose(1, 2)).view(n, h, w, 2)                           # source points, pixel units
+    src = (pts @ c.transpose(1, 2)).view(n, h, w, 2)  # source points, pixel units
     inside = (src[..., 0] >= 0) & (src[..., 0] < w) & (src[..., 1] >= 0) & (src[..., 1] < h)
     grid = src / torch.tensor([w, h], device=x.device, dtype=torch.float64) * 2 - 1
     out = F.grid_sample(x.double(), grid, mode="bilinear", padding_mode="border", align_corners=False)
@@ -249,7 +270,7 @@ def affine(x: torch.Tensor, coeffs: torch.Tensor) -> torch.Tensor:
 
 
 TENSOR_OPS = {"autocontrast": autocontrast, "equalize": equalize, "posterize": posterize, "solarize": solarize}
-FAST_OPS = {**TENSOR_OPS, "autocontrast": autocontrast_lut, "equalize": equalize_lut}     # CPU tensors
+FAST_OPS = {**TENSOR_OPS, "autocontrast": autocontrast_lut, "equalize": equalize_lut}  # CPU tensors
 
 
 def _step(x: torch.Tensor, steps: list[tuple[int, str, float]], exact: bool = True) -> tuple:
@@ -259,7 +280,7 @@ def _step(x: torch.Tensor, steps: list[tuple[int, str, float]], exact: bool = Tr
     size = x.shape[-1]
     groups: dict[str, list[tuple[int, float]]] = {}
     for row, op, value in steps:
-        if op == "rotate" and value % 360 == 0:                               # PIL's rotate(0) is a copy
+        if op == "rotate" and value % 360 == 0:  # PIL's rotate(0) is a copy
             continue
         name = "affine" if op in GEOMETRIC and (exact or not op.startswith("translate")) else op
         groups.setdefault(name, []).append((row, affine_coeffs(op, value, size) if name == "affine" else value))
@@ -274,8 +295,9 @@ def _step(x: torch.Tensor, steps: list[tuple[int, str, float]], exact: bool = Tr
             shifts, zero = [int(v) for _, v in items], [0] * len(items)
             part = translate(part, *((shifts, zero) if name == "translate_x" else (zero, shifts)))
         else:
-            part = (TENSOR_OPS if exact else FAST_OPS)[name](part, torch.tensor([int(v) for _, v in items],
-                                                                                device=x.device))
+            part = (TENSOR_OPS if exact else FAST_OPS)[name](
+                part, torch.tensor([int(v) for _, v in items], device=x.device)
+            )
         parts.append(part.to(x.device))
         order += rows
     done = set(order)
@@ -297,19 +319,27 @@ def augmix_batch(crops: torch.Tensor, params: Sequence[ViewParams], exact: bool 
     chains = len(params[0].weights)
     if any(len(p.weights) != chains for p in params):
         raise ValueError("every view needs the same number of AugMix chains")
-    x = crops.repeat_interleave(chains, 0)                     # chain k = view * chains + chain, at row where[k]
-    origin = torch.arange(len(x), device=x.device)             # the chain each row of x holds
+    x = crops.repeat_interleave(chains, 0)  # chain k = view * chains + chain, at row where[k]
+    origin = torch.arange(len(x), device=x.device)  # the chain each row of x holds
     depth = max(len(c) for p in params for c in p.chains)
     for t in range(depth):
         where = torch.empty_like(origin).index_copy_(0, origin, torch.arange(len(x), device=x.device)).tolist()
-        x, rows = _step(x, [(where[i * chains + j], *chain[t]) for i, p in enumerate(params)
-                            for j, chain in enumerate(p.chains) if t < len(chain)], exact)
+        x, rows = _step(
+            x,
+            [
+                (where[i * chains + j], *chain[t])
+                for i, p in enumerate(params)
+                for j, chain in enumerate(p.chains)
+                if t < len(chain)
+            ],
+            exact,
+        )
         origin = origin[rows]
     x = x.index_select(0, torch.argsort(origin))
     w = torch.tensor([p.weights for p in params], dtype=torch.float32, device=x.device)
     m = torch.tensor([p.mix for p in params], dtype=torch.float32, device=x.device).view(-1, 1, 1, 1)
     x = x.view(len(params), chains, *x.shape[1:])
-    mix = x[:, 0].float().mul_(w[:, 0].view(-1, 1, 1, 1))                     # augmix_pil's order of sums
+    mix = x[:, 0].float().mul_(w[:, 0].view(-1, 1, 1, 1))  # augmix_pil's order of sums
     for j in range(1, chains):
         mix.add_(x[:, j].float().mul_(w[:, j].view(-1, 1, 1, 1)))
     return crops.float().mul_(m).add_(mix.mul_(1 - m))
@@ -326,8 +356,8 @@ class TensorViewMaker:
 
     def __init__(self, maker: ViewMaker, chunk: int = 64, exact: bool = True):
         self.maker = maker
-        self.exact = exact                      # False: `mstta.fast_views` on CPU tensors (exact on CUDA)
-        self.chunk = chunk                      # views per batched call; halved on GPU out-of-memory
+        self.exact = exact  # False: `mstta.fast_views` on CPU tensors (exact on CUDA)
+        self.chunk = chunk  # views per batched call; halved on GPU out-of-memory
         self._warned = False
 
     def __call__(self, img: torch.Tensor, index: int) -> torch.Tensor:
@@ -337,7 +367,7 @@ class TensorViewMaker:
         """CLIP's own resize + center crop of the image (uint8 [3, S, S]): PIL's arithmetic on the
         tensor for a `shortest`/`squash` geometry (`geometry_plan`), else the model's transform through PIL."""
         plan = geometry_plan(self.maker.geometry, img.shape[2], img.shape[1])
-        if plan is None or not self._exact(img):         # on CPU tensors PIL's own resize is the fast exact one
+        if plan is None or not self._exact(img):  # on CPU tensors PIL's own resize is the fast exact one
             return torch.from_numpy(np.array(self.maker.geometry(to_pil(img)))).permute(2, 0, 1).to(img.device)
         return resized_view0(img, plan)
 
@@ -367,16 +397,18 @@ class TensorViewMaker:
     def _chunks(self, img: torch.Tensor, params: Sequence[ViewParams]) -> list[torch.Tensor]:
         out = []
         per_view = 8 * (3 * img.shape[1] + img.shape[1] + img.shape[2]) * self.maker.size
-        limit = len(params) if self._exact(img) else CPU_CHUNK_BYTES // (36 * self.maker.size ** 2)
+        limit = len(params) if self._exact(img) else CPU_CHUNK_BYTES // (36 * self.maker.size**2)
         i = 0
         while i < len(params):
             n = max(1, min(self.chunk, CHUNK_BYTES // per_view, limit))
             try:
-                out.append(self._views(img, params[i:i + n]).to(self.maker.dtype))
+                out.append(self._views(img, params[i : i + n]).to(self.maker.dtype))
             except torch.cuda.OutOfMemoryError:
                 if n == 1:
-                    raise UserError(f"out of GPU memory making one view of a {img.shape[2]}x{img.shape[1]} "
-                                    "image; free GPU memory or pass --views-on cpu") from None
+                    raise UserError(
+                        f"out of GPU memory making one view of a {img.shape[2]}x{img.shape[1]} "
+                        "image; free GPU memory or pass --views-on cpu"
+                    ) from None
                 self.chunk = n // 2
                 torch.cuda.empty_cache()
                 if not self._warned:

@@ -19,6 +19,7 @@ thread keeps its threads and no thread ever starts with a count borrowed from a 
 per-thread controls cannot be found (a torch build without GNU OpenMP or MKL), `torch.set_num_threads`
 is used and restored, `PER_THREAD` is False, and chunks run in the calling thread with torch's threads.
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -5,9 +5,11 @@ random resized crop with a random horizontal flip (`crop`, BoostAdapter), option
 AugMix-style mixing at severity 1 (`augmix`, TDA/TPT). Pixel work runs on PIL in the data-loader
 workers and returns `[V, 3, S, S]` pixels in 0..255: uint8 for `crop`, float32 for `augmix` (its
 mix is never rounded, as the peers mix normalised float tensors); `to_pixels` converts and
-normalises on the encoder's device, so one forward encodes every view. The random stream of sample `index` is seeded from
+normalises on the encoder's device, so one forward encodes every view. The random stream of
+sample `index` is seeded from
 `(seed, index)` only, so any worker or rank produces the same views.
 """
+
 from __future__ import annotations
 
 import math
@@ -22,12 +24,12 @@ from PIL import Image, ImageOps
 from .errors import UserError
 
 AUGMENTS = ("augmix", "crop")
-CROP_SCALE = (0.08, 1.0)         # RandomResizedCrop defaults (both peers)
+CROP_SCALE = (0.08, 1.0)  # RandomResizedCrop defaults (both peers)
 CROP_RATIO = (3 / 4, 4 / 3)
-MAX_ASPECT = 100                 # longer side / shorter side of an image views are made of (docs/limits.md):
-                                 # view 0 resizes the shorter side to S, so its memory is S x S x aspect
-FILL = (0, 0, 0)                 # fill of rotate/shear/translate: PIL's default black, as TDA's augmix_ops.py
-                                 # calls rotate()/transform() without a fill colour
+MAX_ASPECT = 100  # longer side / shorter side of an image views are made of (docs/limits.md):
+# view 0 resizes the shorter side to S, so its memory is S x S x aspect
+FILL = (0, 0, 0)  # fill of rotate/shear/translate: PIL's default black, as TDA's augmix_ops.py
+# calls rotate()/transform() without a fill colour
 
 
 @dataclass(frozen=True)
@@ -86,10 +88,16 @@ class Preprocess:
         side = int(size[0] if isinstance(size, (tuple, list)) else size)
         interpolation = d.get("interpolation") or "bicubic"
         if interpolation not in ("bicubic", "bilinear"):
-            raise UserError(f"the model's preprocessing uses {interpolation!r} interpolation; mstta makes views "
-                            "with bicubic or bilinear only")
-        geometry = Geometry(tuple(size) if isinstance(size, (tuple, list)) else int(size), interpolation,
-                            d.get("resize_mode") or "shortest", int(d.get("fill_color") or 0))
+            raise UserError(
+                f"the model's preprocessing uses {interpolation!r} interpolation; mstta makes views "
+                "with bicubic or bilinear only"
+            )
+        geometry = Geometry(
+            tuple(size) if isinstance(size, (tuple, list)) else int(size),
+            interpolation,
+            d.get("resize_mode") or "shortest",
+            int(d.get("fill_color") or 0),
+        )
         return cls(geometry, side, tuple(float(m) for m in d["mean"]), tuple(float(x) for x in d["std"]))
 
     @classmethod
@@ -121,8 +129,10 @@ def split_preprocess(source: Any) -> tuple[Callable, int, tuple, tuple]:
     elif isinstance(source, (dict, PreprocessCfg)):
         pre = Preprocess.from_cfg(source)
     else:
-        raise UserError("the model's preprocessing is not an open_clip preprocess config; pass ClipModel.preprocess "
-                        "(mstta.views.Preprocess), an open_clip model or its preprocess config")
+        raise UserError(
+            "the model's preprocessing is not an open_clip preprocess config; pass ClipModel.preprocess "
+            "(mstta.views.Preprocess), an open_clip model or its preprocess config"
+        )
     return pre.geometry, pre.size, pre.mean, pre.std
 
 
@@ -136,8 +146,10 @@ def check_image_shape(width: int, height: int) -> None:
     resized to S x 100000 S for view 0 (gigabytes). Extraction skips such an image with this reason."""
     short, long = min(width, height), max(width, height)
     if short < 1 or long > MAX_ASPECT * short:
-        raise ImageShapeError(f"a {width}x{height} image: aspect ratio beyond {MAX_ASPECT}:1, refused before its "
-                              "views are made (their memory grows with it; docs/limits.md)")
+        raise ImageShapeError(
+            f"a {width}x{height} image: aspect ratio beyond {MAX_ASPECT}:1, refused before its "
+            "views are made (their memory grows with it; docs/limits.md)"
+        )
 
 
 def sample_rng(seed: int, index: int) -> np.random.Generator:
@@ -171,11 +183,11 @@ class ViewParams:
     """Everything random about one augmented view, drawn before any pixel work (`draw_view`), so the
     PIL path (`make_view`) and the tensor path (`mstta.tensor_views`) make the same view."""
 
-    box: tuple[int, int, int, int]                       # crop (left, top, w, h) in the image
-    flip: bool                                           # horizontal flip after the resize
-    chains: tuple[tuple[tuple[str, float], ...], ...] = ()   # AugMix: per chain its (op, value) steps
-    weights: tuple[float, ...] = ()                      # AugMix: Dirichlet chain weights (float32 values)
-    mix: float = 1.0                                     # AugMix: Beta(1, 1) weight of the un-augmented crop
+    box: tuple[int, int, int, int]  # crop (left, top, w, h) in the image
+    flip: bool  # horizontal flip after the resize
+    chains: tuple[tuple[tuple[str, float], ...], ...] = ()  # AugMix: per chain its (op, value) steps
+    weights: tuple[float, ...] = ()  # AugMix: Dirichlet chain weights (float32 values)
+    mix: float = 1.0  # AugMix: Beta(1, 1) weight of the un-augmented crop
 
     @property
     def augmix(self) -> bool:
@@ -195,12 +207,12 @@ def _sign(rng: np.random.Generator, v: float) -> float:
 OP_VALUES: dict[str, Callable[[np.random.Generator, int], float]] = {
     "autocontrast": lambda rng, size: 0,
     "equalize": lambda rng, size: 0,
-    "posterize": lambda rng, size: 4 - int(_level(rng, 4)),                 # bits kept
-    "rotate": lambda rng, size: _sign(rng, int(_level(rng, 30))),           # degrees
-    "solarize": lambda rng, size: 256 - int(_level(rng, 256)),              # threshold
-    "shear_x": lambda rng, size: _sign(rng, _level(rng, 0.3)),              # shear coefficient
+    "posterize": lambda rng, size: 4 - int(_level(rng, 4)),  # bits kept
+    "rotate": lambda rng, size: _sign(rng, int(_level(rng, 30))),  # degrees
+    "solarize": lambda rng, size: 256 - int(_level(rng, 256)),  # threshold
+    "shear_x": lambda rng, size: _sign(rng, _level(rng, 0.3)),  # shear coefficient
     "shear_y": lambda rng, size: _sign(rng, _level(rng, 0.3)),
-    "translate_x": lambda rng, size: _sign(rng, int(_level(rng, size / 3))),   # pixels
+    "translate_x": lambda rng, size: _sign(rng, int(_level(rng, size / 3))),  # pixels
     "translate_y": lambda rng, size: _sign(rng, int(_level(rng, size / 3))),
 }
 AUGMIX_OPS = tuple(OP_VALUES)
@@ -288,7 +300,7 @@ class ViewMaker:
     """PIL RGB image + sample index -> views [V, 3, S, S] in 0..255 (float32 with `augmix`, else
     uint8); view 0 is the un-augmented original."""
 
-    geometry: Callable          # CLIP's PIL resize + center crop
+    geometry: Callable  # CLIP's PIL resize + center crop
     size: int
     views: int = 1
     augment: str = "augmix"
@@ -330,9 +342,15 @@ class ViewMaker:
         return torch.stack(out)
 
 
-def to_pixels(views: torch.Tensor, mean: Sequence[float], std: Sequence[float],
-              device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Pixels in 0..255 [..., 3, S, S] (uint8 or float) -> normalised float pixels on `device` (= ToTensor + Normalize)."""
+def to_pixels(
+    views: torch.Tensor,
+    mean: Sequence[float],
+    std: Sequence[float],
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """Pixels in 0..255 [..., 3, S, S] (uint8 or float) -> normalised float pixels on `device`
+    (= ToTensor + Normalize)."""
     x = views.to(device, non_blocking=True).float().div_(255)
     m = torch.tensor(mean, device=x.device).view(3, 1, 1)
     s = torch.tensor(std, device=x.device).view(3, 1, 1)

@@ -1,4 +1,5 @@
 """Shared fixtures: generated feature streams (no CLIP, no network) and the one tiny CLIP model."""
+
 from __future__ import annotations
 
 import numpy as np

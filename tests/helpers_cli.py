@@ -1,4 +1,5 @@
 """Run `mstta-bench` in-process, as a user would from the shell."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,4 +1,5 @@
 """Tiny fake datasets in every layout `mstta.data` reads (a few generated images per class)."""
+
 from __future__ import annotations
 
 import json
@@ -18,9 +19,9 @@ ALL_KEYS = list(IMAGENET) + ["fgvc_aircraft"] + list(COOP) + ["imagefolder"]
 class FakeDataset:
     """What `make_fake_dataset` built: the --dataset / --data-root values and the expected split."""
 
-    dataset: str                  # value for --dataset (a key, or imagefolder:PATH)
-    data_root: Path               # value for --data-root
-    classnames: list[str]         # expected class names by label
+    dataset: str  # value for --dataset (a key, or imagefolder:PATH)
+    data_root: Path  # value for --data-root
+    classnames: list[str]  # expected class names by label
     items: list[tuple[Path, int]]  # every test image and its label
 
 

@@ -11,11 +11,14 @@ lower view index (the port's `torch.argsort` leaves them unspecified). `shift`, 
 file's own mean shift (the paper's Eq. 9-11 read literally), applied to xbar before the likelihood
 and the centre update (the +MS rule).
 """
+
 from __future__ import annotations
 
 import numpy as np
 
-DEFAULTS = dict(threshold1=0.05, init_count1=20000, threshold2=0.65, init_count2=1, selection_p=0.1)  # TTABC algorithms.py ["bca"]
+DEFAULTS = dict(
+    threshold1=0.05, init_count1=20000, threshold2=0.65, init_count2=1, selection_p=0.1
+)  # TTABC algorithms.py ["bca"]
 
 
 def softmax(z):
@@ -32,8 +35,9 @@ def entropy_of_logits(z):
 class BCAState:
     """`BCAState.__init__`: mu = text centres, P = I, counts c1, c2 per class, tem = CLIP's logit scale."""
 
-    def __init__(self, text, tem=100.0, threshold1=0.05, init_count1=20000, threshold2=0.65,
-                 init_count2=1, selection_p=0.1):
+    def __init__(
+        self, text, tem=100.0, threshold1=0.05, init_count1=20000, threshold2=0.65, init_count2=1, selection_p=0.1
+    ):
         self.mu = np.array(text, dtype=np.float64)
         self.M = self.mu.shape[0]
         self.cluster_to_class_prob = np.eye(self.M)
@@ -63,7 +67,7 @@ class BCAState:
         if len(feats) > 1:
             ent = [entropy_of_logits(z) for z in P_x_um]
             order = sorted(range(len(feats)), key=lambda v: (ent[v], v))
-            keep = order[:max(1, int(len(feats) * self.selection_p))]
+            keep = order[: max(1, int(len(feats) * self.selection_p))]
             xbar = sum(feats[v] for v in keep) / len(keep)
             logits = sum(P_x_um[v] for v in keep) / len(keep)
         else:
@@ -74,7 +78,9 @@ class BCAState:
         return s1 @ self.cluster_to_class_prob, xbar
 
     def update_prior(self, soft_prob, pred):
-        self.cluster_to_class_prob[pred] = (self.c2[pred] * self.cluster_to_class_prob[pred] + soft_prob) / (self.c2[pred] + 1)
+        self.cluster_to_class_prob[pred] = (self.c2[pred] * self.cluster_to_class_prob[pred] + soft_prob) / (
+            self.c2[pred] + 1
+        )
         self.c2[pred] = self.c2[pred] + 1
 
     def update_centers(self, image_feature, pred):
@@ -111,6 +117,7 @@ def mean_shift(k, alpha, steps=1):
     """The MS-TTA paper's Eq. (9)-(11) read literally: `steps` times, z <- normalise((1 - alpha) z +
     alpha / m * the sum of the m = min(k, |bank|) earlier raw features most cosine-similar to z (each
     at its own norm; ties to the earlier one)); the identity before any earlier sample."""
+
     def shift(f, bank):
         if not bank or alpha == 0:
             return f
@@ -122,4 +129,5 @@ def mean_shift(k, alpha, steps=1):
             z = (1 - alpha) * z + alpha / len(order) * total
             z = z / np.linalg.norm(z)
         return z
+
     return shift

@@ -6,6 +6,7 @@ nothing from mstta. Deliberate choices where the official code has none (stated 
 docs/methods/dota.md): at least one view is kept when int(0.1 V) = 0, entropy ties go to the lower
 view index (a stable sort).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -31,8 +32,8 @@ class DOTA:
 
     def __init__(self, C, d, epsilon, sigma, fp16=False):
         self.C, self.d, self.epsilon, self.fp16 = C, d, epsilon, fp16
-        self.mu = np.full((C, d), 0.001)                          # `main`: tensor_matrix = full(.., 0.001)
-        self.c = np.ones(C)                                       # `__init__`: c = ones
+        self.mu = np.full((C, d), 0.001)  # `main`: tensor_matrix = full(.., 0.001)
+        self.c = np.ones(C)  # `__init__`: c = ones
         self.Sigma = np.stack([sigma * np.eye(d) for _ in range(C)])  # sigma * eye repeated per class
         self.overall_Sigma = self.Sigma.mean(0)
         self.Lambda = self._cast(np.linalg.pinv(self.overall_Sigma))  # pinverse(...).half()
@@ -46,7 +47,7 @@ class DOTA:
         weighted_x = y.T @ x
         new_mu = (weighted_x + self.c[:, None] * self.mu) / (sum_weights[:, None] + self.c[:, None])
         new_c = self.c + sum_weights
-        x_minus_mu = x[:, None, :] - self.mu[None, :, :]           # old mu
+        x_minus_mu = x[:, None, :] - self.mu[None, :, :]  # old mu
         weighted = y[:, :, None] * x_minus_mu
         delta = np.einsum("bji,bjk->jik", weighted, x_minus_mu)
         self.Sigma = (self.c[:, None, None] * self.Sigma + delta) / (self.c[:, None, None] + sum_weights[:, None, None])
@@ -77,11 +78,11 @@ def clip_logits_aug(x, text, scale, ratio):
     logits = scale * x @ text.T
     if x.shape[0] > 1:
         lp = log_softmax(logits)
-        ent = -(np.exp(lp) * lp).sum(1)                            # softmax_entropy
+        ent = -(np.exp(lp) * lp).sum(1)  # softmax_entropy
         n = max(1, int(x.shape[0] * ratio))
         idx = np.argsort(ent, kind="stable")[:n]
         output = logits[idx]
-        avg = logsumexp(log_softmax(output), 0) - np.log(n)       # avg_entropy
+        avg = logsumexp(log_softmax(output), 0) - np.log(n)  # avg_entropy
         return x[idx], output.mean(0), -(avg * np.exp(avg)).sum(), np.exp(log_softmax(output))
     lp = log_softmax(logits[0])
     return x, logits[0], -(np.exp(lp) * lp).sum(), np.exp(lp)[None]

@@ -11,6 +11,7 @@ float64 everywhere (the official run is fp16 under autocast), at least one confi
 int(0.1 V) = 0, a stable entropy sort, argmax (lowest class on a tie) for the code's `topk(1)`, and
 the MS plug-in (shifted cache features and queries).
 """
+
 from __future__ import annotations
 
 import math
@@ -114,14 +115,16 @@ class ReferenceDPE:
         z = f[0]
         for _ in range(self.ms["steps"]):
             sims = [float(z @ b) / float(b.norm()) for b in self.bank]
-            order = sorted(range(len(self.bank)), key=lambda j: (-sims[j], j))[:self.ms["k"]]
+            order = sorted(range(len(self.bank)), key=lambda j: (-sims[j], j))[: self.ms["k"]]
             total = sum(self.bank[j] for j in order)
             z = F.normalize((1 - self.ms["alpha"]) * z + self.ms["alpha"] / len(order) * total, dim=0)
         return z.unsqueeze(0)
 
     def step(self, views):
         p = self.p
-        images = F.normalize(torch.as_tensor(np.asarray(views), dtype=torch.float64).reshape(-1, self.clip_weights.shape[0]), dim=-1)
+        images = F.normalize(
+            torch.as_tensor(np.asarray(views), dtype=torch.float64).reshape(-1, self.clip_weights.shape[0]), dim=-1
+        )
         C = self.clip_weights.shape[1]
         clip_weights_local = self.clip_weights_global.clone().detach()
         text_residual = torch.nn.Parameter(torch.zeros_like(clip_weights_local))  # TextResidue
@@ -146,9 +149,12 @@ class ReferenceDPE:
         final_logits += compute_cache_logits(query, new_pos_cache_keys, pos_cache_values, p["alpha"], p["beta"])
         loss = avg_entropy(final_logits)
         loss += info_nce(new_pos_cache_keys.T, new_clip_weights[:, all_classes].T, p["tau"]) * p["align"]
-        optimizer = torch.optim.AdamW([
-            {"params": [text_residual], "lr": p["lr_text"], "eps": p["eps"], "weight_decay": 1e-1},
-            {"params": [key_residual], "lr": p["lr_image"], "eps": p["eps"], "weight_decay": 1e-1}])
+        optimizer = torch.optim.AdamW(
+            [
+                {"params": [text_residual], "lr": p["lr_text"], "eps": p["eps"], "weight_decay": 1e-1},
+                {"params": [key_residual], "lr": p["lr_image"], "eps": p["eps"], "weight_decay": 1e-1},
+            ]
+        )
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -160,8 +166,9 @@ class ReferenceDPE:
             else:
                 image_features, clip_logits, _, _ = self.get_clip_logits(images[0:1], new_clip_weights)
             final_logits = clip_logits.clone()
-            final_logits += compute_cache_logits(self.shift(image_features), key_residue(), pos_cache_values,
-                                                 p["alpha"], p["beta"])
+            final_logits += compute_cache_logits(
+                self.shift(image_features), key_residue(), pos_cache_values, p["alpha"], p["beta"]
+            )
             loss = avg_entropy(final_logits)
             if float(loss / math.log2(C)) < p["threshold"]:
                 self.num_avg += 1
@@ -173,5 +180,10 @@ class ReferenceDPE:
                 self.bank.append(image_features_x.detach()[0])
                 if self.ms.get("bank_size") is not None and len(self.bank) > self.ms["bank_size"]:
                     self.bank.pop(0)
-        return {"scores": final_logits[0], "clip": zs_logits[0], "entropy": float(zs_entropy.reshape(-1)[0]),
-                "feature": image_features_x.detach()[0], "pred": int(final_logits[0].argmax())}
+        return {
+            "scores": final_logits[0],
+            "clip": zs_logits[0],
+            "entropy": float(zs_entropy.reshape(-1)[0]),
+            "feature": image_features_x.detach()[0],
+            "pred": int(final_logits[0].argmax()),
+        }

@@ -7,6 +7,7 @@ TDA tda_runner.py `update_cache`, `compute_cache_logits`, `run_test_tda` and uti
 `get_clip_logits`; BoostAdapter runner.py `update_cache(fifo=...)`, `run_test_tda` (the boosted
 `cur_pos_cache`) and utils.py `select_confident_samples`, `avg_entropy`.
 """
+
 from __future__ import annotations
 
 import copy
@@ -69,9 +70,9 @@ class Reference:
     def __init__(self, text, method, cfg):
         self.m, self.cfg = method, cfg
         self.text = [unit(np.asarray(t, dtype=np.float64)) for t in text]
-        self.bank = []           # raw features f of earlier samples, oldest first (Alg. 1's M)
-        self.pos = {}            # class -> [[key, entropy], ...]
-        self.neg = {}            # class -> [[key, entropy, probs], ...]
+        self.bank = []  # raw features f of earlier samples, oldest first (Alg. 1's M)
+        self.pos = {}  # class -> [[key, entropy], ...]
+        self.neg = {}  # class -> [[key, entropy, probs], ...]
 
     def logits(self, f):
         return np.array([self.cfg.logit_scale * float(np.dot(f, t)) for t in self.text])
@@ -85,7 +86,7 @@ class Reference:
         z = f
         for _ in range(cfg.ms_steps):
             sims = [float(np.dot(z, b)) / float(np.linalg.norm(b)) for b in self.bank]
-            order = sorted(range(len(self.bank)), key=lambda j: (-sims[j], j))[:cfg.k]
+            order = sorted(range(len(self.bank)), key=lambda j: (-sims[j], j))[: cfg.k]
             total = sum(self.bank[j] for j in order)
             z = unit((1 - cfg.alpha) * z + cfg.alpha / len(order) * total)
         return z

@@ -7,6 +7,7 @@ Documented choices shared with the engine: the entropy sort is stable (official 
 is not); the entropy is computed from log-softmax (official: -(p * p.log()).sum(1), equal where
 finite); `eps` is fp16's epsilon (the official run's logits dtype).
 """
+
 from __future__ import annotations
 
 import math
@@ -59,21 +60,21 @@ def greedy_break(ties, logits, official=True):
     return break_sample_tie(ties, logits[0], official)
 
 
-def zero(views, text, logit_scale=100.0, gamma=0.3, eps=2.0 ** -10, official=True):
+def zero(views, text, logit_scale=100.0, gamma=0.3, eps=2.0**-10, official=True):
     """One sample, views [V, d] -> (p_bar [C], the prediction argmax p_bar). zero.py lines 59-98."""
     X = [unit(v) for v in views]
     W = [unit(t) for t in text]
-    l = [[float(np.dot(x, w)) for w in W] for x in X]                 # line 73, unscaled
-    H = [entropy([logit_scale * v for v in row]) for row in l]      # line 74 + base.py line 57
-    idx = sorted(range(len(X)), key=lambda i: H[i])                   # base.py line 58 (stable)
-    k = int(len(X) * gamma)                                           # base.py line 59
+    l = [[float(np.dot(x, w)) for w in W] for x in X]  # line 73, unscaled
+    H = [entropy([logit_scale * v for v in row]) for row in l]  # line 74 + base.py line 57
+    idx = sorted(range(len(X)), key=lambda i: H[i])  # base.py line 58 (stable)
+    k = int(len(X) * gamma)  # base.py line 59
     sorted_l = [l[i] for i in idx]
     p_bar = [0.0] * len(W)
-    for row in sorted_l[:k]:                                          # lines 80-81
+    for row in sorted_l[:k]:  # lines 80-81
         for c, p in enumerate(softmax([v / eps for v in row])):
             p_bar[c] += p
-    pred = argmax(p_bar)                                              # line 84
+    pred = argmax(p_bar)  # line 84
     ties = [pred] + [i for i in range(len(p_bar)) if i != pred and p_bar[i] == p_bar[pred]]
-    if len(ties) > 1:                                                 # lines 91-95
+    if len(ties) > 1:  # lines 91-95
         p_bar[greedy_break(ties, sorted_l[k:], official)] += 1
     return p_bar, argmax(p_bar)  # run.py scores p_bar (`accuracy`: topk); first maximum on a tie

@@ -5,6 +5,7 @@ class prototype plus noise; the text classifier is a noisy copy of the prototype
 image-text cosines are small, zero-shot accuracy is imperfect, and neighbouring test samples
 carry information a cache (and the mean shift) can use.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,9 +16,17 @@ def _unit(x: np.ndarray) -> np.ndarray:
     return x / np.linalg.norm(x, axis=-1, keepdims=True)
 
 
-def make_stream(n: int = 1000, classes: int = 10, dim: int = 64, views: int = 1, seed: int = 0,
-                gap: float = 3.0, noise: float = 1.0, text_noise: float = 1.0,
-                view_noise: float = 0.5) -> dict[str, np.ndarray]:
+def make_stream(
+    n: int = 1000,
+    classes: int = 10,
+    dim: int = 64,
+    views: int = 1,
+    seed: int = 0,
+    gap: float = 3.0,
+    noise: float = 1.0,
+    text_noise: float = 1.0,
+    view_noise: float = 0.5,
+) -> dict[str, np.ndarray]:
     """A labelled stream in the feature-file layout: features [N, d] (or [N, V, d] with view 0
     the clean one), text [C, d], labels [N]; all rows unit-norm."""
     g = np.random.default_rng(seed)

@@ -1,4 +1,5 @@
 """mstta.atomic: whole files or nothing, pid-tagged temp names, stale temps swept."""
+
 from __future__ import annotations
 
 import os
@@ -27,9 +28,9 @@ def test_atomic_open_writes_through_a_pid_tagged_temp(tmp_path):
         (temp,) = [p for p in tmp_path.iterdir()]
         m = TEMP_NAME.match(temp.name)
         assert m and int(m.group(1)) == os.getpid()
-        assert not target.exists()                  # nothing at the target until complete
+        assert not target.exists()  # nothing at the target until complete
     assert target.read_text() == "a,b\n" and sorted(os.listdir(tmp_path)) == ["p.csv"]
-    assert oct(target.stat().st_mode & 0o777) == oct(0o666 & ~_umask())   # usual mode, not mkstemp's 0600
+    assert oct(target.stat().st_mode & 0o777) == oct(0o666 & ~_umask())  # usual mode, not mkstemp's 0600
 
 
 def _umask() -> int:
@@ -57,15 +58,25 @@ def test_temp_path_keeps_a_suffix_and_is_empty(tmp_path):
 
 def test_sweep_removes_dead_processes_temps_only(tmp_path):
     dead = _dead_pid()
-    stale = [tmp_path / f".p.csv.{dead}-0badc0de.tmp", tmp_path / f".v.mp4.{dead}-0badc0de.part.mp4",
-             tmp_path / f".log.jsonl.{dead}-12345678.part.jsonl", tmp_path / f".ab.npz.{dead}-abcdef01.work"]
-    live = [tmp_path / f".p.csv.{os.getpid()}-0badc0de.tmp",           # this process: in flight
-            tmp_path / f".p.csv.{os.getppid()}-0badc0de.tmp"]          # a running process
-    other = [tmp_path / "p.csv", tmp_path / f".p.csv.{dead}-nothex00.tmp", tmp_path / f"p.csv.{dead}-0badc0de.tmp",
-             tmp_path / f".notes.{dead}-0badc0de.txt"]
+    stale = [
+        tmp_path / f".p.csv.{dead}-0badc0de.tmp",
+        tmp_path / f".v.mp4.{dead}-0badc0de.part.mp4",
+        tmp_path / f".log.jsonl.{dead}-12345678.part.jsonl",
+        tmp_path / f".ab.npz.{dead}-abcdef01.work",
+    ]
+    live = [
+        tmp_path / f".p.csv.{os.getpid()}-0badc0de.tmp",  # this process: in flight
+        tmp_path / f".p.csv.{os.getppid()}-0badc0de.tmp",
+    ]  # a running process
+    other = [
+        tmp_path / "p.csv",
+        tmp_path / f".p.csv.{dead}-nothex00.tmp",
+        tmp_path / f"p.csv.{dead}-0badc0de.tmp",
+        tmp_path / f".notes.{dead}-0badc0de.txt",
+    ]
     for p in stale + live + other:
         p.write_text("x")
-    (tmp_path / f".dir.{dead}-0badc0de.tmp").mkdir()                    # folders are never removed
+    (tmp_path / f".dir.{dead}-0badc0de.tmp").mkdir()  # folders are never removed
     (tmp_path / f".link.{dead}-0badc0de.tmp").symlink_to(tmp_path / "p.csv")
     removed = sweep_stale(tmp_path)
     assert sorted(removed) == sorted(stale)
@@ -77,7 +88,7 @@ def test_sweep_removes_a_temp_older_than_the_live_process_owning_its_pid(tmp_pat
     """A reused pid: the temp predates the process that now has that pid."""
     t = tmp_path / f".p.csv.{os.getppid()}-0badc0de.tmp"
     t.write_text("x")
-    os.utime(t, (1, 1))                                                 # written in 1970
+    os.utime(t, (1, 1))  # written in 1970
     assert sweep_stale(tmp_path) == [t]
 
 
@@ -90,7 +101,7 @@ def test_sweep_of_a_missing_folder_is_a_no_op(tmp_path):
 def test_temp_and_lock_names_of_a_long_legal_name_stay_legal(tmp_path, length):
     """A legal 240-byte output name used to be refused ("File name too long"): the temp name adds
     `.`, `.<pid>-<token>` and a suffix. The hidden names are cut to NAME_MAX, never the tail."""
-    target = tmp_path / ("é" * (length // 2) + "x" * (length % 2))     # 2-byte characters: cut on a boundary
+    target = tmp_path / ("é" * (length // 2) + "x" * (length % 2))  # 2-byte characters: cut on a boundary
     assert len(target.name.encode()) == length
     with atomic_open(target) as fh:
         fh.write("whole")
@@ -138,23 +149,23 @@ def test_a_second_writer_of_one_output_is_refused_naming_the_first(tmp_path):
                 pass
         msg = str(err.value)
         assert f"--out {target}: another mstta run (pid {proc.pid}) is writing it" in msg and "\n" not in msg
-        assert sweep_stale(target.parent) == []                      # a held lock is never swept
+        assert sweep_stale(target.parent) == []  # a held lock is never swept
     finally:
         proc.kill()
-        proc.communicate()          # reaps it and closes its pipe
-    with output_lock(target, "--out") as lock:                      # kill -9 released it: the kernel does
+        proc.communicate()  # reaps it and closes its pipe
+    with output_lock(target, "--out") as lock:  # kill -9 released it: the kernel does
         assert lock.read_text() == f"{os.getpid()}\n"
-    assert sorted(os.listdir(tmp_path / "results")) == []           # the lock file goes with its holder
+    assert sorted(os.listdir(tmp_path / "results")) == []  # the lock file goes with its holder
 
 
 def test_a_killed_holders_lock_file_is_swept(tmp_path):
     target = tmp_path / "f.npz"
     proc = _holder(target)
     proc.kill()
-    proc.communicate()          # reaps it and closes its pipe
+    proc.communicate()  # reaps it and closes its pipe
     lock = tmp_path / ".f.npz.mstta-lock"
-    assert lock.is_file()                                           # kill -9 cannot remove it...
-    assert sweep_stale(tmp_path) == [lock] and os.listdir(tmp_path) == []   # ...the next run's sweep does
+    assert lock.is_file()  # kill -9 cannot remove it...
+    assert sweep_stale(tmp_path) == [lock] and os.listdir(tmp_path) == []  # ...the next run's sweep does
 
 
 def test_a_lock_makes_no_folder_that_outlives_it(tmp_path):
@@ -167,11 +178,11 @@ def test_under_torchrun_only_rank_0_locks(tmp_path, monkeypatch):
     proc = _holder(tmp_path / "f.npz")
     try:
         monkeypatch.setenv("RANK", "1")
-        with output_lock(tmp_path / "f.npz"):                        # rank 1 writes nothing itself
+        with output_lock(tmp_path / "f.npz"):  # rank 1 writes nothing itself
             pass
     finally:
         proc.kill()
-        proc.communicate()          # reaps it and closes its pipe
+        proc.communicate()  # reaps it and closes its pipe
 
 
 def test_a_folder_output_is_locked_beside_it(tmp_path):
@@ -188,7 +199,7 @@ def test_a_folder_output_is_locked_beside_it(tmp_path):
     finally:
         proc.kill()
         proc.communicate()
-    assert sorted(os.listdir(tmp_path)) == [".features.mstta-lock", "features"]   # kill -9: the file stays...
+    assert sorted(os.listdir(tmp_path)) == [".features.mstta-lock", "features"]  # kill -9: the file stays...
     with output_lock(folder, "--out"):
         pass
-    assert sorted(os.listdir(tmp_path)) == ["features"] and os.listdir(folder) == ["keep.npz"]   # ...until the next
+    assert sorted(os.listdir(tmp_path)) == ["features"] and os.listdir(folder) == ["keep.npz"]  # ...until the next

@@ -1,6 +1,7 @@
 """`bank_dtype`: a float16/bfloat16 bank (half the bytes, similarities accumulated in float32)
 predicts as the exact float32 bank on >= 99.9% of the reference streams' samples; online equals
 replay for it too; float32 stays the exact path (tests/test_reference.py)."""
+
 from __future__ import annotations
 
 import dataclasses

@@ -1,4 +1,5 @@
 """Paper lookups, report tables (ours / paper / Δ, mean ± std, averages) and the results store."""
+
 from __future__ import annotations
 
 import json
@@ -12,21 +13,24 @@ from mstta.benchmark.runner import parse_datasets, parse_methods, parse_seeds
 from mstta.errors import UserError
 
 
-@pytest.mark.parametrize("backbone,method,column,bench,expected", [
-    ("vit_b16", "ms-tta", "imagenet_a", None, 64.63),        # OOD table
-    ("rn50", "zero-shot", "imagenet_r", None, 60.72),        # zero-shot = the paper's CLIP row
-    ("vit_b16", "boostadapter", "eurosat", None, 61.22),     # cross-dataset table
-    ("vit_b16", "ms-tta", "average", "cross", 69.48),        # the paper's own average
-    ("rn50", "tda", "average", "ood", 46.63),
-    ("vit_b16", "tda+ms", "oxford_flowers", None, 74.06),    # plug-in table
-    ("vit_b16", "boostadapter+ms", "average", "cross", 69.43),
-    ("rn50", "tda+ms", "oxford_flowers", None, None),        # plug-in is ViT-B/16 only
-    ("vit_b16", "tda+ms", "imagenet_a", None, None),         # ... and cross-dataset only
-    ("vit_b16", "baseline", "imagenet_sketch", None, 49.89), # baseline-vs-MS-TTA ablation
-    ("vit_b16", "baseline", "average", "cross", 68.56),
-    (None, "ms-tta", "imagenet_a", None, None),              # a backbone the paper does not report
-    ("vit_b16", "ms-tta", "imagenet", None, None),           # ImageNet is in no table
-])
+@pytest.mark.parametrize(
+    "backbone,method,column,bench,expected",
+    [
+        ("vit_b16", "ms-tta", "imagenet_a", None, 64.63),  # OOD table
+        ("rn50", "zero-shot", "imagenet_r", None, 60.72),  # zero-shot = the paper's CLIP row
+        ("vit_b16", "boostadapter", "eurosat", None, 61.22),  # cross-dataset table
+        ("vit_b16", "ms-tta", "average", "cross", 69.48),  # the paper's own average
+        ("rn50", "tda", "average", "ood", 46.63),
+        ("vit_b16", "tda+ms", "oxford_flowers", None, 74.06),  # plug-in table
+        ("vit_b16", "boostadapter+ms", "average", "cross", 69.43),
+        ("rn50", "tda+ms", "oxford_flowers", None, None),  # plug-in is ViT-B/16 only
+        ("vit_b16", "tda+ms", "imagenet_a", None, None),  # ... and cross-dataset only
+        ("vit_b16", "baseline", "imagenet_sketch", None, 49.89),  # baseline-vs-MS-TTA ablation
+        ("vit_b16", "baseline", "average", "cross", 68.56),
+        (None, "ms-tta", "imagenet_a", None, None),  # a backbone the paper does not report
+        ("vit_b16", "ms-tta", "imagenet", None, None),  # ImageNet is in no table
+    ],
+)
 def test_paper_lookup(backbone, method, column, bench, expected):
     assert paper.main_value(backbone, method, column, bench) == expected
 
@@ -39,11 +43,14 @@ def test_paper_names():
     assert paper.efficiency_row("ms-tta")["fps"] == 10.05
 
 
-@pytest.mark.parametrize("spec,expected", [
-    ("ood", ["imagenet_a", "imagenet_r", "imagenet_sketch", "imagenet_v2"]),
-    ("A,dtd,A", ["imagenet_a", "dtd"]),
-    ("ood,imagenet_a,imagenet", list(paper.OOD) + ["imagenet"]),
-])
+@pytest.mark.parametrize(
+    "spec,expected",
+    [
+        ("ood", ["imagenet_a", "imagenet_r", "imagenet_sketch", "imagenet_v2"]),
+        ("A,dtd,A", ["imagenet_a", "dtd"]),
+        ("ood,imagenet_a,imagenet", list(paper.OOD) + ["imagenet"]),
+    ],
+)
 def test_parse_datasets(spec, expected):
     assert parse_datasets(spec) == expected
 
@@ -58,8 +65,17 @@ def test_parse_groups_and_lists():
 
 
 def _run(dataset, method, acc, seed=1, backbone="ViT-B-16", pretrained="openai"):
-    return {"dataset": dataset, "backbone": backbone, "pretrained": pretrained, "method": method, "seed": seed,
-            "accuracy": acc, "zero_shot_accuracy": 50.0, "device": "cpu", "adapt_fps": 100.0}
+    return {
+        "dataset": dataset,
+        "backbone": backbone,
+        "pretrained": pretrained,
+        "method": method,
+        "seed": seed,
+        "accuracy": acc,
+        "zero_shot_accuracy": 50.0,
+        "device": "cpu",
+        "adapt_fps": 100.0,
+    }
 
 
 def _rows(md: str, title: str) -> list[str]:
@@ -74,35 +90,40 @@ def test_report_ours_paper_delta_and_averages():
     runs += [_run("dtd", "baseline", 45.0), _run("dtd", "ms-tta", 46.0)]
     md = render_report({"runs": runs, "missing": [], "efficiency": []})
     ood = _rows(md, "OOD benchmark")
-    i = ood.index("| MS-TTA | ours | 60.00 | 61.00 | 62.00 | 63.00 | 61.50 |")   # complete row -> our average
+    i = ood.index("| MS-TTA | ours | 60.00 | 61.00 | 62.00 | 63.00 | 61.50 |")  # complete row -> our average
     assert ood[i + 1] == "|  | paper | 64.63 | 81.08 | 51.55 | 65.57 | 65.71 |"
     assert ood[i + 2] == "|  | Δ | -4.63 | -20.08 | +10.45 | -2.57 | -4.21 |"
-    j = ood.index("| TDA | ours | 61.00 ± 2.00 | — | — | — | — |")             # 3 seeds, incomplete row
+    j = ood.index("| TDA | ours | 61.00 ± 2.00 | — | — | — | — |")  # 3 seeds, incomplete row
     assert ood[j + 1] == "|  | paper | 60.11 | 80.24 | 50.54 | 64.67 | 63.89 |"
     assert ood[j + 2].startswith("|  | Δ | +0.89 | — |")
     cross = _rows(md, "Cross-dataset benchmark")
     assert cross[0].startswith("| Method |  | Aircraft | Caltech101 | EuroSAT")
     b = cross.index(next(r for r in cross if r.startswith("| Baseline (cache) | ours")))
-    assert cross[b + 1].split(" | ")[-3] == "45.30"                             # DTD column of the ablation row
+    assert cross[b + 1].split(" | ")[-3] == "45.30"  # DTD column of the ablation row
     gains = _rows(md, "Mean-shift gains (cross)")
     assert gains[2].startswith("| MS-TTA − Baseline (cache) | ours |") and "+1.00" in gains[2]
-    assert "+0.56" in gains[3]                                                  # the paper's DTD improvement
+    assert "+0.56" in gains[3]  # the paper's DTD improvement
 
 
 def test_report_other_backbone_has_dashes_and_seeds_table():
-    runs = [_run("imagenet_a", m, a, s, "RN50", "openai") for m, a0 in (("ms-tta", 35.0), ("boostadapter", 34.0))
-            for s, a in ((1, a0), (2, a0 + 0.2))]
+    runs = [
+        _run("imagenet_a", m, a, s, "RN50", "openai")
+        for m, a0 in (("ms-tta", 35.0), ("boostadapter", 34.0))
+        for s, a in ((1, a0), (2, a0 + 0.2))
+    ]
     runs += [_run("imagenet_a", "ms-tta", 40.0, 1, "ViT-B-32", "laion2b_s34b_b79k")]
     md = render_report({"runs": runs, "missing": [], "efficiency": []})
     assert "## ViT-B-32 (laion2b_s34b_b79k)" in md and "The paper reports no numbers for ViT-B-32" in md
     seeds = _rows(md, "Robustness over seeds")
-    assert seeds[2] == ("| ImageNet-A | RN50 | MS-TTA | 2 | 34.10 ± 0.14 | 35.10 ± 0.14 | +1.00 | 35.12 | 35.63 ± 0.09 | +0.51 |")
+    assert seeds[2] == (
+        "| ImageNet-A | RN50 | MS-TTA | 2 | 34.10 ± 0.14 | 35.10 ± 0.14 | +1.00 | 35.12 | 35.63 ± 0.09 | +0.51 |"
+    )
 
 
 def test_stats():
     assert stats([]) is None and stats([2.0]) == (2.0, None, 1)
     mean, std, n = stats([1.0, 3.0])
-    assert (mean, n) == (2.0, 2) and std == pytest.approx(2 ** 0.5)
+    assert (mean, n) == (2.0, 2) and std == pytest.approx(2**0.5)
 
 
 def test_results_store_replaces_cells_and_rejects_bad_files(tmp_path):

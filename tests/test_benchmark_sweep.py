@@ -2,6 +2,7 @@
 
 Streams are generated (tests/synthetic.py) and placed in the feature store, which is a cache: with
 every file present no data or weights are needed, so the paper's ViT-B-16 columns can be checked."""
+
 from __future__ import annotations
 
 import json
@@ -35,33 +36,54 @@ def store(tmp_path):
 
 
 def _sweep(capsys, store, out, *extra):
-    code = main(["sweep", "--backbone", "ViT-B-16", "--views", "1", "--store", str(store), "--out", str(out),
-                 "--device", "cpu", "--no-progress", *extra])
+    code = main(
+        [
+            "sweep",
+            "--backbone",
+            "ViT-B-16",
+            "--views",
+            "1",
+            "--store",
+            str(store),
+            "--out",
+            str(out),
+            "--device",
+            "cpu",
+            "--no-progress",
+            *extra,
+        ]
+    )
     o, e = capsys.readouterr()
     return code, o, e
 
 
-@pytest.mark.parametrize("spec,expected", [
-    ("k=2,4,6,8,16", ("k", [2, 4, 6, 8, 16])),
-    ("alpha=0,0.2,...,1.0", ("alpha", [0, 0.2, 0.4, 0.6, 0.8, 1.0])),
-    ("lam=0,0.5,1,2,10", ("lam", [0, 0.5, 1, 2, 10])),
-    ("ms_steps=1,2,...,4", ("ms_steps", [1, 2, 3, 4])),
-    ("k", ("k", [2, 4, 6, 8, 16])),                   # a bare name: the paper's grid
-    ("ms_steps", ("ms_steps", [0, 1, 2, 4])),
-])
+@pytest.mark.parametrize(
+    "spec,expected",
+    [
+        ("k=2,4,6,8,16", ("k", [2, 4, 6, 8, 16])),
+        ("alpha=0,0.2,...,1.0", ("alpha", [0, 0.2, 0.4, 0.6, 0.8, 1.0])),
+        ("lam=0,0.5,1,2,10", ("lam", [0, 0.5, 1, 2, 10])),
+        ("ms_steps=1,2,...,4", ("ms_steps", [1, 2, 3, 4])),
+        ("k", ("k", [2, 4, 6, 8, 16])),  # a bare name: the paper's grid
+        ("ms_steps", ("ms_steps", [0, 1, 2, 4])),
+    ],
+)
 def test_parse_param(spec, expected):
     name, values = parse_param(spec)
     assert name == expected[0] and values == pytest.approx(expected[1])
 
 
-@pytest.mark.parametrize("spec,message", [
-    ("kk=1,2", "'kk' is not an engine hyperparameter"),
-    ("views=1,4", "'views' is not an engine hyperparameter"),
-    ("beta", "the paper has no grid"),
-    ("k=1,,2", "expected NAME=V1,V2"),
-    ("k=1,...,4", "'...' needs two values before it"),
-    ("k=4,2,...,8", "increasing"),
-])
+@pytest.mark.parametrize(
+    "spec,message",
+    [
+        ("kk=1,2", "'kk' is not an engine hyperparameter"),
+        ("views=1,4", "'views' is not an engine hyperparameter"),
+        ("beta", "the paper has no grid"),
+        ("k=1,,2", "expected NAME=V1,V2"),
+        ("k=1,...,4", "'...' needs two values before it"),
+        ("k=4,2,...,8", "increasing"),
+    ],
+)
 def test_parse_param_errors(spec, message):
     with pytest.raises(UserError, match=message):
         parse_param(spec)
@@ -75,7 +97,7 @@ def test_k_sweep_table_beside_the_paper(store, tmp_path, capsys):
     out = tmp_path / "results"
     code, text, err = _sweep(capsys, store, out, "--param", "k=2,4")
     assert code == 0, err
-    assert "ran 4 cell(s)" in text                                 # default datasets: the paper's (Flowers, A)
+    assert "ran 4 cell(s)" in text  # default datasets: the paper's (Flowers, A)
     md = (out / "sweep_k.md").read_text()
     rows = [ln for ln in md.splitlines() if ln.startswith("|")]
     assert rows[0] == "| k |  | Flowers102 | ImageNet-A | Average | samples/s |"
@@ -84,10 +106,14 @@ def test_k_sweep_table_beside_the_paper(store, tmp_path, capsys):
     assert rows[6] == "|  | paper | 72.47 | 64.38 | — | — |"
     data = json.loads((out / "sweep_k.json").read_text())
     assert sorted((r["dataset"], r["value"], r["hyperparameters"]["k"]) for r in data["runs"]) == [
-        ("imagenet_a", 2, 2), ("imagenet_a", 4, 4), ("oxford_flowers", 2, 2), ("oxford_flowers", 4, 4)]
+        ("imagenet_a", 2, 2),
+        ("imagenet_a", 4, 4),
+        ("oxford_flowers", 2, 2),
+        ("oxford_flowers", 4, 4),
+    ]
     assert (out / "sweep_k.csv").read_text().startswith("param,value,dataset")
     assert (out / "sweep_k.png").read_bytes()[:4] == b"\x89PNG"
-    code, text, _ = _sweep(capsys, store, out, "--param", "k=2,4,8")     # resume: only the new value runs
+    code, text, _ = _sweep(capsys, store, out, "--param", "k=2,4,8")  # resume: only the new value runs
     assert code == 0 and "ran 2 cell(s), skipped 4 finished" in text
 
 
@@ -98,13 +124,17 @@ def test_ms_steps_zero_is_the_baseline(store, tmp_path, capsys):
     runs = json.loads((out / "sweep_ms_steps.json").read_text())["runs"]
     # the default sweep runs the reading held against the paper on OOD (the +boost pipeline predicting from
     # the original image); its ms_steps=0 is the baseline on the same pipeline and path
-    assert {r["value"]: r["method"] for r in runs} == {0: "baseline+boost@original", 1: "ms-tta+boost@original",
-                                                       2: "ms-tta+boost@original"}
+    assert {r["value"]: r["method"] for r in runs} == {
+        0: "baseline+boost@original",
+        1: "ms-tta+boost@original",
+        2: "ms-tta+boost@original",
+    }
     md = (out / "sweep_ms_steps.md").read_text()
-    assert "|  | paper | 72.23 | 65.81 | 12.33 |" in md      # the paper's baseline row: Flowers, average, FPS
+    assert "|  | paper | 72.23 | 65.81 | 12.33 |" in md  # the paper's baseline row: Flowers, average, FPS
     out2 = tmp_path / "tda-reading"
-    code, _, err = _sweep(capsys, store, out2, "--param", "ms_steps=0,1", "--datasets", "oxford_flowers",
-                          "--method", "ms-tta")
+    code, _, err = _sweep(
+        capsys, store, out2, "--param", "ms_steps=0,1", "--datasets", "oxford_flowers", "--method", "ms-tta"
+    )
     assert code == 0, err
     runs = json.loads((out2 / "sweep_ms_steps.json").read_text())["runs"]
     assert {r["value"]: r["method"] for r in runs} == {0: "baseline", 1: "ms-tta"}
@@ -132,8 +162,7 @@ def test_huge_grid_refused_before_any_work(spec):
 
 def test_grid_over_the_limit_counts_datasets_and_seeds(store, tmp_path, capsys):
     out = tmp_path / "results"
-    code, _, err = _sweep(capsys, store, out, "--param", "k=" + ",".join(map(str, range(1, 5001))),
-                          "--seeds", "1,2,3")
+    code, _, err = _sweep(capsys, store, out, "--param", "k=" + ",".join(map(str, range(1, 5001))), "--seeds", "1,2,3")
     assert code == 2 and err.count("\n") == 1 and "30,000 cells" in err and "at most 10,000" in err, err
     assert not out.exists()
 
@@ -144,12 +173,14 @@ def test_sweep_dry_run_and_errors(store, tmp_path, capsys):
     assert code == 0, err
     assert "features cached" in text and "sweep alpha = 0, 0.5, 1 with ms-tta+boost@original: 3 cell(s) to run" in text
     assert not out.exists()
-    for extra, message in ((["--param", "k=0,2"], "bad value for 'k'"),
-                           (["--param", "k=2", "--method", "nope"], "unknown method 'nope'; choose from: zero-shot,"),
-                           (["--param", "k=2", "--listing", "all"], "--listing: invalid choice: 'all'"),
-                           (["--param", "alpha=0.5,inf"], "values must be finite"),
-                           (["--param", "k=2", "--datasets", "eurosat"], "no dataset could run"),
-                           (["--param", "beta=1,2"], "the paper has no ablation for it; pass --datasets")):
+    for extra, message in (
+        (["--param", "k=0,2"], "bad value for 'k'"),
+        (["--param", "k=2", "--method", "nope"], "unknown method 'nope'; choose from: zero-shot,"),
+        (["--param", "k=2", "--listing", "all"], "--listing: invalid choice: 'all'"),
+        (["--param", "alpha=0.5,inf"], "values must be finite"),
+        (["--param", "k=2", "--datasets", "eurosat"], "no dataset could run"),
+        (["--param", "beta=1,2"], "the paper has no ablation for it; pass --datasets"),
+    ):
         code, _, err = _sweep(capsys, store, out, *extra)
         assert code == 2 and err.count("\n") == 1 and message in err, err
     assert not out.exists()
@@ -165,7 +196,7 @@ def test_the_imagenet_a_ablation_predicts_from_the_original_image(tmp_path, caps
     runs = {r["value"]: r for r in json.loads((out / "sweep_lam.json").read_text())["runs"]}
     assert {r["method"] for r in runs.values()} == {"ms-tta+boost@original"}
     assert all(r["view_mode"] == "original" and r["protocol"] == "original image" for r in runs.values())
-    assert runs[0]["accuracy"] == runs[0]["zero_shot_accuracy"]            # λ = 0 is CLIP on the original image
+    assert runs[0]["accuracy"] == runs[0]["zero_shot_accuracy"]  # λ = 0 is CLIP on the original image
     md = (out / "sweep_lam.md").read_text()
     assert "## MS-TTA + boost (original image) · ViT-B-16" in md
-    assert md.count("|  | paper | 49.86 |") == 1 and md.count("|  | paper | 64.63 |") == 1   # λ = 0 and λ = 1 rows
+    assert md.count("|  | paper | 49.86 |") == 1 and md.count("|  | paper | 64.63 |") == 1  # λ = 0 and λ = 1 rows

@@ -1,4 +1,5 @@
 """`mstta-bench tsne` and `mean_shifted`: the embeddings z are the engine's, the figure is drawn."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,7 +16,9 @@ from mstta.features import save_features
 from mstta.replay import mean_shifted
 
 
-@pytest.mark.parametrize("views,view_mode,k,steps", [(1, "confident", 2, 1), (5, "confident", 3, 2), (5, "original", 2, 1)])
+@pytest.mark.parametrize(
+    "views,view_mode,k,steps", [(1, "confident", 2, 1), (5, "confident", 3, 2), (5, "original", 2, 1)]
+)
 def test_mean_shifted_matches_the_engine(views, view_mode, k, steps):
     s = make_stream(n=60, classes=4, dim=16, views=views, seed=2)
     cfg = EngineConfig(k=k, ms_steps=steps, view_mode=view_mode)
@@ -36,8 +39,15 @@ def test_running_accuracy_and_class_pick():
 
 def _feats(path, labels=True):
     s = make_stream(n=48, classes=6, dim=16, seed=4)
-    return save_features(path, s["features"], s["text"], s["labels"] if labels else None, [f"c{i}" for i in range(6)],
-                         {"dataset": "oxford_flowers"}, dtype=np.float32)
+    return save_features(
+        path,
+        s["features"],
+        s["text"],
+        s["labels"] if labels else None,
+        [f"c{i}" for i in range(6)],
+        {"dataset": "oxford_flowers"},
+        dtype=np.float32,
+    )
 
 
 def test_tsne_from_feature_file(tmp_path, capsys):
@@ -53,20 +63,40 @@ def test_tsne_from_the_store(tmp_path, capsys):
     s = make_stream(n=40, classes=4, dim=16, views=4, seed=1)
     path = FeatureKey("dtd", Backbone("mstta-tiny", "none"), "fp32", 4, "crop", 1).path(store)
     save_features(path, s["features"], s["text"], s["labels"], list("abcd"), {}, dtype=np.float32)
-    code = main(["tsne", "--dataset", "dtd", "--backbone", "mstta-tiny", "--views", "4", "--store", str(store),
-                 "--device", "cpu", "--class-ids", "0,2", "--out", str(tmp_path / "t.png")])
+    code = main(
+        [
+            "tsne",
+            "--dataset",
+            "dtd",
+            "--backbone",
+            "mstta-tiny",
+            "--views",
+            "4",
+            "--store",
+            str(store),
+            "--device",
+            "cpu",
+            "--class-ids",
+            "0,2",
+            "--out",
+            str(tmp_path / "t.png"),
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "from 2 classes" in out and (tmp_path / "t.png").is_file()
 
 
-@pytest.mark.parametrize("extra,message", [
-    (["--out", "t.jpg"], "ending in .png"),
-    (["--class-ids", "9"], "class 9 has no labelled sample"),
-    (["--class-ids", "a"], "--class-ids"),
-    (["--classes", "-1"], "--classes -1"),
-    (["--views", "4"], "--views works with --dataset"),
-])
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["--out", "t.jpg"], "ending in .png"),
+        (["--class-ids", "9"], "class 9 has no labelled sample"),
+        (["--class-ids", "a"], "--class-ids"),
+        (["--classes", "-1"], "--classes -1"),
+        (["--views", "4"], "--views works with --dataset"),
+    ],
+)
 def test_tsne_bad_inputs(tmp_path, capsys, extra, message):
     f = _feats(tmp_path / "f.npz")
     code = main(["tsne", "--features", str(f), "--out", str(tmp_path / "t.png"), *extra])

@@ -1,5 +1,6 @@
 """`baseline+boost` and `ms-tta+boost` (issue 9): the §3.1 single positive cache with
 BoostAdapter's regional bootstrapping, and for `ms-tta+boost` every key and query mean-shifted."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -12,7 +13,7 @@ from synthetic import as_tensors, make_stream
 
 from mstta import Engine, EngineConfig, get_method, replay
 
-TEXT = torch.eye(3)                      # C = 3 classes, d = 3
+TEXT = torch.eye(3)  # C = 3 classes, d = 3
 SCALE, A, BETA = 10.0, 2.0, 5.0
 
 
@@ -35,8 +36,9 @@ def kernel(q, keys):
 
 def config(**kw):
     # Q = 1 and delta = 1: the throw-away copy holds 2 per class; floor(0.5 * 4) = 2 boosting views
-    return EngineConfig(capacity=1, delta=1, view_ratio=0.5, logit_scale=SCALE, cache_alpha=A, beta=BETA,
-                        view_mode="original", **kw)
+    return EngineConfig(
+        capacity=1, delta=1, view_ratio=0.5, logit_scale=SCALE, cache_alpha=A, beta=BETA, view_mode="original", **kw
+    )
 
 
 # sample 1: view 0 the original image (class 0); v1, v2 the two most confident views (classes 0, 1)
@@ -93,12 +95,15 @@ def test_ms_tta_boost_shifts_keys_queries_and_views_by_hand():
     eng = Engine(TEXT, "ms-tta+boost", config(k=1, alpha=alpha))
     r1 = eng.step(torch.tensor(np.array(S1), dtype=torch.float32))
     q = S1[0]  # empty bank: nothing to shift toward
-    np.testing.assert_allclose(r1.logits.numpy(),
-                               SCALE * q + np.array([kernel(q, [S1[0], S1[1]]), kernel(q, [S1[2]]), 0.0]),
-                               rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(
+        r1.logits.numpy(),
+        SCALE * q + np.array([kernel(q, [S1[0], S1[1]]), kernel(q, [S1[2]]), 0.0]),
+        rtol=1e-5,
+        atol=1e-4,
+    )
     r2 = eng.step(torch.tensor(np.array(S2), dtype=torch.float32))
-    bank = [S1[0]]                                  # raw features only, never shifted ones
-    z1 = S1[0]                                      # the persistent entry, keyed by its shifted z (= f)
+    bank = [S1[0]]  # raw features only, never shifted ones
+    z1 = S1[0]  # the persistent entry, keyed by its shifted z (= f)
     q = shift(S2[0], bank, alpha)
     w1, w2 = shift(S2[1], bank, alpha), shift(S2[2], bank, alpha)
     expected = SCALE * S2[0] + np.array([kernel(q, [z1, w2]), 0.0, kernel(q, [w1])])

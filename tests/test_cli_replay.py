@@ -1,4 +1,5 @@
 """`mstta-bench replay`: outputs, the JSON report, and one-line errors with exit code 2."""
+
 from __future__ import annotations
 
 import csv
@@ -17,8 +18,15 @@ from mstta.features import save_features
 @pytest.fixture
 def feats(tmp_path):
     s = make_stream(n=200, classes=5, dim=16, seed=5)
-    return save_features(tmp_path / "f.npz", s["features"], s["text"], s["labels"], list("abcde"),
-                         {"model": "synthetic"}, dtype=np.float32)
+    return save_features(
+        tmp_path / "f.npz",
+        s["features"],
+        s["text"],
+        s["labels"],
+        list("abcde"),
+        {"model": "synthetic"},
+        dtype=np.float32,
+    )
 
 
 def _run(capsys, *argv):
@@ -26,8 +34,19 @@ def _run(capsys, *argv):
 
 
 def test_json_report_and_npy(tmp_path, feats, capsys):
-    code, out, err = _run(capsys, "replay", "--features", str(feats), "--method", "ms-tta",
-                          "--set", "k=4", "--out", str(tmp_path / "p.npy"), "--json")
+    code, out, err = _run(
+        capsys,
+        "replay",
+        "--features",
+        str(feats),
+        "--method",
+        "ms-tta",
+        "--set",
+        "k=4",
+        "--out",
+        str(tmp_path / "p.npy"),
+        "--json",
+    )
     assert code == 0, err
     report = json.loads(out.strip().splitlines()[-1])
     assert report["method"] == "ms-tta" and report["n"] == 200 and report["classes"] == 5
@@ -59,14 +78,17 @@ def test_config_file_is_applied(tmp_path, feats, capsys):
     assert json.loads(out.splitlines()[-1])["hyperparameters"]["beta"] == 8.0
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--method", "msta"], "unknown method 'msta'; choose one of: zero-shot, tda,"),
-    (["--set", "kk=1"], "unknown key 'kk'"),
-    (["--set", "k=-1"], "bad value for 'k'"),
-    (["--config", "nope.yaml"], "config file not found"),
-    (["--out", "preds.txt"], "unknown format '.txt'"),
-    (["--device", "cuda:7"], "cuda"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--method", "msta"], "unknown method 'msta'; choose one of: zero-shot, tda,"),
+        (["--set", "kk=1"], "unknown key 'kk'"),
+        (["--set", "k=-1"], "bad value for 'k'"),
+        (["--config", "nope.yaml"], "config file not found"),
+        (["--out", "preds.txt"], "unknown format '.txt'"),
+        (["--device", "cuda:7"], "cuda"),
+    ],
+)
 def test_bad_flags_exit_2_one_line(tmp_path, feats, capsys, argv, message):
     code, out, err = _run(capsys, "replay", "--features", str(feats), *argv)
     assert code == 2
@@ -93,27 +115,33 @@ def test_missing_required_flag_and_no_command(capsys):
 def test_console_script_no_traceback(tmp_path):
     bad = tmp_path / "bad.npz"
     np.savez(bad, features=np.full((3, 4), np.nan, dtype=np.float32), text=np.eye(4, dtype=np.float32)[:2])
-    proc = subprocess.run([sys.executable, "-m", "mstta.cli", "replay", "--features", str(bad)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mstta.cli", "replay", "--features", str(bad)], capture_output=True, text=True
+    )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
-    assert proc.stderr.strip() == f"mstta-bench: error: {bad}: array 'features' has a non-finite value at index 0; " \
-                                  "re-extract the features or drop that sample"
+    assert (
+        proc.stderr.strip() == f"mstta-bench: error: {bad}: array 'features' has a non-finite value at index 0; "
+        "re-extract the features or drop that sample"
+    )
 
 
 def test_a_command_with_a_missing_package_breaks_only_itself(tmp_path, feats, capsys, monkeypatch):
     import importlib
 
     import mstta.cli as cli
+
     real = importlib.import_module
 
     def fake(name, *a):
         if name == "mstta.commands.tsne":
             raise ModuleNotFoundError("No module named 'sklearn'", name="sklearn")
         return real(name, *a)
+
     monkeypatch.setattr(cli.importlib, "import_module", fake)
     code, _, err = _run(capsys, "replay", "--features", str(feats))
     assert code == 0, err
     code, _, err = _run(capsys, "tsne", "--dataset", "dtd")
-    assert code == 2 and err == ("mstta-bench: error: 'tsne' cannot run: No module named 'sklearn'; "
-                                 "install the missing package (make install)\n")
+    assert code == 2 and err == (
+        "mstta-bench: error: 'tsne' cannot run: No module named 'sklearn'; install the missing package (make install)\n"
+    )

@@ -1,4 +1,5 @@
 """Configs: YAML onto dataclasses, unknown keys rejected by name, overrides typed and validated."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,9 +23,23 @@ from mstta.config import (
     parse_overrides,
 )
 
-DATASETS = ["imagenet", "imagenet_a", "imagenet_v2", "imagenet_r", "imagenet_sketch", "fgvc_aircraft",
-            "caltech101", "stanford_cars", "dtd", "eurosat", "oxford_flowers", "food101", "oxford_pets",
-            "sun397", "ucf101"]
+DATASETS = [
+    "imagenet",
+    "imagenet_a",
+    "imagenet_v2",
+    "imagenet_r",
+    "imagenet_sketch",
+    "fgvc_aircraft",
+    "caltech101",
+    "stanford_cars",
+    "dtd",
+    "eurosat",
+    "oxford_flowers",
+    "food101",
+    "oxford_pets",
+    "sun397",
+    "ucf101",
+]
 
 
 @pytest.mark.parametrize("dataset", DATASETS)
@@ -42,20 +57,28 @@ def test_tda_values_and_views():
 
 def test_overrides_apply_last_with_types():
     cfg = load_dataset_config(CONFIG_DIR / "dtd.yaml", ["k=4", "alpha=1", "bank_size=none", "views=8", "kernel=linear"])
-    assert (cfg.engine.k, cfg.engine.alpha, cfg.engine.bank_size, cfg.bench.views, cfg.engine.kernel) == \
-        (4, 1.0, None, 8, "linear")
+    assert (cfg.engine.k, cfg.engine.alpha, cfg.engine.bank_size, cfg.bench.views, cfg.engine.kernel) == (
+        4,
+        1.0,
+        None,
+        8,
+        "linear",
+    )
     assert isinstance(cfg.engine.alpha, float)
 
 
-@pytest.mark.parametrize("overrides,message", [
-    (["kk=4"], "unknown key 'kk'"),
-    (["k=-1"], "bad value for 'k'"),
-    (["k=2.5"], "bad value for 'k'"),
-    (["alpha=1.5"], "bad value for 'alpha'"),
-    (["alpha=abc"], "bad value for 'alpha'"),
-    (["kernel=rbf"], "bad value for 'kernel'"),
-    (["k"], "expected KEY=VALUE"),
-])
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (["kk=4"], "unknown key 'kk'"),
+        (["k=-1"], "bad value for 'k'"),
+        (["k=2.5"], "bad value for 'k'"),
+        (["alpha=1.5"], "bad value for 'alpha'"),
+        (["alpha=abc"], "bad value for 'alpha'"),
+        (["kernel=rbf"], "bad value for 'kernel'"),
+        (["k"], "expected KEY=VALUE"),
+    ],
+)
 def test_bad_overrides(overrides, message):
     with pytest.raises(UserError, match=message):
         load_dataset_config(None, overrides)
@@ -76,9 +99,15 @@ def test_unknown_yaml_key_names_section_and_allowed(tmp_path):
         load_dataset_config(tmp_path / "missing.yaml")
 
 
-BOUNDS = [("k", MAX_K, 1), ("ms_steps", MAX_MS_STEPS, 1), ("capacity", MAX_CAPACITY, 1),
-          ("neg_capacity", MAX_CAPACITY, 1), ("delta", MAX_CAPACITY, 0), ("bank_size", MAX_BANK_SIZE, 1),
-          ("views", MAX_VIEWS, 1)]
+BOUNDS = [
+    ("k", MAX_K, 1),
+    ("ms_steps", MAX_MS_STEPS, 1),
+    ("capacity", MAX_CAPACITY, 1),
+    ("neg_capacity", MAX_CAPACITY, 1),
+    ("delta", MAX_CAPACITY, 0),
+    ("bank_size", MAX_BANK_SIZE, 1),
+    ("views", MAX_VIEWS, 1),
+]
 
 
 @pytest.mark.parametrize("key,high,low", BOUNDS)
@@ -87,8 +116,11 @@ def test_integer_bounds_are_inclusive(key, high, low):
     assert getattr(cfg.engine if key != "views" else cfg.bench, key) == high
     load_dataset_config(None, [f"{key}={low}"])
     for bad in (high + 1, low - 1, 10**30):
-        with pytest.raises(UserError, match=rf"^--set: bad value for '{key}': {bad}; expected an integer in "
-                                            rf"\[{low}, {high:,}\]"):
+        with pytest.raises(
+            UserError,
+            match=rf"^--set: bad value for '{key}': {bad}; expected an integer in "
+            rf"\[{low}, {high:,}\]",
+        ):
             load_dataset_config(None, [f"{key}={bad}"])
 
 
@@ -125,7 +157,7 @@ def test_duplicate_keys_are_named_with_their_line(tmp_path):
     p.write_text("engine:\n  k: 2\n  alpha: 0.8\n  k: 4\n")
     with pytest.raises(UserError, match=r"c.yaml: duplicate key 'k' \(line 4\); give each key once$"):
         load_dataset_config(p)
-    p.write_text("engine:\n  <<: {k: 3, alpha: 0.5}\n  k: 4\n")   # a merged key may be overridden
+    p.write_text("engine:\n  <<: {k: 3, alpha: 0.5}\n  k: 4\n")  # a merged key may be overridden
     cfg = load_dataset_config(p)
     assert (cfg.engine.k, cfg.engine.alpha) == (4, 0.5)
 
@@ -140,9 +172,25 @@ def test_bad_values_in_a_file_name_the_file_and_section(tmp_path):
         load_dataset_config(p)
 
 
-@pytest.mark.parametrize("value,ok", [(0, True), ("7", True), (2**63 - 1, True), (str(2**63 - 1), True),
-                                      (2**63, False), (str(2**63), False), (2**64, False), (-1, False), ("-1", False),
-                                      ("9" * 5000, False), (True, False), (1.0, False), ("1e3", False), ("x", False)])
+@pytest.mark.parametrize(
+    "value,ok",
+    [
+        (0, True),
+        ("7", True),
+        (2**63 - 1, True),
+        (str(2**63 - 1), True),
+        (2**63, False),
+        (str(2**63), False),
+        (2**64, False),
+        (-1, False),
+        ("-1", False),
+        ("9" * 5000, False),
+        (True, False),
+        (1.0, False),
+        ("1e3", False),
+        ("x", False),
+    ],
+)
 def test_seeds_fit_torch_generators(value, ok):
     """Seeds >= 2^63 used to crash torch.Generator.manual_seed with a traceback."""
     if ok:

@@ -1,4 +1,5 @@
 """The step captured as a CUDA graph predicts exactly what the eager step does (needs a GPU)."""
+
 from __future__ import annotations
 
 import pytest
@@ -33,9 +34,17 @@ def test_static_shape_step_equals_eager_on_cpu(method, views, mode):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: a CUDA graph is captured on a GPU")
 def test_graph_equals_eager(method, views, mode):
     f, t, _ = as_tensors(make_stream(n=200, classes=7, dim=32, views=views, seed=4, noise=1.5))
-    cfg = EngineConfig(bank_size=64, k=3, view_mode=mode, view_ratio=0.25, cache_alpha=6.0, beta=3.0,
-                       neg_entropy_lower=0.05, neg_entropy_upper=0.9)
-    graph = Engine(t.cuda(), method, cfg)                      # automatic on CUDA
+    cfg = EngineConfig(
+        bank_size=64,
+        k=3,
+        view_mode=mode,
+        view_ratio=0.25,
+        cache_alpha=6.0,
+        beta=3.0,
+        neg_entropy_lower=0.05,
+        neg_entropy_upper=0.9,
+    )
+    graph = Engine(t.cuda(), method, cfg)  # automatic on CUDA
     eager = Engine(t.cuda(), method, cfg, cuda_graph=False)
     assert graph.cuda_graph and not eager.cuda_graph
     a = torch.stack([graph.step(x.cuda()).logits for x in f])
@@ -50,7 +59,10 @@ def test_graph_equals_eager(method, views, mode):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: a CUDA graph is captured on a GPU")
 def test_graph_survives_reset_and_state_load():
     f, t, _ = as_tensors(make_stream(n=120, classes=5, dim=16, seed=1))
-    a, b = Engine(t.cuda(), "ms-tta", EngineConfig(bank_size=32)), Engine(t.cuda(), "ms-tta", EngineConfig(bank_size=32), cuda_graph=False)
+    a, b = (
+        Engine(t.cuda(), "ms-tta", EngineConfig(bank_size=32)),
+        Engine(t.cuda(), "ms-tta", EngineConfig(bank_size=32), cuda_graph=False),
+    )
     for x in f[:50]:
         a.step(x.cuda())
         b.step(x.cuda())

@@ -1,4 +1,5 @@
 """Dataset loaders: every layout of datasets.md on tiny fake datasets, aliases, and one-line layout errors."""
+
 from __future__ import annotations
 
 import json
@@ -28,11 +29,21 @@ def test_registry_has_the_15_datasets():
     assert len(list_datasets()) == 15 and set(ALL_KEYS) - {"imagefolder"} == set(list_datasets())
 
 
-@pytest.mark.parametrize("name, key", [
-    ("I", "imagenet"), ("A", "imagenet_a"), ("V", "imagenet_v2"), ("R", "imagenet_r"), ("S", "imagenet_sketch"),
-    ("a", "imagenet_a"), ("fgvc", "fgvc_aircraft"), ("Oxford-Pets", "oxford_pets"), ("imagenet-a", "imagenet_a"),
-    ("imagefolder:/x/y", "imagefolder:/x/y"),
-])
+@pytest.mark.parametrize(
+    "name, key",
+    [
+        ("I", "imagenet"),
+        ("A", "imagenet_a"),
+        ("V", "imagenet_v2"),
+        ("R", "imagenet_r"),
+        ("S", "imagenet_sketch"),
+        ("a", "imagenet_a"),
+        ("fgvc", "fgvc_aircraft"),
+        ("Oxford-Pets", "oxford_pets"),
+        ("imagenet-a", "imagenet_a"),
+        ("imagefolder:/x/y", "imagefolder:/x/y"),
+    ],
+)
 def test_aliases(name, key):
     assert resolve_key(name) == key and set(ALIASES) >= {"I", "A", "V", "R", "S"}
 
@@ -77,14 +88,17 @@ def _break(tmp_path: Path, key: str, how: str) -> str:
     fake = make_fake_dataset(tmp_path, key, classes=3, per_class=2)
     first = fake.items[0][0]
     if how == "no-folder":
-        folder = {"oxford_pets": "oxford_pets", "imagenet_a": "imagenet-adversarial",
-                  "fgvc_aircraft": "fgvc_aircraft"}[key]
+        folder = {"oxford_pets": "oxford_pets", "imagenet_a": "imagenet-adversarial", "fgvc_aircraft": "fgvc_aircraft"}[
+            key
+        ]
         shutil.rmtree(tmp_path / folder)
         return str(tmp_path / folder)
     if how == "no-split":
-        path = {"oxford_pets": tmp_path / "oxford_pets" / "split_zhou_OxfordPets.json",
-                "imagenet_a": tmp_path / "imagenet-adversarial" / "classnames.txt",
-                "fgvc_aircraft": tmp_path / "fgvc_aircraft" / "images_variant_test.txt"}[key]
+        path = {
+            "oxford_pets": tmp_path / "oxford_pets" / "split_zhou_OxfordPets.json",
+            "imagenet_a": tmp_path / "imagenet-adversarial" / "classnames.txt",
+            "fgvc_aircraft": tmp_path / "fgvc_aircraft" / "images_variant_test.txt",
+        }[key]
         path.unlink()
         return str(path)
     if how == "missing-image":
@@ -97,11 +111,20 @@ def _break(tmp_path: Path, key: str, how: str) -> str:
     raise ValueError(how)
 
 
-@pytest.mark.parametrize("key, how", [
-    ("oxford_pets", "no-folder"), ("oxford_pets", "no-split"), ("oxford_pets", "missing-image"),
-    ("imagenet_a", "no-folder"), ("imagenet_a", "no-split"), ("imagenet_a", "empty-class"),
-    ("fgvc_aircraft", "no-folder"), ("fgvc_aircraft", "no-split"), ("fgvc_aircraft", "missing-image"),
-])
+@pytest.mark.parametrize(
+    "key, how",
+    [
+        ("oxford_pets", "no-folder"),
+        ("oxford_pets", "no-split"),
+        ("oxford_pets", "missing-image"),
+        ("imagenet_a", "no-folder"),
+        ("imagenet_a", "no-split"),
+        ("imagenet_a", "empty-class"),
+        ("fgvc_aircraft", "no-folder"),
+        ("fgvc_aircraft", "no-split"),
+        ("fgvc_aircraft", "missing-image"),
+    ],
+)
 def test_layout_errors_name_the_path_and_layout(tmp_path, key, how):
     expected = _break(tmp_path, key, how)
     with pytest.raises(UserError) as err:
@@ -164,12 +187,32 @@ def _cli(capsys, *args) -> tuple[int, str]:
     return code, err
 
 
-@pytest.mark.parametrize("key, how", [("oxford_pets", "no-folder"), ("oxford_pets", "no-split"),
-                                      ("oxford_pets", "missing-image"), ("imagenet_a", "empty-class")])
+@pytest.mark.parametrize(
+    "key, how",
+    [
+        ("oxford_pets", "no-folder"),
+        ("oxford_pets", "no-split"),
+        ("oxford_pets", "missing-image"),
+        ("imagenet_a", "empty-class"),
+    ],
+)
 def test_cli_dataset_errors_exit_2(tmp_path, capsys, key, how):
     expected = _break(tmp_path / "data", key, how)
-    code, err = _cli(capsys, "--dataset", key, "--data-root", tmp_path / "data", "--model", "mstta-tiny",
-                     "--pretrained", "none", "--out", tmp_path / "out", "--cache-dir", tmp_path / "cache")
+    code, err = _cli(
+        capsys,
+        "--dataset",
+        key,
+        "--data-root",
+        tmp_path / "data",
+        "--model",
+        "mstta-tiny",
+        "--pretrained",
+        "none",
+        "--out",
+        tmp_path / "out",
+        "--cache-dir",
+        tmp_path / "cache",
+    )
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and lines[0].startswith("mstta-bench: error: dataset ")
     assert expected in lines[0] and "Traceback" not in err and not (tmp_path / "out").exists()
@@ -179,8 +222,21 @@ def test_cli_all_images_unreadable_exit_2(tmp_path, capsys):
     fake = make_fake_dataset(tmp_path, "imagefolder", classes=2, per_class=1)
     for path, _ in fake.items:
         path.write_bytes(b"\x89PNG broken")
-    code, err = _cli(capsys, "--dataset", fake.dataset, "--model", "mstta-tiny", "--pretrained", "none",
-                     "--out", tmp_path / "o.npz", "--cache-dir", tmp_path / "cache", "--workers", 0)
+    code, err = _cli(
+        capsys,
+        "--dataset",
+        fake.dataset,
+        "--model",
+        "mstta-tiny",
+        "--pretrained",
+        "none",
+        "--out",
+        tmp_path / "o.npz",
+        "--cache-dir",
+        tmp_path / "cache",
+        "--workers",
+        0,
+    )
     lines = [ln for ln in err.strip().splitlines() if "RANDOM weights" not in ln]
     assert code == 2 and len(lines) == 1 and "none of the 2 images could be read" in lines[0]
     assert str(fake.items[0][0].parent.parent) in lines[0] and not (tmp_path / "o.npz").exists()

@@ -1,6 +1,7 @@
 """The bundled digits model (`mstta-digits`, tag `bundled`) and its clip (assets/digits*): loads
 offline, is open_clip's format with a learned logit scale, means something on clean held-out
 digits, and the clip, labels and truth agree with each other and with assets/make_digits.py."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -22,7 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 ASSETS = REPO / "assets"
 CHECKPOINT = ASSETS / "mstta-digits.pt"
 VIDEO, LABELS, TRUTH = ASSETS / "digits.mp4", ASSETS / "digits_labels.txt", ASSETS / "digits_truth.csv"
-CLEAN_ACCURACY_FLOOR = 80.0     # issue 17: zero-shot accuracy on the clean test split
+CLEAN_ACCURACY_FLOOR = 80.0  # issue 17: zero-shot accuracy on the clean test split
 
 
 def _make_digits():
@@ -51,6 +52,7 @@ def test_loads_offline_with_its_default_tag(monkeypatch):
     def refuse(self, address, *args, **kwargs):
         tried.append(address)
         raise OSError("network disabled by the test")
+
     monkeypatch.setattr(socket.socket, "connect", refuse)
     assert default_pretrained("mstta-digits") == BUNDLED_TAG and default_pretrained("ViT-B-16") == "openai"
     a = load_clip("mstta-digits", default_pretrained("mstta-digits"), device="cpu")
@@ -79,7 +81,7 @@ def test_checkpoint_is_open_clip_state_dict_with_learned_scale(digits):
     import open_clip
 
     sd = torch.load(CHECKPOINT, map_location="cpu", weights_only=True)
-    fresh = open_clip.create_model("mstta-digits")          # the config registered by load_clip
+    fresh = open_clip.create_model("mstta-digits")  # the config registered by load_clip
     assert set(sd) == set(fresh.state_dict())
     assert all(sd[k].shape == v.shape for k, v in fresh.state_dict().items())
     assert {v.dtype for v in sd.values() if v.is_floating_point()} == {torch.float16}
@@ -100,7 +102,7 @@ def test_zero_shot_accuracy_on_the_clean_test_split(md, digits):
     acc = md.zero_shot_accuracy(digits, images, ys, list(DEFAULT_TEMPLATES))
     assert acc >= CLEAN_ACCURACY_FLOOR, acc
     chance = md.zero_shot_accuracy(digits, images, np.roll(ys, 1), list(DEFAULT_TEMPLATES))
-    assert chance < 40.0        # and not by predicting everything alike
+    assert chance < 40.0  # and not by predicting everything alike
 
 
 def test_clip_labels_and_truth_agree(md):
@@ -119,15 +121,15 @@ def test_clip_labels_and_truth_agree(md):
     assert fps == md.FPS and md.SEGMENT_FRAMES / fps >= 0.4
     ranges = truth.ranges
     assert ranges[0][0] == 0 and ranges[-1][1] == len(frames) - 1
-    assert all(e0 + 1 == s1 for (_, e0, _), (s1, _, _) in zip(ranges, ranges[1:]))     # every frame labelled
+    assert all(e0 + 1 == s1 for (_, e0, _), (s1, _, _) in zip(ranges, ranges[1:]))  # every frame labelled
     assert all(e - s + 1 == md.SEGMENT_FRAMES for s, e, _ in ranges)
     _, labels = md.clip_digits(0)
     assert [c for _, _, c in ranges] == list(labels)
     scenes = md.scene_of_digits()
     assert len(scenes) == len(labels) and scenes[0] == md.LEAD_IN
     start = 0
-    for scene in md.SCENES:             # each scene shows every class equally often
-        part = labels[start:start + scene.digits]
+    for scene in md.SCENES:  # each scene shows every class equally often
+        part = labels[start : start + scene.digits]
         assert np.bincount(part, minlength=10).tolist() == [scene.digits // 10] * 10
         start += scene.digits
     # the opening frames are the unshifted drawing of the first digit (within H.264's error) ...
@@ -136,7 +138,7 @@ def test_clip_labels_and_truth_agree(md):
     # ... and the first frames after the lead-in are the shifted scene as make_digits.py draws it
     lead = md.LEAD_IN.digits * md.SEGMENT_FRAMES
     drawn = [x for _, x in zip(range(lead + md.SEGMENT_FRAMES), md.clip_frames(0))][lead:]
-    for (i, f) in drawn:
+    for i, f in drawn:
         assert np.abs(frames[i].astype(np.float32) - f).mean() < 4.0
     shifted_first = md.as_rgb(md.render(md.clip_digits(0)[0][md.LEAD_IN.digits]))
     assert np.abs(frames[lead].astype(np.float32) - shifted_first).mean() > 8.0
@@ -148,4 +150,4 @@ def test_clip_digits_are_held_out(md):
     train = md.digits_split()["train"][0].reshape(-1, 64)
     shown = md.clip_digits(0)[0].reshape(-1, 64)
     assert not (shown[:, None, :] == train[None, :, :]).all(-1).any()
-    assert len(np.unique(shown, axis=0)) == len(shown)      # and each is shown once
+    assert len(np.unique(shown, axis=0)) == len(shown)  # and each is shown once

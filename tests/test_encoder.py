@@ -1,5 +1,6 @@
 """`app.encoder.FrameEncoder` follows each model's own open_clip preprocessing (size, mean/std,
 interpolation, resize mode) and makes its extra views with `mstta.views`, exactly as the benchmark."""
+
 from __future__ import annotations
 
 import json
@@ -30,9 +31,10 @@ def _tiny_variant(tmp_path, name: str, image_size: int, **force) -> ClipModel:
     torch.manual_seed(0)
     model, _, preprocess = open_clip.create_model_and_transforms(name, pretrained=None, device="cpu", **force)
     model.eval()
-    clip = ClipModel(model, Preprocess.of(model), open_clip.get_tokenizer(name), name, "none", torch.device("cpu"),
-                     "fp32")
-    clip.open_clip_preprocess = preprocess           # open_clip's own transform: the reference pixels
+    clip = ClipModel(
+        model, Preprocess.of(model), open_clip.get_tokenizer(name), name, "none", torch.device("cpu"), "fp32"
+    )
+    clip.open_clip_preprocess = preprocess  # open_clip's own transform: the reference pixels
     return clip
 
 
@@ -40,20 +42,26 @@ def _tiny_variant(tmp_path, name: str, image_size: int, **force) -> ClipModel:
 def variants(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("configs")
     openai_like = _tiny_variant(tmp, "mstta-tiny-a", 64)
-    siglip_like = _tiny_variant(tmp, "mstta-tiny-b", 48, image_mean=(0.5, 0.5, 0.5),
-                                image_std=(0.5, 0.5, 0.5), image_resize_mode="squash",
-                                image_interpolation="bilinear")
+    siglip_like = _tiny_variant(
+        tmp,
+        "mstta-tiny-b",
+        48,
+        image_mean=(0.5, 0.5, 0.5),
+        image_std=(0.5, 0.5, 0.5),
+        image_resize_mode="squash",
+        image_interpolation="bilinear",
+    )
     return openai_like, siglip_like
 
 
 def test_each_model_gets_its_own_preprocessing(variants):
-    img = scene(4, 120, 72)                      # not square: resize mode matters
+    img = scene(4, 120, 72)  # not square: resize mode matters
     a, b = variants
     pa, pb = FrameEncoder(a).pixels([img]), FrameEncoder(b).pixels([img])
     assert pa.shape == (1, 3, 64, 64) and pb.shape == (1, 3, 48, 48)
     assert torch.allclose(pa, a.open_clip_preprocess(Image.fromarray(img)).unsqueeze(0), atol=1e-6)
     assert torch.allclose(pb, b.open_clip_preprocess(Image.fromarray(img)).unsqueeze(0), atol=1e-6)
-    for clip in (a, b):                          # read from the config, equal to open_clip's transform
+    for clip in (a, b):  # read from the config, equal to open_clip's transform
         assert torch.equal(clip.preprocess(Image.fromarray(img)), clip.open_clip_preprocess(Image.fromarray(img)))
     # mean/std 0.5: pixel p maps to 2p - 1, so the range is [-1, 1] (OpenAI's mean/std give another range)
     assert pb.min() >= -1.0 - 1e-6 and pb.max() <= 1.0 + 1e-6
@@ -73,7 +81,7 @@ def test_extra_views_are_mstta_views_crops(variants):
     enc = FrameEncoder(b, views=5, seed=3)
     geometry, size, mean, std = split_preprocess(b.preprocess)
     maker = ViewMaker(geometry, size, views=5, augment="crop", seed=3)
-    for index in range(2):                         # frame n of the stream gets views of sample index n
+    for index in range(2):  # frame n of the stream gets views of sample index n
         ref = to_pixels(maker(Image.fromarray(img), index), mean, std)
         assert torch.allclose(enc.pixels([img]), ref, atol=1e-6)
     enc.reset()
@@ -100,13 +108,13 @@ def test_ctrl_c_ends_a_many_view_frame_between_chunks(variants, monkeypatch):
     def slow(pix):
         calls.append(len(pix))
         if len(calls) == 2:
-            raise KeyboardInterrupt   # what the signal handler raises between two forwards
+            raise KeyboardInterrupt  # what the signal handler raises between two forwards
         return torch.nn.functional.normalize(torch.ones(len(pix), 64), dim=-1)
 
     monkeypatch.setattr(a, "encode_images", slow)
     with pytest.raises(KeyboardInterrupt):
         FrameEncoder(a, views=4 * VIEW_CHUNK).encode([scene(0, 80, 60)])
-    assert calls == [VIEW_CHUNK, VIEW_CHUNK]    # the remaining chunks never ran
+    assert calls == [VIEW_CHUNK, VIEW_CHUNK]  # the remaining chunks never ran
 
 
 @pytest.mark.parametrize("augment", ["crop", "augmix"])
@@ -139,6 +147,6 @@ def test_frame_encoder_views_on(variants):
     dev = FrameEncoder(b, views=6, seed=2, views_on="device")
     assert cpu.views_on == "cpu" and dev.views_on == "device"
     assert FrameEncoder(b, views=6).views_on == "cpu" and FrameEncoder(b, views=1, views_on="device").views_on == "cpu"
-    assert torch.equal(cpu.views_of([img, img]), dev.views_of([img, img]))     # crops: bit-exact
+    assert torch.equal(cpu.views_of([img, img]), dev.views_of([img, img]))  # crops: bit-exact
     with pytest.raises(UserError, match="--views-on gpu"):
         FrameEncoder(b, views=2, views_on="gpu")

@@ -1,5 +1,6 @@
 """The online engine: the paper's order of operations on hand-computed cases, cache invariants
 under random streams, reset/state, and every method through one interface."""
+
 from __future__ import annotations
 
 import copy
@@ -59,9 +60,9 @@ def test_cache_replaces_highest_entropy_only_when_strictly_lower():
     eng.step(unsure)
     eng.step(confident)
     before = eng.cache_entropy()[0].copy()
-    eng.step(unsure)                      # equal to the worst entry: not strictly lower -> unchanged
+    eng.step(unsure)  # equal to the worst entry: not strictly lower -> unchanged
     assert np.array_equal(eng.cache_entropy()[0], before)
-    eng.step(middling)                    # lower than the worst: replaces it
+    eng.step(middling)  # lower than the worst: replaces it
     after = eng.cache_entropy()[0]
     assert sorted(after) == sorted([before.min(), eng.step(middling).entropy])
 
@@ -85,8 +86,8 @@ def test_tda_negative_cache_gate_and_subtraction():
     probs = torch.softmax(r.clip_logits, -1)
     assert 0.2 < r.entropy / math.log2(3) < 0.9
     mask = ((probs > cfg.neg_mask_lower) & (probs < cfg.neg_mask_upper)).float()
-    pos = cfg.cache_alpha * torch.tensor([1.0, 0, 0])                 # its own entry, affinity exp(0) = 1
-    neg = cfg.neg_alpha * mask                                       # its own negative entry
+    pos = cfg.cache_alpha * torch.tensor([1.0, 0, 0])  # its own entry, affinity exp(0) = 1
+    neg = cfg.neg_alpha * mask  # its own negative entry
     assert torch.allclose(r.logits, r.clip_logits + pos - neg, atol=1e-5)
 
 
@@ -106,13 +107,17 @@ def test_boosted_views_change_only_the_current_prediction():
     boost, plain = Engine(TEXT, "boostadapter", cfg), Engine(TEXT, "tda", cfg)
     rb, rp = boost.step(views), plain.step(views)
     assert torch.equal(rb.clip_logits, rp.clip_logits)
-    assert rb.logits[1] > rp.logits[1]                     # views of class 1 boosted its logit
+    assert rb.logits[1] > rp.logits[1]  # views of class 1 boosted its logit
     assert boost.cache_fill().tolist() == plain.cache_fill().tolist() == [1, 0, 0]
 
 
 @settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 10_000), capacity=st.integers(1, 4), method=st.sampled_from(["baseline", "ms-tta", "tda+ms"]),
-       bank=st.sampled_from([None, 3]))
+@given(
+    seed=st.integers(0, 10_000),
+    capacity=st.integers(1, 4),
+    method=st.sampled_from(["baseline", "ms-tta", "tda+ms"]),
+    bank=st.sampled_from([None, 3]),
+)
 def test_cache_invariants_random_streams(seed, capacity, method, bank):
     g = torch.Generator().manual_seed(seed)
     text = Fn.normalize(torch.randn(4, 8, generator=g))
@@ -124,11 +129,11 @@ def test_cache_invariants_random_streams(seed, capacity, method, bank):
         p = r.clip_prediction
         assert (np.isfinite(after).sum(1) <= capacity).all()
         changed = np.nonzero((before != after).any(1))[0].tolist()
-        assert changed in ([], [p])                              # only the pseudo-label's class moves
+        assert changed in ([], [p])  # only the pseudo-label's class moves
         if changed:
             old, new = before[p], after[p]
             j = int(np.argmax(old))
-            assert r.entropy < old[j]                            # strictly lower than the replaced one
+            assert r.entropy < old[j]  # strictly lower than the replaced one
             assert sorted(new) == sorted(np.concatenate([np.delete(old, j), [r.entropy]]))
         if method != "baseline":
             assert r.feature.norm().item() == pytest.approx(1.0, abs=1e-5)
@@ -167,7 +172,7 @@ def test_bounded_bank_is_fifo():
     eng = Engine(text, "ms-tta", EngineConfig(bank_size=2, k=1, alpha=1.0))
     eng.step(E[0])
     eng.step(E[1])
-    eng.step(E[2])          # bank now holds e2, e3 (e1 evicted)
+    eng.step(E[2])  # bank now holds e2, e3 (e1 evicted)
     z = eng.step(E[0]).feature
     assert eng.bank_len == 2
     # alpha=1: z is its nearest neighbour among {e2, e3} (tie -> earlier: e2)
@@ -179,7 +184,9 @@ def test_bad_inputs_raise_one_line_errors():
         Engine(TEXT, "msta")
     with pytest.raises(UserError, match="C >= 2"):
         Engine(torch.ones(1, 4))
-    with pytest.raises(UserError, match=r"feature shape \(5,\) does not match the classifier: expected \[4\] or \[V, 4\]"):
+    with pytest.raises(
+        UserError, match=r"feature shape \(5,\) does not match the classifier: expected \[4\] or \[V, 4\]"
+    ):
         Engine(TEXT).step(torch.ones(5))
     with pytest.raises(UserError, match=r"feature shape \(0, 4\)"):
         Engine(TEXT).step(torch.ones(0, 4))
@@ -209,7 +216,9 @@ def _unchecked(**values):
 
 def test_memory_is_checked_before_allocating():
     text = Fn.normalize(torch.randn(1000, 512))
-    with pytest.raises(UserError, match=r"capacity 1000000000 x 1000 classes x 512 dims\).* needs [0-9.]+ PB; this machine has"):
+    with pytest.raises(
+        UserError, match=r"capacity 1000000000 x 1000 classes x 512 dims\).* needs [0-9.]+ PB; this machine has"
+    ):
         Engine(text, "baseline", _unchecked(capacity=10**9))
     with pytest.raises(UserError, match=r"bank 1000000000 x 512 dims \(bank_size\)"):
         Engine(text, "ms-tta", _unchecked(bank_size=10**9))
@@ -220,6 +229,7 @@ def test_memory_is_checked_before_allocating():
 
 def test_default_bank_is_a_fixed_ring_buffer():
     from mstta.config import DEFAULT_BANK_SIZE
+
     eng = Engine(TEXT, "ms-tta")
     assert eng.config.bank_size == DEFAULT_BANK_SIZE and eng.bank.rows.shape[1] == DEFAULT_BANK_SIZE
     small = Engine(TEXT, "ms-tta", EngineConfig(bank_size=5))
@@ -227,12 +237,12 @@ def test_default_bank_is_a_fixed_ring_buffer():
     for f in Fn.normalize(torch.randn(23, 4)):
         small.step(f)
         ptrs.add(small.bank.rows.data_ptr())
-    assert ptrs == {small.bank.rows.data_ptr()} and small.bank.rows.shape[1] == 5    # never reallocated
-    assert sorted(small.bank.time[0].tolist()) == [18, 19, 20, 21, 22]          # the 5 most recent
+    assert ptrs == {small.bank.rows.data_ptr()} and small.bank.rows.shape[1] == 5  # never reallocated
+    assert sorted(small.bank.time[0].tolist()) == [18, 19, 20, 21, 22]  # the 5 most recent
     grow = Engine(TEXT, "ms-tta", EngineConfig(bank_size=None))
     for f in Fn.normalize(torch.randn(1030, 4)):
         grow.step(f)
-    assert grow.bank_len == 1030 and grow.bank.rows.shape[1] == 2048              # null: unbounded
+    assert grow.bank_len == 1030 and grow.bank.rows.shape[1] == 2048  # null: unbounded
 
 
 def test_cuda_graph_needs_cuda_and_a_bounded_bank():
@@ -252,8 +262,15 @@ def test_lambda_zero_is_the_clip_logits_of_the_prediction_path(method):
     for x in views:
         r = eng.step(x)
         assert torch.equal(r.logits, r.clip_logits)
-        assert torch.allclose(r.clip_logits, 100.0 * Fn.normalize(x).index_select(0, torch.argsort(
-            Fn.entropy(100.0 * Fn.normalize(x) @ TEXT.T), stable=True)[:6]).mean(0) @ TEXT.T, atol=1e-4)  # floor(0.3 * 20) views
+        assert torch.allclose(
+            r.clip_logits,
+            100.0
+            * Fn.normalize(x)
+            .index_select(0, torch.argsort(Fn.entropy(100.0 * Fn.normalize(x) @ TEXT.T), stable=True)[:6])
+            .mean(0)
+            @ TEXT.T,
+            atol=1e-4,
+        )  # floor(0.3 * 20) views
         differs += not torch.allclose(r.clip_logits, 100.0 * Fn.normalize(x[0]) @ TEXT.T, atol=1e-3)
     assert differs == len(views)
 
@@ -263,13 +280,13 @@ def test_state_of_a_grown_unbounded_bank_loads_into_a_fresh_engine():
     a = Engine(TEXT, "ms-tta", EngineConfig(bank_size=None))
     for f in feats[:1030]:
         a.step(f)
-    b = Engine(TEXT, "ms-tta", EngineConfig(bank_size=None))   # 1024 rows: shapes differ, replaced
+    b = Engine(TEXT, "ms-tta", EngineConfig(bank_size=None))  # 1024 rows: shapes differ, replaced
     b.load_state_dict(a.state_dict())
     same = Engine(TEXT, "ms-tta", EngineConfig(bank_size=None))
     for f in feats[:1030]:
         same.step(f)
     keep = same.bank.rows
-    same.load_state_dict(a.state_dict())                         # same shapes: copied in place
+    same.load_state_dict(a.state_dict())  # same shapes: copied in place
     assert same.bank.rows is keep
     for f in feats[1030:]:
         ra = a.step(f)

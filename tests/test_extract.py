@@ -1,4 +1,5 @@
 """`mstta-bench extract`: file format, stream order, reuse, resume, skipping, torchrun sharding, CLI errors."""
+
 from __future__ import annotations
 
 import json
@@ -34,7 +35,15 @@ def data(tmp_path_factory):
 
 
 def _run(data, out, tmp_path, **kw):
-    opts = {**TINY, "views": 4, "augment": "crop", "shard_size": 4, "batch_size": 8, "cache_dir": tmp_path / "cache", **kw}
+    opts = {
+        **TINY,
+        "views": 4,
+        "augment": "crop",
+        "shard_size": 4,
+        "batch_size": 8,
+        "cache_dir": tmp_path / "cache",
+        **kw,
+    }
     return run_extraction("oxford_pets", out, data, **opts)
 
 
@@ -53,8 +62,17 @@ def test_feature_file_in_replay_format(data, tmp_path, tiny_clip):
     assert fs.labels.tolist() == [split.items[i][1] for i in order]
     assert fs.classnames == split.classnames
     meta = fs.meta
-    for key, value in {"model": "mstta-tiny", "pretrained": "none", "dataset": "oxford_pets", "views": 4,
-                       "augment": "crop", "seed": 1, "n": 9, "skipped": 0, "precision": "fp32"}.items():
+    for key, value in {
+        "model": "mstta-tiny",
+        "pretrained": "none",
+        "dataset": "oxford_pets",
+        "views": 4,
+        "augment": "crop",
+        "seed": 1,
+        "n": 9,
+        "skipped": 0,
+        "precision": "fp32",
+    }.items():
         assert meta[key] == value, key
     assert {"template_hash", "version", "stream_hash", "weights"} <= set(meta)
     text = build_text_classifier(tiny_clip, split.classnames, split.templates)
@@ -98,6 +116,7 @@ def test_interrupted_run_resumes_from_its_last_shard(data, tmp_path, monkeypatch
     def write_then_stop(*args):
         real_write(*args)
         raise KeyboardInterrupt
+
     monkeypatch.setattr(ex, "_write_shard", write_then_stop)
     with pytest.raises(KeyboardInterrupt):
         _run(data, out, tmp_path)
@@ -106,7 +125,9 @@ def test_interrupted_run_resumes_from_its_last_shard(data, tmp_path, monkeypatch
 
     encoded = []
     monkeypatch.setattr(ex, "_write_shard", real_write)
-    monkeypatch.setattr(ex, "_encode", lambda clip, views, *a: encoded.append(len(views)) or real_encode(clip, views, *a))
+    monkeypatch.setattr(
+        ex, "_encode", lambda clip, views, *a: encoded.append(len(views)) or real_encode(clip, views, *a)
+    )
     _run(data, out, tmp_path)
     assert sum(encoded) == 9 - 4 and not work.exists()
     fresh = _run(data, tmp_path / "fresh.npz", tmp_path).path
@@ -135,8 +156,9 @@ def test_corrupt_image_is_skipped_and_counted(tmp_path, caplog):
     make_fake_dataset(tmp_path / "d", "oxford_pets", classes=3, per_class=3)
     bad = load_split("oxford_pets", tmp_path / "d").items[4][0]
     bad.write_bytes(b"\xff\xd8 truncated jpeg")
-    res = run_extraction("oxford_pets", tmp_path / "o.npz", tmp_path / "d", **TINY, views=2, shard_size=3,
-                         cache_dir=tmp_path / "cache")
+    res = run_extraction(
+        "oxford_pets", tmp_path / "o.npz", tmp_path / "d", **TINY, views=2, shard_size=3, cache_dir=tmp_path / "cache"
+    )
     fs = load_features(res.path)
     assert res.skipped == 1 and fs.num_samples == 8 and fs.meta["skipped"] == 1
     assert str(bad) in fs.meta["skipped_paths"][0] and "skipped 1 unreadable image" in caplog.text
@@ -157,13 +179,21 @@ def test_views_on_device_match_cpu_views_and_replay_alike(tmp_path):
     from mstta.replay import replay
 
     fake = make_fake_dataset(tmp_path / "d", "oxford_pets", classes=4, per_class=10)
-    for k, (path, _) in enumerate(fake.items):           # photo-like 160x120 JPEGs, not 24x20 noise
+    for k, (path, _) in enumerate(fake.items):  # photo-like 160x120 JPEGs, not 24x20 noise
         smooth_image(160, 120, k).save(path, quality=90)
     for augment in ("augmix", "crop"):
         files = {}
         for where in ("cpu", "device"):
-            res = _run(fake.data_root, tmp_path / f"{augment}-{where}.npz", tmp_path, views=8, augment=augment,
-                       shard_size=16, batch_size=64, views_on=where)
+            res = _run(
+                fake.data_root,
+                tmp_path / f"{augment}-{where}.npz",
+                tmp_path,
+                views=8,
+                augment=augment,
+                shard_size=16,
+                batch_size=64,
+                views_on=where,
+            )
             files[where] = load_features(res.path)
             assert files[where].meta["views_on"] == where
         a, b = files["cpu"].features.float(), files["device"].features.float()
@@ -178,13 +208,52 @@ def test_views_on_device_match_cpu_views_and_replay_alike(tmp_path):
 @pytest.mark.slow
 def test_torchrun_two_ranks_equal_single_process(data, tmp_path):
     """`torchrun --nproc-per-node 2` (gloo, CPU): rank 0 merges the ranks' shards into the same file."""
-    common = ["--dataset", "oxford_pets", "--data-root", str(data), "--model", "mstta-tiny", "--pretrained", "none",
-              "--views", "4", "--augment", "augmix", "--shard-size", "2", "--batch-size", "8", "--workers", "0",
-              "--device", "cpu", "--cache-dir", str(tmp_path / "cache")]
+    common = [
+        "--dataset",
+        "oxford_pets",
+        "--data-root",
+        str(data),
+        "--model",
+        "mstta-tiny",
+        "--pretrained",
+        "none",
+        "--views",
+        "4",
+        "--augment",
+        "augmix",
+        "--shard-size",
+        "2",
+        "--batch-size",
+        "8",
+        "--workers",
+        "0",
+        "--device",
+        "cpu",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           "-m", "mstta.cli", "extract", *common, "--out", str(tmp_path / "dist.npz")],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "mstta.cli",
+            "extract",
+            *common,
+            "--out",
+            str(tmp_path / "dist.npz"),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.count("wrote ") == 1  # only rank 0 reports
     threads = torch.get_num_threads()
@@ -201,8 +270,9 @@ def test_torchrun_two_ranks_equal_single_process(data, tmp_path):
 
 
 def test_default_file_names():
-    s = ExtractSettings("imagefolder:/data/my photos", "ViT-B-16", "/ckpt/model.pt", "w", "fp16", 64, "augmix", 3,
-                        "h", 100, "x")
+    s = ExtractSettings(
+        "imagefolder:/data/my photos", "ViT-B-16", "/ckpt/model.pt", "w", "fp16", 64, "augmix", 3, "h", 100, "x"
+    )
     assert default_file_name(s) == "imagefolder-my-photos_ViT-B-16_model_v64_s3_n100.npz"
 
 
@@ -213,13 +283,32 @@ def _cli(capsys, *args) -> tuple[int, str, str]:
     return run_bench(capsys, "extract", *args)
 
 
-@pytest.mark.parametrize("dataset, views, augment", [("oxford_pets", 64, "crop"), ("imagenet_a", 64, "augmix"),
-                                                     ("imagenet", 1, "none"), ("imagefolder", 1, "none")])
+@pytest.mark.parametrize(
+    "dataset, views, augment",
+    [("oxford_pets", 64, "crop"), ("imagenet_a", 64, "augmix"), ("imagenet", 1, "none"), ("imagefolder", 1, "none")],
+)
 def test_cli_views_default_from_dataset_config(tmp_path, capsys, dataset, views, augment):
     fake = make_fake_dataset(tmp_path / "d", dataset, classes=2, per_class=1)
-    code, out, _ = _cli(capsys, "--dataset", fake.dataset, "--data-root", fake.data_root, "--model", "mstta-tiny",
-                        "--pretrained", "none", "--out", tmp_path / "o", "--cache-dir", tmp_path / "c",
-                        "--workers", 0, "--limit", 1, "--json")
+    code, out, _ = _cli(
+        capsys,
+        "--dataset",
+        fake.dataset,
+        "--data-root",
+        fake.data_root,
+        "--model",
+        "mstta-tiny",
+        "--pretrained",
+        "none",
+        "--out",
+        tmp_path / "o",
+        "--cache-dir",
+        tmp_path / "c",
+        "--workers",
+        0,
+        "--limit",
+        1,
+        "--json",
+    )
     report = json.loads(out.strip().splitlines()[-1])
     meta = load_features(report["out"]).meta
     assert code == 0 and (meta["views"], meta["augment"], report["n"]) == (views, augment, 1)
@@ -227,8 +316,18 @@ def test_cli_views_default_from_dataset_config(tmp_path, capsys, dataset, views,
 
 def test_cli_template_for_imagefolder(tmp_path, capsys):
     fake = make_fake_dataset(tmp_path, "imagefolder", classes=2, per_class=1)
-    args = ["--dataset", fake.dataset, "--model", "mstta-tiny", "--pretrained", "none", "--cache-dir", tmp_path / "c",
-            "--workers", 0]
+    args = [
+        "--dataset",
+        fake.dataset,
+        "--model",
+        "mstta-tiny",
+        "--pretrained",
+        "none",
+        "--cache-dir",
+        tmp_path / "c",
+        "--workers",
+        0,
+    ]
     assert _cli(capsys, *args, "--out", tmp_path / "a.npz")[0] == 0
     assert _cli(capsys, *args, "--out", tmp_path / "b.npz", "--template", "a photo of a {}.")[0] == 0
     a, b = load_features(tmp_path / "a.npz"), load_features(tmp_path / "b.npz")
@@ -237,29 +336,47 @@ def test_cli_template_for_imagefolder(tmp_path, capsys):
     assert code == 0 and "reused" in out
 
 
-@pytest.mark.parametrize("extra, expected", [
-    (["--views", "0"], "bad value for '--views': 0; expected an integer in [1, 256]"),
-    (["--views", "100000"], "bad value for '--views': 100000; expected an integer in [1, 256]"),
-    (["--views-on", "gpu"], "invalid choice: 'gpu'"),
-    (["--limit", "0"], "bad value for '--limit': 0"),
-    (["--batch-size", "0"], "bad value for '--batch-size': 0"),
-    (["--batch-size", "10000000"], "bad value for '--batch-size': 10000000; expected an integer in [1, 65,536]"),
-    (["--shard-size", "0"], "bad value for '--shard-size': 0"),
-    (["--workers", "-1"], "bad value for '--workers': -1"),
-    (["--workers", "100000"], "bad value for '--workers': 100000; expected an integer in [0, 256]"),
-    (["--template", "no placeholder"], "exactly one '{}'"),
-    (["--precision", "fp8"], "invalid choice: 'fp8'"),
-    (["--device", "cuda:7"], "--device cuda:7"),
-    (["--model", "NoSuchNet"], "--model NoSuchNet"),
-    (["--pretrained", "/no/such.pt"], "checkpoint file not found"),
-    (["--out", "IS_A_FILE"], "exists and is a file"),
-    (["--pretrained", "IS_A_FILE"], "could not load checkpoint"),
-])
+@pytest.mark.parametrize(
+    "extra, expected",
+    [
+        (["--views", "0"], "bad value for '--views': 0; expected an integer in [1, 256]"),
+        (["--views", "100000"], "bad value for '--views': 100000; expected an integer in [1, 256]"),
+        (["--views-on", "gpu"], "invalid choice: 'gpu'"),
+        (["--limit", "0"], "bad value for '--limit': 0"),
+        (["--batch-size", "0"], "bad value for '--batch-size': 0"),
+        (["--batch-size", "10000000"], "bad value for '--batch-size': 10000000; expected an integer in [1, 65,536]"),
+        (["--shard-size", "0"], "bad value for '--shard-size': 0"),
+        (["--workers", "-1"], "bad value for '--workers': -1"),
+        (["--workers", "100000"], "bad value for '--workers': 100000; expected an integer in [0, 256]"),
+        (["--template", "no placeholder"], "exactly one '{}'"),
+        (["--precision", "fp8"], "invalid choice: 'fp8'"),
+        (["--device", "cuda:7"], "--device cuda:7"),
+        (["--model", "NoSuchNet"], "--model NoSuchNet"),
+        (["--pretrained", "/no/such.pt"], "checkpoint file not found"),
+        (["--out", "IS_A_FILE"], "exists and is a file"),
+        (["--pretrained", "IS_A_FILE"], "could not load checkpoint"),
+    ],
+)
 def test_cli_bad_inputs_exit_2(data, tmp_path, capsys, extra, expected):
     (tmp_path / "IS_A_FILE").write_text("x")
     extra = [str(tmp_path / "IS_A_FILE") if e == "IS_A_FILE" else e for e in extra]
-    args = ["--dataset", "oxford_pets", "--data-root", data, "--model", "mstta-tiny", "--pretrained", "none",
-            "--out", tmp_path / "o", "--cache-dir", tmp_path / "c", "--workers", 0, *extra]
+    args = [
+        "--dataset",
+        "oxford_pets",
+        "--data-root",
+        data,
+        "--model",
+        "mstta-tiny",
+        "--pretrained",
+        "none",
+        "--out",
+        tmp_path / "o",
+        "--cache-dir",
+        tmp_path / "c",
+        "--workers",
+        0,
+        *extra,
+    ]
     code, _, err = _cli(capsys, *args)
     lines = [ln for ln in err.strip().splitlines() if "RANDOM weights" not in ln]
     assert code == 2 and len(lines) == 1 and lines[0].startswith("mstta-bench: error: ") and expected in lines[0]
@@ -274,8 +391,24 @@ def test_cli_unknown_dataset_and_missing_data_root(tmp_path, capsys):
 
 
 def test_cli_refuses_existing_file_of_other_settings(data, tmp_path, capsys):
-    args = ["--dataset", "oxford_pets", "--data-root", data, "--model", "mstta-tiny", "--pretrained", "none",
-            "--out", tmp_path / "x.npz", "--cache-dir", tmp_path / "c", "--workers", 0, "--views", "2"]
+    args = [
+        "--dataset",
+        "oxford_pets",
+        "--data-root",
+        data,
+        "--model",
+        "mstta-tiny",
+        "--pretrained",
+        "none",
+        "--out",
+        tmp_path / "x.npz",
+        "--cache-dir",
+        tmp_path / "c",
+        "--workers",
+        0,
+        "--views",
+        "2",
+    ]
     assert _cli(capsys, *args)[0] == 0
     before = (tmp_path / "x.npz").read_bytes()
     code, _, err = _cli(capsys, *args[:-1], "3")

@@ -2,6 +2,7 @@
 whether views are made with PIL in the workers (`cpu`), with tensors in the workers (`device` on a
 CPU) or from raw JPEG bytes decoded on the encoder's device (`device` on CUDA; here the same code
 path with the device set to the CPU)."""
+
 from __future__ import annotations
 
 import io
@@ -27,7 +28,7 @@ def _bomb_png(path: Path, w: int = 20000, h: int = 20000) -> None:
     buf = io.BytesIO()
     Image.new("RGB", (4, 4)).save(buf, "PNG")
     data = bytearray(buf.getvalue())
-    ihdr = data[12:29]                                   # b"IHDR" + 13 bytes
+    ihdr = data[12:29]  # b"IHDR" + 13 bytes
     ihdr[4:12] = struct.pack(">II", w, h)
     data[12:29] = ihdr
     data[29:33] = struct.pack(">I", zlib.crc32(bytes(ihdr)))
@@ -66,7 +67,7 @@ def _outcomes(files: dict[str, Path], where: str, device: str) -> dict[str, tupl
     names = list(files)
     src = ViewSource([files[n] for n in names], list(range(len(names))), maker, where, device)
     positions, views, failed = collate([src[i] for i in range(len(names))])
-    if src.mode == "raw" and views is not None:          # what the main process does with CUDA, on the CPU here
+    if src.mode == "raw" and views is not None:  # what the main process does with CUDA, on the CPU here
         positions, views, more = on_device(positions, views, TensorViewMaker(maker), torch.device("cpu"))
         failed = failed + more
     got = {names[p]: ("ok", views[k]) for k, p in enumerate(positions)}
@@ -84,7 +85,7 @@ def test_every_file_has_the_same_outcome_on_both_paths(files, where, device):
             assert ref[name][1] == got[name][1] and str(files[name]) in got[name][1], name
         else:
             mean, within2, worst = figures(got[name][1], ref[name][1])
-            assert mean <= 0.5 and within2 >= 0.995, (name, mean, within2)    # the issue's tolerance
+            assert mean <= 0.5 and within2 >= 0.995, (name, mean, within2)  # the issue's tolerance
             # the workers' views on CPU tensors are the fast path's: measured mean <= .005, a few pixels up to
             # 7 levels off (the exact path, used by on_device here, is within 1: test_tensor_views.py)
             assert mean <= 0.05 and within2 >= 0.999, (name, mean, within2, worst)
@@ -94,12 +95,15 @@ def test_every_file_has_the_same_outcome_on_both_paths(files, where, device):
 
 
 def test_only_complete_rgb_jpegs_are_left_to_the_device_decoder(files):
-    kinds = {n: ("jpeg" if load(p, True).jpeg is not None else "pixels") for n, p in files.items()
-             if n not in ("truncated.jpg", "garbage.jpg", "bomb.png")}
+    kinds = {
+        n: ("jpeg" if load(p, True).jpeg is not None else "pixels")
+        for n, p in files.items()
+        if n not in ("truncated.jpg", "garbage.jpg", "bomb.png")
+    }
     assert {n for n, k in kinds.items() if k == "jpeg"} == {"plain.jpg", "progressive.jpg", "grey.jpg", "one.jpg"}
     assert not complete_jpeg(files["truncated.jpg"].read_bytes()) and complete_jpeg(files["plain.jpg"].read_bytes())
     with pytest.raises(OSError):
-        load(files["truncated.jpg"], True)              # PIL decodes it, and refuses it, as on the PIL path
+        load(files["truncated.jpg"], True)  # PIL decodes it, and refuses it, as on the PIL path
 
 
 def test_device_decoder_failure_falls_back_to_pil(files, monkeypatch):
@@ -109,6 +113,7 @@ def test_device_decoder_failure_falls_back_to_pil(files, monkeypatch):
 
     def broken(*a, **k):
         raise RuntimeError("nvjpeg: unsupported")
+
     monkeypatch.setattr(torchvision.io, "decode_jpeg", broken)
     with Image.open(files["plain.jpg"]) as im:
         want = torch.from_numpy(np.array(im.convert("RGB"))).permute(2, 0, 1)

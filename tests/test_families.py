@@ -1,6 +1,7 @@
 """The family interface: every registered method runs behind Engine, MultiEngine and replay; the
 runner's mean shift, bank, reset, state and memory refusal, checked on a small family written
 here (a running class-mean classifier), against a plain loop."""
+
 from __future__ import annotations
 
 import copy
@@ -42,8 +43,9 @@ def _step(state, x, text, cfg, shift):
     return StepOut(scores, clip, h, f, p)
 
 
-_FAKE = types.SimpleNamespace(NAME="mean", Params=_Params, METHODS=(), init=_init, step=_step,
-                              state_bytes=lambda C, d, cfg: C * d * 4 + 8)
+_FAKE = types.SimpleNamespace(
+    NAME="mean", Params=_Params, METHODS=(), init=_init, step=_step, state_bytes=lambda C, d, cfg: C * d * 4 + 8
+)
 _ROW = Method(name="mean", title="Mean", summary="test family", family="mean")
 _ROW_MS = Method(name="mean+ms", title="Mean + MS", summary="test family", family="mean", mean_shift=True)
 
@@ -74,12 +76,14 @@ def _loop(feats, text, cfg, ms):
         f = x.mean(0)
         z = f
         if ms and bank and cfg.alpha > 0:
-            b = np.array(bank[-cfg.bank_size:] if cfg.bank_size else bank)
+            b = np.array(bank[-cfg.bank_size :] if cfg.bank_size else bank)
             sims = (b / np.linalg.norm(b, axis=1, keepdims=True)) @ f
-            order = sorted(range(len(b)), key=lambda j: (-sims[j], j))[:cfg.k]
+            order = sorted(range(len(b)), key=lambda j: (-sims[j], j))[: cfg.k]
             z = (1 - cfg.alpha) * f + cfg.alpha * b[order].mean(0)
             z = z / np.linalg.norm(z)
-        scores = 100 * np.array([f @ t for t in text]) / np.linalg.norm(text, axis=1) + 100 * np.array([z @ m for m in mu])
+        scores = 100 * np.array([f @ t for t in text]) / np.linalg.norm(text, axis=1) + 100 * np.array(
+            [z @ m for m in mu]
+        )
         c = int(np.argmax(scores))
         mu[c] = mu[c] + 0.5 * z
         mu[c] = mu[c] / np.linalg.norm(mu[c])
@@ -196,6 +200,7 @@ def test_nothing_outside_the_families_branches_on_a_new_method_name():
     """The runner, engine, replay, benchmark, demo and UI reach the families through the registry:
     no source file outside mstta/families names one of their rows in quotes."""
     from pathlib import Path
+
     root = Path(__file__).resolve().parent.parent
     names = [m for m in list_methods() if get_method(m).family != CACHE]
     offenders = []
@@ -209,11 +214,13 @@ def test_nothing_outside_the_families_branches_on_a_new_method_name():
 
 def test_config_file_that_cannot_be_read_is_one_line(tmp_path, monkeypatch):
     from mstta.config import read_yaml
+
     p = tmp_path / "c.yaml"
     p.write_text("engine: {k: 2}\n")
 
     def broken(self, *a, **kw):
         raise OSError(22, "Invalid argument")
+
     monkeypatch.setattr(type(p), "open", broken)
     with pytest.raises(UserError) as err:
         read_yaml(p)
@@ -222,6 +229,7 @@ def test_config_file_that_cannot_be_read_is_one_line(tmp_path, monkeypatch):
 
 def test_config_from_proc_is_refused_in_one_line(capsys):
     from helpers_cli import run_bench
+
     if not sys.platform.startswith("linux"):
         pytest.skip("needs /proc (Linux)")
     code, _, err = run_bench(capsys, "replay", "--features", "/nonexistent.npz", "--config", "/proc/self/pagemap")
@@ -232,6 +240,7 @@ def test_dataset_configs_hold_each_familys_published_values():
     """configs/<dataset>.yaml's family sections equal the values each family module transcribes from
     its authors' per-dataset configs (each family's own test checks those against its copy)."""
     from mstta.config import CONFIG_DIR
+
     checked = 0
     for name, fam in families.FAMILIES.items():
         for dataset, values in getattr(fam, "DATASET_PARAMS", {}).items():
@@ -249,10 +258,18 @@ def test_replay_prints_a_rows_marks(tmp_path, capsys, monkeypatch):
 
     from mstta import methods as registry
     from mstta import save_features
+
     s = make_stream(n=20, classes=3, dim=8, seed=5)
     save_features(tmp_path / "f.npz", s["features"], s["text"], labels=s["labels"])
-    row = Method(name="tda-marked", title="TDA (marked)", summary="", cache=True, negative=True,
-                 training_free=False, provenance="from the paper, not the authors' code")
+    row = Method(
+        name="tda-marked",
+        title="TDA (marked)",
+        summary="",
+        cache=True,
+        negative=True,
+        training_free=False,
+        provenance="from the paper, not the authors' code",
+    )
     monkeypatch.setitem(registry._METHODS, row.name, row)
     code, out, _ = run_bench(capsys, "replay", "--features", str(tmp_path / "f.npz"), "--method", row.name)
     assert code == 0 and "[not training-free]" in out and "[from the paper, not the authors' code]" in out
@@ -286,6 +303,7 @@ def test_cache_methods_read_a_familys_view_combination(mode):
 
 def test_a_familys_view_mode_is_a_checked_value():
     from mstta.config import VIEW_MODES
+
     assert {"confident", "original", "zero", "mta"} <= set(VIEW_MODES)
     with pytest.raises(UserError, match="view_mode"):
         EngineConfig(view_mode="dota")
@@ -297,6 +315,7 @@ def test_rows_follow_the_datasets_protocol_unless_they_have_their_own_views():
     crops on every dataset; the benchmark gives each row the views its code reads."""
     from mstta.benchmark.context import view_kind
     from mstta.config import CONFIG_DIR
+
     s = make_stream(n=12, classes=4, dim=16, views=12, seed=7, gap=0.5, view_noise=1.0)
     text, feats = torch.tensor(s["text"]), torch.tensor(s["features"], dtype=torch.float32)
     cfg = EngineConfig(view_mode="original")

@@ -1,5 +1,6 @@
 """BCA behind Engine/MultiEngine/replay: equal to an independent transcription of the TTABC port's
 `BCAState` (tests/reference_bca.py) on generated streams, ties included, and the runner's contract."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -103,8 +104,10 @@ def test_ties_before_updates(C, V):
         assert scores[at, a] == scores[at, a + 1] and scores[at].argmax() == a
 
 
-@pytest.mark.parametrize("key,value", [("threshold1", 0.85), ("threshold2", 0.3), ("init_count1", 20000),
-                                       ("init_count2", 10), ("selection_p", 0.3)])
+@pytest.mark.parametrize(
+    "key,value",
+    [("threshold1", 0.85), ("threshold2", 0.3), ("init_count1", 20000), ("init_count2", 10), ("selection_p", 0.3)],
+)
 def test_each_hyperparameter_reaches_the_math(key, value):
     """At logit scale 10 and a light centre prior the posteriors straddle the thresholds, so each
     value changes the outputs by far more than the tolerance."""
@@ -165,7 +168,9 @@ def test_ms_at_alpha_zero_is_the_base_row(V):
 
 
 def test_defaults_are_the_ports():
-    port = dict(threshold1=0.05, init_count1=20000, threshold2=0.65, init_count2=1, selection_p=0.1)  # TTABC algorithms.py ["bca"]
+    port = dict(
+        threshold1=0.05, init_count1=20000, threshold2=0.65, init_count2=1, selection_p=0.1
+    )  # TTABC algorithms.py ["bca"]
     assert dataclasses.asdict(bca.Params()) == port
     assert bca.DATASET_PARAMS == {}
     assert [m.name for m in bca.METHODS] == ["bca", "bca+ms"]
@@ -186,9 +191,20 @@ def test_state_within_its_bound(C, d):
     assert bca.state_bytes(1000, 512, engine.config) == 6_064_000
 
 
-@pytest.mark.parametrize("key,value", [("threshold1", -0.1), ("threshold2", 1.5), ("threshold1", float("nan")),
-                                       ("init_count1", -1), ("init_count1", 2.0), ("init_count2", True),
-                                       ("selection_p", 0), ("selection_p", 1.2), ("threshold2", "x")])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("threshold1", -0.1),
+        ("threshold2", 1.5),
+        ("threshold1", float("nan")),
+        ("init_count1", -1),
+        ("init_count1", 2.0),
+        ("init_count2", True),
+        ("selection_p", 0),
+        ("selection_p", 1.2),
+        ("threshold2", "x"),
+    ],
+)
 def test_bad_values_name_the_key(key, value):
     with pytest.raises(UserError, match=f"'{key}'"):
         bca.Params(**{key: value})

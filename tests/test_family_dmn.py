@@ -1,6 +1,7 @@
 """DMN-ZS (mstta.families.dmn) against the independent reference (tests/reference_dmn.py), the
 engine/replay/MultiEngine contracts, constructed ties, the replace rules and the test-label search
 of the fusion weight (also through `mstta-bench replay --search-on-labels`)."""
+
 from __future__ import annotations
 
 import csv
@@ -35,9 +36,18 @@ def config(**kw):
 
 def ref_kwargs(cfg, method="dmn-zs"):
     p = cfg.dmn
-    return dict(memory_size=p.memory_size, selection_p=p.selection_p, beta=p.beta, weight=p.weight,
-                logit_scale=cfg.logit_scale, replace=p.replace, mean_shift=method.endswith("+ms"),
-                k=cfg.k, alpha=cfg.alpha, bank_size=cfg.bank_size)
+    return dict(
+        memory_size=p.memory_size,
+        selection_p=p.selection_p,
+        beta=p.beta,
+        weight=p.weight,
+        logit_scale=cfg.logit_scale,
+        replace=p.replace,
+        mean_shift=method.endswith("+ms"),
+        k=cfg.k,
+        alpha=cfg.alpha,
+        bank_size=cfg.bank_size,
+    )
 
 
 def engine_rows(x, text, cfg, method="dmn-zs"):
@@ -49,7 +59,7 @@ def engine_rows(x, text, cfg, method="dmn-zs"):
 def check_against_reference(x, text, cfg, method="dmn-zs"):
     scores, probs, rows = engine_rows(x, text, cfg, method)
     r_scores, r_clip, _, _ = ref.run(x.numpy(), text.numpy(), **ref_kwargs(cfg, method))
-    assert np.array_equal(scores.argmax(-1).numpy(), r_scores.argmax(-1))        # 100% agreement
+    assert np.array_equal(scores.argmax(-1).numpy(), r_scores.argmax(-1))  # 100% agreement
     np.testing.assert_allclose(scores.numpy(), r_scores, rtol=0, atol=1e-9)
     np.testing.assert_allclose(probs.numpy(), r_scores / (1 + cfg.dmn.weight), rtol=0, atol=1e-9)
     np.testing.assert_allclose(torch.stack([r.clip_logits for r in rows]).numpy(), r_clip, rtol=0, atol=1e-9)
@@ -92,9 +102,9 @@ def test_ties_duplicate_classes_samples_and_views():
     """Two identical text rows (p_bar ties: the first class), every sample repeated (stored entropies
     tie: the official last max slot, TTA-VLM's first) and identical views (stable view order)."""
     x, text, _ = stream(4, 3, 6, 12)
-    text = torch.cat([text, text[:1]])                   # class 4 = class 0
-    x = torch.cat([x, x, x])                             # equal entropies in the memory
-    x[:, 2] = x[:, 1]                                    # tied views
+    text = torch.cat([text, text[:1]])  # class 4 = class 0
+    x = torch.cat([x, x, x])  # equal entropies in the memory
+    x[:, 2] = x[:, 1]  # tied views
     for replace in ("official", "tta-vlm"):
         check_against_reference(x, text, config(memory_size=2, replace=replace))
     label = dmn.zero_shot(x[:1], text, 100.0, dmn.Params()).label
@@ -102,10 +112,10 @@ def test_ties_duplicate_classes_samples_and_views():
 
 
 def test_replace_slot_rules():
-    assert dmn.replace_slot([0.5, 0.9, 0.9, 0.1], 0.2, "official") == 2     # last of the tied maxima
-    assert dmn.replace_slot([0.5, 0.9, 0.9, 0.1], 0.2, "tta-vlm") == 1      # the first
-    assert dmn.replace_slot([0.5, 0.9], 0.95, "official") is None           # not below any stored
-    assert dmn.replace_slot([0.5, 0.9], 0.95, "tta-vlm") == 1               # always overwrites
+    assert dmn.replace_slot([0.5, 0.9, 0.9, 0.1], 0.2, "official") == 2  # last of the tied maxima
+    assert dmn.replace_slot([0.5, 0.9, 0.9, 0.1], 0.2, "tta-vlm") == 1  # the first
+    assert dmn.replace_slot([0.5, 0.9], 0.95, "official") is None  # not below any stored
+    assert dmn.replace_slot([0.5, 0.9], 0.95, "tta-vlm") == 1  # always overwrites
 
 
 # ----------------------------------------------------------------- replay, streams, state
@@ -119,9 +129,13 @@ def test_replay_equals_stepping(dtype, V, M):
     assert np.array_equal(online.predictions, fast.predictions)
     assert np.array_equal(online.clip_predictions, fast.clip_predictions)
     np.testing.assert_allclose(online.probs, fast.probs, rtol=0, atol=1e-5 if dtype == torch.float32 else 1e-12)
-    small = dmn.replay_parts(x, text, cfg, chunk=7)     # chunks cut through entries' lives
-    np.testing.assert_allclose(small[2].numpy(), dmn.replay_parts(x, text, cfg)[2].numpy(), rtol=0,
-                               atol=1e-5 if dtype == torch.float32 else 1e-12)
+    small = dmn.replay_parts(x, text, cfg, chunk=7)  # chunks cut through entries' lives
+    np.testing.assert_allclose(
+        small[2].numpy(),
+        dmn.replay_parts(x, text, cfg)[2].numpy(),
+        rtol=0,
+        atol=1e-5 if dtype == torch.float32 else 1e-12,
+    )
 
 
 def test_replay_matches_reference_at_1000_classes():
@@ -199,14 +213,24 @@ def test_defaults_are_the_official_values():
     # dmn_main.py direct_inference beta2_list
     assert dmn.WEIGHT_GRID == (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30, 100, 300, 1000)
     assert (dmn.H_SELECT_EPS, dmn.H_MEMORY_EPS) == (1e-6, 1e-8)
-    assert dmn.DATASET_PARAMS == {}      # the zero-shot runs use one setting for every set
+    assert dmn.DATASET_PARAMS == {}  # the zero-shot runs use one setting for every set
     assert [m.name for m in dmn.METHODS] == ["dmn-zs", "dmn-zs+ms"]
     assert get_method("dmn-zs+ms").mean_shift and not get_method("dmn-zs").mean_shift
 
 
-@pytest.mark.parametrize("key,value", [("memory_size", 0), ("memory_size", 2.5), ("selection_p", 0.0),
-                                       ("selection_p", 1.5), ("beta", -1.0), ("weight", float("nan")),
-                                       ("weight", True), ("replace", "fifo")])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("memory_size", 0),
+        ("memory_size", 2.5),
+        ("selection_p", 0.0),
+        ("selection_p", 1.5),
+        ("beta", -1.0),
+        ("weight", float("nan")),
+        ("weight", True),
+        ("replace", "fifo"),
+    ],
+)
 def test_bad_values_name_the_key(key, value):
     with pytest.raises(UserError, match=key):
         dmn.Params(**{key: value})
@@ -224,15 +248,17 @@ def test_search_weight_matches_the_official_loop():
     _, p_text, p_mem = dmn.replay_parts(x, text, config(memory_size=3))
     w, acc = dmn.search_weight(p_text, p_mem, labels)
     assert (w, acc) == ref.search_weight(p_text.numpy(), p_mem.numpy(), labels)
-    best = max(float((np.argmax(p_text.numpy() + g * p_mem.numpy(), 1) == labels).mean() * 100) for g in dmn.WEIGHT_GRID)
+    best = max(
+        float((np.argmax(p_text.numpy() + g * p_mem.numpy(), 1) == labels).mean() * 100) for g in dmn.WEIGHT_GRID
+    )
     assert acc == best
 
 
 def test_search_weight_first_best_and_unknown_labels():
     p_text = torch.tensor([[0.6, 0.4], [0.6, 0.4]])
     p_mem = torch.tensor([[0.0, 1.0], [0.0, 1.0]])
-    assert dmn.search_weight(p_text, p_mem, np.array([0, -1])) == (0.001, 100.0)   # the first best; -1 ignored
-    assert dmn.search_weight(p_text, p_mem, np.array([1, 1]))[0] == 0.3           # 0.6 < 0.4 + 0.3
+    assert dmn.search_weight(p_text, p_mem, np.array([0, -1])) == (0.001, 100.0)  # the first best; -1 ignored
+    assert dmn.search_weight(p_text, p_mem, np.array([1, 1]))[0] == 0.3  # 0.6 < 0.4 + 0.3
     with pytest.raises(UserError, match="no labelled sample"):
         dmn.search_weight(p_text, p_mem, np.array([-1, -1]))
 
@@ -240,14 +266,31 @@ def test_search_weight_first_best_and_unknown_labels():
 @pytest.fixture
 def feats(tmp_path):
     s = make_stream(n=60, classes=5, dim=16, views=4, seed=5)
-    return save_features(tmp_path / "f.npz", s["features"], s["text"], s["labels"], list("abcde"),
-                         {"model": "synthetic"}, dtype=np.float32)
+    return save_features(
+        tmp_path / "f.npz",
+        s["features"],
+        s["text"],
+        s["labels"],
+        list("abcde"),
+        {"model": "synthetic"},
+        dtype=np.float32,
+    )
 
 
 @pytest.mark.parametrize("method", ["dmn-zs", "dmn-zs+ms"])
 def test_cli_search_on_labels_marks_every_output(tmp_path, feats, capsys, method):
-    code, out, err = run_bench(capsys, "replay", "--features", feats, "--method", method, "--search-on-labels",
-                               "--out", tmp_path / "p.csv", "--json")
+    code, out, err = run_bench(
+        capsys,
+        "replay",
+        "--features",
+        feats,
+        "--method",
+        method,
+        "--search-on-labels",
+        "--out",
+        tmp_path / "p.csv",
+        "--json",
+    )
     assert code == 0, err
     report = json.loads(out.strip().splitlines()[-1])
     assert report["label_tuned"] == dmn.LABEL_TUNED
@@ -255,16 +298,18 @@ def test_cli_search_on_labels_marks_every_output(tmp_path, feats, capsys, method
     assert report["accuracy"] == pytest.approx(report["searched_accuracy"])
     rows = list(csv.DictReader((tmp_path / "p.csv").open()))
     assert len(rows) == 60 and all(r["label_tuned"] == dmn.LABEL_TUNED for r in rows)
-    code, out, err = run_bench(capsys, "replay", "--features", feats, "--method", method, "--search-on-labels",
-                               "--out", tmp_path / "p.jsonl")
+    code, out, err = run_bench(
+        capsys, "replay", "--features", feats, "--method", method, "--search-on-labels", "--out", tmp_path / "p.jsonl"
+    )
     assert code == 0, err
     assert dmn.LABEL_TUNED in out.strip().splitlines()[-1]
     assert all(json.loads(line)["label_tuned"] == dmn.LABEL_TUNED for line in (tmp_path / "p.jsonl").open())
 
 
 def test_cli_without_the_flag_has_no_mark(tmp_path, feats, capsys):
-    code, out, err = run_bench(capsys, "replay", "--features", feats, "--method", "dmn-zs", "--json",
-                               "--out", tmp_path / "p.jsonl")
+    code, out, err = run_bench(
+        capsys, "replay", "--features", feats, "--method", "dmn-zs", "--json", "--out", tmp_path / "p.jsonl"
+    )
     assert code == 0, err
     assert "label_tuned" not in json.loads(out.strip().splitlines()[-1])
     assert "label_tuned" not in json.loads((tmp_path / "p.jsonl").open().readline())
@@ -272,11 +317,14 @@ def test_cli_without_the_flag_has_no_mark(tmp_path, feats, capsys):
 
 def test_cli_search_on_labels_refusals(tmp_path, feats, capsys):
     s = make_stream(n=20, classes=5, dim=16, seed=5)
-    unlabelled = save_features(tmp_path / "u.npz", s["features"], s["text"], None, list("abcde"),
-                               {"model": "synthetic"}, dtype=np.float32)
-    cases = [(["--features", feats, "--method", "tda"], "only for the dmn-zs rows"),
-             (["--features", unlabelled, "--method", "dmn-zs"], "labels"),
-             (["--features", feats, "--method", "dmn-zs", "--out", tmp_path / "p.npy"], ".npy")]
+    unlabelled = save_features(
+        tmp_path / "u.npz", s["features"], s["text"], None, list("abcde"), {"model": "synthetic"}, dtype=np.float32
+    )
+    cases = [
+        (["--features", feats, "--method", "tda"], "only for the dmn-zs rows"),
+        (["--features", unlabelled, "--method", "dmn-zs"], "labels"),
+        (["--features", feats, "--method", "dmn-zs", "--out", tmp_path / "p.npy"], ".npy"),
+    ]
     for argv, message in cases:
         code, out, err = run_bench(capsys, "replay", *argv, "--search-on-labels")
         assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err

@@ -1,6 +1,7 @@
 """DOTA (mstta.families.dota) against the independent float64 reference (tests/reference_dota.py,
 written from skylineeeeen/DOTA dota.py and utils.py), and the runner's contract: replay, MultiEngine,
 +MS at alpha = 0, reset, state_dict, value checks, the memory refusal."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -20,13 +21,20 @@ from mstta.families import dota
 # The official values, copied here from skylineeeeen/DOTA configs/vit/*.yaml (@ bc67d44), by the
 # repository's own file names: (epsilon, sigma, eta, rho).
 OFFICIAL = {
-    "imagenet": (0.0001, 0.002, 0.2, 0.005), "imagenet_a": (0.0001, 0.002, 0.5, 0.02),
-    "imagenet_v": (0.0001, 0.002, 0.1, 0.01), "imagenet_r": (0.0001, 0.002, 0.3, 0.0025),
-    "imagenet_s": (0.0001, 0.002, 0.8, 0.03), "caltech101": (0.002, 0.002, 0.3, 0.02),
-    "dtd": (0.0001, 0.002, 0.3, 0.02), "eurosat": (0.0001, 0.002, 3, 0.05),
-    "fgvc": (0.0001, 0.002, 0.2, 0.01), "food101": (0.00004, 0.002, 0.1, 0.01),
-    "oxford_flowers": (0.0001, 0.002, 0.2, 0.02), "oxford_pets": (0.0001, 0.002, 0.3, 0.02),
-    "stanford_cars": (0.0001, 0.002, 0.3, 0.01), "sun397": (0.0001, 0.002, 0.2, 0.01),
+    "imagenet": (0.0001, 0.002, 0.2, 0.005),
+    "imagenet_a": (0.0001, 0.002, 0.5, 0.02),
+    "imagenet_v": (0.0001, 0.002, 0.1, 0.01),
+    "imagenet_r": (0.0001, 0.002, 0.3, 0.0025),
+    "imagenet_s": (0.0001, 0.002, 0.8, 0.03),
+    "caltech101": (0.002, 0.002, 0.3, 0.02),
+    "dtd": (0.0001, 0.002, 0.3, 0.02),
+    "eurosat": (0.0001, 0.002, 3, 0.05),
+    "fgvc": (0.0001, 0.002, 0.2, 0.01),
+    "food101": (0.00004, 0.002, 0.1, 0.01),
+    "oxford_flowers": (0.0001, 0.002, 0.2, 0.02),
+    "oxford_pets": (0.0001, 0.002, 0.3, 0.02),
+    "stanford_cars": (0.0001, 0.002, 0.3, 0.01),
+    "sun397": (0.0001, 0.002, 0.2, 0.01),
     "ucf101": (0.0001, 0.002, 0.4, 0.02),
 }
 RENAMED = {"imagenet_v": "imagenet_v2", "imagenet_s": "imagenet_sketch", "fgvc": "fgvc_aircraft"}
@@ -50,8 +58,10 @@ def config(name="imagenet", **kw) -> EngineConfig:
 def run_engine(feats, text, cfg, method="dota"):
     e = Engine(text, method, cfg)
     rows = [e.step(x) for x in feats]
-    return e, {k: torch.stack([getattr(r, k) for r in rows]).numpy()
-               for k in ("logits", "clip_logits", "entropy_tensor", "feature", "probs")}
+    return e, {
+        k: torch.stack([getattr(r, k) for r in rows]).numpy()
+        for k in ("logits", "clip_logits", "entropy_tensor", "feature", "probs")
+    }
 
 
 def reference(feats, text, name="imagenet", fp16=False):
@@ -105,8 +115,8 @@ def test_ties_go_to_the_lower_index():
     """Duplicated classes tie exactly (prediction = the lower index, as the reference's argmax);
     duplicated views tie in entropy."""
     feats, text = stream(20, 6, 64, 4)
-    text = torch.cat([text[:3], text[:3]])      # class k and k + 3 identical
-    feats[:, 1:8] = feats[:, :1]                 # seven equal views
+    text = torch.cat([text[:3], text[:3]])  # class k and k + 3 identical
+    feats[:, 1:8] = feats[:, :1]  # seven equal views
     _, out = run_engine(feats, text, config())
     final, _, _ = reference(feats, text)
     lg = out["logits"]
@@ -123,7 +133,7 @@ def test_official_precision_matches_fp16_reference(views):
     _, out = run_engine(feats, text, config(precision="official"))
     final, clip, _ = reference(feats, text, fp16=True)
     assert (out["logits"].argmax(1) == final.argmax(1)).all()
-    tol = 4 * 2.0 ** -10 * np.abs(final - clip).max(1, keepdims=True)
+    tol = 4 * 2.0**-10 * np.abs(final - clip).max(1, keepdims=True)
     assert (np.abs(out["logits"] - final) <= tol).all()
     ref32, _, _ = reference(feats, text)
     assert not np.allclose(final, ref32, atol=1e-6)  # the casts change the scores
@@ -186,8 +196,19 @@ def test_state_within_state_bytes(dtype):
     assert dota.state_bytes(1000, 512, e.config) == 4 * (1000 * 512 * 512 + 1000 * 512 + 1000 + 512 * 512)
 
 
-@pytest.mark.parametrize("key, value", [("epsilon", -0.1), ("epsilon", 2.0), ("sigma", 0.0), ("eta", float("nan")),
-                                        ("rho", -1), ("view_ratio", 0.0), ("precision", "fp8"), ("eta", True)])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("epsilon", -0.1),
+        ("epsilon", 2.0),
+        ("sigma", 0.0),
+        ("eta", float("nan")),
+        ("rho", -1),
+        ("view_ratio", 0.0),
+        ("precision", "fp8"),
+        ("eta", True),
+    ],
+)
 def test_bad_values_name_the_key(key, value):
     with pytest.raises(UserError, match=f"'{key}'"):
         dota.Params(**{key: value})

@@ -1,5 +1,6 @@
 """DPE (mstta.families.dpe) against an independent float64 reference of its official code
 (tests/reference_dpe.py: autograd + torch.optim.AdamW), and behind Engine/MultiEngine/replay."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -18,13 +19,21 @@ from mstta.families import dpe
 # zhangce01/DPE-CLIP @ fecae5a5 configs/*.yaml, read by hand: (alpha, beta, lr text = image, align);
 # shot_capacity 3 in every file; ImageNet-A alone predicts from its confident views (main_dpe.py).
 OFFICIAL = {
-    "imagenet": (6.0, 5.0, 0.0006, 0.5), "imagenet_a": (6.0, 5.0, 0.0003, 2.5),
-    "imagenet_v2": (3.0, 8.0, 0.0005, 0.5), "imagenet_r": (3.0, 8.0, 0.0006, 0.0),
-    "imagenet_sketch": (7, 7.45, 0.0006, 0.2), "caltech101": (15.0, 5.0, 0.0006, 0.2),
-    "dtd": (6.0, 3.0, 0.0006, 0.2), "eurosat": (3.0, 8.0, 0.00005, 0.2), "fgvc_aircraft": (6.0, 2.0, 0.0006, 0.2),
-    "food101": (3.0, 1.0, 0.0002, 0.2), "oxford_flowers": (2.5, 5.0, 0.0001, 0.2),
-    "oxford_pets": (4.0, 7.0, 0.00005, 0.2), "stanford_cars": (3.0, 7.0, 0.0001, 1.5),
-    "sun397": (6.0, 3.0, 0.0002, 0.2), "ucf101": (9.0, 8.0, 0.0004, 0.2),
+    "imagenet": (6.0, 5.0, 0.0006, 0.5),
+    "imagenet_a": (6.0, 5.0, 0.0003, 2.5),
+    "imagenet_v2": (3.0, 8.0, 0.0005, 0.5),
+    "imagenet_r": (3.0, 8.0, 0.0006, 0.0),
+    "imagenet_sketch": (7, 7.45, 0.0006, 0.2),
+    "caltech101": (15.0, 5.0, 0.0006, 0.2),
+    "dtd": (6.0, 3.0, 0.0006, 0.2),
+    "eurosat": (3.0, 8.0, 0.00005, 0.2),
+    "fgvc_aircraft": (6.0, 2.0, 0.0006, 0.2),
+    "food101": (3.0, 1.0, 0.0002, 0.2),
+    "oxford_flowers": (2.5, 5.0, 0.0001, 0.2),
+    "oxford_pets": (4.0, 7.0, 0.00005, 0.2),
+    "stanford_cars": (3.0, 7.0, 0.0001, 1.5),
+    "sun397": (6.0, 3.0, 0.0002, 0.2),
+    "ucf101": (9.0, 8.0, 0.0004, 0.2),
 }
 LR = 0.02  # ~50x the official step, so a wrong gradient or step moves scores far beyond the tolerance
 STREAMS = {0: "imagenet", 1: "imagenet_a", 2: "imagenet_r"}  # align 0.5; 2.5 + confident inference; 0
@@ -47,8 +56,12 @@ def compare(x, text, p: dpe.Params, method="dpe", ms=None, tol=1e-6, **cfg):
     for i, xi in enumerate(x):
         r, o = ref.step(xi), eng.step(torch.from_numpy(xi))
         assert o.prediction == r["pred"], f"sample {i}"
-        for got, want in ((o.logits, r["scores"]), (o.clip_logits, r["clip"]), (o.feature, r["feature"]),
-                          (o.probs, torch.softmax(r["scores"], -1))):
+        for got, want in (
+            (o.logits, r["scores"]),
+            (o.clip_logits, r["clip"]),
+            (o.feature, r["feature"]),
+            (o.probs, torch.softmax(r["scores"], -1)),
+        ):
             assert float((got - want).abs().max()) < tol, f"sample {i}"
         assert abs(o.entropy - r["entropy"]) < tol
     return eng, ref
@@ -185,9 +198,19 @@ def test_ms_at_alpha_zero_is_the_base_row(V):
 
 
 def test_params_and_dataset_params_are_the_official_values():
-    assert dataclasses.asdict(dpe.Params()) == dict(alpha=6.0, beta=5.0, capacity=3, lr_text=6e-4, lr_image=6e-4,
-                                                    align=0.5, tau=0.01, eps=1e-3, ratio=0.1, threshold=0.1,
-                                                    infer_confident=False)
+    assert dataclasses.asdict(dpe.Params()) == dict(
+        alpha=6.0,
+        beta=5.0,
+        capacity=3,
+        lr_text=6e-4,
+        lr_image=6e-4,
+        align=0.5,
+        tau=0.01,
+        eps=1e-3,
+        ratio=0.1,
+        threshold=0.1,
+        infer_confident=False,
+    )
     assert set(dpe.DATASET_PARAMS) == set(OFFICIAL)
     for ds, (alpha, beta, lr, align) in OFFICIAL.items():
         want = dict(alpha=alpha, beta=beta, lr_text=lr, lr_image=lr, align=align)
@@ -216,9 +239,21 @@ def test_state_never_exceeds_state_bytes(C, d, V):
     assert dpe.state_bytes(1000, 512, EngineConfig()) == 10_256_008
 
 
-@pytest.mark.parametrize("key,value", [("lr_text", -1e-3), ("lr_image", 2.0), ("tau", 0.0), ("eps", 0.0),
-                                       ("capacity", 0), ("alpha", float("nan")), ("ratio", 1.5),
-                                       ("threshold", -0.1), ("align", float("inf")), ("infer_confident", "yes")])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("lr_text", -1e-3),
+        ("lr_image", 2.0),
+        ("tau", 0.0),
+        ("eps", 0.0),
+        ("capacity", 0),
+        ("alpha", float("nan")),
+        ("ratio", 1.5),
+        ("threshold", -0.1),
+        ("align", float("inf")),
+        ("infer_confident", "yes"),
+    ],
+)
 def test_bad_values_name_the_key(key, value):
     with pytest.raises(UserError, match=f"'{key}'"):
         dpe.Params(**{key: value})

@@ -1,5 +1,6 @@
 """MTA (mstta.families.mta) against the independent reference (tests/reference_mta.py), the
 engine/replay/MultiEngine contracts, per-sample convergence in batches and the few-view fallbacks."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -37,8 +38,17 @@ def check_against_reference(x, text, cfg=None):
     p = cfg.mta
     scores, rows = run_engine(x, text, cfg)
     for i, views in enumerate(x.numpy()):
-        logits = ref.mta(views, text.numpy(), cfg.logit_scale, p.lambda_y, p.lambda_q, p.max_iter, p.th,
-                         p.temperature, p.bandwidth_ratio)
+        logits = ref.mta(
+            views,
+            text.numpy(),
+            cfg.logit_scale,
+            p.lambda_y,
+            p.lambda_q,
+            p.max_iter,
+            p.th,
+            p.temperature,
+            p.bandwidth_ratio,
+        )
         assert int(scores[i].argmax()) == int(np.argmax(logits))
         np.testing.assert_allclose(scores[i].numpy(), logits, rtol=0, atol=1e-6)
         e = np.exp(logits - logits.max())
@@ -88,9 +98,9 @@ def test_identical_views_are_finite():
     # a zero bandwidth (every view identical, or k+1 of them) is NaN in the official code; the
     # floor on 2h^2 keeps the mode at the (shared) view
     x, text = stream(10, 64, 6, 3)
-    x[0] = x[0, :1].expand(64, -1)       # all 64 identical
-    x[1, 20:] = x[1, 0]                  # 44 copies of view 0
-    x[2, 1:32] = x[2, 40]                # 31 copies of another view
+    x[0] = x[0, :1].expand(64, -1)  # all 64 identical
+    x[1, 20:] = x[1, 0]  # 44 copies of view 0
+    x[2, 1:32] = x[2, 40]  # 31 copies of another view
     for dtype in (torch.float32, torch.float64):
         out = mta.replay(x.to(dtype), text.to(dtype), EngineConfig())
         for t in out:
@@ -177,9 +187,20 @@ def test_row_and_params_defaults():
     assert (cfg.mta.lambda_q, cfg.mta.max_iter) == (2, 3)
 
 
-@pytest.mark.parametrize("key,value", [("lambda_y", 0.0), ("lambda_y", float("nan")), ("lambda_q", -1.0),
-                                       ("max_iter", 0), ("max_iter", 2.5), ("th", -1e-6), ("th", float("inf")),
-                                       ("temperature", 0.0), ("bandwidth_ratio", 1.5)])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("lambda_y", 0.0),
+        ("lambda_y", float("nan")),
+        ("lambda_q", -1.0),
+        ("max_iter", 0),
+        ("max_iter", 2.5),
+        ("th", -1e-6),
+        ("th", float("inf")),
+        ("temperature", 0.0),
+        ("bandwidth_ratio", 1.5),
+    ],
+)
 def test_bad_values_name_the_key(key, value):
     with pytest.raises(UserError, match=key):
         mta.Params(**{key: value})

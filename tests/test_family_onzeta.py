@@ -1,5 +1,6 @@
 """OnZeta behind Engine/MultiEngine/replay: equal to an independent transcription of the official
 loop (tests/reference_onzeta.py) on generated streams, ties included, and the runner's contract."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -159,9 +160,21 @@ def test_state_within_its_bound(C, d):
     assert onzeta.state_bytes(1000, 512, engine.config) == 2_052_016
 
 
-@pytest.mark.parametrize("key,value", [("tau_t", 0), ("tau_i", -1.0), ("cw", float("nan")), ("cr", float("inf")),
-                                       ("alpha", -0.1), ("beta", 1.5), ("beta", True), ("horizon", 0),
-                                       ("horizon", 2.5), ("tau_t", "x")])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("tau_t", 0),
+        ("tau_i", -1.0),
+        ("cw", float("nan")),
+        ("cr", float("inf")),
+        ("alpha", -0.1),
+        ("beta", 1.5),
+        ("beta", True),
+        ("horizon", 0),
+        ("horizon", 2.5),
+        ("tau_t", "x"),
+    ],
+)
 def test_bad_values_name_the_key(key, value):
     with pytest.raises(UserError, match=f"'{key}'"):
         onzeta.Params(**{key: value})

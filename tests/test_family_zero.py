@@ -1,5 +1,6 @@
 """ZERO (mstta.families.zero) against the independent reference (tests/reference_zero.py), the
 engine/replay/MultiEngine contracts, constructed ties and the official tie-break quirk."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -59,7 +60,7 @@ def basis(d=32):
 def view(target, cos, filler, second=None, cos2=0.0, d=32):
     """A unit view with cosine `cos` to text row `target` (text = basis rows), `cos2` to `second`."""
     e = basis(d)
-    v = cos * e[target] + np.sqrt(1 - cos ** 2 - cos2 ** 2) * e[filler]
+    v = cos * e[target] + np.sqrt(1 - cos**2 - cos2**2) * e[filler]
     return v + (cos2 * e[second] if second is not None else 0)
 
 
@@ -71,8 +72,17 @@ def test_greedy_break_walks_the_non_kept_views():
     # k = int(7 * 0.3) = 2 kept views vote 2 and 7 (a tie at exactly 1.0 each); the non-kept views
     # in entropy order predict 5, 5, 7, 2, 9: greedy_break returns the first tied one, 7, which
     # gets the extra vote (the first maximum of p_bar would have been 2).
-    x = torch.stack([view(2, 0.9, 20), view(7, 0.9, 21), view(5, 0.5, 22), view(5, 0.45, 23),
-                     view(7, 0.3, 24), view(2, 0.2, 25), view(9, 0.1, 26)]).unsqueeze(0)
+    x = torch.stack(
+        [
+            view(2, 0.9, 20),
+            view(7, 0.9, 21),
+            view(5, 0.5, 22),
+            view(5, 0.45, 23),
+            view(7, 0.3, 24),
+            view(2, 0.2, 25),
+            view(9, 0.1, 26),
+        ]
+    ).unsqueeze(0)
     scores = check_against_reference(x, text10())
     expected = torch.zeros(10, dtype=torch.float64)
     expected[2], expected[7] = 1.0, 2.0
@@ -84,8 +94,17 @@ def tie_without_greedy_hit():
     # ranks 8 > 5 > 3 > 1 (cosines 0.5, 0.4, 0.2, 0.1); the later ones are less confident.
     first = 0.5 * basis()[8] + 0.4 * basis()[5] + 0.2 * basis()[3] + 0.1 * basis()[1]
     first = first + np.sqrt(1 - 0.25 - 0.16 - 0.04 - 0.01) * basis()[22]
-    return torch.stack([view(1, 0.9, 20), view(3, 0.9, 21), first, view(8, 0.05, 23),
-                        view(9, 0.04, 24), view(8, 0.03, 25), view(6, 0.02, 26)]).unsqueeze(0)
+    return torch.stack(
+        [
+            view(1, 0.9, 20),
+            view(3, 0.9, 21),
+            first,
+            view(8, 0.05, 23),
+            view(9, 0.04, 24),
+            view(8, 0.03, 25),
+            view(6, 0.02, 26),
+        ]
+    ).unsqueeze(0)
 
 
 def test_official_tie_break_masks_the_bitwise_not_classes():
@@ -123,17 +142,18 @@ def test_duplicated_text_rows_split_votes_exactly(V, dtype):
 
 
 def test_eps_is_fp16s_and_controls_the_vote_temperature():
-    assert zero.Params().eps == torch.finfo(torch.float16).eps == 2.0 ** -10
+    assert zero.Params().eps == torch.finfo(torch.float16).eps == 2.0**-10
     # two kept views at cosines (0.300, 0.299) between classes 0 and 1: with eps = 2^-10 the votes are
     # fractional (softmax of a 1.024 gap), with float64's eps they are one-hot. The other views are
     # nearly uniform (less confident): k = int(7 * 0.3) = 2 keeps the two copies of v.
     e = basis()
-    v = 0.300 * e[0] + 0.299 * e[1] + np.sqrt(1 - 0.3 ** 2 - 0.299 ** 2) * e[20]
-    x = torch.stack([v, v, view(5, 0.01, 21), view(5, 0.01, 22), view(5, 0.01, 23), view(5, 0.01, 24),
-                     view(5, 0.01, 25)]).unsqueeze(0)
+    v = 0.300 * e[0] + 0.299 * e[1] + np.sqrt(1 - 0.3**2 - 0.299**2) * e[20]
+    x = torch.stack(
+        [v, v, view(5, 0.01, 21), view(5, 0.01, 22), view(5, 0.01, 23), view(5, 0.01, 24), view(5, 0.01, 25)]
+    ).unsqueeze(0)
     soft = check_against_reference(x, text10())[0]
     hard = check_against_reference(x, text10(), config(eps=float(torch.finfo(torch.float64).eps)))[0]
-    share = 1 / (1 + np.exp(-0.001 / 2 ** -10))
+    share = 1 / (1 + np.exp(-0.001 / 2**-10))
     assert abs(float(soft[0]) - 2 * share) < 1e-9 and 0.5 < float(soft[1]) < 0.8
     assert float(hard[0]) == 2.0 and float(hard[1]) < 1e-30
 
@@ -230,14 +250,24 @@ def test_row_and_params_defaults():
     assert (m.family, m.episodic, m.mean_shift, m.training_free) == ("zero", True, False, True)
     # ttas/zero.py Zero.set_hyperparams: gamma = 0.3; line 80: eps of the fp16 logits
     p = zero.Params()
-    assert (p.gamma, p.eps, p.tie_break) == (0.3, 2.0 ** -10, "official")
+    assert (p.gamma, p.eps, p.tie_break) == (0.3, 2.0**-10, "official")
     assert not hasattr(zero, "DATASET_PARAMS")  # the official code uses the same values on every set
     cfg = load_dataset_config(None, ["zero.tie_break=intended", "zero.gamma=0.5"]).engine
     assert (cfg.zero.tie_break, cfg.zero.gamma) == ("intended", 0.5)
 
 
-@pytest.mark.parametrize("key,value", [("gamma", 1.0), ("gamma", -0.1), ("gamma", float("nan")), ("eps", 0.0),
-                                       ("eps", 2.0), ("eps", float("inf")), ("tie_break", "nearest")])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("gamma", 1.0),
+        ("gamma", -0.1),
+        ("gamma", float("nan")),
+        ("eps", 0.0),
+        ("eps", 2.0),
+        ("eps", float("inf")),
+        ("tie_break", "nearest"),
+    ],
+)
 def test_bad_values_name_the_key(key, value):
     with pytest.raises(UserError, match=key):
         zero.Params(**{key: value})

@@ -1,5 +1,6 @@
 """`mstta-bench field` over stored features: every registry row (a fake family's included) with its
 metrics equal to the library's, marks in every output, resume, label-tuned cells, plots."""
+
 from __future__ import annotations
 
 import csv
@@ -21,7 +22,7 @@ from mstta.families import FAMILIES, Method, StepOut
 from mstta.features import save_features
 from mstta.replay import replay
 
-CLASSES, N, DIM = 4, 48, 64           # DIM: mstta-tiny's, so its text tower can prompt these classes
+CLASSES, N, DIM = 4, 48, 64  # DIM: mstta-tiny's, so its text tower can prompt these classes
 ROWS = ("zero-shot", "tda", "ms-tta", "fake-row")
 
 
@@ -46,10 +47,17 @@ def _fake_family() -> types.SimpleNamespace:
         ent = -(p * p.clamp_min(1e-12).log()).sum()
         return StepOut(scores, clip, ent, x[0], torch.softmax(scores / 2, -1))
 
-    row = Method(name="fake-row", title="Fake", summary="a family the registry does not ship", family="fake",
-                 training_free=False, provenance="from the paper, not the authors' code")
-    return types.SimpleNamespace(NAME="fake", METHODS=(row,), Params=_Params, init=init, step=step,
-                                 state_bytes=lambda C, d, cfg: 4 * (d + 1))
+    row = Method(
+        name="fake-row",
+        title="Fake",
+        summary="a family the registry does not ship",
+        family="fake",
+        training_free=False,
+        provenance="from the paper, not the authors' code",
+    )
+    return types.SimpleNamespace(
+        NAME="fake", METHODS=(row,), Params=_Params, init=init, step=step, state_bytes=lambda C, d, cfg: 4 * (d + 1)
+    )
 
 
 @pytest.fixture
@@ -68,15 +76,31 @@ def _store(tmp_path, names=("a", "b"), classes=CLASSES):
         key = f"imagefolder:{tmp_path / 'data' / name}"
         s = make_stream(n=N, classes=classes, dim=DIM, seed=i)
         path = FeatureKey(key, Backbone("mstta-tiny", "none"), "fp32", 1, "augmix", 1).path(store)
-        save_features(path, s["features"], s["text"], s["labels"], [f"class{c}" for c in range(classes)],
-                      dtype=np.float32)
+        save_features(
+            path, s["features"], s["text"], s["labels"], [f"class{c}" for c in range(classes)], dtype=np.float32
+        )
         keys.append(key)
     return store, keys
 
 
 def _argv(store, out, keys, *extra):
-    return ["field", "--datasets", ",".join(keys), "--backbone", "mstta-tiny", "--store", store, "--out", out,
-            "--device", "cpu", "--no-progress", "--orders", "3", *extra]
+    return [
+        "field",
+        "--datasets",
+        ",".join(keys),
+        "--backbone",
+        "mstta-tiny",
+        "--store",
+        store,
+        "--out",
+        out,
+        "--device",
+        "cpu",
+        "--no-progress",
+        "--orders",
+        "3",
+        *extra,
+    ]
 
 
 def _csv(out):
@@ -87,17 +111,27 @@ def _csv(out):
 def test_every_row_with_its_metrics(tmp_path, capsys, fake_family):
     store, keys = _store(tmp_path)
     out = tmp_path / "out"
-    code, stdout, err = run_bench(capsys, *_argv(store, out, keys, "--methods", ",".join(ROWS),
-                                                 "--mix-with", keys[1]))
+    code, stdout, err = run_bench(capsys, *_argv(store, out, keys, "--methods", ",".join(ROWS), "--mix-with", keys[1]))
     assert code == 0, err
     rows = _csv(out)
     assert {(r["dataset"], r["method"]) for r in rows} == {(k, m) for k in keys for m in ROWS}
     for r in rows:
         assert r["text"] == "peer" and r["orders"] == "3"
-        for col in ("accuracy", "ece", "nll", "auroc", "fpr95", "known_accuracy", "worst10", "first_half",
-                    "second_half", "samples_per_s", "state_bytes"):
+        for col in (
+            "accuracy",
+            "ece",
+            "nll",
+            "auroc",
+            "fpr95",
+            "known_accuracy",
+            "worst10",
+            "first_half",
+            "second_half",
+            "samples_per_s",
+            "state_bytes",
+        ):
             assert r[col] != "", (r["method"], col)
-        assert (r["mixed_auroc"] != "") == (r["dataset"] == keys[0])   # b mixed with itself is skipped
+        assert (r["mixed_auroc"] != "") == (r["dataset"] == keys[0])  # b mixed with itself is skipped
     # the numbers are the library's: replay + metrics on the stored stream, the family's own probabilities
     from mstta.features import load_features
 
@@ -141,12 +175,26 @@ def test_text_sets_photo_and_user(tmp_path, capsys):
     user = tmp_path / "user.npy"
     np.save(user, np.random.default_rng(0).standard_normal((CLASSES, DIM)).astype(np.float32))
     out = tmp_path / "out"
-    code, _, err = run_bench(capsys, *_argv(store, out, keys, "--methods", "zero-shot", "--text", "peer,photo,user",
-                                            "--text-classifier", user, "--open", "none"))
+    code, _, err = run_bench(
+        capsys,
+        *_argv(
+            store,
+            out,
+            keys,
+            "--methods",
+            "zero-shot",
+            "--text",
+            "peer,photo,user",
+            "--text-classifier",
+            user,
+            "--open",
+            "none",
+        ),
+    )
     assert code == 0, err
     rows = {r["text"]: r for r in _csv(out)}
     assert set(rows) == {"peer", "photo", "user"}
-    assert len({rows[t]["zero_shot_accuracy"] for t in rows}) > 1     # three different classifiers
+    assert len({rows[t]["zero_shot_accuracy"] for t in rows}) > 1  # three different classifiers
 
 
 def test_label_tuned_only_behind_the_flag(tmp_path, capsys, monkeypatch):
@@ -167,8 +215,9 @@ def test_label_tuned_only_behind_the_flag(tmp_path, capsys, monkeypatch):
 def test_dry_run_plans_without_writing(tmp_path, capsys):
     store, keys = _store(tmp_path, names=("a",))
     out = tmp_path / "out"
-    code, stdout, _ = run_bench(capsys, *_argv(store, out, keys, "--methods", "tda,zero-shot", "--text", "peer,photo",
-                                               "--dry-run"))
+    code, stdout, _ = run_bench(
+        capsys, *_argv(store, out, keys, "--methods", "tda,zero-shot", "--text", "peer,photo", "--dry-run")
+    )
     assert code == 0 and "4 cell(s) to run" in stdout and "tda[photo] to run" in stdout and not out.exists()
     assert run_bench(capsys, *_argv(store, out, keys, "--methods", "tda", "--open", "none"))[0] == 0
     code, stdout, _ = run_bench(capsys, *_argv(store, out, keys, "--methods", "tda", "--open", "none", "--dry-run"))

@@ -1,4 +1,5 @@
 """The shifted-digits benchmark (mstta.data.digits): deterministic, readable layout, never overwrites."""
+
 from __future__ import annotations
 
 import hashlib
@@ -29,7 +30,7 @@ def _digest(root):
 
 def test_held_out_split_is_the_models():
     xs, ys = D.test_digits()
-    assert len(xs) == 599 and np.bincount(ys).min() >= 58     # assets/make_digits.py's test third
+    assert len(xs) == 599 and np.bincount(ys).min() >= 58  # assets/make_digits.py's test third
 
 
 def test_generated_twice_identically_as_imagefolders(tmp_path, small):
@@ -37,11 +38,13 @@ def test_generated_twice_identically_as_imagefolders(tmp_path, small):
     assert _digest(a) == _digest(b)
     for shift in D.SHIFTS:
         split = load_split(f"imagefolder:{a / shift}")
-        assert split.classnames == sorted(D.CLASSNAMES) and len(split) == 20   # imagefolder: sorted names
+        assert split.classnames == sorted(D.CLASSNAMES) and len(split) == 20  # imagefolder: sorted names
     assert load_split(f"imagefolder:{a / 'photos'}").classnames == ["flower", "temple"]
-    shifted = {s: np.asarray(__import__("PIL.Image", fromlist=["Image"]).open(next((a / s / "zero").iterdir())))
-               for s in D.SHIFTS}
-    for s in D.SHIFTS[1:]:                        # every shift changes the picture
+    shifted = {
+        s: np.asarray(__import__("PIL.Image", fromlist=["Image"]).open(next((a / s / "zero").iterdir())))
+        for s in D.SHIFTS
+    }
+    for s in D.SHIFTS[1:]:  # every shift changes the picture
         assert np.abs(shifted[s].astype(int) - shifted["clean"].astype(int)).mean() > 2
 
 

@@ -1,4 +1,5 @@
 """The paper's equations on tiny hand-computed cases (C=3, d=4)."""
+
 from __future__ import annotations
 
 import math
@@ -28,18 +29,21 @@ def test_entropy_in_nats():
     assert Fn.entropy(torch.zeros(3)).item() == pytest.approx(math.log(3), rel=1e-6)
 
 
-@pytest.mark.parametrize("alpha,k,bank,expected", [
-    # one neighbour e1: z = norm(0.2 f + 0.8 e1) with f = e1 -> e1
-    (0.8, 1, [E[0]], E[0]),
-    # f = e1, neighbours e2 (k=1): z = norm(0.2 e1 + 0.8 e2)
-    (0.8, 1, [E[1]], torch.tensor([0.2, 0.8, 0, 0]) / math.hypot(0.2, 0.8)),
-    # k=2, bank e2, e3: z = norm(0.5 e1 + 0.25 e2 + 0.25 e3)
-    (0.5, 2, [E[1], E[2]], torch.tensor([0.5, 0.25, 0.25, 0]) / math.sqrt(0.375)),
-    # k larger than the bank: m = |M| = 1 -> alpha/1
-    (0.5, 4, [E[1]], torch.tensor([0.5, 0.5, 0, 0]) / math.sqrt(0.5)),
-    # alpha = 0: z = f
-    (0.0, 2, [E[1], E[2]], E[0]),
-])
+@pytest.mark.parametrize(
+    "alpha,k,bank,expected",
+    [
+        # one neighbour e1: z = norm(0.2 f + 0.8 e1) with f = e1 -> e1
+        (0.8, 1, [E[0]], E[0]),
+        # f = e1, neighbours e2 (k=1): z = norm(0.2 e1 + 0.8 e2)
+        (0.8, 1, [E[1]], torch.tensor([0.2, 0.8, 0, 0]) / math.hypot(0.2, 0.8)),
+        # k=2, bank e2, e3: z = norm(0.5 e1 + 0.25 e2 + 0.25 e3)
+        (0.5, 2, [E[1], E[2]], torch.tensor([0.5, 0.25, 0.25, 0]) / math.sqrt(0.375)),
+        # k larger than the bank: m = |M| = 1 -> alpha/1
+        (0.5, 4, [E[1]], torch.tensor([0.5, 0.5, 0, 0]) / math.sqrt(0.5)),
+        # alpha = 0: z = f
+        (0.0, 2, [E[1], E[2]], E[0]),
+    ],
+)
 def test_mean_shift_eq10(alpha, k, bank, expected):
     f = E[0:1]
     bank = torch.stack(bank)
@@ -117,21 +121,21 @@ def test_host_ties_top_k_picks_the_same_sets(seed):
     g = torch.Generator().manual_seed(seed)
     sims = torch.randint(-3, 4, (50, 40), generator=g).float() / 4
     sims[:, ::7] = float("-inf")
-    sims[:5, 1:] = float("-inf")                      # rows with fewer usable columns than k
+    sims[:5, 1:] = float("-inf")  # rows with fewer usable columns than k
     sims[sims == 0] = torch.where(torch.rand(int((sims == 0).sum()), generator=g) < 0.5, -0.0, 0.0)
-    sims[10:20] += torch.rand(10, 40, generator=g)    # rows without ties
-    for k in (1, 2, 3, 8, 39, 40, 45):                # 40 = every column
+    sims[10:20] += torch.rand(10, 40, generator=g)  # rows without ties
+    for k in (1, 2, 3, 8, 39, 40, 45):  # 40 = every column
         fast, exact = Fn.knn_indices_host_ties(sims, k), Fn.knn_indices(sims, k)
         assert [sorted(r) for r in fast.tolist()] == [sorted(r) for r in exact.tolist()]
 
 
 def test_mean_shift_step_masks_and_leaves_a_lonely_row():
-    raw = torch.stack([E[1], 2 * E[2], E[3]])           # raw features, not unit (confident mode)
+    raw = torch.stack([E[1], 2 * E[2], E[3]])  # raw features, not unit (confident mode)
     q = Fn.normalize(torch.tensor([[0.0, 0.1, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0]]))
     bias = torch.tensor([[0.0, 0.0, float("-inf")], [float("-inf")] * 3])
     out = Fn.mean_shift_step(q, Fn.normalize(raw), raw.norm(dim=-1), None, 1, 0.5, bias)
     assert torch.allclose(out[0], Fn.normalize(0.5 * q[0] + 0.5 * 2 * E[2]))  # nearest by cosine, raw sum
-    assert torch.equal(out[1], q[1])                                            # no usable neighbour
+    assert torch.equal(out[1], q[1])  # no usable neighbour
 
 
 def test_batched_mean_shift_equals_one_stream_at_a_time():
@@ -139,7 +143,7 @@ def test_batched_mean_shift_equals_one_stream_at_a_time():
     g = torch.Generator().manual_seed(1)
     q, raw = Fn.normalize(torch.randn(3, 2, 8, generator=g)), torch.randn(3, 6, 8, generator=g)
     bias = torch.zeros(3, 1, 6)
-    bias[1, 0, 4:] = float("-inf")                      # stream 1 holds only 4 rows
+    bias[1, 0, 4:] = float("-inf")  # stream 1 holds only 4 rows
     age = torch.arange(6).expand(3, 1, 6)
     out = Fn.mean_shift_step(q, Fn.normalize(raw), raw.norm(dim=-1), age, 2, 0.7, bias)
     for s in range(3):
@@ -156,7 +160,7 @@ def test_half_bank_similarities_accumulate_in_float32(dtype):
     sims = Fn.similarities(q, bank)
     assert sims.dtype == torch.float32
     torch.testing.assert_close(sims, q.to(dtype).double() @ bank.double().T, rtol=0, atol=1e-6, check_dtype=False)
-    assert (sims - q @ bank.float().T).abs().max() > 0          # the query really was rounded
+    assert (sims - q @ bank.float().T).abs().max() > 0  # the query really was rounded
     bias = torch.zeros(30)
     bias[3] = float("-inf")
     assert torch.isneginf(Fn.similarities(q, bank, bias)[:, 3]).all()
@@ -186,7 +190,7 @@ def test_form_queries_by_view_mode():
     f, clip, h, probs = Fn.form_queries(x, TEXT, 10.0, "original", 0.2)
     assert torch.allclose(f, x[:, 0]) and torch.allclose(clip, 10.0 * x[:, 0] @ TEXT.T)
     assert torch.allclose(h, Fn.entropy(clip)) and torch.allclose(probs, torch.softmax(clip, -1))
-    f2, clip2, _, _ = Fn.form_queries(x, TEXT, 10.0, "confident", 0.2)       # 2 of 10 views
+    f2, clip2, _, _ = Fn.form_queries(x, TEXT, 10.0, "confident", 0.2)  # 2 of 10 views
     keep = torch.argsort(Fn.entropy(10.0 * x[0] @ TEXT.T), stable=True)[:2]
     assert torch.allclose(f2[0], x[0, keep].mean(0)) and torch.allclose(clip2[0], (10.0 * x[0, keep] @ TEXT.T).mean(0))
 
@@ -205,6 +209,8 @@ def test_cache_rules_host_and_device_agree(seed):
     for r in range(4):
         host = rules.entropy_slot(ent[r].astype(np.float64), time[r], float(h[r]))
         assert (int(j[r]) if ok[r] else -1) == host
-        assert rules.entropy_slot(ent[r].astype(np.float64).tolist(), time[r].tolist(), float(h[r])) == host  # the scan's lists
+        assert (
+            rules.entropy_slot(ent[r].astype(np.float64).tolist(), time[r].tolist(), float(h[r])) == host
+        )  # the scan's lists
         assert int(jf[r]) == rules.fifo_slot(time[r]) == rules.fifo_slot(time[r].tolist())
         assert bool(gate[r]) == rules.entropy_gate(float(h[r]), 5, 0.2, 0.5)

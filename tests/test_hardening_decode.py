@@ -1,6 +1,7 @@
 """Issue 25, decoder chatter: libjpeg's "Corrupt JPEG data: ..." lines, printed by torchvision's decoder
 straight to the process's stderr, never reach the terminal under `--views-on device` (the PIL path is
 silent on the same files); they go to the debug log."""
+
 from __future__ import annotations
 
 import io
@@ -33,12 +34,39 @@ def test_views_on_device_prints_no_decoder_chatter(tmp_path):
     for c in range(2):
         for i in range(2):
             _corrupt_jpeg(tmp_path / "photos" / f"class_{c}" / f"{i}.jpg", 10 * c + i)
-    proc = subprocess.run([sys.executable, "-m", "mstta.cli", "extract", "--dataset", f"imagefolder:{tmp_path / 'photos'}",
-                           "--model", "mstta-tiny", "--pretrained", "none", "--device", "cpu", "--workers", "0",
-                           "--views", "2", "--augment", "crop", "--views-on", "device", "--out", str(tmp_path / "o.npz"),
-                           "--cache-dir", str(tmp_path / "cache")],
-                          cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
-                          timeout=180)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mstta.cli",
+            "extract",
+            "--dataset",
+            f"imagefolder:{tmp_path / 'photos'}",
+            "--model",
+            "mstta-tiny",
+            "--pretrained",
+            "none",
+            "--device",
+            "cpu",
+            "--workers",
+            "0",
+            "--views",
+            "2",
+            "--augment",
+            "crop",
+            "--views-on",
+            "device",
+            "--out",
+            str(tmp_path / "o.npz"),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+        ],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Corrupt JPEG" not in proc.stderr and "extraneous bytes" not in proc.stderr, proc.stderr
     assert (tmp_path / "o.npz").is_file()

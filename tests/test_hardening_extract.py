@@ -1,5 +1,6 @@
 """Issue 25, extraction: a run killed with SIGKILL mid-shard resumes past torn and foreign shards, and
 one output file has one writer however its path is spelled (real subprocesses, bounded in time)."""
+
 from __future__ import annotations
 
 import os
@@ -16,7 +17,7 @@ from helpers_data import make_fake_dataset
 from mstta.cli import main as bench_main
 
 REPO = Path(__file__).resolve().parent.parent
-DEADLINE_S = 180             # a bound on each wait, never a timing assertion
+DEADLINE_S = 180  # a bound on each wait, never a timing assertion
 NAME = "oxford_pets_mstta-tiny_none_v8_s1.npz"
 
 
@@ -28,15 +29,45 @@ def data(tmp_path_factory):
 
 
 def _args(data, out, cache) -> list[str]:
-    return ["extract", "--dataset", "oxford_pets", "--data-root", str(data), "--model", "mstta-tiny",
-            "--pretrained", "none", "--views", "8", "--augment", "augmix", "--shard-size", "2", "--batch-size", "16",
-            "--workers", "0", "--device", "cpu", "--cache-dir", str(cache), "--out", str(out)]
+    return [
+        "extract",
+        "--dataset",
+        "oxford_pets",
+        "--data-root",
+        str(data),
+        "--model",
+        "mstta-tiny",
+        "--pretrained",
+        "none",
+        "--views",
+        "8",
+        "--augment",
+        "augmix",
+        "--shard-size",
+        "2",
+        "--batch-size",
+        "16",
+        "--workers",
+        "0",
+        "--device",
+        "cpu",
+        "--cache-dir",
+        str(cache),
+        "--out",
+        str(out),
+    ]
 
 
 def _start(args: list[str], cwd: Path = REPO) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    return subprocess.Popen([sys.executable, "-m", "mstta.cli", *args], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "mstta.cli", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _wait_for(path: Path, proc: subprocess.Popen) -> None:
@@ -69,13 +100,23 @@ def test_sigkill_mid_run_then_torn_and_foreign_shards_resume_to_the_clean_file(d
     # torn: shard 0 cut in half; foreign: shard 2's file under shard 1's name (other positions, other
     # index), and a shard of other settings (another model's width) under shard 2's name
     torn = shards[0].read_bytes()
-    shards[0].write_bytes(torn[:len(torn) // 2])
+    shards[0].write_bytes(torn[: len(torn) // 2])
     (work / "shard-000001.npz").write_bytes((work / "shard-000002.npz").read_bytes())
-    np.savez(work / "shard-000002.npz", positions=np.arange(4, 6), features=np.ones((2, 8, 32), np.float16),
-             skipped=np.zeros(0, np.int64), reasons=np.asarray([""]))
-    again = subprocess.run([sys.executable, "-m", "mstta.cli", *_args(data, out, tmp_path / "cache")], cwd=REPO,
-                           env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)},
-                           capture_output=True, text=True, timeout=DEADLINE_S)
+    np.savez(
+        work / "shard-000002.npz",
+        positions=np.arange(4, 6),
+        features=np.ones((2, 8, 32), np.float16),
+        skipped=np.zeros(0, np.int64),
+        reasons=np.asarray([""]),
+    )
+    again = subprocess.run(
+        [sys.executable, "-m", "mstta.cli", *_args(data, out, tmp_path / "cache")],
+        cwd=REPO,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S,
+    )
     assert again.returncode == 0, again.stderr[-2000:]
     assert "Traceback" not in again.stderr and "discarding" in again.stderr
     assert not work.exists() and not list(tmp_path.glob(".k.npz*"))
@@ -89,7 +130,7 @@ def test_sigkill_mid_run_then_torn_and_foreign_shards_resume_to_the_clean_file(d
 def test_one_writer_for_a_folder_and_the_file_inside_it_by_any_spelling(data, tmp_path, monkeypatch, capsys):
     folder = tmp_path / "feats"
     (tmp_path / "link").symlink_to(folder, target_is_directory=True)
-    proc = _start(_args(data, folder, tmp_path / "cache"))          # the folder spelling, absolute
+    proc = _start(_args(data, folder, tmp_path / "cache"))  # the folder spelling, absolute
     work = folder / f".{NAME}.work"
     _wait_for(work / "shard-000000.npz", proc)
     monkeypatch.chdir(tmp_path)
@@ -107,5 +148,5 @@ def test_one_writer_for_a_folder_and_the_file_inside_it_by_any_spelling(data, tm
     assert proc.returncode == 0, proc.stderr.read()[-2000:]
     proc.stderr.close()
     assert (folder / NAME).is_file()
-    assert sorted(p.name for p in folder.iterdir()) == [NAME]          # no work folder, no lock, no temp file
+    assert sorted(p.name for p in folder.iterdir()) == [NAME]  # no work folder, no lock, no temp file
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "feats", "link"]

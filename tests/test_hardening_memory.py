@@ -2,6 +2,7 @@
 peak near 3 GB (view 0 resizes its shorter side to the model's size). Such an image is refused before
 its views are made (`mstta.views.check_image_shape`), skipped with its reason; peak memory is measured
 as the process's max RSS (`resource.getrusage`) in a fresh subprocess, no timing involved."""
+
 from __future__ import annotations
 
 import json
@@ -53,11 +54,20 @@ def test_elongated_images_are_skipped_and_peak_memory_stays_flat(tmp_path):
     plain, long = _folder(tmp_path / "plain", False), _folder(tmp_path / "long", True)
     assert (long / "class_0" / "tall.png").stat().st_size < 1000
     # a second plain run first: the peak a repeated extraction reaches without elongated images
-    runs = [("plain", str(plain), 1, "cpu"), ("again", str(plain), 4, "device"), ("long", str(long), 1, "cpu"),
-            ("long4", str(long), 4, "device")]
-    proc = subprocess.run([sys.executable, "-c", MEASURE, json.dumps(runs), str(tmp_path)], cwd=REPO,
-                          env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"},
-                          capture_output=True, text=True, timeout=300)
+    runs = [
+        ("plain", str(plain), 1, "cpu"),
+        ("again", str(plain), 4, "device"),
+        ("long", str(long), 1, "cpu"),
+        ("long4", str(long), 4, "device"),
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-c", MEASURE, json.dumps(runs), str(tmp_path)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     for name in ("long", "long4"):
@@ -67,9 +77,18 @@ def test_elongated_images_are_skipped_and_peak_memory_stays_flat(tmp_path):
         assert got[name]["peak_mb"] - got["again"]["peak_mb"] < 150, got
 
 
-@pytest.mark.parametrize("size, ok", [((1, 100_000), False), ((100_000, 1), False), ((0, 5), False),
-                                      ((MAX_ASPECT, 1), True), ((MAX_ASPECT + 1, 1), False),
-                                      ((500, 375), True), ((1, 1), True)])
+@pytest.mark.parametrize(
+    "size, ok",
+    [
+        ((1, 100_000), False),
+        ((100_000, 1), False),
+        ((0, 5), False),
+        ((MAX_ASPECT, 1), True),
+        ((MAX_ASPECT + 1, 1), False),
+        ((500, 375), True),
+        ((1, 1), True),
+    ],
+)
 def test_image_shape_bound(size, ok):
     if ok:
         check_image_shape(*size)

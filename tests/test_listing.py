@@ -1,5 +1,6 @@
 """`--listing peer`: the peers' file lists (TDA/BoostAdapter `listdir_nohidden` drops every name
 containing "sh"), on generated ImageNet-A/R/Sketch/V2-style folders whose names contain "sh"."""
+
 from __future__ import annotations
 
 import json
@@ -33,10 +34,10 @@ def test_exact_counts_under_both_listings(tmp_path, key):
     full = load_split(key, tmp_path)
     peer = load_split(key, tmp_path, listing="peer")
     assert len(full) == 3 * 3 + 3 * len(SH_NAMES) == 21
-    assert len(peer) == 3 * 3 + 3 * 1 == 12                  # only "SH_upper" survives of the four
+    assert len(peer) == 3 * 3 + 3 * 1 == 12  # only "SH_upper" survives of the four
     assert not any("sh" in p.name for p, _ in peer.items)
     assert {p.name for p, _ in full.items} - {p.name for p, _ in peer.items} == {n for n in SH_NAMES if "sh" in n}
-    assert peer.classnames == full.classnames               # labels unchanged: no wnid contains "sh"
+    assert peer.classnames == full.classnames  # labels unchanged: no wnid contains "sh"
     assert sorted(peer.items) == sorted(i for i in full.items if peer_listed(i[0].name))
 
 
@@ -50,7 +51,7 @@ def test_class_folders_are_filtered_too(tmp_path):
     with open(base / "classnames.txt", "a") as fh:
         fh.write("n00000sh1 odd class\n")
     full, peer = load_split("A", tmp_path), load_split("A", tmp_path, "peer")
-    assert full.num_classes == 4 and full.classnames[0] == "odd class"      # sorted first
+    assert full.num_classes == 4 and full.classnames[0] == "odd class"  # sorted first
     assert peer.num_classes == 3 and "odd class" not in peer.classnames
     assert {lbl for _, lbl in peer.items} == {0, 1, 2}
 
@@ -66,9 +67,27 @@ def test_extract_listing_peer_counts(tmp_path, capsys):
     _sh_dataset(tmp_path / "data", "imagenet_a")
     counts = {}
     for listing in ("full", "peer"):
-        code, out, err = run_bench(capsys, "extract", "--dataset", "A", "--data-root", tmp_path / "data",
-                                   "--model", "mstta-tiny", "--pretrained", "none", "--views", "1", "--workers", "0",
-                                   "--out", tmp_path / "f", "--listing", listing, "--json")
+        code, out, err = run_bench(
+            capsys,
+            "extract",
+            "--dataset",
+            "A",
+            "--data-root",
+            tmp_path / "data",
+            "--model",
+            "mstta-tiny",
+            "--pretrained",
+            "none",
+            "--views",
+            "1",
+            "--workers",
+            "0",
+            "--out",
+            tmp_path / "f",
+            "--listing",
+            listing,
+            "--json",
+        )
         assert code == 0, err
         counts[listing] = json.loads(out)
     assert counts["full"]["n"] == 21 and counts["peer"]["n"] == 12
@@ -77,9 +96,27 @@ def test_extract_listing_peer_counts(tmp_path, capsys):
 
 def test_run_listing_peer_reports_samples_against_the_paper(tmp_path, capsys):
     _sh_dataset(tmp_path / "data", "imagenet_a")
-    common = ["run", "--data-root", tmp_path / "data", "--datasets", "A", "--backbone", "mstta-tiny",
-              "--views", "2", "--methods", "zero-shot,ms-tta", "--store", tmp_path / "f", "--workers", "0",
-              "--no-progress", "--fps-samples", "0", "--no-plots"]
+    common = [
+        "run",
+        "--data-root",
+        tmp_path / "data",
+        "--datasets",
+        "A",
+        "--backbone",
+        "mstta-tiny",
+        "--views",
+        "2",
+        "--methods",
+        "zero-shot,ms-tta",
+        "--store",
+        tmp_path / "f",
+        "--workers",
+        "0",
+        "--no-progress",
+        "--fps-samples",
+        "0",
+        "--no-plots",
+    ]
     code, _, err = run_bench(capsys, *common, "--out", tmp_path / "peer", "--listing", "peer")
     assert code == 0, err
     runs = json.loads((tmp_path / "peer" / "results.json").read_text())["runs"]
@@ -93,12 +130,15 @@ def test_run_listing_peer_reports_samples_against_the_paper(tmp_path, capsys):
     assert {r["n"] for r in json.loads((tmp_path / "full" / "results.json").read_text())["runs"]} == {21}
 
 
-@pytest.mark.parametrize("argv", [
-    ["run", "--datasets", "A", "--listing", "peers"],
-    ["sweep", "--param", "k=2", "--listing", "nope"],
-    ["tsne", "--dataset", "A", "--listing", "x"],
-    ["extract", "--dataset", "A", "--listing", "sh"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "--datasets", "A", "--listing", "peers"],
+        ["sweep", "--param", "k=2", "--listing", "nope"],
+        ["tsne", "--dataset", "A", "--listing", "x"],
+        ["extract", "--dataset", "A", "--listing", "sh"],
+    ],
+)
 def test_unknown_listing_one_line_with_choices(tmp_path, capsys, argv):
     code, _, err = run_bench(capsys, *argv, "--out", tmp_path / "o.png" if argv[0] == "tsne" else tmp_path / "o")
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err

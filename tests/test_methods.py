@@ -1,4 +1,5 @@
 """The method registry: the paper's order, one title and summary each, clear errors."""
+
 from __future__ import annotations
 
 import pytest
@@ -7,8 +8,17 @@ from mstta import UserError, get_method, list_methods
 
 
 def test_paper_order_with_the_boost_readings():
-    assert list_methods()[:9] == ["zero-shot", "tda", "boostadapter", "ms-tta", "ms-tta+boost", "baseline",
-                                  "baseline+boost", "tda+ms", "boostadapter+ms"]
+    assert list_methods()[:9] == [
+        "zero-shot",
+        "tda",
+        "boostadapter",
+        "ms-tta",
+        "ms-tta+boost",
+        "baseline",
+        "baseline+boost",
+        "tda+ms",
+        "boostadapter+ms",
+    ]
 
 
 def test_titles_and_summaries_are_one_line_and_unique():

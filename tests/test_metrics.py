@@ -1,4 +1,5 @@
 """mstta.metrics: each metric against a hand-computed value or a brute-force definition."""
+
 from __future__ import annotations
 
 import math
@@ -24,12 +25,15 @@ def test_accuracy_ignores_unknown_samples():
     assert math.isnan(M.accuracy(np.array([0]), np.array([-1])))
 
 
-@pytest.mark.parametrize("conf, pred, labels, bins, want", [
-    ([0.8] * 5, [0] * 5, [0, 0, 0, 0, 1], 20, 0.0),            # 80% confident, 80% right: calibrated
-    ([1.0] * 4, [0] * 4, [0, 0, 1, 1], 20, 50.0),              # always sure, right half the time
-    ([0.6, 0.9], [0, 0], [1, 0], 20, (0.6 + 0.1) / 2 * 100),   # two bins, each |acc - conf|
-    ([0.6, 0.9], [0, 0], [1, 0], 1, abs(0.5 - 0.75) * 100),    # one bin: mean gap only
-])
+@pytest.mark.parametrize(
+    "conf, pred, labels, bins, want",
+    [
+        ([0.8] * 5, [0] * 5, [0, 0, 0, 0, 1], 20, 0.0),  # 80% confident, 80% right: calibrated
+        ([1.0] * 4, [0] * 4, [0, 0, 1, 1], 20, 50.0),  # always sure, right half the time
+        ([0.6, 0.9], [0, 0], [1, 0], 20, (0.6 + 0.1) / 2 * 100),  # two bins, each |acc - conf|
+        ([0.6, 0.9], [0, 0], [1, 0], 1, abs(0.5 - 0.75) * 100),  # one bin: mean gap only
+    ],
+)
 def test_ece(conf, pred, labels, bins, want):
     assert M.ece(_probs(conf, pred), np.array(labels), bins) == pytest.approx(want)
 
@@ -56,7 +60,7 @@ def _auroc_brute(s, u):
 @pytest.mark.parametrize("seed", range(4))
 def test_auroc_equals_pairwise_definition(seed):
     g = np.random.default_rng(seed)
-    s = g.integers(0, 6, 40) / 5.0           # many ties
+    s = g.integers(0, 6, 40) / 5.0  # many ties
     u = g.random(40) < 0.4
     assert M.auroc(s, u) == pytest.approx(_auroc_brute(s, u))
 
@@ -68,8 +72,8 @@ def test_auroc_extremes_and_missing_kind():
 
 
 def test_fpr_at_95_tpr():
-    known = np.arange(20, 0, -1) / 20             # 1.0 .. 0.05: accepting 19 of 20 (95%) needs 0.1
-    unknown = np.array([0.5, 0.1, 0.09, 0.0])    # two reach it
+    known = np.arange(20, 0, -1) / 20  # 1.0 .. 0.05: accepting 19 of 20 (95%) needs 0.1
+    unknown = np.array([0.5, 0.1, 0.09, 0.0])  # two reach it
     s = np.r_[known, unknown]
     u = np.r_[np.zeros(20, bool), np.ones(4, bool)]
     assert M.fpr_at_tpr(s, u) == pytest.approx(50.0)
@@ -79,7 +83,7 @@ def test_halves_and_order_stats():
     assert M.halves(np.array([0, 0, 1, 1, 1]), np.array([0, 1, 1, 1, 0])) == pytest.approx((50.0, 200 / 3))
     st = M.order_stats([90, 80, 70, 60, 50, 40, 30, 20, 10, 0])
     assert st["mean"] == 45 and st["worst"] == 0 and st["orders"] == 10
-    assert M.order_stats(list(range(20)))["worst"] == 0.5      # ceil(10% of 20) = 2 worst
+    assert M.order_stats(list(range(20)))["worst"] == 0.5  # ceil(10% of 20) = 2 worst
     assert M.order_stats([70.0]) == {"mean": 70.0, "std": 0.0, "worst": 70.0, "orders": 1}
 
 

@@ -1,4 +1,5 @@
 """CLIP loading (mstta-tiny, checkpoints, missing weights offline), text classifiers and templates."""
+
 from __future__ import annotations
 
 import logging
@@ -35,6 +36,7 @@ def _no_sockets(monkeypatch) -> list:
     def refuse(self, address, *args, **kwargs):
         tried.append(address)
         raise OSError("network disabled by the test")
+
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(socket.socket, "connect_ex", refuse)
     return tried
@@ -101,12 +103,15 @@ def test_bad_checkpoint_is_one_line_user_error(tmp_path, tiny_clip, case):
     assert "\n" not in msg and str(path) in msg and "mstta-tiny" in msg and "checkpoint" in msg
 
 
-@pytest.mark.parametrize("name, pretrained, precision, expected", [
-    ("NoSuchNet", "none", None, "--model NoSuchNet"),
-    ("mstta-tiny", "no-such-tag", None, "not a known tag"),
-    ("mstta-tiny", "/no/such/file.pt", None, "checkpoint file not found"),
-    ("mstta-tiny", "none", "fp8", "--precision fp8"),
-])
+@pytest.mark.parametrize(
+    "name, pretrained, precision, expected",
+    [
+        ("NoSuchNet", "none", None, "--model NoSuchNet"),
+        ("mstta-tiny", "no-such-tag", None, "not a known tag"),
+        ("mstta-tiny", "/no/such/file.pt", None, "checkpoint file not found"),
+        ("mstta-tiny", "none", "fp8", "--precision fp8"),
+    ],
+)
 def test_bad_model_arguments(name, pretrained, precision, expected):
     with pytest.raises(UserError, match=expected):
         load_clip(name, pretrained, device="cpu", precision=precision)
@@ -121,7 +126,7 @@ def test_missing_weights_offline_fail_fast(monkeypatch):
     with pytest.raises(UserError) as err:
         load_clip("RN50", "openai", device="cpu")
     msg = str(err.value)
-    assert calls == ["huggingface.co"] and built == []   # one probe, then no download attempt (no retries)
+    assert calls == ["huggingface.co"] and built == []  # one probe, then no download attempt (no retries)
     assert "\n" not in msg and "RN50" in msg and "openai" in msg and "could not be downloaded" in msg
     assert models.hub_cache_dir() in msg and "--pretrained /path/to/checkpoint" in msg
 
@@ -139,11 +144,13 @@ def test_hf_offline_env_skips_the_probe(monkeypatch):
 def test_quick_gelu_forced_for_openai_tags(monkeypatch, tag, quick):
     """OpenAI weights were trained with QuickGELU; open_clip's ViT-B-16 config alone would use GELU."""
     import open_clip
+
     seen = {}
 
     def fake_create(*args, **kwargs):
         seen.update(kwargs)
         raise RuntimeError("stop here")
+
     monkeypatch.setattr(models, "weights_cached", lambda name, t: True)
     monkeypatch.setattr(open_clip, "create_model_and_transforms", fake_create)
     with pytest.raises(UserError, match="stop here"):
@@ -167,6 +174,7 @@ def test_cached_weights_load_offline_without_probing(tmp_path, monkeypatch):
     assert weights_cached("RN50", "openai")
     calls, tried = _no_network(monkeypatch), _no_sockets(monkeypatch)
     import huggingface_hub.constants as hc
+
     before = hc.HF_HUB_OFFLINE
     with pytest.raises(UserError, match="RN50"):  # the fake file is not loadable, but fails without any network
         load_clip("RN50", "openai", device="cpu")
@@ -179,14 +187,35 @@ def test_cli_missing_weights_exit_2_no_traceback(tmp_path):
     (that HF_HUB_OFFLINE skips the probe is test_hf_offline_env_skips_the_probe; the timeout only stops a hang)."""
     fake = make_fake_dataset(tmp_path, "imagefolder", classes=2, per_class=1)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub")}
-    proc = subprocess.run([sys.executable, "-m", "mstta.cli", "extract", "--dataset", fake.dataset,
-                           "--model", "RN50", "--pretrained", "openai", "--out", str(tmp_path / "o.npz"),
-                           "--cache-dir", str(tmp_path / "cache")],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mstta.cli",
+            "extract",
+            "--dataset",
+            fake.dataset,
+            "--model",
+            "RN50",
+            "--pretrained",
+            "openai",
+            "--out",
+            str(tmp_path / "o.npz"),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr
-    assert lines[0].startswith("mstta-bench: error: weights for --model RN50 --pretrained openai could not be downloaded")
+    assert lines[0].startswith(
+        "mstta-bench: error: weights for --model RN50 --pretrained openai could not be downloaded"
+    )
     assert not (tmp_path / "o.npz").exists()
 
 
@@ -211,6 +240,7 @@ def test_classifier_disk_cache(tmp_path, tiny_clip, monkeypatch):
 
     def boom(*a, **k):
         raise AssertionError("text encoder called despite a cache hit")
+
     monkeypatch.setattr(type(tiny_clip), "encode_text", boom)
     assert torch.equal(build_text_classifier(tiny_clip, names, templates, cache_dir=tmp_path), first)
     monkeypatch.undo()
@@ -221,12 +251,15 @@ def test_classifier_disk_cache(tmp_path, tiny_clip, monkeypatch):
     assert torch.allclose(build_text_classifier(tiny_clip, names, templates, cache_dir=tmp_path), first)
 
 
-@pytest.mark.parametrize("names, templates, expected", [
-    ([], ["a {}."], "no class names"),
-    (["a", "b"], ["no placeholder"], "exactly one"),
-    (["a", "b"], ["{} and {}"], "exactly one"),
-    (["a", "b"], [], "no templates"),
-])
+@pytest.mark.parametrize(
+    "names, templates, expected",
+    [
+        ([], ["a {}."], "no class names"),
+        (["a", "b"], ["no placeholder"], "exactly one"),
+        (["a", "b"], ["{} and {}"], "exactly one"),
+        (["a", "b"], [], "no templates"),
+    ],
+)
 def test_classifier_bad_inputs(tiny_clip, names, templates, expected):
     with pytest.raises(UserError, match=expected):
         build_text_classifier(tiny_clip, names, templates)
@@ -235,15 +268,26 @@ def test_classifier_bad_inputs(tiny_clip, names, templates, expected):
 # --- templates -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("key, expected", [
-    ("imagenet", "imagenet7"), ("imagenet_a", "imagenet7"), ("imagenet_v2", "imagenet7"),
-    ("caltech101", "imagenet7"), ("stanford_cars", "imagenet7"), ("sun397", "imagenet7"),
-    ("imagenet_r", "clip80"), ("imagenet_sketch", "clip80"),
-    ("fgvc_aircraft", ["a photo of a {}, a type of aircraft."]), ("dtd", ["{} texture."]),
-    ("eurosat", ["a centered satellite photo of {}."]), ("oxford_flowers", ["a photo of a {}, a type of flower."]),
-    ("food101", ["a photo of {}, a type of food."]), ("oxford_pets", ["a photo of a {}, a type of pet."]),
-    ("ucf101", ["a photo of a person doing {}."]),
-])
+@pytest.mark.parametrize(
+    "key, expected",
+    [
+        ("imagenet", "imagenet7"),
+        ("imagenet_a", "imagenet7"),
+        ("imagenet_v2", "imagenet7"),
+        ("caltech101", "imagenet7"),
+        ("stanford_cars", "imagenet7"),
+        ("sun397", "imagenet7"),
+        ("imagenet_r", "clip80"),
+        ("imagenet_sketch", "clip80"),
+        ("fgvc_aircraft", ["a photo of a {}, a type of aircraft."]),
+        ("dtd", ["{} texture."]),
+        ("eurosat", ["a centered satellite photo of {}."]),
+        ("oxford_flowers", ["a photo of a {}, a type of flower."]),
+        ("food101", ["a photo of {}, a type of food."]),
+        ("oxford_pets", ["a photo of a {}, a type of pet."]),
+        ("ucf101", ["a photo of a person doing {}."]),
+    ],
+)
 def test_templates_per_dataset(key, expected):
     want = template_set(expected) if isinstance(expected, str) else expected
     assert templates_for(key) == want

@@ -1,5 +1,6 @@
 """MultiEngine: S streams stepped together equal S separate engines, for every method, with streams
 of different lengths that skip steps and one stream reset mid-way."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -10,8 +11,17 @@ from synthetic import as_tensors, make_stream
 from mstta import Engine, EngineConfig, UserError, list_methods
 from mstta.multi import MultiEngine
 
-CFG = dict(cache_alpha=6.0, beta=3.0, neg_entropy_lower=0.05, neg_entropy_upper=0.9, neg_alpha=0.5,
-           neg_mask_lower=0.05, k=3, bank_size=9, capacity=2)
+CFG = dict(
+    cache_alpha=6.0,
+    beta=3.0,
+    neg_entropy_lower=0.05,
+    neg_entropy_upper=0.9,
+    neg_alpha=0.5,
+    neg_mask_lower=0.05,
+    k=3,
+    bank_size=9,
+    capacity=2,
+)
 
 
 def _streams(S, views, steps=36, seed=0):
@@ -34,7 +44,7 @@ def _run(method, S, views, cfg, reset_at=15):
     cursor = [0] * S
     compared = 0
     for t in range(len(takes[0])):
-        if t == reset_at:                            # one stream starts over, the others go on
+        if t == reset_at:  # one stream starts over, the others go on
             multi.reset(stream=S // 2)
             single[S // 2].reset()
         batch = [feats[s][cursor[s]] if takes[s][t] and cursor[s] < len(feats[s]) else None for s in range(S)]
@@ -80,7 +90,7 @@ def test_unbounded_bank_grows_for_every_stream():
     feats, text, _ = _streams(2, 1, steps=30)
     cfg = EngineConfig(**{**CFG, "bank_size": None})
     multi, one = MultiEngine(text, "ms-tta", cfg, streams=2), Engine(text, "ms-tta", cfg)
-    x = torch.cat([feats[0]] * 40)[:1100]                       # past the first allocation (1024 rows)
+    x = torch.cat([feats[0]] * 40)[:1100]  # past the first allocation (1024 rows)
     for i, f in enumerate(x):
         out = multi.step([f, None] if i % 3 else [f, f])
         assert out[0].prediction == one.step(f).prediction

@@ -1,5 +1,6 @@
 """A warm engine's step never waits on the host: no Python number is read from a tensor (on a GPU
 each would stall the stream). Checked on the CPU by making every such conversion raise."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -23,8 +24,10 @@ class HostSync(AssertionError):
 
 def _forbid(monkeypatch):
     for name in CONVERSIONS:
+
         def boom(*args, _name=name, **kwargs):
             raise HostSync(f"Tensor.{_name} called during step()")
+
         monkeypatch.setattr(torch.Tensor, name, boom)
 
 
@@ -76,12 +79,13 @@ def test_boosting_views_are_the_documented_exception(monkeypatch):
 def test_multi_engine_step_has_no_host_sync(method, monkeypatch):
     """Several streams, some skipping the step: still no Python number read from a tensor."""
     from mstta.multi import MultiEngine
+
     f, t, _ = as_tensors(make_stream(n=30, classes=5, dim=12, seed=5, noise=1.5))
     engine = MultiEngine(t, method, EngineConfig(bank_size=16, k=3, **CFG), streams=3)
     for i in range(WARM):
-        engine.step(f[i:i + 3])
+        engine.step(f[i : i + 3])
     with monkeypatch.context() as mp:
         _forbid(mp)
         for i in range(WARM, 25):
-            out = engine.step(f[i:i + 3], active=[True, i % 2 == 0, i % 3 != 0])
+            out = engine.step(f[i : i + 3], active=[True, i % 2 == 0, i % 3 != 0])
     assert out.logits.shape == (3, 5)

@@ -3,6 +3,7 @@ reads (checked from the feature store), the two readings of MS-TTA side by side,
 and every method's gain over both, and an efficiency protocol where zero-shot comes out fastest
 (checked with a clock that counts work: wall time on a shared CPU cannot rank methods that differ
 by one cache lookup; `benchmarks/` holds the wall-time measurements)."""
+
 from __future__ import annotations
 
 import json
@@ -30,34 +31,85 @@ def bench(tmp_path_factory):
     for key in ("imagenet_a", "dtd"):
         make_fake_dataset(tmp / "data", key, classes=3, per_class=4)
     out, store = tmp / "results", tmp / "features"
-    code = main(["run", "--data-root", str(tmp / "data"), "--datasets", "imagenet_a,dtd", "--backbone", "mstta-tiny",
-                 "--views", "4", "--out", str(out), "--store", str(store), "--workers", "0", "--no-progress",
-                 "--fps-samples", "6", "--fps-dataset", "dtd"])
+    code = main(
+        [
+            "run",
+            "--data-root",
+            str(tmp / "data"),
+            "--datasets",
+            "imagenet_a,dtd",
+            "--backbone",
+            "mstta-tiny",
+            "--views",
+            "4",
+            "--out",
+            str(out),
+            "--store",
+            str(store),
+            "--workers",
+            "0",
+            "--no-progress",
+            "--fps-samples",
+            "6",
+            "--fps-dataset",
+            "dtd",
+        ]
+    )
     assert code == 0
     data = json.loads((out / "results.json").read_text())
-    return {"tmp": tmp, "out": out, "store": store, "data": data,
-            "by": {(r["dataset"], r["method"]): r for r in data["runs"]}}
+    return {
+        "tmp": tmp,
+        "out": out,
+        "store": store,
+        "data": data,
+        "by": {(r["dataset"], r["method"]): r for r in data["runs"]},
+    }
 
 
 def test_each_method_reads_its_own_view_kind_from_the_store(bench):
     """BoostAdapter's, ZERO's, MTA's and DMN's code make crops everywhere; TDA's makes AugMix views on
     ImageNet-A/V2/R/S."""
     files = sorted(p.relative_to(bench["store"]).as_posix() for p in bench["store"].rglob("*.npz"))
-    model, v = default_model_dir(), default_views_suffix()   # mstta-tiny-none-fp32 on a CPU, -fp16 on a GPU
-    assert files == [f"{model}/dtd/views4-crop-seed1{v}.npz",              # each kind extracted once
-                     f"{model}/imagenet_a/views4-augmix-seed1{v}.npz", f"{model}/imagenet_a/views4-crop-seed1{v}.npz"]
+    model, v = default_model_dir(), default_views_suffix()  # mstta-tiny-none-fp32 on a CPU, -fp16 on a GPU
+    assert files == [
+        f"{model}/dtd/views4-crop-seed1{v}.npz",  # each kind extracted once
+        f"{model}/imagenet_a/views4-augmix-seed1{v}.npz",
+        f"{model}/imagenet_a/views4-crop-seed1{v}.npz",
+    ]
     for (dataset, method), r in bench["by"].items():
-        meta = read_meta(r["features"])                 # what the file read really holds
+        meta = read_meta(r["features"])  # what the file read really holds
         want = "crop" if dataset == "dtd" or method in BOOSTING | OWN_CROPS else "augmix"
         assert meta["augment"] == want == r["augment"], (dataset, method)
         assert meta["views"] == 4 and meta["dataset"] == dataset
 
 
 def test_forced_augment_makes_every_method_read_one_kind(bench, tmp_path, capsys):
-    code, _, err = run_bench(capsys, "run", "--data-root", bench["tmp"] / "data", "--datasets", "A",
-                             "--backbone", "mstta-tiny", "--views", "4", "--methods", "tda,boostadapter",
-                             "--augment", "augmix", "--out", tmp_path / "r", "--store", bench["store"],
-                             "--workers", "0", "--no-progress", "--fps-samples", "0", "--no-plots")
+    code, _, err = run_bench(
+        capsys,
+        "run",
+        "--data-root",
+        bench["tmp"] / "data",
+        "--datasets",
+        "A",
+        "--backbone",
+        "mstta-tiny",
+        "--views",
+        "4",
+        "--methods",
+        "tda,boostadapter",
+        "--augment",
+        "augmix",
+        "--out",
+        tmp_path / "r",
+        "--store",
+        bench["store"],
+        "--workers",
+        "0",
+        "--no-progress",
+        "--fps-samples",
+        "0",
+        "--no-plots",
+    )
     assert code == 0, err
     runs = json.loads((tmp_path / "r" / "results.json").read_text())["runs"]
     assert {read_meta(r["features"])["augment"] for r in runs} == {"augmix"}
@@ -70,7 +122,7 @@ def test_prediction_paths_of_the_boosting_methods(bench):
     for m in ("boostadapter", "boostadapter+ms", "ms-tta+boost", "baseline+boost"):
         assert by["imagenet_a", m]["view_mode"] == "confident" and by["dtd", m]["view_mode"] == "original"
     assert by["imagenet_a", "ms-tta+boost@original"]["view_mode"] == "original"
-    assert ("dtd", "ms-tta+boost@original") not in by           # there it would repeat ms-tta+boost
+    assert ("dtd", "ms-tta+boost@original") not in by  # there it would repeat ms-tta+boost
 
 
 def test_two_clip_rows_and_the_gain_over_each(bench):
@@ -84,7 +136,9 @@ def test_two_clip_rows_and_the_gain_over_each(bench):
     assert by["imagenet_a", "ms-tta+boost@original"]["protocol"] == "original image"
     assert {r["protocol"] for (d, _), r in by.items() if d == "dtd"} == {"original image"}
     # one protocol, one CLIP-on-views number, whichever method carries it
-    crop = {r["clip_view_accuracy"] for (d, m), r in by.items() if d == "imagenet_a" and r["protocol"].startswith("crop")}
+    crop = {
+        r["clip_view_accuracy"] for (d, m), r in by.items() if d == "imagenet_a" and r["protocol"].startswith("crop")
+    }
     assert len(crop) == 1
 
 
@@ -103,11 +157,32 @@ def synthetic(tmp_path_factory):
     for kind, noise in (("augmix", 3.0), ("crop", 1.0)):
         s = make_stream(n=160, classes=5, dim=16, views=10, seed=3, noise=1.6, view_noise=noise)
         path = FeatureKey("imagenet_a", Backbone("ViT-B-16", "openai"), "fp32", 10, kind, 1).path(store)
-        save_features(path, s["features"], s["text"], s["labels"], list("abcde"), {"dataset": "imagenet_a"},
-                      dtype=np.float32)
-    code = main(["run", "--datasets", "A", "--backbone", "ViT-B-16", "--views", "10", "--device", "cpu",
-                 "--methods", "zero-shot,tda,ms-tta,ms-tta+boost,ms-tta+boost@original,boostadapter",
-                 "--store", str(store), "--out", str(out), "--fps-samples", "0", "--no-plots", "--no-progress"])
+        save_features(
+            path, s["features"], s["text"], s["labels"], list("abcde"), {"dataset": "imagenet_a"}, dtype=np.float32
+        )
+    code = main(
+        [
+            "run",
+            "--datasets",
+            "A",
+            "--backbone",
+            "ViT-B-16",
+            "--views",
+            "10",
+            "--device",
+            "cpu",
+            "--methods",
+            "zero-shot,tda,ms-tta,ms-tta+boost,ms-tta+boost@original,boostadapter",
+            "--store",
+            str(store),
+            "--out",
+            str(out),
+            "--fps-samples",
+            "0",
+            "--no-plots",
+            "--no-progress",
+        ]
+    )
     assert code == 0
     return {m: r for r in json.loads((out / "results.json").read_text())["runs"] for m in [r["method"]]}
 
@@ -119,11 +194,14 @@ def test_lambda_zero_is_the_clip_row_of_the_methods_own_path(synthetic, method):
     r = synthetic[method]
     name, _, mode = method.partition("@")
     fs = load_features(r["features"])
-    assert r["features"].endswith("crop-seed1.npz" if get_method(name).boost else "augmix-seed1.npz")   # --device cpu: PIL
+    assert r["features"].endswith(
+        "crop-seed1.npz" if get_method(name).boost else "augmix-seed1.npz"
+    )  # --device cpu: PIL
     sets = ["views=10"] + ([f"view_mode={mode}"] if mode else [])
     ecfg = load_dataset_config("configs/imagenet_a.yaml", sets).engine
-    assert (replay(fs.features, fs.text, name, ecfg).predictions == fs.labels).mean() * 100 == \
-        pytest.approx(r["accuracy"], abs=1e-3)
+    assert (replay(fs.features, fs.text, name, ecfg).predictions == fs.labels).mean() * 100 == pytest.approx(
+        r["accuracy"], abs=1e-3
+    )
     lam0 = load_dataset_config("configs/imagenet_a.yaml", sets + ["lam=0", "neg_alpha=0"]).engine
     res = replay(fs.features, fs.text, name, lam0)
     assert np.array_equal(res.predictions, res.clip_predictions)
@@ -133,9 +211,9 @@ def test_lambda_zero_is_the_clip_row_of_the_methods_own_path(synthetic, method):
 def test_clip_rows_tell_the_protocols_apart(synthetic):
     zs = synthetic["zero-shot"]["accuracy"]
     views = {m: r["clip_view_accuracy"] for m, r in synthetic.items()}
-    assert views["ms-tta"] == views["tda"] != views["ms-tta+boost"] == views["boostadapter"]   # augmix vs crop
-    assert views["ms-tta+boost@original"] == zs                     # predicting from the original image
-    assert views["ms-tta"] != zs and views["ms-tta+boost"] != zs    # the views' CLIP row is not the paper's
+    assert views["ms-tta"] == views["tda"] != views["ms-tta+boost"] == views["boostadapter"]  # augmix vs crop
+    assert views["ms-tta+boost@original"] == zs  # predicting from the original image
+    assert views["ms-tta"] != zs and views["ms-tta+boost"] != zs  # the views' CLIP row is not the paper's
     assert all(r["zero_shot_accuracy"] == zs for r in synthetic.values())
 
 
@@ -152,7 +230,7 @@ def test_report_holds_the_boost_reading_against_the_paper(bench):
     assert "(original image) | ours |" not in cross.split("####")[0] and "(original image) ‡" not in cross
     for table in (ood, cross):
         assert "| MS-TTA | ours |" in table
-        assert "the `+boost` reading of MS-TTA" in table and "49.86" in table   # the note says why
+        assert "the `+boost` reading of MS-TTA" in table and "49.86" in table  # the note says why
     assert "| CLIP on augmix views, confident (no cache) | ours |" in ood
     assert "| CLIP on crop views, confident (no cache) | ours |" in ood
     assert "Gains over the two CLIP rows (ood)" in md
@@ -160,22 +238,29 @@ def test_report_holds_the_boost_reading_against_the_paper(bench):
     assert "| MS-TTA + boost − Baseline + boost | ours |" in ood and "MS-TTA + boost ‡ − Baseline + boost" in cross
     assert "## Test samples read" in md and "| ImageNet-A | full | 12 | 3 | 7,500 | 200 | DIFFERS" in md
     proto = md.split("## Protocol of each row")[1].split("\n## ")[0]
-    assert ("| TDA | 3 augmix views + original; predicts from the confident views' mean | original image; "
-            "predicts from the original image |") in proto
-    assert ("| MS-TTA + boost ‡ | 3 crop views + original; predicts from the confident views' mean | 3 crop views "
-            "+ original; predicts from the original image |") in proto
-    assert "| MS-TTA + boost (original image) ‡ | 3 crop views + original; predicts from the original image | — |" \
-        in proto
+    assert (
+        "| TDA | 3 augmix views + original; predicts from the confident views' mean | original image; "
+        "predicts from the original image |"
+    ) in proto
+    assert (
+        "| MS-TTA + boost ‡ | 3 crop views + original; predicts from the confident views' mean | 3 crop views "
+        "+ original; predicts from the original image |"
+    ) in proto
+    assert (
+        "| MS-TTA + boost (original image) ‡ | 3 crop views + original; predicts from the original image | — |" in proto
+    )
 
 
 def test_both_readings_face_the_papers_ms_tta_row():
-    runs = [{"dataset": "imagenet_a", "backbone": "ViT-B-16", "pretrained": "openai", "method": m, "seed": 1,
-             "accuracy": a} for m, a in (("ms-tta", 63.0), ("ms-tta+boost", 64.5), ("ms-tta+boost@original", 64.0))]
+    runs = [
+        {"dataset": "imagenet_a", "backbone": "ViT-B-16", "pretrained": "openai", "method": m, "seed": 1, "accuracy": a}
+        for m, a in (("ms-tta", 63.0), ("ms-tta+boost", 64.5), ("ms-tta+boost@original", 64.0))
+    ]
     md = render_report({"runs": runs, "missing": [], "efficiency": []})
     lines = md.splitlines()
     for label in ("MS-TTA + boost (original image) ‡", "MS-TTA", "MS-TTA + boost"):
         i = lines.index(next(ln for ln in lines if ln.startswith(f"| {label} | ours |")))
-        assert lines[i + 1].startswith("|  | paper | 64.63 |"), label       # the paper's MS-TTA, ImageNet-A
+        assert lines[i + 1].startswith("|  | paper | 64.63 |"), label  # the paper's MS-TTA, ImageNet-A
 
 
 def test_efficiency_rows_time_every_method_on_its_own_views(bench):
@@ -183,7 +268,7 @@ def test_efficiency_rows_time_every_method_on_its_own_views(bench):
     assert set(eff) == {m for (d, m) in bench["by"] if d == "dtd"}
     assert all(e["dataset"] == "dtd" and e["samples"] == 6 and e["fps"] > 0 for e in eff.values())
     assert eff["zero-shot"]["views"] == eff["tda"]["views"] == eff["ms-tta"]["views"] == 1
-    assert eff["boostadapter"]["views"] == eff["ms-tta+boost"]["views"] == 4   # only boosting reads views here
+    assert eff["boostadapter"]["views"] == eff["ms-tta+boost"]["views"] == 4  # only boosting reads views here
 
 
 class _Clock:
@@ -237,7 +322,7 @@ def test_efficiency_protocol_ranks_by_work_not_by_order_or_load(bench, monkeypat
         def reset(self):
             super().reset()
             clock.resets += 1
-            clock.busy = 20.0 if clock.resets % 4 == 0 else 1.0   # every method meets one busy round
+            clock.busy = 20.0 if clock.resets % 4 == 0 else 1.0  # every method meets one busy round
 
         def step(self, x):
             clock.spend(self.work)
@@ -251,19 +336,37 @@ def test_efficiency_protocol_ranks_by_work_not_by_order_or_load(bench, monkeypat
     rows = efficiency.measure_methods(Clip(), images, text, [(m, m, ecfg, "crop") for m in order], views=4)
     fps = {m: r["fps"] for m, r in rows.items()}
     assert fps["zero-shot"] > fps["tda"] and fps["zero-shot"] > fps["ms-tta"], fps
-    for m in order:                                  # one image per sample + its step: exactly its work
+    for m in order:  # one image per sample + its step: exactly its work
         assert fps[m] == pytest.approx(1 / (1 + _work(m)), rel=1e-3), (m, fps)
 
 
-@pytest.mark.parametrize("extra,message", [
-    (["--methods", "ms-tta,ms-ta"], "--methods: unknown method 'ms-ta'; choose from: zero-shot, tda,"),
-    (["--methods", "ms-tta+boost@sideways"], "unknown view mode 'sideways' in 'ms-tta+boost@sideways'; choose one of: "
-                                             "confident, original"),
-    (["--listing", "peers"], "--listing: invalid choice: 'peers' (choose from 'full', 'peer')"),
-])
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["--methods", "ms-tta,ms-ta"], "--methods: unknown method 'ms-ta'; choose from: zero-shot, tda,"),
+        (
+            ["--methods", "ms-tta+boost@sideways"],
+            "unknown view mode 'sideways' in 'ms-tta+boost@sideways'; choose one of: confident, original",
+        ),
+        (["--listing", "peers"], "--listing: invalid choice: 'peers' (choose from 'full', 'peer')"),
+    ],
+)
 def test_unknown_method_or_listing_one_line(bench, tmp_path, capsys, extra, message):
-    code, _, err = run_bench(capsys, "run", "--data-root", bench["tmp"] / "data", "--datasets", "A",
-                             "--backbone", "mstta-tiny", "--out", tmp_path / "r", "--store", tmp_path / "f", *extra)
+    code, _, err = run_bench(
+        capsys,
+        "run",
+        "--data-root",
+        bench["tmp"] / "data",
+        "--datasets",
+        "A",
+        "--backbone",
+        "mstta-tiny",
+        "--out",
+        tmp_path / "r",
+        "--store",
+        tmp_path / "f",
+        *extra,
+    )
     assert code == 2 and err.count("\n") == 1 and err.startswith("mstta-bench: error:") and "Traceback" not in err
     assert message in err, err
     assert not (tmp_path / "r").exists() and not (tmp_path / "f").exists()

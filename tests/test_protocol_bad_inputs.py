@@ -4,6 +4,7 @@ typed and a huge grid is refused at once; `--json` is valid JSON; an interrupted
 no temp file (completed shards stay: resuming is a feature) and a dead run's leftovers are swept.
 
 Every refusal: exit 2, one stderr line naming the flag or file, no traceback, inputs byte-identical."""
+
 from __future__ import annotations
 
 import hashlib
@@ -69,7 +70,7 @@ def _sub(token: str, world) -> str:
         return fixed[token]
     for prefix, base in (("T/", t), ("FOLDER/", world["folder"])):
         if token.startswith(prefix):
-            return str(base / token[len(prefix):])
+            return str(base / token[len(prefix) :])
     return token
 
 
@@ -78,53 +79,149 @@ CASES = [
     # (id, argv, expected in the one stderr line)
     ("extract-out-fifo", ["extract", "--dataset", "PHOTOS", *TINY, "--out", "T/fifo.npz"], "--out"),
     ("extract-out-symlink", ["extract", "--dataset", "PHOTOS", *TINY, "--out", "T/link.npz"], "symbolic link"),
-    ("extract-out-parent-is-file", ["extract", "--dataset", "PHOTOS", *TINY, "--out", "T/a_file/x.npz"],
-     "is a file, not a folder"),
-    ("extract-out-inside-dataset", ["extract", "--dataset", "PHOTOS", *TINY, "--out", "FOLDER/class_0/f.npz"],
-     "inside the dataset folder"),
-    ("extract-out-existing-other-file", ["extract", "--dataset", "PHOTOS", *TINY, "--out", "T/feat.npz",
-                                         "--views", "2"], "exists with different settings"),
-    ("run-out-is-store", ["run", "--data-root", "DATA", *RUN, "--out", "T/s", "--store", "T/s"],
-     "--out"),
-    ("run-out-is-file", ["run", "--data-root", "DATA", *RUN, "--out", "T/a_file", "--store", "T/st"],
-     "--out"),
-    ("run-out-inside-data-root", ["run", "--data-root", "DATA", *RUN, "--out", "T/data/results", "--store", "T/st"],
-     "inside --data-root"),
-    ("run-store-is-fifo", ["run", "--data-root", "DATA", *RUN, "--out", "T/r", "--store", "T/fifo_dir"],
-     "--store"),
-    ("sweep-out-is-store", ["sweep", "--param", "k=2", "--data-root", "DATA", *RUN[:-2], "--out", "T/s2",
-                            "--store", "T/s2"], "--out"),
+    (
+        "extract-out-parent-is-file",
+        ["extract", "--dataset", "PHOTOS", *TINY, "--out", "T/a_file/x.npz"],
+        "is a file, not a folder",
+    ),
+    (
+        "extract-out-inside-dataset",
+        ["extract", "--dataset", "PHOTOS", *TINY, "--out", "FOLDER/class_0/f.npz"],
+        "inside the dataset folder",
+    ),
+    (
+        "extract-out-existing-other-file",
+        ["extract", "--dataset", "PHOTOS", *TINY, "--out", "T/feat.npz", "--views", "2"],
+        "exists with different settings",
+    ),
+    ("run-out-is-store", ["run", "--data-root", "DATA", *RUN, "--out", "T/s", "--store", "T/s"], "--out"),
+    ("run-out-is-file", ["run", "--data-root", "DATA", *RUN, "--out", "T/a_file", "--store", "T/st"], "--out"),
+    (
+        "run-out-inside-data-root",
+        ["run", "--data-root", "DATA", *RUN, "--out", "T/data/results", "--store", "T/st"],
+        "inside --data-root",
+    ),
+    ("run-store-is-fifo", ["run", "--data-root", "DATA", *RUN, "--out", "T/r", "--store", "T/fifo_dir"], "--store"),
+    (
+        "sweep-out-is-store",
+        ["sweep", "--param", "k=2", "--data-root", "DATA", *RUN[:-2], "--out", "T/s2", "--store", "T/s2"],
+        "--out",
+    ),
     ("tsne-out-fifo", ["tsne", "--features", "T/feat.npz", "--out", "T/fifo.png"], "--out"),
     ("tsne-out-symlink", ["tsne", "--features", "T/feat.npz", "--out", "T/link.png"], "symbolic link"),
     ("tsne-out-folder", ["tsne", "--features", "T/feat.npz", "--out", "T/dir.png"], "is a folder"),
-    ("tsne-store-fifo", ["tsne", "--dataset", "PHOTOS", "--backbone", "mstta-tiny", "--store", "T/fifo_dir",
-                         "--out", "T/t.png"], "--store"),
+    (
+        "tsne-store-fifo",
+        ["tsne", "--dataset", "PHOTOS", "--backbone", "mstta-tiny", "--store", "T/fifo_dir", "--out", "T/t.png"],
+        "--store",
+    ),
     # issue 18: seeds past torch's 64-bit generator, long integers, devices that hold no data
-    *[(f"run-seeds-{name}", ["run", "--data-root", "DATA", *RUN, "--out", "T/r", "--store", "T/st", "--seeds", v],
-       "--seeds") for name, v in (("2^63", str(2**63)), ("2^64", str(2**64)), ("in-a-list", f"1,{2**63}"),
-                                  ("5000-digits", "9" * 5000), ("negative", "-1"))],
-    ("sweep-seeds-2^63", ["sweep", "--param", "k=2", "--data-root", "DATA", *RUN[:-2], "--out", "T/r",
-                          "--store", "T/st", "--seeds", str(2**63)], "--seeds"),
-    ("tsne-class-seed-2^63", ["tsne", "--features", "T/feat.npz", "--out", "T/t.png", "--class-seed", str(2**63)],
-     "--class-seed"),
-    ("tsne-class-seed-negative", ["tsne", "--features", "T/feat.npz", "--out", "T/t.png", "--class-seed", "-1"],
-     "--class-seed"),
-    ("tsne-seed-2^63", ["tsne", "--dataset", "PHOTOS", "--backbone", "mstta-tiny", "--store", "T/st",
-                        "--out", "T/t.png", "--seed", str(2**63)], "--seed"),
-    ("tsne-set-long-int", ["tsne", "--features", "T/feat.npz", "--out", "T/t.png", "--set", "k=" + "9" * 5000],
-     "bad value for 'k'"),
-    ("run-set-long-int", ["run", "--data-root", "DATA", *RUN, "--out", "T/r", "--store", "T/st",
-                          "--set", "capacity=" + "9" * 5000], "bad value for 'capacity'"),
-    ("run-set-logit-scale-1e-320", ["run", "--data-root", "DATA", *RUN, "--out", "T/r", "--store", "T/st",
-                                    "--set", "logit_scale=1e-320"], "bad value for 'logit_scale'"),
-    ("sweep-param-long-int", ["sweep", "--param", "k=2," + "9" * 5000, "--data-root", "DATA", *RUN[:-2],
-                              "--out", "T/r", "--store", "T/st"], "--param"),
-    ("sweep-param-long-hex", ["sweep", "--param", "k=0x" + "f" * 5000, "--data-root", "DATA", *RUN[:-2],
-                              "--out", "T/r", "--store", "T/st"], "bad value for 'k'"),
-    ("run-device-meta", ["run", "--data-root", "DATA", *RUN, "--out", "T/r", "--store", "T/st", "--device", "meta"],
-     "--device meta: holds no data"),
-    ("tsne-device-meta", ["tsne", "--dataset", "PHOTOS", "--backbone", "mstta-tiny", "--store", "T/st",
-                          "--out", "T/t.png", "--device", "meta"], "--device meta: holds no data"),
+    *[
+        (
+            f"run-seeds-{name}",
+            ["run", "--data-root", "DATA", *RUN, "--out", "T/r", "--store", "T/st", "--seeds", v],
+            "--seeds",
+        )
+        for name, v in (
+            ("2^63", str(2**63)),
+            ("2^64", str(2**64)),
+            ("in-a-list", f"1,{2**63}"),
+            ("5000-digits", "9" * 5000),
+            ("negative", "-1"),
+        )
+    ],
+    (
+        "sweep-seeds-2^63",
+        [
+            "sweep",
+            "--param",
+            "k=2",
+            "--data-root",
+            "DATA",
+            *RUN[:-2],
+            "--out",
+            "T/r",
+            "--store",
+            "T/st",
+            "--seeds",
+            str(2**63),
+        ],
+        "--seeds",
+    ),
+    (
+        "tsne-class-seed-2^63",
+        ["tsne", "--features", "T/feat.npz", "--out", "T/t.png", "--class-seed", str(2**63)],
+        "--class-seed",
+    ),
+    (
+        "tsne-class-seed-negative",
+        ["tsne", "--features", "T/feat.npz", "--out", "T/t.png", "--class-seed", "-1"],
+        "--class-seed",
+    ),
+    (
+        "tsne-seed-2^63",
+        [
+            "tsne",
+            "--dataset",
+            "PHOTOS",
+            "--backbone",
+            "mstta-tiny",
+            "--store",
+            "T/st",
+            "--out",
+            "T/t.png",
+            "--seed",
+            str(2**63),
+        ],
+        "--seed",
+    ),
+    (
+        "tsne-set-long-int",
+        ["tsne", "--features", "T/feat.npz", "--out", "T/t.png", "--set", "k=" + "9" * 5000],
+        "bad value for 'k'",
+    ),
+    (
+        "run-set-long-int",
+        ["run", "--data-root", "DATA", *RUN, "--out", "T/r", "--store", "T/st", "--set", "capacity=" + "9" * 5000],
+        "bad value for 'capacity'",
+    ),
+    (
+        "run-set-logit-scale-1e-320",
+        ["run", "--data-root", "DATA", *RUN, "--out", "T/r", "--store", "T/st", "--set", "logit_scale=1e-320"],
+        "bad value for 'logit_scale'",
+    ),
+    (
+        "sweep-param-long-int",
+        ["sweep", "--param", "k=2," + "9" * 5000, "--data-root", "DATA", *RUN[:-2], "--out", "T/r", "--store", "T/st"],
+        "--param",
+    ),
+    (
+        "sweep-param-long-hex",
+        ["sweep", "--param", "k=0x" + "f" * 5000, "--data-root", "DATA", *RUN[:-2], "--out", "T/r", "--store", "T/st"],
+        "bad value for 'k'",
+    ),
+    (
+        "run-device-meta",
+        ["run", "--data-root", "DATA", *RUN, "--out", "T/r", "--store", "T/st", "--device", "meta"],
+        "--device meta: holds no data",
+    ),
+    (
+        "tsne-device-meta",
+        [
+            "tsne",
+            "--dataset",
+            "PHOTOS",
+            "--backbone",
+            "mstta-tiny",
+            "--store",
+            "T/st",
+            "--out",
+            "T/t.png",
+            "--device",
+            "meta",
+        ],
+        "--device meta: holds no data",
+    ),
 ]
 
 
@@ -138,7 +235,7 @@ def test_outputs_never_replace_inputs_or_special_files(world, capsys, argv, expe
     assert code == 2, err
     assert len(lines) == 1 and lines[0].startswith("mstta-bench: error: ") and expected in lines[0], err
     assert "Traceback" not in err
-    assert _digest(t) == before                       # every input (and everything else) byte-identical
+    assert _digest(t) == before  # every input (and everything else) byte-identical
     assert (t / "victim.txt").read_text() == "precious\n"
     assert not (t / "s").exists() and not (t / "r").exists() and not (t / "t.png").exists()
     assert not (t / "st").exists()
@@ -148,15 +245,17 @@ def test_one_class_folder_refused_at_extraction(tmp_path, capsys):
     make_image(tmp_path / "one" / "only_class" / "a.png", 1)
     make_image(tmp_path / "one" / "only_class" / "b.png", 2)
     before = _digest(tmp_path / "one")
-    code, _, err = run_bench(capsys, "extract", "--dataset", f"imagefolder:{tmp_path / 'one'}", *TINY,
-                             "--out", tmp_path / "f")
+    code, _, err = run_bench(
+        capsys, "extract", "--dataset", f"imagefolder:{tmp_path / 'one'}", *TINY, "--out", tmp_path / "f"
+    )
     assert code == 2 and err.count("\n") == 1 and "at least 2 classes" in err and "--dataset" in err, err
     assert _digest(tmp_path / "one") == before and not (tmp_path / "f").exists()
 
 
 def test_extract_json_is_strict_json(world, tmp_path, capsys):
-    code, out, err = run_bench(capsys, "extract", "--dataset", world["photos"], *TINY, "--views", "2",
-                               "--out", tmp_path / "x.npz", "--json")
+    code, out, err = run_bench(
+        capsys, "extract", "--dataset", world["photos"], *TINY, "--views", "2", "--out", tmp_path / "x.npz", "--json"
+    )
     assert code == 0, err
 
     def no_constants(name):
@@ -173,19 +272,28 @@ def test_interrupted_shard_leaves_no_temp_file_and_resumes(world, tmp_path, monk
 
     def savez_then_stop(fh, **arrays):
         calls["n"] += 1
-        if calls["n"] == 2:                          # the second shard: interrupted halfway through its write
+        if calls["n"] == 2:  # the second shard: interrupted halfway through its write
             fh.write(b"PK partial")
             raise KeyboardInterrupt
         return real_savez(fh, **arrays)
 
     monkeypatch.setattr(ex.np, "savez", savez_then_stop)
     out = tmp_path / "f.npz"
-    opts = dict(model="mstta-tiny", pretrained="none", device="cpu", workers=0, views=2, augment="crop",
-                shard_size=1, batch_size=2, cache_dir=tmp_path / "c")
+    opts = dict(
+        model="mstta-tiny",
+        pretrained="none",
+        device="cpu",
+        workers=0,
+        views=2,
+        augment="crop",
+        shard_size=1,
+        batch_size=2,
+        cache_dir=tmp_path / "c",
+    )
     with pytest.raises(KeyboardInterrupt):
         ex.run_extraction(world["photos"], out, **opts)
     work = tmp_path / ".f.npz.work"
-    assert sorted(p.name for p in work.iterdir()) == ["settings.json", "shard-000000.npz"]   # no temp file
+    assert sorted(p.name for p in work.iterdir()) == ["settings.json", "shard-000000.npz"]  # no temp file
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".") and p != work] == []
     monkeypatch.setattr(ex.np, "savez", real_savez)
     res = ex.run_extraction(world["photos"], out, **opts)
@@ -193,22 +301,40 @@ def test_interrupted_shard_leaves_no_temp_file_and_resumes(world, tmp_path, monk
 
 
 def test_dead_runs_leftovers_swept_before_writing(world, tmp_path, capsys):
-    dead = 4_194_303                                  # above any pid this test machine hands out
+    dead = 4_194_303  # above any pid this test machine hands out
     leftovers = [tmp_path / f".x.npz.{dead}-0123abcd.tmp", tmp_path / f".x.npz.{dead}-89abcdef.part.npz"]
-    live = tmp_path / f".x.npz.{os.getpid()}-0123abcd.tmp"           # a live process's: kept
+    live = tmp_path / f".x.npz.{os.getpid()}-0123abcd.tmp"  # a live process's: kept
     for p in leftovers + [live]:
         p.write_bytes(b"half")
-    code, _, err = run_bench(capsys, "extract", "--dataset", world["photos"], *TINY, "--views", "1",
-                             "--out", tmp_path / "x.npz")
+    code, _, err = run_bench(
+        capsys, "extract", "--dataset", world["photos"], *TINY, "--views", "1", "--out", tmp_path / "x.npz"
+    )
     assert code == 0, err
     assert not any(p.exists() for p in leftovers) and live.exists()
     results = tmp_path / "results"
     results.mkdir()
     stale = results / f".results.json.{dead}-0123abcd.tmp"
     stale.write_bytes(b"{")
-    code, _, err = run_bench(capsys, "run", "--datasets", world["photos"], "--backbone", "mstta-tiny",
-                             "--methods", "zero-shot", "--out", results, "--store", tmp_path / "st", "--workers", "0",
-                             "--no-progress", "--fps-samples", "0", "--no-plots")
+    code, _, err = run_bench(
+        capsys,
+        "run",
+        "--datasets",
+        world["photos"],
+        "--backbone",
+        "mstta-tiny",
+        "--methods",
+        "zero-shot",
+        "--out",
+        results,
+        "--store",
+        tmp_path / "st",
+        "--workers",
+        "0",
+        "--no-progress",
+        "--fps-samples",
+        "0",
+        "--no-plots",
+    )
     assert code == 0, err
     assert not stale.exists() and (results / "results.json").is_file()
 
@@ -232,11 +358,12 @@ def holder():
         assert proc.stdout.readline().strip() == "locked"
         procs.append(proc)
         return proc
+
     yield start
     for proc in procs:
         if proc.returncode is None:
             proc.kill()
-            proc.communicate()      # reaps it and closes its pipe
+            proc.communicate()  # reaps it and closes its pipe
 
 
 def test_a_second_run_on_one_out_is_refused_naming_the_first(world, tmp_path, capsys, holder):
@@ -244,9 +371,26 @@ def test_a_second_run_on_one_out_is_refused_naming_the_first(world, tmp_path, ca
     out = tmp_path / "results"
     first = holder(out / "results.json")
     before = _digest(tmp_path, world["tmp"])
-    code, _, err = run_bench(capsys, "run", "--datasets", world["photos"], "--backbone", "mstta-tiny",
-                             "--methods", "zero-shot", "--out", out, "--store", tmp_path / "st", "--workers", "0",
-                             "--no-progress", "--fps-samples", "0", "--no-plots")
+    code, _, err = run_bench(
+        capsys,
+        "run",
+        "--datasets",
+        world["photos"],
+        "--backbone",
+        "mstta-tiny",
+        "--methods",
+        "zero-shot",
+        "--out",
+        out,
+        "--store",
+        tmp_path / "st",
+        "--workers",
+        "0",
+        "--no-progress",
+        "--fps-samples",
+        "0",
+        "--no-plots",
+    )
     assert code == 2 and err.count("\n") == 1, err
     assert f"--out {out / 'results.json'}: another mstta run (pid {first.pid}) is writing it" in err
     assert _digest(tmp_path, world["tmp"]) == before and not (tmp_path / "st").exists()
@@ -256,17 +400,41 @@ def test_a_second_extract_into_one_out_is_refused_naming_the_first(world, tmp_pa
     """Two identical `extract` commands at once: the second exits 2 and leaves no work folder behind."""
     out = tmp_path / "f.npz"
     first = holder(out)
-    code, _, err = run_bench(capsys, "extract", "--dataset", world["photos"], "--model", "mstta-tiny",
-                             "--pretrained", "none", "--out", out, "--workers", "0")
+    code, _, err = run_bench(
+        capsys,
+        "extract",
+        "--dataset",
+        world["photos"],
+        "--model",
+        "mstta-tiny",
+        "--pretrained",
+        "none",
+        "--out",
+        out,
+        "--workers",
+        "0",
+    )
     assert code == 2 and err.count("\n") == 1, err
     assert f"--out {out}: another mstta run (pid {first.pid}) is writing it" in err
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".f.npz.mstta-lock"]   # the holder's lock only
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".f.npz.mstta-lock"]  # the holder's lock only
 
 
 @pytest.mark.parametrize("seed", [2**63, -1])
 def test_extract_seed_out_of_range_is_one_line(world, tmp_path, capsys, seed):
-    code, _, err = run_bench(capsys, "extract", "--dataset", world["photos"], "--model", "mstta-tiny",
-                             "--pretrained", "none", "--out", tmp_path / "f.npz", "--seed", str(seed))
+    code, _, err = run_bench(
+        capsys,
+        "extract",
+        "--dataset",
+        world["photos"],
+        "--model",
+        "mstta-tiny",
+        "--pretrained",
+        "none",
+        "--out",
+        tmp_path / "f.npz",
+        "--seed",
+        str(seed),
+    )
     assert code == 2 and err.count("\n") == 1 and "--seed" in err and "Traceback" not in err, err
     assert not list(tmp_path.iterdir())
 
@@ -274,11 +442,26 @@ def test_extract_seed_out_of_range_is_one_line(world, tmp_path, capsys, seed):
 def test_a_second_sweep_of_one_file_is_refused(world, tmp_path, capsys, holder):
     out = tmp_path / "results"
     first = holder(out / "sweep_k.json")
-    code, _, err = run_bench(capsys, "sweep", "--param", "k=1,2", "--datasets", world["photos"], "--backbone",
-                             "mstta-tiny", "--out", out, "--store", tmp_path / "st", "--workers", "0",
-                             "--no-progress", "--no-plots")
+    code, _, err = run_bench(
+        capsys,
+        "sweep",
+        "--param",
+        "k=1,2",
+        "--datasets",
+        world["photos"],
+        "--backbone",
+        "mstta-tiny",
+        "--out",
+        out,
+        "--store",
+        tmp_path / "st",
+        "--workers",
+        "0",
+        "--no-progress",
+        "--no-plots",
+    )
     assert code == 2 and f"another mstta run (pid {first.pid})" in err and err.count("\n") == 1, err
-    assert sorted(p.name for p in out.iterdir()) == [".sweep_k.json.mstta-lock"]   # the holder's own lock only
+    assert sorted(p.name for p in out.iterdir()) == [".sweep_k.json.mstta-lock"]  # the holder's own lock only
 
 
 def test_two_runs_sharing_a_store_never_extract_one_file_at_once(world, tmp_path, capsys, holder):
@@ -291,9 +474,29 @@ def test_two_runs_sharing_a_store_never_extract_one_file_at_once(world, tmp_path
     store = tmp_path / "st"
     key = feature_key(world["photos"], Backbone("mstta-tiny", "none"), "fp32", load_dataset_config(), 1)
     first = holder(key.path(store))
-    argv = ["run", "--datasets", world["photos"], "--backbone", "mstta-tiny", "--methods", "zero-shot",
-            "--out", tmp_path / "r", "--store", store, "--workers", "0", "--no-progress", "--fps-samples", "0",
-            "--no-plots", "--device", "cpu", "--precision", "fp32"]
+    argv = [
+        "run",
+        "--datasets",
+        world["photos"],
+        "--backbone",
+        "mstta-tiny",
+        "--methods",
+        "zero-shot",
+        "--out",
+        tmp_path / "r",
+        "--store",
+        store,
+        "--workers",
+        "0",
+        "--no-progress",
+        "--fps-samples",
+        "0",
+        "--no-plots",
+        "--device",
+        "cpu",
+        "--precision",
+        "fp32",
+    ]
     code, _, err = run_bench(capsys, *argv)
     assert code == 2 and err.count("\n") == 1, err
     assert f"no dataset could run: --store {key.path(store)}: another mstta run (pid {first.pid})" in err
@@ -302,7 +505,7 @@ def test_two_runs_sharing_a_store_never_extract_one_file_at_once(world, tmp_path
     first.communicate()
     code, _, err = run_bench(capsys, *argv)
     assert code == 0, err
-    assert key.path(store).is_file() and not list(key.path(store).parent.glob(".*"))   # no lock, no work folder
+    assert key.path(store).is_file() and not list(key.path(store).parent.glob(".*"))  # no lock, no work folder
 
 
 def test_a_240_byte_output_name_is_written(world, tmp_path, capsys):

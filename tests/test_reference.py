@@ -1,6 +1,7 @@
 """The online engine and the vectorised replay against the plain per-sample reference loop
 (tests/reference_loop.py: lists and dicts, float64, the paper and the peers' code read literally)
 on random streams, for every method and view mode."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -21,8 +22,10 @@ CASES = {
     "two-steps-linear": (1, {"ms_steps": 2, "kernel": "linear", "lam": 0.5}),
     "confident-views": (10, {"view_mode": "confident", "view_ratio": 0.3}),
     "original-views-delta": (10, {"view_mode": "original", "view_ratio": 0.3, "delta": 2}),
-    "views-two-steps-ring": (10, {"view_mode": "original", "view_ratio": 0.3, "delta": 1, "ms_steps": 2,
-                                  "bank_size": 9, "k": 3}),
+    "views-two-steps-ring": (
+        10,
+        {"view_mode": "original", "view_ratio": 0.3, "delta": 1, "ms_steps": 2, "bank_size": 9, "k": 3},
+    ),
 }
 
 
@@ -34,7 +37,14 @@ def _stream(views, seed=11, n=120):
 
 def _config(overrides):
     # thresholds that let the negative cache fill on a 5-class stream
-    base = {"cache_alpha": 6.0, "beta": 3.0, "neg_entropy_lower": 0.05, "neg_entropy_upper": 0.9, "neg_mask_lower": 0.05, "neg_alpha": 0.5}
+    base = {
+        "cache_alpha": 6.0,
+        "beta": 3.0,
+        "neg_entropy_lower": 0.05,
+        "neg_entropy_upper": 0.9,
+        "neg_mask_lower": 0.05,
+        "neg_alpha": 0.5,
+    }
     return EngineConfig(**{**base, **overrides})
 
 

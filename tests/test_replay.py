@@ -1,4 +1,5 @@
 """Vectorised replay gives exactly the online engine's predictions; and is deterministic."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -35,8 +36,9 @@ def test_replay_equals_online_with_duplicate_features():
     f, t, _ = as_tensors(make_stream(n=60, classes=4, dim=8, seed=1))
     f = torch.cat([f, f[:30], f[10:40]])
     cfg = EngineConfig(k=2)
-    assert np.array_equal(replay(f, t, "ms-tta", cfg, online=True).predictions,
-                          replay(f, t, "ms-tta", cfg, chunk=16).predictions)
+    assert np.array_equal(
+        replay(f, t, "ms-tta", cfg, online=True).predictions, replay(f, t, "ms-tta", cfg, chunk=16).predictions
+    )
 
 
 @pytest.mark.parametrize("bank_size", [None, 7])
@@ -44,15 +46,18 @@ def test_a_chunk_budget_keeps_the_predictions(monkeypatch, bank_size):
     """Mean-shift chunks shrink to fit `SIMS_BYTES` (here 600 B, a few rows): the same predictions
     as the online engine, and no chunk's similarities over the budget."""
     import importlib
+
     replay_mod = importlib.import_module("mstta.replay")
     f, t, _ = as_tensors(make_stream(n=80, classes=4, dim=8, seed=3))
     monkeypatch.setattr(replay_mod, "SIMS_BYTES", 600)
     seen = []
     real = replay_mod.Fn.shift_by_sims
-    monkeypatch.setattr(replay_mod.Fn, "shift_by_sims", lambda q, sims, *a, **k: seen.append(sims.numel()) or real(q, sims, *a, **k))
+    monkeypatch.setattr(
+        replay_mod.Fn, "shift_by_sims", lambda q, sims, *a, **k: seen.append(sims.numel()) or real(q, sims, *a, **k)
+    )
     cfg = EngineConfig(bank_size=bank_size)
     fast = replay(f, t, "ms-tta", cfg, chunk=32).predictions
-    assert len(seen) > 10 and max(seen) * 4 <= 600            # not 3 chunks of 32 rows
+    assert len(seen) > 10 and max(seen) * 4 <= 600  # not 3 chunks of 32 rows
     assert np.array_equal(fast, replay(f, t, "ms-tta", cfg, online=True).predictions)
 
 
@@ -63,11 +68,12 @@ def test_replay_is_deterministic_and_adapts():
     assert np.array_equal(a.predictions, b.predictions)
     zero_shot = (a.clip_predictions == y).mean()
     baseline = (replay(f, t, "baseline").predictions == y).mean()
-    assert (a.predictions == y).mean() > baseline > zero_shot   # the paper's ordering on a clustered stream
+    assert (a.predictions == y).mean() > baseline > zero_shot  # the paper's ordering on a clustered stream
 
 
 def test_alpha_zero_is_the_baseline():
     """The alpha ablation's first row: alpha = 0 reduces MS-TTA to the cache baseline."""
     f, t, _ = as_tensors(make_stream(n=300, classes=6, dim=16, seed=4))
-    assert np.array_equal(replay(f, t, "ms-tta", EngineConfig(alpha=0.0)).predictions,
-                          replay(f, t, "baseline").predictions)
+    assert np.array_equal(
+        replay(f, t, "ms-tta", EngineConfig(alpha=0.0)).predictions, replay(f, t, "baseline").predictions
+    )

@@ -1,4 +1,5 @@
 """mstta.safety: outputs never clobber inputs or special files; allocations are estimated first."""
+
 from __future__ import annotations
 
 import os
@@ -34,7 +35,7 @@ def test_fresh_and_existing_regular_outputs_pass(files):
     outputs = {"--out": tmp / "new" / "p.csv", "--log": tmp / "old.csv", "--plot": None}
     inputs = {"--features": inp, "--config": cfg, "--labels": None}
     assert check_outputs(outputs, inputs) is None
-    assert sorted(os.listdir(tmp)) == before and (tmp / "old.csv").read_text() == "x"   # nothing made or written
+    assert sorted(os.listdir(tmp)) == before and (tmp / "old.csv").read_text() == "x"  # nothing made or written
     _refused("--log", {**outputs, "--log": cfg}, inputs)
 
 
@@ -42,16 +43,22 @@ def test_same_path_and_relative_spelling(files, monkeypatch):
     tmp, inp, cfg = files
     _refused("--out", {"--out": inp}, {"--features": inp})
     monkeypatch.chdir(tmp)
-    _refused("--out ./sub/../in.npz: is the same file as the input --features",
-             {"--out": "./sub/../in.npz"}, {"--features": inp})
+    _refused(
+        "--out ./sub/../in.npz: is the same file as the input --features",
+        {"--out": "./sub/../in.npz"},
+        {"--features": inp},
+    )
     _refused("is the same file as the input --config", {"--out": "c.yaml"}, {"--features": inp, "--config": cfg})
 
 
 def test_hard_link_to_an_input(files):
     tmp, inp, _ = files
     os.link(inp, tmp / "hard.npy")
-    _refused("--out " + str(tmp / "hard.npy") + ": is the same file as the input --features",
-             {"--out": tmp / "hard.npy"}, {"--features": inp})
+    _refused(
+        "--out " + str(tmp / "hard.npy") + ": is the same file as the input --features",
+        {"--out": tmp / "hard.npy"},
+        {"--features": inp},
+    )
 
 
 def test_symlink_to_an_input_and_to_elsewhere(files):
@@ -118,8 +125,11 @@ def test_output_dir(files):
 def test_memory_estimate_names_what_and_the_machine(monkeypatch):
     check_memory(1000, "a small thing")
     monkeypatch.setattr("mstta.safety.machine_memory", lambda: 24 * 10**9)
-    with pytest.raises(UserError, match=r"^capacity 10\^9 x 1000 classes x 512 dims needs 2.05 PB; "
-                                        r"this machine has 24 GB; lower it$"):
+    with pytest.raises(
+        UserError,
+        match=r"^capacity 10\^9 x 1000 classes x 512 dims needs 2.05 PB; "
+        r"this machine has 24 GB; lower it$",
+    ):
         check_memory(10**9 * 1000 * 512 * 4, "capacity 10^9 x 1000 classes x 512 dims")
     with pytest.raises(UserError, match="x needs nan bytes"):
         check_memory(float("nan"), "x")
@@ -127,6 +137,12 @@ def test_memory_estimate_names_what_and_the_machine(monkeypatch):
 
 
 def test_human_bytes_and_machine_memory():
-    assert [human_bytes(n) for n in (0, 999, 1536, 2.05e12, 3e18, float("inf"))] == \
-        ["0 B", "999 B", "1.54 KB", "2.05 TB", "3e+03 PB", "inf bytes"]
+    assert [human_bytes(n) for n in (0, 999, 1536, 2.05e12, 3e18, float("inf"))] == [
+        "0 B",
+        "999 B",
+        "1.54 KB",
+        "2.05 TB",
+        "3e+03 PB",
+        "inf bytes",
+    ]
     assert 2**28 < machine_memory() < 2**50

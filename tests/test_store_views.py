@@ -2,6 +2,7 @@
 CPU) has its own feature file in the store, and a file written before they had their own names is
 refused when its views were made elsewhere than the run asks; `features.read_meta` reads only a
 file's meta."""
+
 from __future__ import annotations
 
 import json
@@ -19,20 +20,31 @@ from mstta.extract_views import view_path
 from mstta.features import read_meta, save_features
 
 
-@pytest.mark.parametrize("views_on,device,want", [
-    ("auto", "cpu", "pil"), ("cpu", "cpu", "pil"), ("device", "cpu", "cpu-tensors"),
-    ("auto", "cuda", "gpu"), ("device", "cuda", "gpu"), ("cpu", "cuda", "pil"),
-])
+@pytest.mark.parametrize(
+    "views_on,device,want",
+    [
+        ("auto", "cpu", "pil"),
+        ("cpu", "cpu", "pil"),
+        ("device", "cpu", "cpu-tensors"),
+        ("auto", "cuda", "gpu"),
+        ("device", "cuda", "gpu"),
+        ("cpu", "cuda", "pil"),
+    ],
+)
 def test_view_path_of_each_flag_and_device(views_on, device, want):
     assert view_path(views_on, torch.device(device)) == want
 
 
 def test_each_view_path_has_its_own_file_name(tmp_path):
-    key = lambda views, made: FeatureKey("dtd", Backbone("mstta-tiny", "none"), "fp32", views, "crop", 1,
-                                         views_made=made).path(tmp_path).name
+    key = lambda views, made: (
+        FeatureKey("dtd", Backbone("mstta-tiny", "none"), "fp32", views, "crop", 1, views_made=made).path(tmp_path).name
+    )
     assert [key(4, m) for m in ("pil", "gpu", "cpu-tensors")] == [
-        "views4-crop-seed1.npz", "views4-crop-seed1-gpuviews.npz", "views4-crop-seed1-tensorviews.npz"]
-    assert {key(1, m) for m in ("pil", "gpu", "cpu-tensors")} == {"views1-seed1.npz"}   # one view: CLIP's own
+        "views4-crop-seed1.npz",
+        "views4-crop-seed1-gpuviews.npz",
+        "views4-crop-seed1-tensorviews.npz",
+    ]
+    assert {key(1, m) for m in ("pil", "gpu", "cpu-tensors")} == {"views1-seed1.npz"}  # one view: CLIP's own
 
 
 @pytest.fixture(scope="module")
@@ -43,9 +55,32 @@ def world(tmp_path_factory):
 
 
 def _argv(world, store, out, *extra):
-    return ["run", "--data-root", world / "data", "--datasets", "dtd", "--backbone", "mstta-tiny", "--views", "4",
-            "--methods", "zero-shot,ms-tta", "--store", store, "--out", out, "--device", "cpu", "--workers", "0",
-            "--fps-samples", "0", "--no-plots", "--no-progress", *extra]
+    return [
+        "run",
+        "--data-root",
+        world / "data",
+        "--datasets",
+        "dtd",
+        "--backbone",
+        "mstta-tiny",
+        "--views",
+        "4",
+        "--methods",
+        "zero-shot,ms-tta",
+        "--store",
+        store,
+        "--out",
+        out,
+        "--device",
+        "cpu",
+        "--workers",
+        "0",
+        "--fps-samples",
+        "0",
+        "--no-plots",
+        "--no-progress",
+        *extra,
+    ]
 
 
 def test_run_keeps_pil_and_tensor_views_apart(world, capsys):
@@ -58,13 +93,16 @@ def test_run_keeps_pil_and_tensor_views_apart(world, capsys):
     code, _, err = run_bench(capsys, *_argv(world, store, world / "r2", "--views-on", "cpu", "--fps-samples", "2"))
     assert code == 0, err
     for d, how in (("r1", "on CPU tensors (mstta.tensor_views, the fast path) by "), ("r2", "with PIL by ")):
-        eff = json.loads((world / d / "results.json").read_text())["efficiency"]   # timed as its features were made
+        eff = json.loads((world / d / "results.json").read_text())["efficiency"]  # timed as its features were made
         assert eff and all(e["views_made"].startswith(how) for e in eff), eff
     files = {p.name: read_meta(p)["views_on"] for p in store.rglob("*.npz")}
     assert files == {"views4-crop-seed1-tensorviews.npz": "device", "views4-crop-seed1.npz": "cpu"}
-    runs = {r["features"].rsplit("/", 1)[-1] for d in ("r1", "r2")
-            for r in json.loads((world / d / "results.json").read_text())["runs"]}
-    assert runs == set(files)                       # each run read the file of its own views
+    runs = {
+        r["features"].rsplit("/", 1)[-1]
+        for d in ("r1", "r2")
+        for r in json.loads((world / d / "results.json").read_text())["runs"]
+    }
+    assert runs == set(files)  # each run read the file of its own views
 
 
 def test_a_file_under_pils_name_with_tensor_views_is_refused(world, tmp_path, capsys):
@@ -80,7 +118,7 @@ def test_a_file_under_pils_name_with_tensor_views_is_refused(world, tmp_path, ca
     assert code == 2
     line = err.strip().splitlines()[-1]
     assert str(legacy) in line and "--views-on device" in line and "-tensorviews.npz" in line
-    assert "Traceback" not in err and legacy.read_bytes() == before       # nothing lost
+    assert "Traceback" not in err and legacy.read_bytes() == before  # nothing lost
 
 
 def test_views_on_flag_is_checked(world, tmp_path, capsys):

@@ -14,6 +14,7 @@ parameters drawn as `ViewMaker.params` draws them); the asserted bound is the is
 - view 0 (the model's Resize/CenterCrop, PIL's bicubic/bilinear weights): bit-exact for open_clip's
   `shortest` and `squash` resize modes; `longest` (open_clip's own classes) goes through PIL.
 """
+
 from __future__ import annotations
 
 import logging
@@ -27,7 +28,7 @@ from mstta import tensor_views as tv
 from mstta.errors import UserError
 from mstta.views import AUGMIX_OPS, PIL_OPS, Geometry, ViewMaker, ViewParams, draw_view, sample_rng
 
-GEOMETRY = Geometry(224)             # ViT-B/16's view 0 (open_clip's default preprocess config: bicubic, shortest)
+GEOMETRY = Geometry(224)  # ViT-B/16's view 0 (open_clip's default preprocess config: bicubic, shortest)
 
 
 def smooth_image(w: int = 500, h: int = 375, seed: int = 0) -> Image.Image:
@@ -72,18 +73,18 @@ def crops():
 @pytest.mark.parametrize("op", AUGMIX_OPS)
 def test_each_op_matches_pil_on_the_same_input(crops, op, exact):
     cases = [(c, v) for c, o, v in crops if o == op]
-    if op in ("rotate", "shear_x", "shear_y", "translate_x", "translate_y"):   # every sign and size occurs
+    if op in ("rotate", "shear_x", "shear_y", "translate_x", "translate_y"):  # every sign and size occurs
         cases += [(crops[0][0], v) for v in {"rotate": (-3, 3, 0), "translate_x": (-7, 7)}.get(op, ())]
     assert len(cases) >= 5
     x = torch.stack([as_tensor(c) for c, _ in cases])
     tv._apply_step(x, [(i, op, v) for i, (_, v) in enumerate(cases)], exact)
     want = torch.stack([as_tensor(PIL_OPS[op](c, v)) for c, v in cases])
     mean, within2, worst = figures(x, want)
-    if op not in ("rotate", "shear_x", "shear_y"):      # measured bit-exact on both paths
+    if op not in ("rotate", "shear_x", "shear_y"):  # measured bit-exact on both paths
         assert torch.equal(x, want), (op, exact)
-    elif exact:                                         # float64: max 1 level on a handful of pixels
+    elif exact:  # float64: max 1 level on a handful of pixels
         assert mean <= 1e-4 and within2 == 1.0 and worst <= 1, (op, mean, worst)
-    else:       # float32 grid: measured mean <= .06 (off by 1), a source point on the image's edge may flip
+    else:  # float32 grid: measured mean <= .06 (off by 1), a source point on the image's edge may flip
         assert mean <= 0.1 and within2 >= 0.9999, (op, mean, within2, worst)
         assert all(within_tolerance(x[i], want[i]) for i in range(len(x))), op
 
@@ -98,23 +99,23 @@ def test_geometric_ops_fill_black_outside():
 @pytest.mark.parametrize("augment", ["crop", "augmix"])
 def test_whole_views_match_pil_with_the_same_parameters(augment, exact):
     maker = ViewMaker(GEOMETRY, 224, views=16, augment=augment, seed=1)
-    tensor = tv.TensorViewMaker(maker, chunk=6, exact=exact)         # several chunks per sample
+    tensor = tv.TensorViewMaker(maker, chunk=6, exact=exact)  # several chunks per sample
     for k in range(3):
         img = smooth_image(seed=10 + k)
         params = maker.params(*img.size, k)
         want, got = maker.make(img, params), tensor.make(as_tensor(img), params)
         assert got.dtype == want.dtype and got.shape == want.shape
-        assert torch.equal(got, tensor(as_tensor(img), k))          # the maker draws the same parameters
+        assert torch.equal(got, tensor(as_tensor(img), k))  # the maker draws the same parameters
         assert torch.equal(want, maker(img, k))
-        assert torch.equal(got[0], want[0])                         # view 0: measured bit-exact
+        assert torch.equal(got[0], want[0])  # view 0: measured bit-exact
         for v in range(1, len(got)):
             assert within_tolerance(got[v], want[v]), (k, v, figures(got[v], want[v]))
-        if not exact:             # fast path, measured: crops max 2, mean <= .05 a view; AugMix per view
-            mean, within2, _ = figures(got[1:], want[1:])           # mean <= .11, >= 99.75% within 2
+        if not exact:  # fast path, measured: crops max 2, mean <= .05 a view; AugMix per view
+            mean, within2, _ = figures(got[1:], want[1:])  # mean <= .11, >= 99.75% within 2
             assert mean <= 0.05 and within2 >= 0.999, (augment, mean, within2)
             assert augment == "augmix" or figures(got[1:], want[1:])[2] <= 2
         elif augment == "crop":
-            assert torch.equal(got[1:], want[1:])                   # measured bit-exact
+            assert torch.equal(got[1:], want[1:])  # measured bit-exact
         else:
             assert figures(got[1:], want[1:])[2] <= 1
 
@@ -126,8 +127,9 @@ def test_view0_is_the_models_preprocessing(mode, interpolation):
 
     from mstta.views import split_preprocess
 
-    geometry, size, _, _ = split_preprocess(open_clip.transform.PreprocessCfg(size=64, resize_mode=mode,
-                                                                              interpolation=interpolation))
+    geometry, size, _, _ = split_preprocess(
+        open_clip.transform.PreprocessCfg(size=64, resize_mode=mode, interpolation=interpolation)
+    )
     maker = ViewMaker(geometry, size)
     for k, (w, h) in enumerate([(500, 375), (375, 500), (64, 64), (50, 300)]):
         img = smooth_image(w, h, k)
@@ -147,7 +149,7 @@ def test_parameters_are_drawn_in_the_reference_order():
 @pytest.mark.parametrize("exact", [True, False])
 def test_tiny_and_odd_images(exact):
     maker = ViewMaker(GEOMETRY, 224, views=4, augment="augmix", seed=1)
-    for w, h in ((1, 1), (3, 300), (200, 2)):             # within MAX_ASPECT (100:1); beyond is refused
+    for w, h in ((1, 1), (3, 300), (200, 2)):  # within MAX_ASPECT (100:1); beyond is refused
         img = smooth_image(w, h) if min(w, h) > 4 else Image.new("RGB", (w, h), (200, 10, 30))
         params = maker.params(w, h, 0)
         want, got = maker.make(img, params), tv.TensorViewMaker(maker, exact=exact).make(as_tensor(img), params)
@@ -156,7 +158,7 @@ def test_tiny_and_odd_images(exact):
 
 def test_out_of_memory_halves_the_batch_with_one_warning(monkeypatch, caplog):
     maker = ViewMaker(GEOMETRY, 224, views=20, augment="crop", seed=1)
-    tensor = tv.TensorViewMaker(maker, chunk=16, exact=True)      # the GPU's path: its chunks are not capped
+    tensor = tv.TensorViewMaker(maker, chunk=16, exact=True)  # the GPU's path: its chunks are not capped
     real = tensor._views
     calls = []
 
@@ -199,8 +201,9 @@ def test_gpu_matmul_path_equals_the_cpu_tap_path():
     flips = np.asarray([p.flip for p in params])
     tx = tv.resize_taps(500, b[:, 0], b[:, 0] + b[:, 2], 224)
     ty = tv.resize_taps(375, b[:, 1], b[:, 1] + b[:, 3], 224)
-    dense = tv.two_pass(img, tv._dense(tx, 500, flips, img.device, torch.float64),
-                        tv._dense(ty, 375, None, img.device, torch.float64))
+    dense = tv.two_pass(
+        img, tv._dense(tx, 500, flips, img.device, torch.float64), tv._dense(ty, 375, None, img.device, torch.float64)
+    )
     assert torch.equal(dense, tv.two_pass_taps(img, tx, ty, flips))
 
 
@@ -223,5 +226,5 @@ def test_views_on_cuda_match_pil(augment, tmp_path):
     want = maker.make(ref_img, params)
     for v in range(len(want)):
         assert within_tolerance(got[v].cpu(), want[v]), (v, figures(got[v].cpu(), want[v]))
-    same_pixels = tv.TensorViewMaker(maker).make(as_tensor(ref_img).cuda(), params).cpu()   # PIL's decode
+    same_pixels = tv.TensorViewMaker(maker).make(as_tensor(ref_img).cuda(), params).cpu()  # PIL's decode
     assert torch.equal(same_pixels, want) if augment == "crop" else figures(same_pixels, want)[2] <= 1

@@ -1,5 +1,6 @@
 """Text sets (mstta.templates, mstta.benchmark.textsets) and the field command's bad input: one
 line, exit 2, nothing written."""
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,9 @@ def test_template_sets():
     assert len(set_templates("tip7", [])) == 7 and set_templates("peer", ["x {}."]) == ["x {}."]
 
 
-@pytest.mark.parametrize("family, want", [("cache", ["peer"]), ("zero", ["photo"]), ("dmn", ["cupl", "tip7"]),
-                                          ("no-such-family", ["peer"])])
+@pytest.mark.parametrize(
+    "family, want", [("cache", ["peer"]), ("zero", ["photo"]), ("dmn", ["cupl", "tip7"]), ("no-such-family", ["peer"])]
+)
 def test_official_sets_are_data(family, want):
     assert official_sets("some-row", family) == want
 
@@ -33,7 +35,7 @@ def test_choose_falls_back_with_a_mark():
     got = choose(m, "official", {"peer", "photo", "tip7"})
     assert got.name == "tip7" and "cupl not supplied" in got.mark
     assert choose(m, "official", {"peer", "tip7", "cupl"}).mark is None
-    assert choose(m, "photo", {"peer"}).name == "photo"     # one switch: every row on one set
+    assert choose(m, "photo", {"peer"}).name == "photo"  # one switch: every row on one set
     with pytest.raises(UserError, match="unknown text set 'nope'"):
         parse_text_sets("official,nope")
 
@@ -49,29 +51,35 @@ def test_read_cupl_matches_names_loosely(tmp_path):
     assert read_cupl(p, NAMES) == [["a"], ["b", "c"], ["d"]]
 
 
-@pytest.mark.parametrize("data, match", [
-    ({"class 0": ["a"], "class 1": ["b"], "class2": ["d"], "zebra": ["z"]}, "does not have"),
-    ({"class 0": ["a"], "class 1": ["b"]}, "no prompts for 1 of"),
-    ({"class 0": [], "class 1": ["b"], "class2": ["d"]}, "non-empty prompt"),
-    ({"class 0": "a", "class 1": ["b"], "class2": ["d"]}, "non-empty prompt"),
-    (["a"], "expected a JSON object"),
-    ("{not json", "not a readable JSON"),
-    ("[" * 100_000 + "]" * 100_000, "not a readable JSON"),
-])
+@pytest.mark.parametrize(
+    "data, match",
+    [
+        ({"class 0": ["a"], "class 1": ["b"], "class2": ["d"], "zebra": ["z"]}, "does not have"),
+        ({"class 0": ["a"], "class 1": ["b"]}, "no prompts for 1 of"),
+        ({"class 0": [], "class 1": ["b"], "class2": ["d"]}, "non-empty prompt"),
+        ({"class 0": "a", "class 1": ["b"], "class2": ["d"]}, "non-empty prompt"),
+        (["a"], "expected a JSON object"),
+        ("{not json", "not a readable JSON"),
+        ("[" * 100_000 + "]" * 100_000, "not a readable JSON"),
+    ],
+)
 def test_read_cupl_refuses(tmp_path, data, match):
     with pytest.raises(UserError, match=match):
         read_cupl(_cupl(tmp_path, data), NAMES)
 
 
-@pytest.mark.parametrize("arr, match", [
-    (np.ones((3, 4)), "expected \\[2, 4\\]"),
-    (np.ones((2, 5)), "expected \\[2, 4\\]"),
-    (np.ones(8), "expected"),
-    (np.array([[1.0, np.nan, 0, 0], [1, 0, 0, 0]]), "non-finite"),
-    (np.array([[1.0, np.inf, 0, 0], [1, 0, 0, 0]]), "non-finite"),
-    (np.array([[0.0, 0, 0, 0], [1, 0, 0, 0]]), "all zeros"),
-    (np.ones((2, 4), dtype=np.int64), "dtype"),
-])
+@pytest.mark.parametrize(
+    "arr, match",
+    [
+        (np.ones((3, 4)), "expected \\[2, 4\\]"),
+        (np.ones((2, 5)), "expected \\[2, 4\\]"),
+        (np.ones(8), "expected"),
+        (np.array([[1.0, np.nan, 0, 0], [1, 0, 0, 0]]), "non-finite"),
+        (np.array([[1.0, np.inf, 0, 0], [1, 0, 0, 0]]), "non-finite"),
+        (np.array([[0.0, 0, 0, 0], [1, 0, 0, 0]]), "all zeros"),
+        (np.ones((2, 4), dtype=np.int64), "dtype"),
+    ],
+)
 def test_read_user_text_refuses(tmp_path, arr, match):
     p = tmp_path / "t.npy"
     np.save(p, arr)
@@ -100,15 +108,18 @@ def _refused(capsys, tmp_path, extra, match, classes=CLASSES):
     assert not out.exists() or not any(out.iterdir())
 
 
-@pytest.mark.parametrize("extra, match", [
-    (["--text", "cupl"], "--text cupl needs --cupl"),
-    (["--text", "user"], "--text user needs --text-classifier"),
-    (["--orders", "0"], "--orders 0"),
-    (["--ece-bins", "0"], "--ece-bins 0"),
-    (["--open", "withheld,sideways"], "unknown setting 'sideways'"),
-    (["--mix-share", "0"], "--mix-share 0"),
-    (["--cupl", "/no/such.json", "--text", "cupl"], "--cupl /no/such.json: file not found"),
-])
+@pytest.mark.parametrize(
+    "extra, match",
+    [
+        (["--text", "cupl"], "--text cupl needs --cupl"),
+        (["--text", "user"], "--text user needs --text-classifier"),
+        (["--orders", "0"], "--orders 0"),
+        (["--ece-bins", "0"], "--ece-bins 0"),
+        (["--open", "withheld,sideways"], "unknown setting 'sideways'"),
+        (["--mix-share", "0"], "--mix-share 0"),
+        (["--cupl", "/no/such.json", "--text", "cupl"], "--cupl /no/such.json: file not found"),
+    ],
+)
 def test_field_flags_refused(capsys, tmp_path, extra, match):
     _refused(capsys, tmp_path, extra, match)
 

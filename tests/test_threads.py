@@ -1,5 +1,6 @@
 """The thread policy (mstta/threads.py): one thread for the step's small ops, the replay's chunks on
 a pool of one-thread workers, counts set for the calling thread only."""
+
 from __future__ import annotations
 
 import multiprocessing
@@ -28,7 +29,7 @@ def test_count_is_set_for_the_calling_thread_only():
     other = _in_thread(torch.get_num_threads)
     with threads.intra_op_threads(1):
         assert torch.get_num_threads() == 1
-        assert _in_thread(torch.get_num_threads) == other      # a thread starting meanwhile keeps its own
+        assert _in_thread(torch.get_num_threads) == other  # a thread starting meanwhile keeps its own
     assert torch.get_num_threads() == before
 
 
@@ -47,19 +48,29 @@ def _record(monkeypatch, name: str) -> list:
     """Wrap functional.`name` to record (thread name, intra-op threads, inference mode) per call."""
     seen = []
     real = getattr(Fn, name)
-    monkeypatch.setattr(Fn, name, lambda *a, **k: seen.append(
-        (threading.current_thread().name, torch.get_num_threads(), torch.is_inference_mode_enabled())) or real(*a, **k))
+    monkeypatch.setattr(
+        Fn,
+        name,
+        lambda *a, **k: (
+            seen.append((threading.current_thread().name, torch.get_num_threads(), torch.is_inference_mode_enabled()))
+            or real(*a, **k)
+        ),
+    )
     return seen
 
 
-@pytest.mark.skipif(not threads.PER_THREAD or threads.cores() < 2, reason="needs 2 cores and per-thread OpenMP/MKL controls")
+@pytest.mark.skipif(
+    not threads.PER_THREAD or threads.cores() < 2, reason="needs 2 cores and per-thread OpenMP/MKL controls"
+)
 def test_replay_chunks_run_on_one_thread_workers(monkeypatch):
     f, t, _ = as_tensors(make_stream(n=40, classes=4, dim=8, seed=0))
     shifts, queries = _record(monkeypatch, "shift_by_sims"), _record(monkeypatch, "form_queries")
     before = torch.get_num_threads()
     replay(f, t, "ms-tta", chunk=8)
-    assert len(shifts) == 5 and len(queries) == 5          # ceil(39 / 8) shift chunks, ceil(40 / 8) query chunks
-    assert {(name.startswith("mstta-chunk"), n, inference) for name, n, inference in shifts + queries} == {(True, 1, True)}
+    assert len(shifts) == 5 and len(queries) == 5  # ceil(39 / 8) shift chunks, ceil(40 / 8) query chunks
+    assert {(name.startswith("mstta-chunk"), n, inference) for name, n, inference in shifts + queries} == {
+        (True, 1, True)
+    }
     assert torch.get_num_threads() == before
 
 
@@ -75,16 +86,18 @@ def test_map_chunks_keeps_order_and_raises():
 def test_map_chunks_runs_inline_off_the_cpu_and_inside_a_worker():
     me = threading.current_thread().name
     assert threads.map_chunks(lambda x: threading.current_thread().name, [1, 2], torch.device("cuda")) == [me, me]
-    nested = threads.map_chunks(   # a worker that maps again runs its items itself (no wait on a full pool)
+    nested = threads.map_chunks(  # a worker that maps again runs its items itself (no wait on a full pool)
         lambda x: threads.map_chunks(lambda y: threading.current_thread().name, [0, 1, 2], torch.device("cpu")),
-        [0, 1, 2, 3], torch.device("cpu"))
+        [0, 1, 2, 3],
+        torch.device("cpu"),
+    )
     assert all(len(set(names)) == 1 for names in nested)
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
 def test_a_forked_child_gets_its_own_pool():
     f, t, _ = as_tensors(make_stream(n=40, classes=4, dim=8, seed=0))
-    want = replay(f, t, "ms-tta", chunk=8).predictions          # the parent's pool exists now
+    want = replay(f, t, "ms-tta", chunk=8).predictions  # the parent's pool exists now
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(1) as pool:
         got = pool.apply_async(_replay_predictions, (f, t)).get(timeout=120)

@@ -1,4 +1,5 @@
 """Test-time views: view 0 = CLIP preprocessing, seeded augmented views, batched encoding."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -33,8 +34,11 @@ def _open_clip_transform(tiny_clip, which):
     import open_clip
     from open_clip.transform import PreprocessCfg
 
-    cfg = PreprocessCfg(**open_clip.get_model_preprocess_cfg(tiny_clip.model)) if which == "tiny" \
+    cfg = (
+        PreprocessCfg(**open_clip.get_model_preprocess_cfg(tiny_clip.model))
+        if which == "tiny"
         else PreprocessCfg(size=224)
+    )
     return open_clip.transform.image_transform_v2(cfg, is_train=False), cfg
 
 
@@ -46,7 +50,7 @@ def test_view0_equals_clip_preprocessing(tiny_clip, which):
         views = ViewMaker(geometry, size, views=3, augment="augmix", seed=1)(img.convert("RGB"), 0)
         assert torch.equal(to_pixels(views[:1], mean, std)[0], pre(img))
     if which == "tiny":
-        assert torch.equal(tiny_clip.preprocess(img), pre(img))      # ClipModel.preprocess is open_clip's
+        assert torch.equal(tiny_clip.preprocess(img), pre(img))  # ClipModel.preprocess is open_clip's
 
 
 @pytest.mark.parametrize("augment", AUGMENTS)
@@ -56,12 +60,12 @@ def test_views_shape_and_determinism(tiny_clip, augment):
     img = _image()
     a = make(img, 5)
     assert a.shape == (8, 3, size, size)
-    assert a.dtype == (torch.float32 if augment == "augmix" else torch.uint8)   # AugMix is mixed in float
-    assert torch.equal(a, make(img, 5))                      # same (seed, index): same views
-    assert not torch.equal(a[1:], make(img, 6)[1:])          # another sample index: other views
+    assert a.dtype == (torch.float32 if augment == "augmix" else torch.uint8)  # AugMix is mixed in float
+    assert torch.equal(a, make(img, 5))  # same (seed, index): same views
+    assert not torch.equal(a[1:], make(img, 6)[1:])  # another sample index: other views
     other_seed = ViewMaker(geometry, size, views=8, augment=augment, seed=2)(img, 5)
     assert torch.equal(a[0], other_seed[0]) and not torch.equal(a[1:], other_seed[1:])
-    assert len({v.numpy().tobytes() for v in a}) == 8         # every view differs
+    assert len({v.numpy().tobytes() for v in a}) == 8  # every view differs
 
 
 def test_single_view_is_the_original_only(tiny_clip):
@@ -69,11 +73,14 @@ def test_single_view_is_the_original_only(tiny_clip):
     assert ViewMaker(geometry, size, views=1)(_image(), 0).shape == (1, 3, size, size)
 
 
-@pytest.mark.parametrize("views, augment, expected", [
-    (0, "crop", "bad value for '--views': 0"),
-    (257, "crop", "'--views': 257; expected an integer in \\[1, 256\\]"),
-    (2, "cutout", "--augment cutout"),
-])
+@pytest.mark.parametrize(
+    "views, augment, expected",
+    [
+        (0, "crop", "bad value for '--views': 0"),
+        (257, "crop", "'--views': 257; expected an integer in \\[1, 256\\]"),
+        (2, "cutout", "--augment cutout"),
+    ],
+)
 def test_bad_view_settings(tiny_clip, views, augment, expected):
     geometry, size, _, _ = split_preprocess(tiny_clip.preprocess)
     with pytest.raises(UserError, match=expected):
@@ -107,10 +114,10 @@ def test_augmix_mixes_in_float_unrounded():
 def test_geometric_ops_fill_black_as_the_peers(op):
     """TDA's augmix_ops.py calls rotate()/transform() without a fill colour: PIL fills 0 (black)."""
     white = Image.new("RGB", (64, 64), (255, 255, 255))
-    for seed in range(20):                       # some draw moves the image far enough to uncover a corner
+    for seed in range(20):  # some draw moves the image far enough to uncover a corner
         out = np.asarray(PIL_OPS[op](white, OP_VALUES[op](sample_rng(seed, 0), 64)))
         if (out < 255).any():
-            assert (out == 0).all(axis=-1).any()          # pure black pixels, never grey 128
+            assert (out == 0).all(axis=-1).any()  # pure black pixels, never grey 128
             assert not (np.abs(out.astype(int) - 128) < 2).all(axis=-1).any()
             return
     pytest.fail(f"{op} never uncovered a border in 20 draws")
@@ -130,7 +137,7 @@ def test_one_forward_for_all_views_equals_one_by_one(tiny_clip):
     views = ViewMaker(geometry, size, views=6, augment="augmix", seed=3)(_image(), 0)
     pixels = to_pixels(views, mean, std)
     batched = tiny_clip.encode_images(pixels)
-    single = torch.cat([tiny_clip.encode_images(pixels[i:i + 1]) for i in range(6)])
+    single = torch.cat([tiny_clip.encode_images(pixels[i : i + 1]) for i in range(6)])
     assert batched.shape == (6, 64) and torch.allclose(batched, single, atol=1e-5)
 
 

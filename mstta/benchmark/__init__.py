@@ -12,6 +12,7 @@ numbers), `sweep` (ablations), `efficiency` (end-to-end fps and memory), `plots`
 curves, t-SNE). `runner`, `sweep` and `efficiency` build on `context`, never on each other's
 internals.
 """
+
 from __future__ import annotations
 
 from .context import BenchmarkConfig, Row, RunContext, default_methods
@@ -21,7 +22,25 @@ from .runner import parse_backbones, parse_datasets, parse_methods, parse_seeds,
 from .store import Backbone, FeatureKey, ensure_features, resolve_backbone
 from .sweep import parse_param, plan_sweep, run_sweep
 
-__all__ = ["Backbone", "BenchmarkConfig", "FeatureKey", "Row", "RunContext", "default_methods", "ensure_features",
-           "mean_shifted", "parse_backbones", "parse_datasets", "parse_methods", "parse_param", "parse_seeds",
-           "plan_benchmark", "plan_sweep", "resolve_backbone", "run_benchmark", "run_sweep", "tsne_figure",
-           "write_reports"]
+__all__ = [
+    "Backbone",
+    "BenchmarkConfig",
+    "FeatureKey",
+    "Row",
+    "RunContext",
+    "default_methods",
+    "ensure_features",
+    "mean_shifted",
+    "parse_backbones",
+    "parse_datasets",
+    "parse_methods",
+    "parse_param",
+    "parse_seeds",
+    "plan_benchmark",
+    "plan_sweep",
+    "resolve_backbone",
+    "run_benchmark",
+    "run_sweep",
+    "tsne_figure",
+    "write_reports",
+]

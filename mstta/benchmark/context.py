@@ -12,6 +12,7 @@ with boosting (`Method.boost`) reads `crop` views; TDA builds AugMix views for I
 other methods read the dataset's `bench.augment` (augmix on OOD). `--augment` makes every method
 read one kind.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,14 +34,16 @@ from .store import Backbone, FeatureKey, Models, ensure_features, resolved_preci
 log = logging.getLogger(__name__)
 
 RESULTS_FILE = "results.json"
-ROW_SEP = "@"                  # `ms-tta+boost@original`: a method with its view mode forced
+ROW_SEP = "@"  # `ms-tta+boost@original`: a method with its view mode forced
 # The rows held against the paper's MS-TTA and baseline rows, per table (docs/benchmark.md, "Two
 # readings"). On OOD, the paper's own λ = 0 evidence (ImageNet-A 49.86 ≈ CLIP on the original image
 # 49.89; Flowers 66.99 = 66.99) says its MS-TTA predicts from the original image: the `+boost`
 # reading on the original image. On the cross-dataset sets every reading predicts from it already.
 # The others (`ms-tta+boost` on confident views, `ms-tta` in TDA's protocol) are shown beside them.
-HELD_AGAINST_PAPER = {"ood": ("ms-tta+boost@original", "baseline+boost@original"),
-                      "cross": ("ms-tta+boost", "baseline+boost")}
+HELD_AGAINST_PAPER = {
+    "ood": ("ms-tta+boost@original", "baseline+boost@original"),
+    "cross": ("ms-tta+boost", "baseline+boost"),
+}
 EXTRA_ROWS = ("ms-tta+boost@original", "baseline+boost@original")
 
 
@@ -56,7 +59,7 @@ class Row:
     """One row of the reports: a registered method, optionally with its view mode forced."""
 
     method: str
-    view_mode: str | None = None     # None: the dataset's (configs/<dataset>.yaml)
+    view_mode: str | None = None  # None: the dataset's (configs/<dataset>.yaml)
 
     @property
     def name(self) -> str:
@@ -75,8 +78,10 @@ class Row:
         """`NAME` or `NAME@original` / `NAME@confident`; a bad name lists the valid choices."""
         name, sep, mode = str(spec).partition(ROW_SEP)
         if name not in list_methods():
-            raise UserError(f"{flag}: unknown method '{name}'; choose from: {', '.join(list_methods())} "
-                            f"(optionally with {ROW_SEP}original or {ROW_SEP}confident to force the view mode)")
+            raise UserError(
+                f"{flag}: unknown method '{name}'; choose from: {', '.join(list_methods())} "
+                f"(optionally with {ROW_SEP}original or {ROW_SEP}confident to force the view mode)"
+            )
         if sep and mode not in VIEW_MODES:
             raise UserError(f"{flag}: unknown view mode '{mode}' in '{spec}'; choose one of: {', '.join(VIEW_MODES)}")
         return cls(name, mode if sep else None)
@@ -105,29 +110,29 @@ def row_order(names: Iterable[str]) -> list[str]:
 class BenchmarkConfig:
     """Everything one `mstta-bench run` / `sweep` does (the CLI only fills this in)."""
 
-    datasets: list[str]                                  # dataset keys (see runner.parse_datasets)
+    datasets: list[str]  # dataset keys (see runner.parse_datasets)
     backbones: list[Backbone]
-    methods: list[str] = field(default_factory=default_methods)   # row names (Row.parse)
+    methods: list[str] = field(default_factory=default_methods)  # row names (Row.parse)
     seeds: list[int] = field(default_factory=lambda: [1])
     data_root: Path | None = None
     out: Path = Path("results")
     store: Path = Path("features")
-    overrides: list[str] = field(default_factory=list)   # --set KEY=VALUE (engine or bench keys)
-    listing: str = "full"                                # full | peer (the peers' file lists)
-    views_on: str = "auto"                               # auto | cpu | device: where many views are made
-    augment: str | None = None                           # --augment: every method reads this view kind
+    overrides: list[str] = field(default_factory=list)  # --set KEY=VALUE (engine or bench keys)
+    listing: str = "full"  # full | peer (the peers' file lists)
+    views_on: str = "auto"  # auto | cpu | device: where many views are made
+    augment: str | None = None  # --augment: every method reads this view kind
     device: str = "auto"
     precision: str | None = None
-    batch_size: int | None = None                        # extraction: images per forward (None: extractor's)
-    workers: int | None = None                           # extraction data-loader workers (None: extractor's)
-    limit: int | None = None                             # only the first N samples of each stream (quick runs)
-    fps_samples: int = 0                                 # end-to-end speed samples per method; 0 = skip
-    fps_dataset: str | None = None                       # dataset to time on (default: the first that ran)
+    batch_size: int | None = None  # extraction: images per forward (None: extractor's)
+    workers: int | None = None  # extraction data-loader workers (None: extractor's)
+    limit: int | None = None  # only the first N samples of each stream (quick runs)
+    fps_samples: int = 0  # end-to-end speed samples per method; 0 = skip
+    fps_dataset: str | None = None  # dataset to time on (default: the first that ran)
     plots: bool = True
-    progress: bool = False                               # tqdm bars (the CLI turns them on)
-    notify: Callable[[str], None] = log.warning          # one line per skipped dataset, as it happens
+    progress: bool = False  # tqdm bars (the CLI turns them on)
+    notify: Callable[[str], None] = log.warning  # one line per skipped dataset, as it happens
 
-    settings: dict[str, Any] = field(init=False, repr=False)   # `overrides`, parsed once
+    settings: dict[str, Any] = field(init=False, repr=False)  # `overrides`, parsed once
 
     def __post_init__(self) -> None:
         if self.listing not in LISTINGS:
@@ -160,8 +165,6 @@ def redundant(row: Row, dcfg: DatasetConfig) -> bool:
     return row.view_mode is not None and row_engine_config(row, dcfg) == row_engine_config(Row(row.method), dcfg)
 
 
-
-
 def view_kind(method: str, dcfg: DatasetConfig, forced: str | None = None) -> str:
     """The augmentation of the views a method reads: `forced` (--augment), else the views its
     authors' code reads everywhere (`Method.augment`: ZERO, MTA and DMN's crops), `crop` for every
@@ -179,13 +182,22 @@ def protocol(method: str, ecfg: EngineConfig, augment: str | None) -> str:
     return f"{augment} views, confident" if confident else "original image"
 
 
-def feature_key(dataset: str, backbone: Backbone, precision: str, dcfg: DatasetConfig, seed: int,
-                limit: int | None = None, listing: str = "full", augment: str | None = None,
-                views_made: str = "pil") -> FeatureKey:
+def feature_key(
+    dataset: str,
+    backbone: Backbone,
+    precision: str,
+    dcfg: DatasetConfig,
+    seed: int,
+    limit: int | None = None,
+    listing: str = "full",
+    augment: str | None = None,
+    views_made: str = "pil",
+) -> FeatureKey:
     """The feature file a cell reads (`augment`: the view kind; None = the dataset's; `views_made`:
     `mstta.extract_views.view_path` of --views-on on the run's device)."""
-    return FeatureKey(dataset, backbone, precision, dcfg.bench.views, augment or dcfg.bench.augment, seed, limit,
-                      listing, views_made)
+    return FeatureKey(
+        dataset, backbone, precision, dcfg.bench.views, augment or dcfg.bench.augment, seed, limit, listing, views_made
+    )
 
 
 def cell_key(dataset: str, backbone: Backbone, row: str, seed: int, **extra: Any) -> dict[str, Any]:
@@ -196,9 +208,17 @@ def cell_key(dataset: str, backbone: Backbone, row: str, seed: int, **extra: Any
 
 def cell_fingerprint(ecfg: EngineConfig, fkey: FeatureKey, extra: dict[str, Any] | None = None) -> str:
     """What decides a cell's result besides its key: rerun when it changes."""
-    return fingerprint({"hyperparameters": dataclasses.asdict(ecfg), "views": fkey.views,
-                        "augment": fkey.augment if fkey.views > 1 else None, "precision": fkey.precision,
-                        "limit": fkey.limit, "listing": fkey.listing, **(extra or {})})
+    return fingerprint(
+        {
+            "hyperparameters": dataclasses.asdict(ecfg),
+            "views": fkey.views,
+            "augment": fkey.augment if fkey.views > 1 else None,
+            "precision": fkey.precision,
+            "limit": fkey.limit,
+            "listing": fkey.listing,
+            **(extra or {}),
+        }
+    )
 
 
 def load_stream(path: Path, fkey: FeatureKey) -> FeatureSet:
@@ -207,8 +227,10 @@ def load_stream(path: Path, fkey: FeatureKey) -> FeatureSet:
     if fs.labels is None or not (fs.labels >= 0).any():
         raise UserError(f"{path}: no labels, so no accuracy; re-extract it (delete the file) from a labelled dataset")
     if fs.num_views != fkey.views:
-        raise UserError(f"{path}: holds {fs.num_views} views per sample but the config asks for {fkey.views}; "
-                        "delete the file to re-extract it")
+        raise UserError(
+            f"{path}: holds {fs.num_views} views per sample but the config asks for {fkey.views}; "
+            "delete the file to re-extract it"
+        )
     return fs
 
 
@@ -232,7 +254,7 @@ class RunContext:
 
     def __init__(self, cfg: BenchmarkConfig, results_file: str = RESULTS_FILE, key: tuple[str, ...] = RUN_KEY):
         self.cfg = cfg
-        self.configs = {d: dataset_config(d, cfg.settings) for d in cfg.datasets}   # bad --set fails here
+        self.configs = {d: dataset_config(d, cfg.settings) for d in cfg.datasets}  # bad --set fails here
         self.device = resolve_device(cfg.device)
         self.precision = resolved_precision(self.device, cfg.precision)
         self.models = Models(self.device, cfg.precision)
@@ -247,13 +269,23 @@ class RunContext:
 
         return tqdm(items, disable=not self.cfg.progress, dynamic_ncols=True, **kw)
 
-    def cell(self, dataset: str, backbone: Backbone, row: Row, seed: int, ecfg: EngineConfig | None = None,
-             **extra: Any) -> Cell:
+    def cell(
+        self, dataset: str, backbone: Backbone, row: Row, seed: int, ecfg: EngineConfig | None = None, **extra: Any
+    ) -> Cell:
         """The cell of (dataset, backbone, row, seed); `ecfg` replaces the row's engine config (sweeps)."""
         dcfg = self.configs[dataset]
         ecfg = ecfg if ecfg is not None else row_engine_config(row, dcfg)
-        fkey = feature_key(dataset, backbone, self.precision, dcfg, seed, self.cfg.limit, self.cfg.listing,
-                           view_kind(row.method, dcfg, self.cfg.augment), view_path(self.cfg.views_on, self.device))
+        fkey = feature_key(
+            dataset,
+            backbone,
+            self.precision,
+            dcfg,
+            seed,
+            self.cfg.limit,
+            self.cfg.listing,
+            view_kind(row.method, dcfg, self.cfg.augment),
+            view_path(self.cfg.views_on, self.device),
+        )
         return Cell(row, cell_key(dataset, backbone, row.name, seed, **extra), ecfg, fkey)
 
     def each_dataset(self, backbone: Backbone, work: Callable[[str], None], desc: str) -> list[str]:
@@ -284,22 +316,29 @@ class RunContext:
     def streams(self, cells: list[Cell]) -> Iterable[tuple[list[Cell], Path, FeatureSet]]:
         """Cells grouped by feature file, each file extracted if needed and loaded once:
         (cells, path, features) per file, one file in memory at a time."""
-        groups: dict[Path, list[Cell]] = {}        # one-view keys of either kind share one file
+        groups: dict[Path, list[Cell]] = {}  # one-view keys of either kind share one file
         for c in cells:
             groups.setdefault(c.fkey.path(self.cfg.store), []).append(c)
         for group in groups.values():
             fkey = group[0].fkey
-            path = ensure_features(fkey, self.cfg.store, self.models, self.cfg.data_root,
-                                   batch_size=self.cfg.batch_size, workers=self.cfg.workers,
-                                   progress=self.cfg.progress)
+            path = ensure_features(
+                fkey,
+                self.cfg.store,
+                self.models,
+                self.cfg.data_root,
+                batch_size=self.cfg.batch_size,
+                workers=self.cfg.workers,
+                progress=self.cfg.progress,
+            )
             yield group, path, load_stream(path, fkey)
 
     def skip(self, backbone: Backbone, dataset: str, exc: Exception) -> None:
         """Report a dataset that cannot run (as it happens, unless it is the run's only one: then
         the final error says it) and go on with the others."""
         reason = one_line(exc)
-        self.missing.append({"dataset": dataset, "backbone": backbone.name, "pretrained": backbone.pretrained,
-                             "reason": reason})
+        self.missing.append(
+            {"dataset": dataset, "backbone": backbone.name, "pretrained": backbone.pretrained, "reason": reason}
+        )
         if len(self.cfg.datasets) * len(self.cfg.backbones) > 1:
             self.cfg.notify(f"dataset {dataset} skipped for {backbone.label}: {reason}")
 

@@ -20,6 +20,7 @@ to the workers' start-up). So no method is charged for warm-up or for another's 
 zero-shot, a subset of every other method's work, comes out fastest. Peak memory comes from one
 more untimed pass per method.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -45,8 +46,8 @@ from .store import Backbone
 
 log = logging.getLogger(__name__)
 
-WARMUP = 4   # untimed samples per method in the warm-up pass (on CUDA an engine captures its graph after 3)
-ROUNDS = 3   # timed rounds; each sample's best time counts
+WARMUP = 4  # untimed samples per method in the warm-up pass (on CUDA an engine captures its graph after 3)
+ROUNDS = 3  # timed rounds; each sample's best time counts
 
 
 def views_used(method: str, ecfg: EngineConfig, views: int) -> int:
@@ -91,7 +92,7 @@ class Timed:
     make: Any
     engine: Engine
     views: int
-    best: list = dataclasses.field(default_factory=list)   # per sample: its best time over the rounds
+    best: list = dataclasses.field(default_factory=list)  # per sample: its best time over the rounds
     peak_mb: float | None = None
 
     def stream(self, images: Sequence, workers: int):
@@ -106,7 +107,7 @@ class Timed:
         times, last = [], time.perf_counter()
         for views in self.stream(images, workers):
             x = to_pixels(views, mean, std, clip.device, clip.dtype)
-            _ = self.engine.step(clip.encode_images(x)).prediction   # reading it syncs the device
+            _ = self.engine.step(clip.encode_images(x)).prediction  # reading it syncs the device
             now = time.perf_counter()
             times.append(now - last)
             last = now
@@ -126,9 +127,16 @@ def views_made(device: torch.device, views_on: str = "auto") -> tuple[str, int]:
     return f"{how} by {workers} data-loader worker(s), overlapped with the encoder", workers
 
 
-def measure_methods(clip, images: Sequence, text: torch.Tensor, setups: Sequence[tuple[str, str, EngineConfig]],
-                    views: int, seed: int = 1, rounds: int = ROUNDS, views_on: str = "auto"
-                    ) -> dict[str, dict[str, Any]]:
+def measure_methods(
+    clip,
+    images: Sequence,
+    text: torch.Tensor,
+    setups: Sequence[tuple[str, str, EngineConfig]],
+    views: int,
+    seed: int = 1,
+    rounds: int = ROUNDS,
+    views_on: str = "auto",
+) -> dict[str, dict[str, Any]]:
     """Time every (name, method, engine config, augment) setup over the same images (PIL RGB) under
     the same conditions (module docstring) -> {name: {"fps", "peak_memory_mb", "memory_kind",
     "samples", "views", "views_made"}}."""
@@ -137,12 +145,18 @@ def measure_methods(clip, images: Sequence, text: torch.Tensor, setups: Sequence
     geometry, size, mean, std = split_preprocess(clip.preprocess)
     where, workers = views_made(clip.device, views_on)
     if not workers:
-        images = [pil_tensor(img).to(clip.device) for img in images]     # decoded before timing, on the device
+        images = [pil_tensor(img).to(clip.device) for img in images]  # decoded before timing, on the device
     wrap = _CpuTensorViews if view_path(views_on, clip.device) == "cpu-tensors" else (lambda maker: maker)
-    timed = [Timed(name, wrap(ViewMaker(geometry, size, views_used(method, ecfg, views), augment, seed)),
-                   Engine(text.to(clip.device), method, ecfg), views_used(method, ecfg, views))
-             for name, method, ecfg, augment in setups]
-    for t in timed:                                   # one warm-up pass over every method
+    timed = [
+        Timed(
+            name,
+            wrap(ViewMaker(geometry, size, views_used(method, ecfg, views), augment, seed)),
+            Engine(text.to(clip.device), method, ecfg),
+            views_used(method, ecfg, views),
+        )
+        for name, method, ecfg, augment in setups
+    ]
+    for t in timed:  # one warm-up pass over every method
         t.run(clip, images[:WARMUP], mean, std, workers)
         t.best = [float("inf")] * len(images)
     for r in range(rounds):
@@ -151,16 +165,23 @@ def measure_methods(clip, images: Sequence, text: torch.Tensor, setups: Sequence
             t.engine.reset()
             t.best = [min(a, b) for a, b in zip(t.best, t.run(clip, images, mean, std, workers))]
     kind = MemoryMeter(clip.device).kind
-    for t in timed:                                   # memory: one more untimed pass per method
+    for t in timed:  # memory: one more untimed pass per method
         t.engine.reset()
         meter = MemoryMeter(clip.device)
         with meter:
             t.run(clip, images, mean, std, workers)
         t.peak_mb = meter.peak_mb
-    return {t.name: {"fps": round(1 / statistics.median(t.best), 3) if statistics.median(t.best) > 0 else None,
-                     "peak_memory_mb": t.peak_mb, "memory_kind": kind, "samples": len(images), "views": t.views,
-                     "views_made": where}
-            for t in timed}
+    return {
+        t.name: {
+            "fps": round(1 / statistics.median(t.best), 3) if statistics.median(t.best) > 0 else None,
+            "peak_memory_mb": t.peak_mb,
+            "memory_kind": kind,
+            "samples": len(images),
+            "views": t.views,
+            "views_made": where,
+        }
+        for t in timed
+    }
 
 
 def load_images(split, n: int, seed: int = 1) -> list:
@@ -175,7 +196,7 @@ def load_images(split, n: int, seed: int = 1) -> list:
         try:
             with Image.open(path) as im:
                 out.append(im.convert("RGB"))
-        except (OSError, ValueError) as exc:   # an unreadable image is skipped, as in extraction
+        except (OSError, ValueError) as exc:  # an unreadable image is skipped, as in extraction
             log.warning("efficiency: skipping unreadable image %s (%s)", path, type(exc).__name__)
     if not out:
         raise UserError(f"dataset {split.key}: none of the first {n} images could be read for timing")
@@ -200,19 +221,31 @@ def measure_backbone(run: RunContext, backbone: Backbone, dataset: str) -> None:
         ecfg = row_engine_config(row, dcfg)
         augment = view_kind(row.method, dcfg, cfg.augment)
         setups.append((row.name, row.method, ecfg, augment))
-        fps[row.name] = fingerprint({"dataset": dataset, "samples": n, "listing": cfg.listing,
-                                     "views": views_used(row.method, ecfg, dcfg.bench.views), "augment": augment,
-                                     "device": str(run.device), "precision": run.precision,
-                                     "views_made": views_made(run.device, cfg.views_on)[0],
-                                     "hyperparameters": dataclasses.asdict(ecfg)})
+        fps[row.name] = fingerprint(
+            {
+                "dataset": dataset,
+                "samples": n,
+                "listing": cfg.listing,
+                "views": views_used(row.method, ecfg, dcfg.bench.views),
+                "augment": augment,
+                "device": str(run.device),
+                "precision": run.precision,
+                "views_made": views_made(run.device, cfg.views_on)[0],
+                "hyperparameters": dataclasses.asdict(ecfg),
+            }
+        )
     fps = {name: fingerprint({"own": fp, "all": sorted(fps.values())}) for name, fp in fps.items()}
-    if all((run.results.efficiency(backbone.name, backbone.pretrained, name) or {}).get("fingerprint") == fp
-           for name, fp in fps.items()):
+    if all(
+        (run.results.efficiency(backbone.name, backbone.pretrained, name) or {}).get("fingerprint") == fp
+        for name, fp in fps.items()
+    ):
         return
     seed = cfg.seeds[0]
     made = view_path(cfg.views_on, run.device)
-    files = [feature_key(dataset, backbone, run.precision, dcfg, seed, cfg.limit, cfg.listing, augment, made).path(cfg.store)
-             for _, _, _, augment in setups]
+    files = [
+        feature_key(dataset, backbone, run.precision, dcfg, seed, cfg.limit, cfg.listing, augment, made).path(cfg.store)
+        for _, _, _, augment in setups
+    ]
     found = next((f for f in files if f.is_file()), None)
     if found is None:
         raise UserError(f"no feature file of {dataset} in {cfg.store} to take the text classifier from; run it first")
@@ -221,6 +254,15 @@ def measure_backbone(run: RunContext, backbone: Backbone, dataset: str) -> None:
     timed = load_images(load_split(dataset, cfg.data_root, cfg.listing), n, seed)
     rows = measure_methods(clip, timed, text, setups, dcfg.bench.views, seed, views_on=cfg.views_on)
     for name, row in rows.items():
-        run.results.record_efficiency({"backbone": backbone.name, "pretrained": backbone.pretrained,
-                                       "method": name, "dataset": dataset, **row, "device": str(run.device),
-                                       "precision": run.precision, "fingerprint": fps[name]})
+        run.results.record_efficiency(
+            {
+                "backbone": backbone.name,
+                "pretrained": backbone.pretrained,
+                "method": name,
+                "dataset": dataset,
+                **row,
+                "device": str(run.device),
+                "precision": run.precision,
+                "fingerprint": fps[name],
+            }
+        )

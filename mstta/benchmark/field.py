@@ -6,6 +6,7 @@ stability over stream orders and halves of the stream, speed and state bytes. Ro
 registry (`list_methods()`): nothing here knows a method by name. A finished cell with the same
 settings is skipped on a rerun, as in `run`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -41,24 +42,26 @@ LABEL_TUNED_FILE = Path(__file__).resolve().parent.parent / "resources" / "label
 class FieldOptions:
     """What the field table adds to a `BenchmarkConfig` (the CLI fills it in)."""
 
-    texts: list[str] = field(default_factory=lambda: ["official"])   # `official` and/or set names
-    cupl: Path | None = None               # --cupl: CuPL prompts JSON
-    text_classifier: Path | None = None    # --text-classifier: a user's [C, d] .npy
-    orders: int = 10                       # R stream orders (order 0 = the stored one)
+    texts: list[str] = field(default_factory=lambda: ["official"])  # `official` and/or set names
+    cupl: Path | None = None  # --cupl: CuPL prompts JSON
+    text_classifier: Path | None = None  # --text-classifier: a user's [C, d] .npy
+    orders: int = 10  # R stream orders (order 0 = the stored one)
     ece_bins: int = M.ECE_BINS
     open: tuple[str, ...] = ("withheld", "mixed")
-    mix_with: str | None = None            # the dataset mixed into every stream (mixed setting)
-    mix_share: float = 0.5                 # foreign samples per own sample
-    label_tuned: bool = False              # also run the rows whose hyperparameters test labels chose
+    mix_with: str | None = None  # the dataset mixed into every stream (mixed setting)
+    mix_share: float = 0.5  # foreign samples per own sample
+    label_tuned: bool = False  # also run the rows whose hyperparameters test labels chose
 
     def __post_init__(self) -> None:
         if not isinstance(self.orders, int) or not 1 <= self.orders <= MAX_ORDERS:
             raise UserError(f"--orders {self.orders}: expected an integer in [1, {MAX_ORDERS}]")
-        M.ece(np.ones((1, 2)) / 2, np.zeros(1, dtype=int), self.ece_bins)   # the bins' bound, checked once
+        M.ece(np.ones((1, 2)) / 2, np.zeros(1, dtype=int), self.ece_bins)  # the bins' bound, checked once
         bad = [o for o in self.open if o not in OPEN_SETTINGS]
         if bad:
-            raise UserError(f"--open {','.join(self.open)}: unknown setting '{bad[0]}'; choose from: "
-                            f"{', '.join(OPEN_SETTINGS)} (or none)")
+            raise UserError(
+                f"--open {','.join(self.open)}: unknown setting '{bad[0]}'; choose from: "
+                f"{', '.join(OPEN_SETTINGS)} (or none)"
+            )
         if not (isinstance(self.mix_share, (int, float)) and 0 < self.mix_share <= 10):
             raise UserError(f"--mix-share {self.mix_share}: expected a number in (0, 10]")
 
@@ -112,6 +115,7 @@ def state_bytes(text: torch.Tensor, method, ecfg, device) -> int:
         if isinstance(obj, (list, tuple)):
             return sum(walk(v) for v in obj)
         return sum(walk(v) for v in vars(obj).values()) if hasattr(obj, "__dict__") else 0
+
     return int(walk(eng.state_dict()))
 
 
@@ -134,19 +138,31 @@ def open_mixed(fs: FeatureSet, foreign: FeatureSet, text, method, ecfg, device, 
     own = fs.features if fs.features.dim() == 2 else fs.features[:, :v]
     other = foreign.features[:n_f] if foreign.features.dim() == 2 else foreign.features[:n_f, :v]
     if own.shape[-1] != other.shape[-1]:
-        raise UserError(f"--mix-with: its features have {other.shape[-1]} dims, the stream's {own.shape[-1]}; "
-                        "mix datasets of one backbone")
+        raise UserError(
+            f"--mix-with: its features have {other.shape[-1]} dims, the stream's {own.shape[-1]}; "
+            "mix datasets of one backbone"
+        )
     pos = M.mix_positions(fs.num_samples, n_f, seed)
     pos_t = torch.as_tensor(pos)
-    feats = torch.where((pos_t >= 0).view(-1, *[1] * (own.dim() - 1)),
-                        own[pos_t.clamp_min(0)], other.to(own.dtype)[(-1 - pos_t).clamp_min(0)])
+    feats = torch.where(
+        (pos_t >= 0).view(-1, *[1] * (own.dim() - 1)),
+        own[pos_t.clamp_min(0)],
+        other.to(own.dtype)[(-1 - pos_t).clamp_min(0)],
+    )
     labels = np.where(pos >= 0, fs.labels[np.maximum(pos, 0)], -1)
     r = _replay(feats, text, method, ecfg, device)
     return M.open_set(r.predictions, r.probs, labels)
 
 
-def measure(fs: FeatureSet, text: torch.Tensor, fc: FieldCell, opts: FieldOptions, device,
-            foreign: FeatureSet | None, out: Path | None) -> dict[str, Any]:
+def measure(
+    fs: FeatureSet,
+    text: torch.Tensor,
+    fc: FieldCell,
+    opts: FieldOptions,
+    device,
+    foreign: FeatureSet | None,
+    out: Path | None,
+) -> dict[str, Any]:
     """Every metric of one cell (docs/field.md defines each)."""
     cell, method, ecfg, seed = fc.cell, fc.cell.row.method, fc.cell.ecfg, fc.cell.key["seed"]
     labels = fs.labels
@@ -159,16 +175,29 @@ def measure(fs: FeatureSet, text: torch.Tensor, fc: FieldCell, opts: FieldOption
     accs = [acc]
     for k in range(1, opts.orders):
         perm = _orders_perm(fs.num_samples, seed, k)
-        accs.append(M.accuracy(_replay(fs.features[torch.as_tensor(perm)], text, method, ecfg, device,
-                                       probs=False).predictions, labels[perm]))
+        accs.append(
+            M.accuracy(
+                _replay(fs.features[torch.as_tensor(perm)], text, method, ecfg, device, probs=False).predictions,
+                labels[perm],
+            )
+        )
     st = M.order_stats(accs)
     rec: dict[str, Any] = {
-        "accuracy": acc, "ece": M.ece(r.probs, labels, opts.ece_bins), "nll": M.nll(r.probs, labels),
-        "zero_shot_accuracy": zs, "clip_view_accuracy": clip_views,
-        "gain_over_clip": acc - zs, "gain_over_clip_views": acc - clip_views,
-        "first_half": first, "second_half": second,
-        "orders": st["orders"], "orders_mean": st["mean"], "orders_std": st["std"], "worst10": st["worst"],
-        "samples_per_s": r.samples_per_s, "seconds": r.seconds,
+        "accuracy": acc,
+        "ece": M.ece(r.probs, labels, opts.ece_bins),
+        "nll": M.nll(r.probs, labels),
+        "zero_shot_accuracy": zs,
+        "clip_view_accuracy": clip_views,
+        "gain_over_clip": acc - zs,
+        "gain_over_clip_views": acc - clip_views,
+        "first_half": first,
+        "second_half": second,
+        "orders": st["orders"],
+        "orders_mean": st["mean"],
+        "orders_std": st["std"],
+        "worst10": st["worst"],
+        "samples_per_s": r.samples_per_s,
+        "seconds": r.seconds,
         "state_bytes": state_bytes(text, method, ecfg, device),
     }
     for name in OPEN_SETTINGS:
@@ -181,10 +210,13 @@ def measure(fs: FeatureSet, text: torch.Tensor, fc: FieldCell, opts: FieldOption
         for k in ("auroc", "fpr95", "known_accuracy"):
             rec[prefix + k] = None if got is None else got[k]
     if out is not None:
-        save_predictions(predictions_path(out, {**cell.key, "method": _pred_name(fc)}), r.predictions,
-                         r.clip_predictions, labels)
-    return {k: (round(v, 4) if isinstance(v, float) and math.isfinite(v) else (None if isinstance(v, float) else v))
-            for k, v in rec.items()}
+        save_predictions(
+            predictions_path(out, {**cell.key, "method": _pred_name(fc)}), r.predictions, r.clip_predictions, labels
+        )
+    return {
+        k: (round(v, 4) if isinstance(v, float) and math.isfinite(v) else (None if isinstance(v, float) else v))
+        for k, v in rec.items()
+    }
 
 
 def _pred_name(fc: FieldCell) -> str:
@@ -227,20 +259,35 @@ class FieldRun:
             ecfg = dcfg.engine
         cell = self.run.cell(dataset, backbone, row, seed, ecfg, text=choice.name, label_tuned=bool(tuned))
         o = self.opts
-        extra = {"text": choice.name, "text_file": self.hashes.get(choice.name), "orders": o.orders,
-                 "ece_bins": o.ece_bins, "open": list(o.open), "mix_with": o.mix_with if "mixed" in o.open else None,
-                 "mix_share": o.mix_share, "tuned": tuned, "field": 1}
+        extra = {
+            "text": choice.name,
+            "text_file": self.hashes.get(choice.name),
+            "orders": o.orders,
+            "ece_bins": o.ece_bins,
+            "open": list(o.open),
+            "mix_with": o.mix_with if "mixed" in o.open else None,
+            "mix_share": o.mix_share,
+            "tuned": tuned,
+            "field": 1,
+        }
         return FieldCell(cell, choice, tuned, cell_fingerprint(cell.ecfg, cell.fkey, extra))
 
     def foreign(self, fc: FieldCell) -> FeatureSet | None:
         """The mixed setting's other dataset, in the cell's view kind (extracted once when absent)."""
         o = self.opts
         if "mixed" not in o.open or o.mix_with is None or fc.cell.key["dataset"] == o.mix_with:
-            return None   # a stream mixed with itself has no unknowns
+            return None  # a stream mixed with itself has no unknowns
         fkey = dataclasses.replace(fc.cell.fkey, dataset=o.mix_with)
         if fkey not in self._foreign:
-            path = ensure_features(fkey, self.cfg.store, self.run.models, self.cfg.data_root,
-                                   batch_size=self.cfg.batch_size, workers=self.cfg.workers, progress=self.cfg.progress)
+            path = ensure_features(
+                fkey,
+                self.cfg.store,
+                self.run.models,
+                self.cfg.data_root,
+                batch_size=self.cfg.batch_size,
+                workers=self.cfg.workers,
+                progress=self.cfg.progress,
+            )
             self._foreign[fkey] = load_stream(path, fkey)
         return self._foreign[fkey]
 
@@ -285,7 +332,7 @@ class FieldRun:
                     groups.setdefault(fc.cell.fkey.path(self.cfg.store), []).append(fc)
             for _, path, fs in run.streams([g[0].cell for g in groups.values()]):
                 group = groups[path]
-                for name in {fc.text.name for fc in group}:   # every text set checked before any cell
+                for name in {fc.text.name for fc in group}:  # every text set checked before any cell
                     self.texts.check(name, fs.classnames, fs.num_classes, fs.text.shape[1])
                 for fc in run.bar(group, desc=f"{dataset} seed {seed}", leave=False, unit="cell"):
                     self.record(fc, fs, path)
@@ -304,16 +351,29 @@ class FieldRun:
         if fc.tuned:
             marks.append("hyperparameters chosen on test labels: " + ", ".join(f"{k}={v}" for k, v in fc.tuned.items()))
         augment = cell.fkey.augment if cell.fkey.views > 1 else None
-        rec = {**cell.key, **measure(fs, text, fc, self.opts, self.run.device, self.foreign(fc), Path(self.cfg.out)),
-               "marks": marks, "text_requested": fc.text.requested, "family": m.family,
-               "benchmark": paper.benchmark_of(cell.key["dataset"]),
-               "protocol": protocol(cell.row.method, cell.ecfg, augment),
-               "n": int(fs.num_samples), "classes": int(fs.num_classes), "views": cell.fkey.views, "augment": augment,
-               "precision": cell.fkey.precision, "limit": cell.fkey.limit, "device": str(self.run.device),
-               "ece_bins": self.opts.ece_bins, "mix_with": self.opts.mix_with,
-               "hyperparameters": dataclasses.asdict(cell.ecfg), "versions": self.run.versions,
-               "features": str(path), "fingerprint": fc.fingerprint,
-               "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        rec = {
+            **cell.key,
+            **measure(fs, text, fc, self.opts, self.run.device, self.foreign(fc), Path(self.cfg.out)),
+            "marks": marks,
+            "text_requested": fc.text.requested,
+            "family": m.family,
+            "benchmark": paper.benchmark_of(cell.key["dataset"]),
+            "protocol": protocol(cell.row.method, cell.ecfg, augment),
+            "n": int(fs.num_samples),
+            "classes": int(fs.num_classes),
+            "views": cell.fkey.views,
+            "augment": augment,
+            "precision": cell.fkey.precision,
+            "limit": cell.fkey.limit,
+            "device": str(self.run.device),
+            "ece_bins": self.opts.ece_bins,
+            "mix_with": self.opts.mix_with,
+            "hyperparameters": dataclasses.asdict(cell.ecfg),
+            "versions": self.run.versions,
+            "features": str(path),
+            "fingerprint": fc.fingerprint,
+            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        }
         self.run.results.record(rec)
         self.run.ran += 1
 
@@ -322,8 +382,10 @@ def plan_field(cfg: BenchmarkConfig, opts: FieldOptions) -> list[str]:
     """What `run_field` would do, as lines (feature files cached or to extract, cells done or to
     run with their text sets); writes nothing."""
     fr = FieldRun(cfg, opts)
-    lines = [f"out: {cfg.out}; feature store: {cfg.store}; device: {fr.run.device}; orders {opts.orders}; "
-             f"open: {', '.join(opts.open) or 'none'}" + (f" (mixed with {opts.mix_with})" if opts.mix_with else "")]
+    lines = [
+        f"out: {cfg.out}; feature store: {cfg.store}; device: {fr.run.device}; orders {opts.orders}; "
+        f"open: {', '.join(opts.open) or 'none'}" + (f" (mixed with {opts.mix_with})" if opts.mix_with else "")
+    ]
     todo = 0
     for backbone in cfg.backbones:
         lines.append(f"backbone {backbone.label}")
@@ -336,8 +398,10 @@ def plan_field(cfg: BenchmarkConfig, opts: FieldOptions) -> list[str]:
                     name = f"{fc.cell.row.name}[{fc.text.name}]{'†' if fc.tuned else ''}"
                     files.setdefault(fc.cell.fkey.path(cfg.store), []).append(f"{name} {'done' if done else 'to run'}")
                 for path, names in files.items():
-                    lines.append(f"  {dataset} seed {seed}: features {'cached' if path.is_file() else 'to extract'} "
-                                 f"({path}); " + ", ".join(names))
+                    lines.append(
+                        f"  {dataset} seed {seed}: features {'cached' if path.is_file() else 'to extract'} "
+                        f"({path}); " + ", ".join(names)
+                    )
     lines.append(f"{todo} cell(s) to run")
     return lines
 
@@ -353,12 +417,17 @@ def run_field(cfg: BenchmarkConfig, opts: FieldOptions) -> dict[str, Any]:
     if not cfg.datasets or not cfg.backbones or not cfg.methods or not cfg.seeds:
         raise UserError("nothing to run: give at least one dataset, backbone, method and seed")
     fr = FieldRun(cfg, opts)
-    for backbone in cfg.backbones:          # bad text files / open settings: exit 2 before any cell
+    for backbone in cfg.backbones:  # bad text files / open settings: exit 2 before any cell
         for dataset in cfg.datasets:
             fr.precheck(backbone, dataset)
     for backbone in cfg.backbones:
         fr.run.each_dataset(backbone, lambda d, b=backbone: fr.dataset(b, d), backbone.label)
     fr.run.finish()
     report = write_field_reports(Path(cfg.out), plots=cfg.plots)
-    return {"ran": fr.run.ran, "skipped": fr.run.skipped, "missing": fr.run.missing, "out": str(cfg.out),
-            "report": str(report)}
+    return {
+        "ran": fr.run.ran,
+        "skipped": fr.run.skipped,
+        "missing": fr.run.missing,
+        "out": str(cfg.out),
+        "report": str(report),
+    }

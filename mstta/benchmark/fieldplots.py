@@ -1,5 +1,6 @@
 """The field table's figures: accuracy against ECE (a point per row and text set, one figure per
 backbone x dataset) and running accuracy over the stream (the stored order of seed's first run)."""
+
 from __future__ import annotations
 
 from collections import defaultdict

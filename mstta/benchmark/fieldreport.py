@@ -2,6 +2,7 @@
 (per backbone x dataset: every row's metrics, mean ± std over seeds, beside the published rows of
 the MS-TTA, DPE and DOTA papers with their sources) and the plots (accuracy against ECE; accuracy
 over the stream). docs/field.md defines every column."""
+
 from __future__ import annotations
 
 import csv
@@ -17,20 +18,68 @@ from .field import FIELD_FILE, FIELD_KEY
 from .report import DASH, table
 from .results import ResultsStore
 
-CSV_COLUMNS = ("dataset", "backbone", "pretrained", "method", "text", "seed", "label_tuned", "accuracy", "ece",
-               "nll", "auroc", "fpr95", "known_accuracy", "mixed_auroc", "mixed_fpr95", "mixed_known_accuracy",
-               "orders", "orders_mean", "orders_std", "worst10", "first_half", "second_half", "zero_shot_accuracy",
-               "clip_view_accuracy", "gain_over_clip", "gain_over_clip_views", "samples_per_s", "state_bytes",
-               "marks", "family", "text_requested", "protocol", "n", "classes", "views", "augment", "precision",
-               "ece_bins", "mix_with", "device", "fingerprint")
+CSV_COLUMNS = (
+    "dataset",
+    "backbone",
+    "pretrained",
+    "method",
+    "text",
+    "seed",
+    "label_tuned",
+    "accuracy",
+    "ece",
+    "nll",
+    "auroc",
+    "fpr95",
+    "known_accuracy",
+    "mixed_auroc",
+    "mixed_fpr95",
+    "mixed_known_accuracy",
+    "orders",
+    "orders_mean",
+    "orders_std",
+    "worst10",
+    "first_half",
+    "second_half",
+    "zero_shot_accuracy",
+    "clip_view_accuracy",
+    "gain_over_clip",
+    "gain_over_clip_views",
+    "samples_per_s",
+    "state_bytes",
+    "marks",
+    "family",
+    "text_requested",
+    "protocol",
+    "n",
+    "classes",
+    "views",
+    "augment",
+    "precision",
+    "ece_bins",
+    "mix_with",
+    "device",
+    "fingerprint",
+)
 # (report column, record field, signed)
-REPORT_COLUMNS = (("Acc", "accuracy", False), ("Δ CLIP", "gain_over_clip", True),
-                  ("Δ CLIP views", "gain_over_clip_views", True), ("ECE", "ece", False), ("NLL", "nll", False),
-                  ("AUROC", "auroc", False), ("FPR95", "fpr95", False), ("Known acc", "known_accuracy", False),
-                  ("AUROC mixed", "mixed_auroc", False), ("Known acc mixed", "mixed_known_accuracy", False),
-                  ("Orders mean ± std", "orders_mean", False), ("Worst 10%", "worst10", False),
-                  ("1st half", "first_half", False), ("2nd half", "second_half", False),
-                  ("Samples/s", "samples_per_s", False), ("State", "state_bytes", False))
+REPORT_COLUMNS = (
+    ("Acc", "accuracy", False),
+    ("Δ CLIP", "gain_over_clip", True),
+    ("Δ CLIP views", "gain_over_clip_views", True),
+    ("ECE", "ece", False),
+    ("NLL", "nll", False),
+    ("AUROC", "auroc", False),
+    ("FPR95", "fpr95", False),
+    ("Known acc", "known_accuracy", False),
+    ("AUROC mixed", "mixed_auroc", False),
+    ("Known acc mixed", "mixed_known_accuracy", False),
+    ("Orders mean ± std", "orders_mean", False),
+    ("Worst 10%", "worst10", False),
+    ("1st half", "first_half", False),
+    ("2nd half", "second_half", False),
+    ("Samples/s", "samples_per_s", False),
+    ("State", "state_bytes", False),
+)
 
 
 def write_csv(path: Path, runs: Sequence[dict[str, Any]]) -> None:
@@ -72,7 +121,7 @@ def _bytes(n: float) -> str:
 def dataset_name(key: str) -> str:
     """A dataset's display name: the paper's column name, or an image folder's own name."""
     if key.startswith("imagefolder:"):
-        return Path(key[len("imagefolder:"):]).name or key
+        return Path(key[len("imagefolder:") :]).name or key
     return paper.dataset_label(key)
 
 
@@ -101,14 +150,20 @@ def dataset_tables(runs: list[dict[str, Any]]) -> list[str]:
             clip[r["text"]].append(r)
         seeds = sorted({r["seed"] for r in rs})
         n = rs[0].get("n")
-        lines += [f"### {dataset_name(ds)} · {bb} ({pre})", "", f"`{ds}`: "
-                  + f"{n} samples, {rs[0].get('classes')} classes; seeds {', '.join(map(str, seeds))}; "
-                  f"{rs[0].get('orders')} stream orders per seed; ECE with {rs[0].get('ece_bins')} bins.", ""]
+        lines += [
+            f"### {dataset_name(ds)} · {bb} ({pre})",
+            "",
+            f"`{ds}`: " + f"{n} samples, {rs[0].get('classes')} classes; seeds {', '.join(map(str, seeds))}; "
+            f"{rs[0].get('orders')} stream orders per seed; ECE with {rs[0].get('ece_bins')} bins.",
+            "",
+        ]
         body = []
-        for text, tr in sorted(clip.items()):   # the CLIP row of each text set: the original image, one value per seed
+        for text, tr in sorted(clip.items()):  # the CLIP row of each text set: the original image, one value per seed
             per_seed = {r["seed"]: r["zero_shot_accuracy"] for r in tr}
-            body.append([f"CLIP zero-shot, original image [{text}]", _cell(list(per_seed.values()))]
-                        + [DASH] * (len(REPORT_COLUMNS) - 1))
+            body.append(
+                [f"CLIP zero-shot, original image [{text}]", _cell(list(per_seed.values()))]
+                + [DASH] * (len(REPORT_COLUMNS) - 1)
+            )
         for k in keys:
             cell_runs = by_row[k]
             row = [row_label(cell_runs[0])]
@@ -133,8 +188,10 @@ def summary_table(runs: list[dict[str, Any]]) -> list[str]:
         rs = [r for r in runs if (r["backbone"], r["pretrained"]) == (bb, pre)]
         datasets = list(dict.fromkeys(r["dataset"] for r in rs))
         order = row_order(r["method"] for r in rs)
-        keys = sorted({(r["method"], r["text"], bool(r.get("label_tuned"))) for r in rs},
-                      key=lambda k: (order.index(k[0]), k[1], k[2]))
+        keys = sorted(
+            {(r["method"], r["text"], bool(r.get("label_tuned"))) for r in rs},
+            key=lambda k: (order.index(k[0]), k[1], k[2]),
+        )
         body = []
         for k in keys:
             mine = [r for r in rs if (r["method"], r["text"], bool(r.get("label_tuned"))) == k]
@@ -156,8 +213,12 @@ def published_rows(datasets: Sequence[str]) -> list[str]:
     cols = [d for d in datasets if d in p["datasets"]]
     if not cols:
         srcs = ["the MS-TTA paper's OOD and cross-dataset tables"] + [s["source"] for s in p.get("field_papers", [])]
-        return ["No published numbers exist for these datasets (published rows cover the 15 CLIP benchmarks: "
-                + "; ".join(srcs) + ").", ""]
+        return [
+            "No published numbers exist for these datasets (published rows cover the 15 CLIP benchmarks: "
+            + "; ".join(srcs)
+            + ").",
+            "",
+        ]
     body = []
     for bench, key in (("ood_benchmark", "ood"), ("cross_dataset_benchmark", "cross")):
         for method, vals in p[bench].get("vit_b16", {}).items():
@@ -170,30 +231,44 @@ def published_rows(datasets: Sequence[str]) -> list[str]:
         for label, vals in src["rows"].items():
             cells = [vals.get(c) for c in cols]
             if any(v is not None for v in cells):
-                marks = (" †label-tuned" if vals.get("label_tuned") else "") + \
-                        (" (not training-free)" if vals.get("training_free") is False else "")
+                marks = (" †label-tuned" if vals.get("label_tuned") else "") + (
+                    " (not training-free)" if vals.get("training_free") is False else ""
+                )
                 body.append((label + marks, src["source"], cells))
     rows = [[lab, srcname] + [DASH if v is None else f"{v:.2f}" for v in cells] for lab, srcname, cells in body]
     return table(["Published (ViT-B/16)", "Source"] + [paper.dataset_label(c) for c in cols], rows) + [
-        "", "†label-tuned: its authors chose hyperparameters on the test labels (YBZh/DMN issue #2). Sources: "
-        "shared/reference/field-methods.md §4 (transcribed as printed).", ""]
+        "",
+        "†label-tuned: its authors chose hyperparameters on the test labels (YBZh/DMN issue #2). Sources: "
+        "shared/reference/field-methods.md §4 (transcribed as printed).",
+        "",
+    ]
 
 
 def render(data: dict[str, Any], plots: Sequence[Path] = (), out: Path | None = None) -> str:
     runs = data["runs"]
-    lines = ["# Field table", "",
-             "Every method row of the registry over the same stored features: accuracy, calibration (ECE, NLL),",
-             "open-set detection with the maximum probability (AUROC/FPR95: half the classes withheld; "
-             "'mixed': another dataset's samples in the stream), stability over stream orders (mean ± std, worst 10%)",
-             "and over the stream (first/second half), speed and state. Definitions: docs/field.md.", ""]
+    lines = [
+        "# Field table",
+        "",
+        "Every method row of the registry over the same stored features: accuracy, calibration (ECE, NLL),",
+        "open-set detection with the maximum probability (AUROC/FPR95: half the classes withheld; "
+        "'mixed': another dataset's samples in the stream), stability over stream orders (mean ± std, worst 10%)",
+        "and over the stream (first/second half), speed and state. Definitions: docs/field.md.",
+        "",
+    ]
     if any(r.get("label_tuned") for r in runs):
         lines += ["**Rows marked †label-tuned used the test labels to choose a hyperparameter** (--label-tuned).", ""]
     lines += ["## Summary", ""] + summary_table(runs) + ["## Per dataset", ""] + dataset_tables(runs)
     lines += ["## Published rows", ""] + published_rows(sorted({r["dataset"] for r in runs}))
     missing = data.get("missing") or []
     if missing:
-        lines += ["## Missing datasets", ""] + table(["Dataset", "Backbone", "Reason"], [
-            [m["dataset"], m["backbone"], m["reason"].replace("|", "\\|")] for m in missing]) + [""]
+        lines += (
+            ["## Missing datasets", ""]
+            + table(
+                ["Dataset", "Backbone", "Reason"],
+                [[m["dataset"], m["backbone"], m["reason"].replace("|", "\\|")] for m in missing],
+            )
+            + [""]
+        )
     if plots:
         lines += ["## Plots", ""] + [f"- [{p.name}]({p.relative_to(out) if out else p})" for p in plots] + [""]
     return "\n".join(lines)
@@ -213,4 +288,3 @@ def write_field_reports(out: Path, plots: bool = True) -> Path:
     with atomic_open(path, "w", encoding="utf-8") as fh:
         fh.write(render(store.data, pngs, out))
     return path
-

@@ -1,4 +1,5 @@
 """Peak memory of a block: CUDA `max_memory_allocated` on a GPU, else the process's peak RSS."""
+
 from __future__ import annotations
 
 import sys

@@ -4,6 +4,7 @@ the paper's keys and ours: benchmarks (dataset groups), methods and backbones.
 Nothing here is measured: every value is looked up as printed in the paper. A backbone the
 paper does not report (anything but ViT-B-16 / RN50 with OpenAI weights) has no paper values.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -16,22 +17,42 @@ PAPER_FILE = Path(__file__).resolve().parent.parent / "resources" / "paper_resul
 
 # Dataset groups, in the paper's column order.
 OOD = ("imagenet_a", "imagenet_r", "imagenet_sketch", "imagenet_v2")
-CROSS = ("fgvc_aircraft", "caltech101", "eurosat", "oxford_flowers", "oxford_pets", "sun397",
-         "ucf101", "stanford_cars", "dtd", "food101")
+CROSS = (
+    "fgvc_aircraft",
+    "caltech101",
+    "eurosat",
+    "oxford_flowers",
+    "oxford_pets",
+    "sun397",
+    "ucf101",
+    "stanford_cars",
+    "dtd",
+    "food101",
+)
 GROUPS = {"ood": OOD, "cross": CROSS, "all": OOD + CROSS}
 
 # Our method names -> the paper's row keys (main tables). Every reading of MS-TTA is shown against
 # the paper's MS-TTA row (and every baseline against its baseline row); `context.HELD_AGAINST_PAPER`
 # names the one the report holds against it per table (docs/benchmark.md, "Two readings").
-PAPER_METHOD = {"zero-shot": "clip", "tda": "tda", "boostadapter": "boostadapter", "ms-tta": "ms_tta",
-                "ms-tta+boost": "ms_tta", "ms-tta+boost@original": "ms_tta"}
+PAPER_METHOD = {
+    "zero-shot": "clip",
+    "tda": "tda",
+    "boostadapter": "boostadapter",
+    "ms-tta": "ms_tta",
+    "ms-tta+boost": "ms_tta",
+    "ms-tta+boost@original": "ms_tta",
+}
 BASELINES = ("baseline", "baseline+boost", "baseline+boost@original")
 # (architecture, pretrained) -> the paper's backbone key.
 PAPER_BACKBONE = {("ViT-B-16", "openai"): "vit_b16", ("RN50", "openai"): "rn50"}
 SHORT_NAME = {"imagenet_a": "A", "imagenet_r": "R", "imagenet_sketch": "S", "imagenet_v2": "V2"}
 # Sweep parameter (EngineConfig field) -> (paper ablation table, the row key of the value).
-ABLATION = {"k": ("ablation_k", "k"), "alpha": ("ablation_alpha", "alpha"),
-            "lam": ("ablation_lambda", "lambda"), "ms_steps": ("ablation_mean_shift_steps", "steps")}
+ABLATION = {
+    "k": ("ablation_k", "k"),
+    "alpha": ("ablation_alpha", "alpha"),
+    "lam": ("ablation_lambda", "lambda"),
+    "ms_steps": ("ablation_mean_shift_steps", "steps"),
+}
 
 
 @lru_cache(maxsize=1)

@@ -4,6 +4,7 @@ paper's t-SNE of CLIP vs mean-shifted embeddings.
 The t-SNE draws `mstta.replay.mean_shifted(features, text, config)`: the embeddings z that MS-TTA
 caches (the engine's view aggregation and kNN mean shift toward earlier raw features).
 """
+
 from __future__ import annotations
 
 import io
@@ -62,8 +63,9 @@ def accuracy_curves(out: Path, runs: Sequence[dict[str, Any]]) -> list[Path]:
             if pred is None:
                 continue
             curve = running_accuracy(pred["predictions"], pred["labels"])
-            ax.plot(np.arange(1, curve.size + 1), curve, lw=1.2,
-                    label=f"{row_title(r['method'])} ({r['accuracy']:.2f})")
+            ax.plot(
+                np.arange(1, curve.size + 1), curve, lw=1.2, label=f"{row_title(r['method'])} ({r['accuracy']:.2f})"
+            )
             drawn += 1
         if not drawn:
             continue
@@ -77,8 +79,9 @@ def accuracy_curves(out: Path, runs: Sequence[dict[str, Any]]) -> list[Path]:
 
 
 # ---------------------------------------------------------------------- t-SNE
-def pick_classes(labels: np.ndarray, num_classes: int, count: int, class_ids: Sequence[int] | None,
-                 seed: int) -> list[int]:
+def pick_classes(
+    labels: np.ndarray, num_classes: int, count: int, class_ids: Sequence[int] | None, seed: int
+) -> list[int]:
     """The classes to draw: `class_ids` as given, else `count` random classes present in the
     stream (seeded), or all classes for count 0."""
     present = sorted(set(int(c) for c in labels[labels >= 0]))
@@ -110,9 +113,18 @@ def tsne_2d(x: np.ndarray, seed: int) -> np.ndarray:
     return TSNE(n_components=2, perplexity=perplexity, init="pca", random_state=seed).fit_transform(x)
 
 
-def tsne_figure(features: torch.Tensor, text: torch.Tensor, labels: np.ndarray, out: str | Path,
-                config: EngineConfig | None = None, classes: int = 10, class_ids: Sequence[int] | None = None,
-                classnames: Sequence[str] | None = None, seed: int = 0, title: str = "") -> dict[str, Any]:
+def tsne_figure(
+    features: torch.Tensor,
+    text: torch.Tensor,
+    labels: np.ndarray,
+    out: str | Path,
+    config: EngineConfig | None = None,
+    classes: int = 10,
+    class_ids: Sequence[int] | None = None,
+    classnames: Sequence[str] | None = None,
+    seed: int = 0,
+    title: str = "",
+) -> dict[str, Any]:
     """The paper's t-SNE figure: CLIP embeddings (left) vs mean-shifted embeddings z (right) of the
     samples of a subset of classes, coloured by class. Writes a PNG; returns what it drew."""
     from matplotlib.figure import Figure
@@ -143,8 +155,15 @@ def tsne_figure(features: torch.Tensor, text: torch.Tensor, labels: np.ndarray, 
 
         names = [classnames[c] if classnames else str(c) for c in chosen]
         handles = [Line2D([], [], marker="o", ls="", color=palette[j]) for j in range(len(chosen))]
-        fig.legend(handles, names, loc="lower center", ncol=min(len(chosen), 5), fontsize=8, frameon=False,
-                   bbox_to_anchor=(0.5, -0.1))
+        fig.legend(
+            handles,
+            names,
+            loc="lower center",
+            ncol=min(len(chosen), 5),
+            fontsize=8,
+            frameon=False,
+            bbox_to_anchor=(0.5, -0.1),
+        )
     if title:
         fig.suptitle(title)
     path = save_png(fig, Path(out))

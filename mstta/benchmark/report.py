@@ -9,6 +9,7 @@ no cache) and each method's gain over both, the mean-shift gains (baseline → M
 readings, TDA → TDA+MS, BoostAdapter → BoostAdapter+MS), the test samples read against the paper's
 dataset statistics, seeds, efficiency, other datasets, missing datasets.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -24,8 +25,13 @@ from .context import Row, held_rows, row_order, row_title
 from .results import ResultsStore, write_csv
 
 DASH = "—"
-GAIN_PAIRS = (("baseline+boost@original", "ms-tta+boost@original"), ("baseline+boost", "ms-tta+boost"),
-              ("baseline", "ms-tta"), ("tda", "tda+ms"), ("boostadapter", "boostadapter+ms"))
+GAIN_PAIRS = (
+    ("baseline+boost@original", "ms-tta+boost@original"),
+    ("baseline+boost", "ms-tta+boost"),
+    ("baseline", "ms-tta"),
+    ("tda", "tda+ms"),
+    ("boostadapter", "boostadapter+ms"),
+)
 
 
 # ---------------------------------------------------------------------- numbers
@@ -55,8 +61,7 @@ def diff(a: float | None, b: float | None) -> float | None:
 
 def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
     """A Markdown table; first column left-aligned, the rest right-aligned."""
-    out = ["| " + " | ".join(header) + " |",
-           "|" + "|".join([":---"] + ["---:"] * (len(header) - 1)) + "|"]
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join([":---"] + ["---:"] * (len(header) - 1)) + "|"]
     out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
     return out
 
@@ -78,8 +83,10 @@ def clip_views(runs: Iterable[dict[str, Any]]) -> dict[tuple[str, str], dict[str
         proto = r.get("protocol")
         if proto and proto != "original image" and "param" not in r:
             out[(r["backbone"], r["pretrained"])][r["dataset"]][proto].setdefault(r["seed"], r["clip_view_accuracy"])
-    return {k: {d: {p: [v[s] for s in sorted(v)] for p, v in by_p.items()} for d, by_p in by_d.items()}
-            for k, by_d in out.items()}
+    return {
+        k: {d: {p: [v[s] for s in sorted(v)] for p, v in by_p.items()} for d, by_p in by_d.items()}
+        for k, by_d in out.items()
+    }
 
 
 def method_label(m: str, bench: str | None = None) -> str:
@@ -101,14 +108,19 @@ def _columns(bench: str) -> tuple[list[str], list[str]]:
     return cols, labels + ["Avg" if bench == "ood" else "Average"]
 
 
-def benchmark_table(by_ds: dict[str, dict[str, list[float]]], methods: list[str], bench: str,
-                    pkey: str | None, views: dict[str, dict[str, list[float]]] | None = None) -> list[str]:
+def benchmark_table(
+    by_ds: dict[str, dict[str, list[float]]],
+    methods: list[str],
+    bench: str,
+    pkey: str | None,
+    views: dict[str, dict[str, list[float]]] | None = None,
+) -> list[str]:
     """The paper's OOD or cross-dataset table with ours / paper / Δ rows per method; after the CLIP
     row, one `CLIP on <protocol>` row per view protocol that ran (ours only: the paper has none)."""
     cols, labels = _columns(bench)
     rows = []
     for m in methods:
-        if bench == "ood" or "@" not in m:           # forced view modes belong to the OOD table
+        if bench == "ood" or "@" not in m:  # forced view modes belong to the OOD table
             ours = [stats(by_ds.get(d, {}).get(m, [])) for d in cols]
             if any(ours):
                 avg = statistics.fmean(s[0] for s in ours) if all(ours) else None
@@ -141,25 +153,32 @@ def clip_gains_table(runs: list[dict[str, Any]], methods: list[str], bench: str)
     for m in methods:
         if m == "zero-shot" or m not in cell or (bench != "ood" and "@" in m):
             continue
-        means = [(statistics.fmean(cell[m][d][0]), statistics.fmean(cell[m][d][1])) if cell[m][d][0] else None
-                 for d in cols]
+        means = [
+            (statistics.fmean(cell[m][d][0]), statistics.fmean(cell[m][d][1])) if cell[m][d][0] else None for d in cols
+        ]
         done = [x for x in means if x is not None]
-        avg = (statistics.fmean(x[0] for x in done), statistics.fmean(x[1] for x in done)) \
-            if len(done) == len(cols) else None
-        rows.append([method_label(m, bench)] + [f"{fmt(x[0], True)} / {fmt(x[1], True)}" if x else DASH
-                                         for x in means + [avg]])
+        avg = (
+            (statistics.fmean(x[0] for x in done), statistics.fmean(x[1] for x in done))
+            if len(done) == len(cols)
+            else None
+        )
+        rows.append(
+            [method_label(m, bench)] + [f"{fmt(x[0], True)} / {fmt(x[1], True)}" if x else DASH for x in means + [avg]]
+        )
     return table(["Gain over CLIP (original / own views)"] + labels, rows) if rows else []
 
 
-CLIP_NOTE = ("CLIP rows: `CLIP (zero-shot)` scores the original image (view 0), the paper's CLIP row; "
-             "`CLIP on <views> (no cache)` is zero-shot CLIP on the protocol's views with no cache — the mean "
-             "logits of the most confident views, i.e. that protocol's λ = 0. Protocols that predict from the "
-             "original image have λ = 0 equal to the CLIP row. ‡ marks the row held against the paper's row: "
-             "the `+boost` reading of MS-TTA (and its baseline) predicting from the original image. Why on OOD: "
-             "the paper's own λ = 0 row (ImageNet-A 49.86) equals CLIP on the original image (49.89), as on "
-             "Flowers102 (66.99 = 66.99), so its MS-TTA predicts from the original image there; on the "
-             "cross-dataset sets every reading already does. The other readings (`+boost` on confident views, "
-             "MS-TTA in TDA's protocol) are shown beside it against the same paper numbers.")
+CLIP_NOTE = (
+    "CLIP rows: `CLIP (zero-shot)` scores the original image (view 0), the paper's CLIP row; "
+    "`CLIP on <views> (no cache)` is zero-shot CLIP on the protocol's views with no cache — the mean "
+    "logits of the most confident views, i.e. that protocol's λ = 0. Protocols that predict from the "
+    "original image have λ = 0 equal to the CLIP row. ‡ marks the row held against the paper's row: "
+    "the `+boost` reading of MS-TTA (and its baseline) predicting from the original image. Why on OOD: "
+    "the paper's own λ = 0 row (ImageNet-A 49.86) equals CLIP on the original image (49.89), as on "
+    "Flowers102 (66.99 = 66.99), so its MS-TTA predicts from the original image there; on the "
+    "cross-dataset sets every reading already does. The other readings (`+boost` on confident views, "
+    "MS-TTA in TDA's protocol) are shown beside it against the same paper numbers."
+)
 
 
 def gains_table(by_ds: dict[str, dict[str, list[float]]], bench: str, pkey: str | None) -> list[str]:
@@ -197,7 +216,9 @@ def paper_gain(pkey: str | None, base: str, ms: str, column: str, bench: str) ->
     return None
 
 
-def seeds_table(groups: dict, ) -> list[str]:
+def seeds_table(
+    groups: dict,
+) -> list[str]:
     """The paper's seed-robustness table: BoostAdapter vs MS-TTA (mean ± std over seeds)."""
     rows = []
     for (bb, pre), by_ds in groups.items():
@@ -209,24 +230,46 @@ def seeds_table(groups: dict, ) -> list[str]:
                     continue
                 ref = paper.seed_row(d)
                 ref = ref if ref and ref["backbone"] == pkey else None
-                rows.append([paper.dataset_label(d), backbone_label(bb, pre),
-                             method_label(reading, paper.benchmark_of(d)), str(ms[2]),
-                             fmt_stats(ba), fmt_stats(ms), fmt(diff(ms[0], ba[0] if ba else None), True),
-                             fmt(ref["boostadapter"]) if ref else DASH,
-                             f"{ref['ms_tta_mean']:.2f} ± {ref['ms_tta_std']:.2f}" if ref else DASH,
-                             fmt(ref["improvement"], True) if ref else DASH])
+                rows.append(
+                    [
+                        paper.dataset_label(d),
+                        backbone_label(bb, pre),
+                        method_label(reading, paper.benchmark_of(d)),
+                        str(ms[2]),
+                        fmt_stats(ba),
+                        fmt_stats(ms),
+                        fmt(diff(ms[0], ba[0] if ba else None), True),
+                        fmt(ref["boostadapter"]) if ref else DASH,
+                        f"{ref['ms_tta_mean']:.2f} ± {ref['ms_tta_std']:.2f}" if ref else DASH,
+                        fmt(ref["improvement"], True) if ref else DASH,
+                    ]
+                )
     if not rows:
         return []
-    return table(["Dataset", "Backbone", "Reading", "Seeds", "BoostAdapter", "MS-TTA (mean ± std)", "Improv.",
-                  "paper BoostAdapter", "paper MS-TTA", "paper Improv."], rows)
+    return table(
+        [
+            "Dataset",
+            "Backbone",
+            "Reading",
+            "Seeds",
+            "BoostAdapter",
+            "MS-TTA (mean ± std)",
+            "Improv.",
+            "paper BoostAdapter",
+            "paper MS-TTA",
+            "paper Improv.",
+        ],
+        rows,
+    )
 
 
 def efficiency_table(data: dict[str, Any], groups: dict) -> list[str]:
     """Speed and memory per method (ours) beside the paper's efficiency table (ViT-B/16, RTX 3090)."""
     rows = []
     order = row_order(e["method"] for e in data.get("efficiency", []))
-    for e in sorted(data.get("efficiency", []), key=lambda e: (e["backbone"], e["pretrained"],
-                                                              order.index(e["method"]))):
+    for e in sorted(
+        data.get("efficiency", []), key=lambda e: (e["backbone"], e["pretrained"], order.index(e["method"]))
+    ):
         bb, pre, m = e["backbone"], e["pretrained"], e["method"]
         by_ds = groups.get((bb, pre), {})
         avgs = []
@@ -235,23 +278,52 @@ def efficiency_table(data: dict[str, Any], groups: dict) -> list[str]:
             avgs.append(statistics.fmean(x[0] for x in s) if all(s) else None)
         ref = paper.efficiency_row(m) if paper.backbone_key(bb, pre) == "vit_b16" else None
         mem = e.get("peak_memory_mb")
-        rows.append([method_label(m), backbone_label(bb, pre), f"{e['dataset']} ({e['views']} view"
-                     f"{'s' if e['views'] != 1 else ''}, {e['samples']} samples)",
-                     fmt(e.get("fps")), fmt(mem / 1024 if mem is not None else None),
-                     fmt(avgs[0]), fmt(avgs[1]),
-                     fmt(ref["fps"]) if ref else DASH, fmt(ref["memory_gb"]) if ref else DASH,
-                     fmt(ref["ood_avg"]) if ref else DASH, fmt(ref["cross_avg"]) if ref else DASH])
+        rows.append(
+            [
+                method_label(m),
+                backbone_label(bb, pre),
+                f"{e['dataset']} ({e['views']} view{'s' if e['views'] != 1 else ''}, {e['samples']} samples)",
+                fmt(e.get("fps")),
+                fmt(mem / 1024 if mem is not None else None),
+                fmt(avgs[0]),
+                fmt(avgs[1]),
+                fmt(ref["fps"]) if ref else DASH,
+                fmt(ref["memory_gb"]) if ref else DASH,
+                fmt(ref["ood_avg"]) if ref else DASH,
+                fmt(ref["cross_avg"]) if ref else DASH,
+            ]
+        )
     if not rows:
         return []
     kinds = sorted({f"{e['device']}: {e['memory_kind']}" for e in data.get("efficiency", [])})
     ways = sorted({e["views_made"] for e in data.get("efficiency", []) if e.get("views_made")})
     made = [f"Views made: {'; '.join(ways)} (as `mstta-bench extract` makes them)."] if ways else []
-    return table(["Method", "Backbone", "Timed on", "FPS", "Memory (GB)", "OOD Avg", "Cross Avg",
-                  "paper FPS", "paper Memory (GB)", "paper OOD", "paper Cross"], rows) + [
-        "", f"FPS: end to end, batch 1 (views + encoder + adaptation step), each method on its own views; one "
+    return (
+        table(
+            [
+                "Method",
+                "Backbone",
+                "Timed on",
+                "FPS",
+                "Memory (GB)",
+                "OOD Avg",
+                "Cross Avg",
+                "paper FPS",
+                "paper Memory (GB)",
+                "paper OOD",
+                "paper Cross",
+            ],
+            rows,
+        )
+        + [
+            "",
+            f"FPS: end to end, batch 1 (views + encoder + adaptation step), each method on its own views; one "
             "warm-up pass over every method first, then three rounds timing every method over the same samples "
             "(order rotating); FPS = 1 / the median over samples of each sample's best time. "
-            f"Memory: {'; '.join(kinds)}. The paper's numbers are from an RTX 3090 with ViT-B/16."] + made
+            f"Memory: {'; '.join(kinds)}. The paper's numbers are from an RTX 3090 with ViT-B/16.",
+        ]
+        + made
+    )
 
 
 def other_table(by_ds: dict[str, dict[str, list[float]]], methods: list[str]) -> list[str]:
@@ -268,8 +340,11 @@ def describe_protocol(r: dict[str, Any]) -> str:
     method = Row.parse(r["method"]).method
     views, augment, confident = r.get("views", 1), r.get("augment"), r.get("view_mode") == "confident"
     many = views > 1 and method != "zero-shot"
-    reads = (f"{views - 1} {augment} views + original" if many and (get_method(method).boost or confident)
-             else "original image")
+    reads = (
+        f"{views - 1} {augment} views + original"
+        if many and (get_method(method).boost or confident)
+        else "original image"
+    )
     source = "the confident views' mean" if many and confident else "the original image"
     return f"{reads}; predicts from {source}"
 
@@ -284,8 +359,10 @@ def protocol_table(runs: list[dict[str, Any]]) -> list[str]:
         return []
     benches = [b for b in ("ood", "cross", "other") if any(b in v for v in seen.values())]
     names = {"ood": "OOD", "cross": "Cross-dataset", "other": "Other datasets"}
-    return table(["Method"] + [names[b] for b in benches],
-                 [[method_label(m)] + [seen[m].get(b, DASH) for b in benches] for m in row_order(seen)])
+    return table(
+        ["Method"] + [names[b] for b in benches],
+        [[method_label(m)] + [seen[m].get(b, DASH) for b in benches] for m in row_order(seen)],
+    )
 
 
 def samples_table(runs: list[dict[str, Any]]) -> list[str]:
@@ -307,8 +384,17 @@ def samples_table(runs: list[dict[str, Any]]) -> list[str]:
             flag = f"--limit {limit}"
         else:
             flag = "same" if (n, classes) == (pn, pc) else f"DIFFERS ({n - pn:+,} samples, {classes - pc:+} classes)"
-        rows.append([paper.dataset_label(d), listing, f"{n:,}", str(classes), DASH if pn is None else f"{pn:,}",
-                     DASH if pc is None else str(pc), flag])
+        rows.append(
+            [
+                paper.dataset_label(d),
+                listing,
+                f"{n:,}",
+                str(classes),
+                DASH if pn is None else f"{pn:,}",
+                DASH if pc is None else str(pc),
+                flag,
+            ]
+        )
     return table(["Dataset", "Listing", "Samples read", "Classes", "paper samples", "paper classes", "Check"], rows)
 
 
@@ -318,18 +404,30 @@ def render_report(data: dict[str, Any], plots: Sequence[Path] = (), out: Path | 
     groups = grouped(runs)
     vers = runs[-1].get("versions", {}) if runs else {}
     devices = sorted({r.get("device", "?") for r in runs})
-    lines = ["# MS-TTA benchmark report", "",
-             f"Generated {time.strftime('%Y-%m-%d %H:%M')} from `results.json` ({len(runs)} runs; device "
-             f"{', '.join(devices) or DASH}; " + ", ".join(f"{k} {v}" for k, v in vers.items()) + ").",
-             "", "Top-1 accuracy (%). `ours`: this benchmark (mean ± sample std when several seeds ran); "
-             "`paper`: as reported in the paper (`mstta/resources/paper_results.yaml`), — where it reports none; "
-             "`Δ` = ours − paper. An average is ours only when every dataset of the table ran.", ""]
-    titles = {"ood": "OOD benchmark (paper Table: ImageNet variants)",
-              "cross": "Cross-dataset benchmark (paper Table: 10 datasets)"}
+    lines = [
+        "# MS-TTA benchmark report",
+        "",
+        f"Generated {time.strftime('%Y-%m-%d %H:%M')} from `results.json` ({len(runs)} runs; device "
+        f"{', '.join(devices) or DASH}; " + ", ".join(f"{k} {v}" for k, v in vers.items()) + ").",
+        "",
+        "Top-1 accuracy (%). `ours`: this benchmark (mean ± sample std when several seeds ran); "
+        "`paper`: as reported in the paper (`mstta/resources/paper_results.yaml`), — where it reports none; "
+        "`Δ` = ours − paper. An average is ours only when every dataset of the table ran.",
+        "",
+    ]
+    titles = {
+        "ood": "OOD benchmark (paper Table: ImageNet variants)",
+        "cross": "Cross-dataset benchmark (paper Table: 10 datasets)",
+    }
     proto = protocol_table(runs)
     if proto:
-        lines += ["## Protocol of each row", "", "The views each method read (its own code's kind: crops for "
-                  "the boosting methods, AugMix for TDA's protocol on OOD) and what it predicted from.", ""]
+        lines += [
+            "## Protocol of each row",
+            "",
+            "The views each method read (its own code's kind: crops for "
+            "the boosting methods, AugMix for TDA's protocol on OOD) and what it predicted from.",
+            "",
+        ]
         lines += proto + [""]
     views = clip_views(runs)
     for (bb, pre), by_ds in groups.items():
@@ -346,9 +444,16 @@ def render_report(data: dict[str, Any], plots: Sequence[Path] = (), out: Path | 
             lines += benchmark_table(by_ds, methods, bench, pkey, views.get((bb, pre))) + ["", CLIP_NOTE, ""]
             over = clip_gains_table(bb_runs, methods, bench)
             if over:
-                lines += [f"#### Gains over the two CLIP rows ({bench})", ""] + over + [
-                    "", "`+a / +b`: the method minus CLIP on the original image / minus CLIP on its own views "
-                        "and prediction path with no cache (its λ = 0).", ""]
+                lines += (
+                    [f"#### Gains over the two CLIP rows ({bench})", ""]
+                    + over
+                    + [
+                        "",
+                        "`+a / +b`: the method minus CLIP on the original image / minus CLIP on its own views "
+                        "and prediction path with no cache (its λ = 0).",
+                        "",
+                    ]
+                )
             gains = gains_table(by_ds, bench, pkey)
             if gains:
                 lines += [f"#### Mean-shift gains ({bench})", ""] + gains + [""]
@@ -366,10 +471,17 @@ def render_report(data: dict[str, Any], plots: Sequence[Path] = (), out: Path | 
         lines += ["## Efficiency", ""] + eff + [""]
     missing = data.get("missing", [])
     if missing:
-        lines += ["## Missing datasets", ""] + table(
-            ["Dataset", "Backbone", "Reason"],
-            [[m["dataset"], backbone_label(m["backbone"], m["pretrained"]), m["reason"].replace("|", "\\|")]
-             for m in missing]) + [""]
+        lines += (
+            ["## Missing datasets", ""]
+            + table(
+                ["Dataset", "Backbone", "Reason"],
+                [
+                    [m["dataset"], backbone_label(m["backbone"], m["pretrained"]), m["reason"].replace("|", "\\|")]
+                    for m in missing
+                ],
+            )
+            + [""]
+        )
     if plots:
         lines += ["## Plots", ""] + [f"- [{p.name}]({p.relative_to(out) if out else p})" for p in plots] + [""]
     return "\n".join(lines)

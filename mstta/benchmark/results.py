@@ -7,6 +7,7 @@ hyperparameters, views, augmentation) is stored, so a rerun skips it; a cell who
 changed is run again and replaces the old entry. Because every write is a whole-file atomic
 replace, an interruption at any point leaves the previous valid `results.json`.
 """
+
 from __future__ import annotations
 
 import csv
@@ -25,10 +26,31 @@ from ..errors import UserError
 FORMAT = 1
 RUN_KEY = ("dataset", "backbone", "pretrained", "method", "seed")
 SWEEP_KEY = RUN_KEY + ("param", "value")
-CSV_COLUMNS = ("dataset", "backbone", "pretrained", "method", "seed", "accuracy", "zero_shot_accuracy",
-               "clip_view_accuracy", "gain_over_clip", "gain_over_clip_views", "protocol", "n", "classes", "listing",
-               "views", "augment", "view_mode", "fps", "adapt_fps", "seconds", "peak_memory_mb", "memory_kind",
-               "device")
+CSV_COLUMNS = (
+    "dataset",
+    "backbone",
+    "pretrained",
+    "method",
+    "seed",
+    "accuracy",
+    "zero_shot_accuracy",
+    "clip_view_accuracy",
+    "gain_over_clip",
+    "gain_over_clip_views",
+    "protocol",
+    "n",
+    "classes",
+    "listing",
+    "views",
+    "augment",
+    "view_mode",
+    "fps",
+    "adapt_fps",
+    "seconds",
+    "peak_memory_mb",
+    "memory_kind",
+    "device",
+)
 
 
 def fingerprint(payload: dict[str, Any]) -> str:
@@ -43,8 +65,13 @@ def versions() -> dict[str, str]:
 
     from .._version import __version__
 
-    return {"mstta": __version__, "torch": torch.__version__, "open_clip": open_clip.__version__,
-            "numpy": np.__version__, "python": platform.python_version()}
+    return {
+        "mstta": __version__,
+        "torch": torch.__version__,
+        "open_clip": open_clip.__version__,
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+    }
 
 
 class ResultsStore:
@@ -64,11 +91,14 @@ class ResultsStore:
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise UserError(f"{self.path}: not a readable results file ({' '.join(str(exc).split())[:100]}); "
-                            "move it away or pass another --out") from None
-        except RecursionError:   # JSON nested deeper than Python's stack (issue 25): never a results file
-            raise UserError(f"{self.path}: not a results file (JSON nested too deep to read); "
-                            "move it away or pass another --out") from None
+            raise UserError(
+                f"{self.path}: not a readable results file ({' '.join(str(exc).split())[:100]}); "
+                "move it away or pass another --out"
+            ) from None
+        except RecursionError:  # JSON nested deeper than Python's stack (issue 25): never a results file
+            raise UserError(
+                f"{self.path}: not a results file (JSON nested too deep to read); move it away or pass another --out"
+            ) from None
         if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
             raise UserError(f"{self.path}: not a results file (no 'runs' list); move it away or pass another --out")
         if data.get("format", FORMAT) != FORMAT:
@@ -101,8 +131,11 @@ class ResultsStore:
     # ------------------------------------------------------------------ missing / efficiency
     def set_missing(self, dataset: str, backbone: str, pretrained: str, reason: str | None) -> None:
         """Record (reason) or clear (None) that a dataset could not run for a backbone; saves."""
-        keep = [m for m in self.data["missing"]
-                if (m["dataset"], m["backbone"], m["pretrained"]) != (dataset, backbone, pretrained)]
+        keep = [
+            m
+            for m in self.data["missing"]
+            if (m["dataset"], m["backbone"], m["pretrained"]) != (dataset, backbone, pretrained)
+        ]
         if reason is not None:
             keep.append({"dataset": dataset, "backbone": backbone, "pretrained": pretrained, "reason": reason})
         if keep != self.data["missing"]:
@@ -110,14 +143,21 @@ class ResultsStore:
             self.save()
 
     def efficiency(self, backbone: str, pretrained: str, method: str) -> dict[str, Any] | None:
-        return next((e for e in self.data["efficiency"] if (e["backbone"], e["pretrained"], e["method"])
-                     == (backbone, pretrained, method)), None)
+        return next(
+            (
+                e
+                for e in self.data["efficiency"]
+                if (e["backbone"], e["pretrained"], e["method"]) == (backbone, pretrained, method)
+            ),
+            None,
+        )
 
     def record_efficiency(self, row: dict[str, Any]) -> None:
         """Add or replace an efficiency measurement, copy its fps onto the matching runs; saves."""
         k = (row["backbone"], row["pretrained"], row["method"])
-        self.data["efficiency"] = [e for e in self.data["efficiency"]
-                                   if (e["backbone"], e["pretrained"], e["method"]) != k] + [row]
+        self.data["efficiency"] = [
+            e for e in self.data["efficiency"] if (e["backbone"], e["pretrained"], e["method"]) != k
+        ] + [row]
         for r in self.runs:
             if (r["backbone"], r["pretrained"], r["method"]) == k:
                 r["fps"] = row["fps"]
@@ -165,14 +205,24 @@ def predictions_path(out: Path, run: dict[str, Any]) -> Path:
     from .store import slug
 
     name = f"{run['method']}.npz" if "param" not in run else f"{run['method']}-{run['param']}={run['value']}.npz"
-    return (out / "predictions" / slug(f"{run['backbone']}-{run['pretrained']}") / slug(run["dataset"])
-            / f"seed{run['seed']}" / name)
+    return (
+        out
+        / "predictions"
+        / slug(f"{run['backbone']}-{run['pretrained']}")
+        / slug(run["dataset"])
+        / f"seed{run['seed']}"
+        / name
+    )
 
 
 def save_predictions(path: Path, predictions: np.ndarray, clip_predictions: np.ndarray, labels: np.ndarray) -> None:
     with atomic_open(path, "wb") as fh:
-        np.savez_compressed(fh, predictions=predictions.astype(np.int32),
-                            clip_predictions=clip_predictions.astype(np.int32), labels=labels.astype(np.int32))
+        np.savez_compressed(
+            fh,
+            predictions=predictions.astype(np.int32),
+            clip_predictions=clip_predictions.astype(np.int32),
+            labels=labels.astype(np.int32),
+        )
 
 
 def load_predictions(path: Path) -> dict[str, np.ndarray] | None:

@@ -7,6 +7,7 @@ and record the cell in `results.json` at once. Then measure end-to-end speed and
 memory per method (optional) and write the reports (`report.py`). A dataset whose data, weights
 or features cannot be had is reported and skipped; the others still run.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -42,8 +43,17 @@ from .store import Backbone, FeatureKey, Models, ensure_features, resolve_backbo
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BenchmarkConfig", "parse_backbones", "parse_datasets", "parse_methods", "parse_seeds", "plan_benchmark",
-           "replay_cell", "run_benchmark", "stream_features"]
+__all__ = [
+    "BenchmarkConfig",
+    "parse_backbones",
+    "parse_datasets",
+    "parse_methods",
+    "parse_seeds",
+    "plan_benchmark",
+    "replay_cell",
+    "run_benchmark",
+    "stream_features",
+]
 
 
 # ---------------------------------------------------------------------- parsing helpers
@@ -66,8 +76,10 @@ def parse_datasets(spec: str) -> list[str]:
             try:
                 keys = (resolve_key(item),)
             except UserError:
-                raise UserError(f"--datasets: unknown dataset '{item}'; use ood, cross, all, or names from: "
-                                f"{', '.join(_dataset_names())} (or imagefolder:PATH)") from None
+                raise UserError(
+                    f"--datasets: unknown dataset '{item}'; use ood, cross, all, or names from: "
+                    f"{', '.join(_dataset_names())} (or imagefolder:PATH)"
+                ) from None
         out += [k for k in keys if k not in out]
     return out
 
@@ -95,8 +107,10 @@ def parse_backbones(spec: str, pretrained: str | None = None) -> list[Backbone]:
     for b in out:
         status = weights_status(b)
         if status.startswith("missing: "):
-            raise UserError(f"--pretrained {b.pretrained}: {status[len('missing: '):]} (--backbone {b.name}); "
-                            "pass an open_clip tag, an existing checkpoint file, or none")
+            raise UserError(
+                f"--pretrained {b.pretrained}: {status[len('missing: ') :]} (--backbone {b.name}); "
+                "pass an open_clip tag, an existing checkpoint file, or none"
+            )
     return out
 
 
@@ -112,8 +126,15 @@ def accuracy(pred: np.ndarray, labels: np.ndarray) -> float:
     return float((pred[known] == labels[known]).mean() * 100)
 
 
-def replay_cell(fs: FeatureSet, cell: Cell, path: Path, zs: float, device: torch.device, vers: dict[str, str],
-                out: Path | None = None) -> dict[str, Any]:
+def replay_cell(
+    fs: FeatureSet,
+    cell: Cell,
+    path: Path,
+    zs: float,
+    device: torch.device,
+    vers: dict[str, str],
+    out: Path | None = None,
+) -> dict[str, Any]:
     """Replay one cell's method over a loaded stream -> the cell's run record (and, with `out`, its
     per-sample predictions saved for the plots). Two CLIP references ride along: `zero_shot_accuracy`
     (CLIP on the original image, the paper's CLIP row) and `clip_view_accuracy` (CLIP logits of the
@@ -133,13 +154,24 @@ def replay_cell(fs: FeatureSet, cell: Cell, path: Path, zs: float, device: torch
         "gain_over_clip": round(acc - zs, 4),
         "gain_over_clip_views": round(acc - clip_views, 4),
         "protocol": protocol(method, ecfg, augment),
-        "n": int(fs.num_samples), "classes": int(fs.num_classes), "listing": fkey.listing,
-        "views": fkey.views, "augment": augment,
-        "view_mode": ecfg.view_mode, "precision": fkey.precision, "limit": fkey.limit,
-        "fps": None, "adapt_fps": round(r.samples_per_s, 2), "seconds": round(r.seconds, 4),
-        "peak_memory_mb": meter.peak_mb, "memory_kind": meter.kind, "device": str(device),
-        "hyperparameters": dataclasses.asdict(ecfg), "versions": vers,
-        "features": str(path), "fingerprint": cell.fingerprint,
+        "n": int(fs.num_samples),
+        "classes": int(fs.num_classes),
+        "listing": fkey.listing,
+        "views": fkey.views,
+        "augment": augment,
+        "view_mode": ecfg.view_mode,
+        "precision": fkey.precision,
+        "limit": fkey.limit,
+        "fps": None,
+        "adapt_fps": round(r.samples_per_s, 2),
+        "seconds": round(r.seconds, 4),
+        "peak_memory_mb": meter.peak_mb,
+        "memory_kind": meter.kind,
+        "device": str(device),
+        "hyperparameters": dataclasses.asdict(ecfg),
+        "versions": vers,
+        "features": str(path),
+        "fingerprint": cell.fingerprint,
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
     if out is not None:
@@ -184,43 +216,67 @@ def run_benchmark(cfg: BenchmarkConfig) -> dict[str, Any]:
                 cfg.notify(f"efficiency not measured for {backbone.label}: {one_line(exc)}")
     run.finish()
     report = write_reports(Path(cfg.out), plots=cfg.plots)
-    return {"ran": run.ran, "skipped": run.skipped, "missing": run.missing, "out": str(cfg.out),
-            "report": str(report)}
+    return {"ran": run.ran, "skipped": run.skipped, "missing": run.missing, "out": str(cfg.out), "report": str(report)}
 
 
-def stream_features(cfg: BenchmarkConfig, dataset: str, backbone: Backbone, seed: int
-                    ) -> tuple[Path, FeatureSet, DatasetConfig]:
+def stream_features(
+    cfg: BenchmarkConfig, dataset: str, backbone: Backbone, seed: int
+) -> tuple[Path, FeatureSet, DatasetConfig]:
     """One stream from the store (extracted first when absent), in the dataset's own view kind
     (or --augment): (path, features, dataset config)."""
     dcfg = dataset_config(dataset, cfg.settings)
     device = resolve_device(cfg.device)
-    fkey = feature_key(dataset, backbone, resolved_precision(device, cfg.precision), dcfg, seed, cfg.limit,
-                       cfg.listing, cfg.augment, view_path(cfg.views_on, device))
-    path = ensure_features(fkey, cfg.store, Models(device, cfg.precision), cfg.data_root,
-                           batch_size=cfg.batch_size, workers=cfg.workers, progress=cfg.progress)
+    fkey = feature_key(
+        dataset,
+        backbone,
+        resolved_precision(device, cfg.precision),
+        dcfg,
+        seed,
+        cfg.limit,
+        cfg.listing,
+        cfg.augment,
+        view_path(cfg.views_on, device),
+    )
+    path = ensure_features(
+        fkey,
+        cfg.store,
+        Models(device, cfg.precision),
+        cfg.data_root,
+        batch_size=cfg.batch_size,
+        workers=cfg.workers,
+        progress=cfg.progress,
+    )
     return path, load_stream(path, fkey), dcfg
 
 
 # ---------------------------------------------------------------------- dry run
-def plan_benchmark(cfg: BenchmarkConfig, run: RunContext | None = None,
-                   cells: Callable[[RunContext, str, Backbone, int], list[Cell]] | None = None) -> list[str]:
+def plan_benchmark(
+    cfg: BenchmarkConfig,
+    run: RunContext | None = None,
+    cells: Callable[[RunContext, str, Backbone, int], list[Cell]] | None = None,
+) -> list[str]:
     """What `run_benchmark(cfg)` would do, as lines: per backbone its weights, per dataset its
     data, per seed its feature files (cached or to extract) and cells (done or to run), each cell as
     `RunContext.cell` builds it (`cells` makes a sweep's). Writes nothing."""
     run = run or RunContext(cfg)
     cells = cells or _row_cells
-    lines = [f"out: {cfg.out} ({'resuming: ' + str(len(run.results.runs)) + ' cells recorded' if run.results.path.exists() else 'new'}); "
-             f"feature store: {cfg.store}; device: {run.device} ({run.precision}); listing: {cfg.listing}"]
+    lines = [
+        f"out: {cfg.out} ({_resume_note(run)}); "
+        f"feature store: {cfg.store}; device: {run.device} ({run.precision}); listing: {cfg.listing}"
+    ]
     todo = 0
     data_status: dict[str, str] = {}
     for backbone in cfg.backbones:
-        lines.append(f"backbone {backbone.label} [{backbone.name} / {backbone.pretrained}]: weights {weights_status(backbone)}")
+        lines.append(
+            f"backbone {backbone.label} [{backbone.name} / {backbone.pretrained}]: weights {weights_status(backbone)}"
+        )
         for dataset in cfg.datasets:
             dcfg = run.configs[dataset]
             if dataset not in data_status:
                 data_status[dataset] = _data_status(dataset, cfg)
-            lines.append(f"  {dataset}: views {dcfg.bench.views}, view_mode {dcfg.engine.view_mode}; "
-                         f"{data_status[dataset]}")
+            lines.append(
+                f"  {dataset}: views {dcfg.bench.views}, view_mode {dcfg.engine.view_mode}; {data_status[dataset]}"
+            )
             for seed in cfg.seeds:
                 files: dict[FeatureKey, list[str]] = {}
                 for cell in cells(run, dataset, backbone, seed):
@@ -230,8 +286,10 @@ def plan_benchmark(cfg: BenchmarkConfig, run: RunContext | None = None,
                     files.setdefault(cell.fkey, []).append(f"{name} {'done' if done else 'to run'}")
                 for fkey, names in files.items():
                     fpath = fkey.path(cfg.store)
-                    lines.append(f"    seed {seed}: features {'cached' if fpath.is_file() else 'to extract'} "
-                                 f"({fpath}); " + ", ".join(names))
+                    lines.append(
+                        f"    seed {seed}: features {'cached' if fpath.is_file() else 'to extract'} "
+                        f"({fpath}); " + ", ".join(names)
+                    )
     lines.append(f"{todo} cell(s) to run")
     return lines
 
@@ -239,8 +297,9 @@ def plan_benchmark(cfg: BenchmarkConfig, run: RunContext | None = None,
 def _row_cells(run: RunContext, dataset: str, backbone: Backbone, seed: int) -> list[Cell]:
     """The cells of `run`'s rows on one dataset and seed (a forced view mode that changes nothing skipped)."""
     dcfg = run.configs[dataset]
-    return [run.cell(dataset, backbone, row, seed) for row in map(Row.parse, run.cfg.methods)
-            if not redundant(row, dcfg)]
+    return [
+        run.cell(dataset, backbone, row, seed) for row in map(Row.parse, run.cfg.methods) if not redundant(row, dcfg)
+    ]
 
 
 def _data_status(dataset: str, cfg: BenchmarkConfig) -> str:
@@ -251,3 +310,8 @@ def _data_status(dataset: str, cfg: BenchmarkConfig) -> str:
         return f"data ok ({len(split)} images, {split.num_classes} classes)"
     except UserError as exc:
         return f"data MISSING: {one_line(exc)}"
+
+
+def _resume_note(run) -> str:
+    """How a plan describes its output: resuming N recorded cells, or new."""
+    return f"resuming: {len(run.results.runs)} cells recorded" if run.results.path.exists() else "new"

@@ -9,6 +9,7 @@ tensors, the fast path; `--views-on`).
 `ensure_features` is the one place the benchmark calls the extraction library; `Models` loads
 each backbone at most once per command, and only when some file has to be extracted.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -23,10 +24,17 @@ from ..models import DEFAULT_MODEL, DEFAULT_TAG
 
 log = logging.getLogger(__name__)
 
-VIEW_SUFFIX = {"gpu": "-gpuviews", "cpu-tensors": "-tensorviews"}   # the pixel paths other than PIL's
+VIEW_SUFFIX = {"gpu": "-gpuviews", "cpu-tensors": "-tensorviews"}  # the pixel paths other than PIL's
 DEFAULT_PRETRAINED = {DEFAULT_MODEL: DEFAULT_TAG, "RN50": "openai", "mstta-tiny": "none", "mstta-digits": "bundled"}
-BACKBONE_ALIASES = {"vit-b/16": "ViT-B-16", "vit_b16": "ViT-B-16", "vit-b-16": "ViT-B-16", "vitb16": "ViT-B-16",
-                    "rn50": "RN50", "resnet50": "RN50", "resnet-50": "RN50"}
+BACKBONE_ALIASES = {
+    "vit-b/16": "ViT-B-16",
+    "vit_b16": "ViT-B-16",
+    "vit-b-16": "ViT-B-16",
+    "vitb16": "ViT-B-16",
+    "rn50": "RN50",
+    "resnet50": "RN50",
+    "resnet-50": "RN50",
+}
 
 
 def slug(text: str) -> str:
@@ -64,8 +72,10 @@ def resolve_backbone(name: str, pretrained: str | None = None) -> Backbone:
         if close:
             arch = close[0]
         else:
-            raise UserError(f"--backbone {name}: unknown architecture; use ViT-B-16, RN50 or any open_clip model "
-                            "(python -c 'import open_clip; print(open_clip.list_models())'), or mstta-tiny")
+            raise UserError(
+                f"--backbone {name}: unknown architecture; use ViT-B-16, RN50 or any open_clip model "
+                "(python -c 'import open_clip; print(open_clip.list_models())'), or mstta-tiny"
+            )
     tag = pretrained if pretrained not in (None, "") else DEFAULT_PRETRAINED.get(arch)
     if tag is None:
         import open_clip
@@ -74,8 +84,10 @@ def resolve_backbone(name: str, pretrained: str | None = None) -> Backbone:
         if "openai" in tags:
             tag = "openai"
         else:
-            raise UserError(f"--backbone {arch}: no default weights; pass --pretrained TAG "
-                            f"(known: {', '.join(tags) or 'none'}), a checkpoint path, or none")
+            raise UserError(
+                f"--backbone {arch}: no default weights; pass --pretrained TAG "
+                f"(known: {', '.join(tags) or 'none'}), a checkpoint path, or none"
+            )
     return Backbone(arch, str(tag))
 
 
@@ -90,6 +102,7 @@ def weights_status(backbone: Backbone) -> str:
         return "random"
     if tag == "bundled":  # a model this project trains and ships (mstta-digits)
         from ..models import bundled_checkpoint
+
         ckpt = bundled_checkpoint(backbone.name)
         if ckpt is not None:
             return "file" if ckpt.is_file() else f"missing: {ckpt} (python assets/make_digits.py)"
@@ -113,9 +126,9 @@ class FeatureKey:
     views: int
     augment: str
     seed: int
-    limit: int | None = None     # only the first `limit` samples of the stream (quick runs)
-    listing: str = "full"        # full | peer (the peers' file lists, `mstta.data.load_split`)
-    views_made: str = "pil"      # pil | gpu | cpu-tensors (`mstta.extract_views.view_path`; many views only)
+    limit: int | None = None  # only the first `limit` samples of the stream (quick runs)
+    listing: str = "full"  # full | peer (the peers' file lists, `mstta.data.load_split`)
+    views_made: str = "pil"  # pil | gpu | cpu-tensors (`mstta.extract_views.view_path`; many views only)
 
     def path(self, store: Path) -> Path:
         model = slug(f"{self.backbone.name}-{self.backbone.pretrained}-{self.precision}")
@@ -165,8 +178,16 @@ def resolved_precision(device: Any, precision: str | None) -> str:
     return precision or default_precision(dev)
 
 
-def ensure_features(key: FeatureKey, store: str | Path, models: Models, data_root: str | Path | None, *,
-                    batch_size: int | None = None, workers: int | None = None, progress: bool = False) -> Path:
+def ensure_features(
+    key: FeatureKey,
+    store: str | Path,
+    models: Models,
+    data_root: str | Path | None,
+    *,
+    batch_size: int | None = None,
+    workers: int | None = None,
+    progress: bool = False,
+) -> Path:
     """The feature file of `key` in the store, extracted first when absent (the store is a cache:
     an existing file is used as is; delete it to re-extract). The backbone's model is shared
     through `models`, so it loads once per backbone. Another run extracting the same file at the
@@ -178,11 +199,20 @@ def ensure_features(key: FeatureKey, store: str | Path, models: Models, data_roo
     if path.is_file():
         _check_views_made(path, key)
         return path
-    kwargs: dict[str, Any] = dict(model=key.backbone.name, pretrained=key.backbone.pretrained,
-                                  precision=key.precision, device=str(models.device), views=key.views,
-                                  views_on="cpu" if key.views_made == "pil" else "device",
-                                  augment=key.augment, seed=key.seed, limit=key.limit, listing=key.listing,
-                                  cache_dir=Path(store) / "text", progress=progress)
+    kwargs: dict[str, Any] = dict(
+        model=key.backbone.name,
+        pretrained=key.backbone.pretrained,
+        precision=key.precision,
+        device=str(models.device),
+        views=key.views,
+        views_on="cpu" if key.views_made == "pil" else "device",
+        augment=key.augment,
+        seed=key.seed,
+        limit=key.limit,
+        listing=key.listing,
+        cache_dir=Path(store) / "text",
+        progress=progress,
+    )
     if batch_size is not None:
         kwargs["batch_size"] = batch_size
     if workers is not None:
@@ -198,7 +228,9 @@ def _check_views_made(path: Path, key: FeatureKey) -> None:
     from ..features import read_meta
 
     if key.views > 1 and key.views_made == "pil" and read_meta(path).get("views_on") == "device":
-        raise UserError(f"--store: {path} holds views made on tensors (--views-on device), not by PIL as this run asks "
-                        f"(--views-on cpu, or auto without CUDA); move it to the same name ending in "
-                        f"{VIEW_SUFFIX['gpu']}.npz if it was made on a GPU ({VIEW_SUFFIX['cpu-tensors']}.npz on a CPU), "
-                        "or delete it to re-extract")
+        raise UserError(
+            f"--store: {path} holds views made on tensors (--views-on device), not by PIL as this run asks "
+            f"(--views-on cpu, or auto without CUDA); move it to the same name ending in "
+            f"{VIEW_SUFFIX['gpu']}.npz if it was made on a GPU ({VIEW_SUFFIX['cpu-tensors']}.npz on a CPU), "
+            "or delete it to re-extract"
+        )

@@ -9,6 +9,7 @@ Sweeps run the reading of MS-TTA held against the paper's OOD rows by default, `
 (on the cross-dataset sets it equals `ms-tta+boost`: they predict from the original image already).
 A grid of more than MAX_CELLS cells is refused before any work.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -32,8 +33,8 @@ from .runner import plan_benchmark, replay_cell, zero_shot_accuracy
 from .store import Backbone
 
 PARAM_LABEL = {"k": "k", "alpha": "α", "lam": "λ", "ms_steps": "MS steps"}
-DEFAULT_METHOD = "ms-tta+boost@original"   # the reading held against the paper on OOD (docs/benchmark.md)
-MAX_CELLS = 10_000                 # datasets x backbones x seeds x values; more is refused before any work
+DEFAULT_METHOD = "ms-tta+boost@original"  # the reading held against the paper on OOD (docs/benchmark.md)
+MAX_CELLS = 10_000  # datasets x backbones x seeds x values; more is refused before any work
 
 
 def _scalar(raw: str, param: str) -> Any:
@@ -61,7 +62,7 @@ def expand(tokens: list[str], param: str) -> list[Any]:
     if "..." not in tokens:
         return [_scalar(t, param) for t in tokens]
     i = tokens.index("...")
-    head, tail = tokens[:i], tokens[i + 1:]
+    head, tail = tokens[:i], tokens[i + 1 :]
     if len(head) < 2 or len(tail) != 1 or "..." in tail:
         raise UserError(f"--param {param}: '...' needs two values before it and one after, e.g. {param}=0,0.2,...,1")
     vals = [_scalar(t, param) for t in head]
@@ -73,8 +74,9 @@ def expand(tokens: list[str], param: str) -> list[Any]:
         raise UserError(f"--param {param}: '...' needs increasing values up to the last one")
     count = math.floor((end - vals[-1]) / step + 1e-9) + len(vals)
     if count > MAX_CELLS:
-        raise UserError(f"--param {param}: '...' makes {count:,} values; at most {MAX_CELLS:,} cells per sweep, "
-                        "use a larger step")
+        raise UserError(
+            f"--param {param}: '...' makes {count:,} values; at most {MAX_CELLS:,} cells per sweep, use a larger step"
+        )
     cur = vals[-1]
     while cur + step <= end + 1e-9 * max(1.0, abs(end)):
         cur = round(cur + step, 10)
@@ -93,11 +95,14 @@ def parse_param(spec: str) -> tuple[str, list[Any]]:
     if not sep:
         found = paper.ablation(name)
         if found is None:
-            raise UserError(f"--param {name}: give the values, e.g. --param {name}=1,2,4 (the paper has no grid for it)")
+            raise UserError(
+                f"--param {name}: give the values, e.g. --param {name}=1,2,4 (the paper has no grid for it)"
+            )
         return name, [row[paper.ABLATION[name][1]] for row in found[1]]
     if raw.count(",") >= MAX_CELLS:
-        raise UserError(f"--param {name}: {raw.count(',') + 1:,} values; at most {MAX_CELLS:,} cells per sweep, "
-                        "pass fewer values")
+        raise UserError(
+            f"--param {name}: {raw.count(',') + 1:,} values; at most {MAX_CELLS:,} cells per sweep, pass fewer values"
+        )
     tokens = [t.strip() for t in raw.split(",")]
     if not raw.strip() or any(not t for t in tokens):
         raise UserError(f"--param {spec}: expected NAME=V1,V2,..., e.g. --param {name}=1,2,4")
@@ -131,9 +136,11 @@ def check_grid(cfg: BenchmarkConfig, values: Sequence[Any]) -> int:
     """The number of cells of a sweep; more than MAX_CELLS is refused at once."""
     cells = len(cfg.datasets) * len(cfg.backbones) * len(cfg.seeds) * len(values)
     if cells > MAX_CELLS:
-        raise UserError(f"--param: the sweep has {cells:,} cells ({len(cfg.datasets)} dataset(s) x "
-                        f"{len(cfg.backbones)} backbone(s) x {len(cfg.seeds)} seed(s) x {len(values):,} values); "
-                        f"at most {MAX_CELLS:,}: pass fewer values")
+        raise UserError(
+            f"--param: the sweep has {cells:,} cells ({len(cfg.datasets)} dataset(s) x "
+            f"{len(cfg.backbones)} backbone(s) x {len(cfg.seeds)} seed(s) x {len(values):,} values); "
+            f"at most {MAX_CELLS:,}: pass fewer values"
+        )
     return cells
 
 
@@ -144,34 +151,48 @@ def default_datasets(param: str) -> str:
     return ",".join(found[0])
 
 
-def run_sweep(cfg: BenchmarkConfig, param: str, values: Sequence[Any], method: str = DEFAULT_METHOD
-              ) -> dict[str, Any]:
+def run_sweep(cfg: BenchmarkConfig, param: str, values: Sequence[Any], method: str = DEFAULT_METHOD) -> dict[str, Any]:
     """Run every unfinished (dataset, backbone, seed, value) cell; write sweep_<param>.{json,csv,md,png}.
     Datasets that cannot run are reported and skipped; UserError when none could."""
     check_grid(cfg, values)
     cfg = dataclasses.replace(cfg, methods=[method])
     run = RunContext(cfg, f"sweep_{param}.json", SWEEP_KEY)
-    for dcfg in run.configs.values():            # every value must be valid before anything runs
+    for dcfg in run.configs.values():  # every value must be valid before anything runs
         for v in values:
             engine_for(dcfg, param, v, method)
     for backbone in cfg.backbones:
-        run.each_dataset(backbone, lambda d, b=backbone: _sweep_dataset(run, b, d, param, values, method),
-                         f"sweep {param} {backbone.label}")
+        run.each_dataset(
+            backbone,
+            lambda d, b=backbone: _sweep_dataset(run, b, d, param, values, method),
+            f"sweep {param} {backbone.label}",
+        )
     run.finish()
     report = write_sweep_reports(Path(cfg.out), param, plots=cfg.plots)
     return {"ran": run.ran, "skipped": run.skipped, "missing": run.missing, "out": str(cfg.out), "report": str(report)}
 
 
-def sweep_cells(run: RunContext, dataset: str, backbone: Backbone, seed: int, param: str, values: Sequence[Any],
-                method: str) -> list[Cell]:
+def sweep_cells(
+    run: RunContext, dataset: str, backbone: Backbone, seed: int, param: str, values: Sequence[Any], method: str
+) -> list[Cell]:
     """The cells of one dataset and seed, one per value (`RunContext.cell` with the value's engine config)."""
     dcfg = run.configs[dataset]
-    return [run.cell(dataset, backbone, Row.parse(sweep_method(param, v, method)), seed,
-                     engine_for(dcfg, param, v, method), param=param, value=v) for v in values]
+    return [
+        run.cell(
+            dataset,
+            backbone,
+            Row.parse(sweep_method(param, v, method)),
+            seed,
+            engine_for(dcfg, param, v, method),
+            param=param,
+            value=v,
+        )
+        for v in values
+    ]
 
 
-def _sweep_dataset(run: RunContext, backbone: Backbone, dataset: str, param: str, values: Sequence[Any],
-                   method: str) -> None:
+def _sweep_dataset(
+    run: RunContext, backbone: Backbone, dataset: str, param: str, values: Sequence[Any], method: str
+) -> None:
     for seed in run.cfg.seeds:
         cells = sweep_cells(run, dataset, backbone, seed, param, values, method)
         for todo, path, fs in run.streams(run.pending(cells)):
@@ -190,8 +211,10 @@ def plan_sweep(cfg: BenchmarkConfig, param: str, values: Sequence[Any], method: 
     run = RunContext(cfg, f"sweep_{param}.json", SWEEP_KEY)
     lines = plan_benchmark(cfg, run, lambda r, d, b, s: sweep_cells(r, d, b, s, param, values, method))
     todo = lines.pop().split()[0]
-    lines.append(f"sweep {param} = {', '.join(map(str, values))} with {method}: {todo} cell(s) to run "
-                 f"(-> {cfg.out}/sweep_{param}.md)")
+    lines.append(
+        f"sweep {param} = {', '.join(map(str, values))} with {method}: {todo} cell(s) to run "
+        f"(-> {cfg.out}/sweep_{param}.md)"
+    )
     return lines
 
 
@@ -206,8 +229,11 @@ def sweep_table(runs: list[dict[str, Any]], param: str, pkey: str | None, method
     for r in sorted(runs, key=lambda r: r["seed"]):
         acc[r["value"]][r["dataset"]].append(float(r["accuracy"]))
         speed[r["value"]].append(float(r["adapt_fps"]))
-    with_paper = (pkey == "vit_b16" and Row.parse(method).method in ("ms-tta", "ms-tta+boost")
-                  and paper.ablation(param) is not None)
+    with_paper = (
+        pkey == "vit_b16"
+        and Row.parse(method).method in ("ms-tta", "ms-tta+boost")
+        and paper.ablation(param) is not None
+    )
     rows = []
     for v in sorted(acc, key=lambda x: (isinstance(x, str), x)):
         ours = [stats(acc[v].get(d, [])) for d in cols]
@@ -218,8 +244,9 @@ def sweep_table(runs: list[dict[str, Any]], param: str, pkey: str | None, method
         rows.append([str(v), "ours"] + [fmt_stats(s) for s in ours] + [fmt(avg), fmt(statistics.fmean(speed[v]))])
         rows.append(["", "paper"] + [fmt(x) for x in ref] + [fmt(row.get("fps")) if row else DASH])
         rows.append(["", "Δ"] + [fmt(diff(a, b), True) for a, b in zip(means, ref)] + [DASH])
-    return table([PARAM_LABEL.get(param, param), ""] + [paper.dataset_label(d) for d in cols]
-                 + ["Average", "samples/s"], rows)
+    return table(
+        [PARAM_LABEL.get(param, param), ""] + [paper.dataset_label(d) for d in cols] + ["Average", "samples/s"], rows
+    )
 
 
 def write_sweep_reports(out: Path, param: str, plots: bool = True) -> Path:
@@ -231,25 +258,40 @@ def write_sweep_reports(out: Path, param: str, plots: bool = True) -> Path:
     groups: dict = defaultdict(list)
     for r in store.runs:
         groups[(r["backbone"], r["pretrained"], r.get("sweep_method", r["method"]))].append(r)
-    lines = [f"# Ablation: {param}", "",
-             "Top-1 accuracy (%) per value. `ours`: this sweep (mean ± sample std over seeds); `paper`: the paper's "
-             "ablation table (ViT-B/16, MS-TTA; held against every reading of MS-TTA swept — by default "
-             "`ms-tta+boost@original`, the reading its λ = 0 row supports on ImageNet-A), — where it has no number; "
-             "`Δ` = ours − paper. `samples/s`: "
-             "adaptation throughput of the replay (encoder excluded); the paper's row is its end-to-end FPS "
-             "(RTX 3090), so the two are not comparable.", ""]
+    lines = [
+        f"# Ablation: {param}",
+        "",
+        "Top-1 accuracy (%) per value. `ours`: this sweep (mean ± sample std over seeds); `paper`: the paper's "
+        "ablation table (ViT-B/16, MS-TTA; held against every reading of MS-TTA swept — by default "
+        "`ms-tta+boost@original`, the reading its λ = 0 row supports on ImageNet-A), — where it has no number; "
+        "`Δ` = ours − paper. `samples/s`: "
+        "adaptation throughput of the replay (encoder excluded); the paper's row is its end-to-end FPS "
+        "(RTX 3090), so the two are not comparable.",
+        "",
+    ]
     if param == "ms_steps":
-        lines += ["MS steps 0 is the cache baseline without mean shift, on the same pipeline "
-                  "(`ms-tta+boost` -> `baseline+boost`, `ms-tta` -> `baseline`).", ""]
+        lines += [
+            "MS steps 0 is the cache baseline without mean shift, on the same pipeline "
+            "(`ms-tta+boost` -> `baseline+boost`, `ms-tta` -> `baseline`).",
+            "",
+        ]
     for (bb, pre, method), runs in groups.items():
         pkey = paper.backbone_key(bb, pre)
         lines += [f"## {row_title(method)} · {backbone_label(bb, pre)}", ""]
         lines += sweep_table(runs, param, pkey, method) + [""]
     missing = store.data.get("missing", [])
     if missing:
-        lines += ["## Missing datasets", ""] + table(["Dataset", "Backbone", "Reason"], [
-            [m["dataset"], backbone_label(m["backbone"], m["pretrained"]), m["reason"].replace("|", "\\|")]
-            for m in missing]) + [""]
+        lines += (
+            ["## Missing datasets", ""]
+            + table(
+                ["Dataset", "Backbone", "Reason"],
+                [
+                    [m["dataset"], backbone_label(m["backbone"], m["pretrained"]), m["reason"].replace("|", "\\|")]
+                    for m in missing
+                ],
+            )
+            + [""]
+        )
     if plots and store.runs:
         png = sweep_plot(out / f"sweep_{param}.png", param, store.runs)
         lines += [f"![accuracy vs {param}]({png.name})", ""]
@@ -270,8 +312,12 @@ def sweep_plot(path: Path, param: str, runs: list[dict[str, Any]]) -> Path:
     ax = fig.add_subplot()
     for (ds, bb, m), by_v in series.items():
         xs = sorted(v for v in by_v if isinstance(v, (int, float)))
-        ax.plot(xs, [statistics.fmean(by_v[x]) for x in xs], marker="o",
-                label=f"{paper.dataset_label(ds)} · {bb} · {row_title(m)}")
+        ax.plot(
+            xs,
+            [statistics.fmean(by_v[x]) for x in xs],
+            marker="o",
+            label=f"{paper.dataset_label(ds)} · {bb} · {row_title(m)}",
+        )
     ax.set_xlabel(PARAM_LABEL.get(param, param))
     ax.set_ylabel("top-1 accuracy (%)")
     ax.grid(alpha=0.3)

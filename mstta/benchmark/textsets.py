@@ -5,6 +5,7 @@ reads, and the [C, d] classifier of a set for one stored stream.
 `photo`, `tip7` and `cupl` are encoded with the backbone's text tower (class names from the
 feature file, encodings cached under <store>/text/); `user` is the user's own `.npy`.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -124,14 +125,18 @@ class TextSets:
             prompts = [[fill(t, c) for t in set_templates(name, peer_templates(dataset))] for c in names]
         text = self._encode(prompts, backbone)
         if text.shape != (C, d):
-            raise UserError(f"--text {name}: the text tower gives {list(text.shape)}, the features [{C}, {d}]; "
-                            "the feature file was made by another backbone")
+            raise UserError(
+                f"--text {name}: the text tower gives {list(text.shape)}, the features [{C}, {d}]; "
+                "the feature file was made by another backbone"
+            )
         return text
 
     def _encode(self, prompts: list[list[str]], backbone) -> torch.Tensor:
         """Per class: the mean of its normalised prompt embeddings, re-normalised (cached on disk)."""
-        blob = json.dumps({"backbone": [backbone.name, backbone.pretrained], "prompts": prompts,
-                           "precision": self.models.precision}, sort_keys=True)
+        blob = json.dumps(
+            {"backbone": [backbone.name, backbone.pretrained], "prompts": prompts, "precision": self.models.precision},
+            sort_keys=True,
+        )
         path = self.store / "text" / f"set-{hashlib.sha256(blob.encode()).hexdigest()[:24]}.npy"
         if path.is_file():
             try:

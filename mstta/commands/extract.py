@@ -1,6 +1,7 @@
 """Encode a dataset's test split into a feature file for `replay`: [N, V, d] image features (view 0 =
 the original image), the text classifier, labels and class names, in the seeded stream order.
 Resumable (rerun the same command); scale out with `torchrun --nproc-per-node N -m mstta.cli extract ...`."""
+
 from __future__ import annotations
 
 import argparse
@@ -16,37 +17,80 @@ from ..views import AUGMENTS
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dataset", required=True, metavar="NAME",
-                   help=f"one of {', '.join(list_datasets())}; short names I/A/V/R/S; or imagefolder:PATH")
+    p.add_argument(
+        "--dataset",
+        required=True,
+        metavar="NAME",
+        help=f"one of {', '.join(list_datasets())}; short names I/A/V/R/S; or imagefolder:PATH",
+    )
     p.add_argument("--data-root", metavar="DIR", help="folder holding the datasets in the CoOp/TDA layout")
-    p.add_argument("--model", default=DEFAULT_MODEL,
-                   help=f"open_clip architecture (default {DEFAULT_MODEL}; mstta-tiny for tests)")
-    p.add_argument("--pretrained", default=DEFAULT_TAG, metavar="TAG|PATH",
-                   help="open_clip pretrained tag, a local checkpoint file (OpenAI .pt files need --model NAME-quickgelu), or none (random weights)")
+    p.add_argument(
+        "--model", default=DEFAULT_MODEL, help=f"open_clip architecture (default {DEFAULT_MODEL}; mstta-tiny for tests)"
+    )
+    p.add_argument(
+        "--pretrained",
+        default=DEFAULT_TAG,
+        metavar="TAG|PATH",
+        help="open_clip pretrained tag, a local checkpoint file (OpenAI .pt files need --model NAME-quickgelu), "
+        "or none (random weights)",
+    )
     p.add_argument("--precision", choices=PRECISIONS, help="default: fp16 on GPU, fp32 on CPU")
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
-    p.add_argument("--views", type=int, help=f"images per sample, the original included, 1..{MAX_VIEWS} "
-                   "(default: the dataset config's bench.views, else 1)")
-    p.add_argument("--views-on", default="auto", choices=VIEWS_ON,
-                   help="where the augmented views are made: cpu (PIL in the data-loader workers, the reference), "
-                        "device (tensors on the encoder's device: the GPU on CUDA, the workers on a CPU), "
-                        "auto (default: device on CUDA, else cpu)")
-    p.add_argument("--augment", choices=AUGMENTS, help="augmented views: augmix (TDA) or crop (BoostAdapter); default from the dataset config")
-    p.add_argument("--seed", type=int, default=1,
-                   help="stream shuffle and view augmentation seed (default 1): torch.randperm(n) seeded with it over "
-                        "the sorted file list; no seed reproduces the peers' order (a second random draw over an "
-                        "unsorted directory listing)")
-    p.add_argument("--listing", default="full", choices=LISTINGS,
-                   help="full: every image (default); peer: the peers' file lists, which drop every ImageNet-A/R/"
-                        "Sketch/V2 file whose name contains 'sh' (ImageNet-A: 6,862 of 7,500)")
+    p.add_argument(
+        "--views",
+        type=int,
+        help=f"images per sample, the original included, 1..{MAX_VIEWS} "
+        "(default: the dataset config's bench.views, else 1)",
+    )
+    p.add_argument(
+        "--views-on",
+        default="auto",
+        choices=VIEWS_ON,
+        help="where the augmented views are made: cpu (PIL in the data-loader workers, the reference), "
+        "device (tensors on the encoder's device: the GPU on CUDA, the workers on a CPU), "
+        "auto (default: device on CUDA, else cpu)",
+    )
+    p.add_argument(
+        "--augment",
+        choices=AUGMENTS,
+        help="augmented views: augmix (TDA) or crop (BoostAdapter); default from the dataset config",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=1,
+        help="stream shuffle and view augmentation seed (default 1): torch.randperm(n) seeded with it over "
+        "the sorted file list; no seed reproduces the peers' order (a second random draw over an "
+        "unsorted directory listing)",
+    )
+    p.add_argument(
+        "--listing",
+        default="full",
+        choices=LISTINGS,
+        help="full: every image (default); peer: the peers' file lists, which drop every ImageNet-A/R/"
+        "Sketch/V2 file whose name contains 'sh' (ImageNet-A: 6,862 of 7,500)",
+    )
     p.add_argument("--batch-size", type=int, default=256, help="images per encoder forward (default 256)")
     p.add_argument("--workers", type=int, help="data-loader worker processes (default: free CPU cores, at most 8)")
-    p.add_argument("--out", default="features", metavar="DIR|FILE.npz", help="output file, or a folder for an automatic name (default features/)")
+    p.add_argument(
+        "--out",
+        default="features",
+        metavar="DIR|FILE.npz",
+        help="output file, or a folder for an automatic name (default features/)",
+    )
     p.add_argument("--limit", type=int, metavar="N", help="only the first N samples of the shuffled stream")
-    p.add_argument("--template", action="append", metavar="TEXT",
-                   help="prompt template with {} for the class name (repeatable; default: the dataset's set)")
-    p.add_argument("--cache-dir", metavar="DIR", default=os.environ.get("MSTTA_CACHE", "~/.cache/mstta"),
-                   help="text-classifier cache (default $MSTTA_CACHE or ~/.cache/mstta)")
+    p.add_argument(
+        "--template",
+        action="append",
+        metavar="TEXT",
+        help="prompt template with {} for the class name (repeatable; default: the dataset's set)",
+    )
+    p.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        default=os.environ.get("MSTTA_CACHE", "~/.cache/mstta"),
+        help="text-classifier cache (default $MSTTA_CACHE or ~/.cache/mstta)",
+    )
     p.add_argument("--shard-size", type=int, metavar="N", help="samples per resumable shard (default 4096 / views)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a text summary")
 
@@ -63,15 +107,36 @@ def run(args: argparse.Namespace) -> int:
     bench = bench_defaults(args.dataset)
     # one writer per output file, however --out spells it: run_extraction locks the resolved file
     result = run_extraction(
-        args.dataset, args.out, args.data_root, model=args.model, pretrained=args.pretrained,
-        precision=args.precision, device=args.device, views=bench.views if args.views is None else args.views,
-        augment=args.augment or bench.augment, seed=args.seed, batch_size=args.batch_size,
-        workers=args.workers, limit=args.limit, templates=args.template, cache_dir=args.cache_dir,
-        shard_size=args.shard_size, progress=True, listing=args.listing, views_on=args.views_on)
+        args.dataset,
+        args.out,
+        args.data_root,
+        model=args.model,
+        pretrained=args.pretrained,
+        precision=args.precision,
+        device=args.device,
+        views=bench.views if args.views is None else args.views,
+        augment=args.augment or bench.augment,
+        seed=args.seed,
+        batch_size=args.batch_size,
+        workers=args.workers,
+        limit=args.limit,
+        templates=args.template,
+        cache_dir=args.cache_dir,
+        shard_size=args.shard_size,
+        progress=True,
+        listing=args.listing,
+        views_on=args.views_on,
+    )
     if int(os.environ.get("RANK", "0")) != 0:
         return 0
-    report = {"out": str(result.path), "reused": result.reused, "n": result.n, "skipped": result.skipped,
-              "seconds": round(result.seconds, 3), "images_per_s": round(result.images_per_s, 1)}
+    report = {
+        "out": str(result.path),
+        "reused": result.reused,
+        "n": result.n,
+        "skipped": result.skipped,
+        "seconds": round(result.seconds, 3),
+        "images_per_s": round(result.images_per_s, 1),
+    }
     if args.json:
         print(json.dumps(report, allow_nan=False))
     elif result.reused:

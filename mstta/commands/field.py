@@ -3,6 +3,7 @@ calibration (ECE, NLL), open-set detection (AUROC/FPR95), stability over stream 
 the stream, speed and state bytes, per backbone x dataset x method x text set x seed, beside the
 published rows (results.json, results.csv, report.md, plots in --out). Rerunning skips finished
 cells. `--digits` runs it offline on the bundled shifted-digits benchmark. See docs/field.md."""
+
 from __future__ import annotations
 
 import argparse
@@ -11,7 +12,7 @@ from pathlib import Path
 from ..errors import UserError
 from .run import add_common, build_config, check_places
 
-ORDERS, DIGITS_ORDERS = 10, 5   # default stream orders per seed; --digits keeps `make field` within 10 CPU minutes
+ORDERS, DIGITS_ORDERS = 10, 5  # default stream orders per seed; --digits keeps `make field` within 10 CPU minutes
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -21,33 +22,67 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     add_common(p)
     p.set_defaults(out="field-results")
-    p.add_argument("--methods", default=",".join(list_methods()), metavar="LIST",
-                   help="comma list of method rows, each optionally NAME@original or NAME@confident "
-                        "(default: every registered method)")
-    p.add_argument("--text", default="official", metavar="SETS",
-                   help="text sets, comma list: official (each row its own set, default), peer, photo (TTA-VLM's "
-                        "uniform protocol), tip7, cupl (needs --cupl), user (needs --text-classifier)")
+    p.add_argument(
+        "--methods",
+        default=",".join(list_methods()),
+        metavar="LIST",
+        help="comma list of method rows, each optionally NAME@original or NAME@confident "
+        "(default: every registered method)",
+    )
+    p.add_argument(
+        "--text",
+        default="official",
+        metavar="SETS",
+        help="text sets, comma list: official (each row its own set, default), peer, photo (TTA-VLM's "
+        "uniform protocol), tip7, cupl (needs --cupl), user (needs --text-classifier)",
+    )
     p.add_argument("--cupl", metavar="FILE.json", help="CuPL-style prompts {class name: [prompts]} of the dataset")
     p.add_argument("--text-classifier", metavar="FILE.npy", help="your own [C, d] text classifier (text set 'user')")
-    p.add_argument("--orders", type=int, metavar="R",
-                   help=f"stream orders per seed for mean ± std and the worst 10%% (order 0 = the stored one; "
-                        f"1..{MAX_ORDERS}; default {ORDERS}, {DIGITS_ORDERS} with --digits)")
-    p.add_argument("--ece-bins", type=int, default=ECE_BINS, metavar="N",
-                   help=f"equal-width ECE bins (1..{MAX_ECE_BINS}, default {ECE_BINS})")
-    p.add_argument("--open", default=",".join(OPEN_SETTINGS), metavar="LIST",
-                   help="open-set settings: withheld (half the classes withheld), mixed (needs --mix-with), "
-                        "both (default) or none")
+    p.add_argument(
+        "--orders",
+        type=int,
+        metavar="R",
+        help=f"stream orders per seed for mean ± std and the worst 10%% (order 0 = the stored one; "
+        f"1..{MAX_ORDERS}; default {ORDERS}, {DIGITS_ORDERS} with --digits)",
+    )
+    p.add_argument(
+        "--ece-bins",
+        type=int,
+        default=ECE_BINS,
+        metavar="N",
+        help=f"equal-width ECE bins (1..{MAX_ECE_BINS}, default {ECE_BINS})",
+    )
+    p.add_argument(
+        "--open",
+        default=",".join(OPEN_SETTINGS),
+        metavar="LIST",
+        help="open-set settings: withheld (half the classes withheld), mixed (needs --mix-with), "
+        "both (default) or none",
+    )
     p.add_argument("--mix-with", metavar="DATASET", help="the dataset whose samples are mixed into every stream")
-    p.add_argument("--mix-share", type=float, default=0.5, metavar="F",
-                   help="foreign samples per own sample in the mixed setting (default 0.5)")
-    p.add_argument("--label-tuned", action="store_true",
-                   help="also run the rows whose hyperparameters their authors chose on the test labels "
-                        "(resources/label_tuned.yaml); every output marks them")
-    p.add_argument("--digits", action="store_true",
-                   help="the offline shifted-digits benchmark: generate it under --store, run every row on its "
-                        "shifts with the bundled mstta-digits model (docs/field.md)")
+    p.add_argument(
+        "--mix-share",
+        type=float,
+        default=0.5,
+        metavar="F",
+        help="foreign samples per own sample in the mixed setting (default 0.5)",
+    )
+    p.add_argument(
+        "--label-tuned",
+        action="store_true",
+        help="also run the rows whose hyperparameters their authors chose on the test labels "
+        "(resources/label_tuned.yaml); every output marks them",
+    )
+    p.add_argument(
+        "--digits",
+        action="store_true",
+        help="the offline shifted-digits benchmark: generate it under --store, run every row on its "
+        "shifts with the bundled mstta-digits model (docs/field.md)",
+    )
     p.add_argument("--no-plots", action="store_true", help="skip the figures")
-    p.add_argument("--report-only", action="store_true", help="only rebuild results.csv, report.md and plots from --out")
+    p.add_argument(
+        "--report-only", action="store_true", help="only rebuild results.csv, report.md and plots from --out"
+    )
 
 
 def options(args: argparse.Namespace):
@@ -72,8 +107,17 @@ def options(args: argparse.Namespace):
         raise UserError("--text cupl needs --cupl FILE.json (CuPL prompts {class name: [prompts]})")
     if "user" in texts and user is None:
         raise UserError("--text user needs --text-classifier FILE.npy (a [C, d] float array)")
-    return FieldOptions(texts=texts, cupl=cupl, text_classifier=user, orders=ORDERS if args.orders is None else args.orders, ece_bins=args.ece_bins,
-                        open=opens, mix_with=mix, mix_share=args.mix_share, label_tuned=args.label_tuned)
+    return FieldOptions(
+        texts=texts,
+        cupl=cupl,
+        text_classifier=user,
+        orders=ORDERS if args.orders is None else args.orders,
+        ece_bins=args.ece_bins,
+        open=opens,
+        mix_with=mix,
+        mix_share=args.mix_share,
+        label_tuned=args.label_tuned,
+    )
 
 
 def digits_preset(args: argparse.Namespace) -> None:
@@ -87,9 +131,11 @@ def digits_preset(args: argparse.Namespace) -> None:
     root = make_shifted_digits(Path(args.store) / "shifted-digits", write=not args.dry_run)
     args.datasets = ",".join(f"imagefolder:{root / s}" for s in SHIFTS)
     args.mix_with = f"imagefolder:{root / 'photos'}"
-    ckpt = bundled_checkpoint("mstta-digits")   # the checkpoint file (the store has no 'bundled' tag)
+    ckpt = bundled_checkpoint("mstta-digits")  # the checkpoint file (the store has no 'bundled' tag)
     if ckpt is None or not ckpt.is_file():
-        raise UserError("--digits needs assets/mstta-digits.pt (a repository checkout); python assets/make_digits.py makes it")
+        raise UserError(
+            "--digits needs assets/mstta-digits.pt (a repository checkout); python assets/make_digits.py makes it"
+        )
     try:
         ckpt = ckpt.relative_to(Path.cwd())
     except ValueError:
@@ -98,7 +144,7 @@ def digits_preset(args: argparse.Namespace) -> None:
     if args.orders is None:
         args.orders = DIGITS_ORDERS
     if not any(s.split("=")[0].strip() == "logit_scale" for s in args.set):
-        scale = load_clip("mstta-digits", str(ckpt), "cpu").logit_scale   # the model's learned scale
+        scale = load_clip("mstta-digits", str(ckpt), "cpu").logit_scale  # the model's learned scale
         args.set = list(args.set) + [f"logit_scale={scale:.4f}"]
 
 

@@ -1,4 +1,5 @@
 """Run a method over a precomputed feature file (see README, "Feature files") and report."""
+
 from __future__ import annotations
 
 import argparse
@@ -24,17 +25,43 @@ OUT_FORMATS = (".npy", ".csv", ".jsonl")
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--features", required=True, metavar="F.npz", help="feature file to replay")
-    p.add_argument("--method", default="ms-tta", metavar="NAME", help=f"one of: {', '.join(list_methods())} (default ms-tta)")
-    p.add_argument("--config", metavar="YAML", help="dataset config, e.g. configs/oxford_pets.yaml (default: built-in defaults)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a hyperparameter, e.g. --set k=4 (repeatable)")
-    p.add_argument("--out", metavar="PATH", help="write predictions: .npy (class index per sample), .csv or .jsonl (with CLIP's prediction and scores); "
-                   "never an input, a link or a special file (docs/limits.md)")
+    p.add_argument(
+        "--method", default="ms-tta", metavar="NAME", help=f"one of: {', '.join(list_methods())} (default ms-tta)"
+    )
+    p.add_argument(
+        "--config", metavar="YAML", help="dataset config, e.g. configs/oxford_pets.yaml (default: built-in defaults)"
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a hyperparameter, e.g. --set k=4 (repeatable)",
+    )
+    p.add_argument(
+        "--out",
+        metavar="PATH",
+        help="write predictions: .npy (class index per sample), .csv or .jsonl (with CLIP's prediction and scores); "
+        "never an input, a link or a special file (docs/limits.md)",
+    )
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
-    p.add_argument("--online", action="store_true", help="feed samples one by one to the online engine instead of the vectorised replay")
-    p.add_argument("--search-on-labels", action="store_true",
-                   help="dmn-zs rows only: choose DMN's fusion weight on the file's TEST labels (the paper's protocol, "
-                        "YBZh/DMN issue #2); every output is marked label-tuned")
-    p.add_argument("--json", action="store_true", help="print one JSON object (last line, always valid JSON: a non-finite number is null, named in 'notes') instead of a text summary")
+    p.add_argument(
+        "--online",
+        action="store_true",
+        help="feed samples one by one to the online engine instead of the vectorised replay",
+    )
+    p.add_argument(
+        "--search-on-labels",
+        action="store_true",
+        help="dmn-zs rows only: choose DMN's fusion weight on the file's TEST labels (the paper's protocol, "
+        "YBZh/DMN issue #2); every output is marked label-tuned",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object (last line, always valid JSON: a non-finite number is null, named in "
+        "'notes') instead of a text summary",
+    )
 
 
 def summarise(fs: FeatureSet, result: ReplayResult, method: str, engine_cfg) -> dict:
@@ -139,9 +166,12 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_dataset_config(args.config, args.set)
     device = resolve_device(args.device)
     fs = load_features(args.features)
-    check_memory(replay_bytes(fs), f"replaying {fs.num_samples:,} samples x {fs.num_classes:,} classes "
-                 f"x {fs.features.shape[-1]:,} dims (--features {args.features})",
-                 fix="replay a smaller feature file")
+    check_memory(
+        replay_bytes(fs),
+        f"replaying {fs.num_samples:,} samples x {fs.num_classes:,} classes "
+        f"x {fs.features.shape[-1]:,} dims (--features {args.features})",
+        fix="replay a smaller feature file",
+    )
     searched = search_on_labels(fs, args.method, cfg.engine, device, out) if args.search_on_labels else None
     result = replay(fs.features, fs.text, args.method, cfg.engine, device=device, online=args.online)
     report = summarise(fs, result, args.method, cfg.engine)
@@ -149,6 +179,7 @@ def run(args: argparse.Namespace) -> int:
     mark = None
     if searched is not None:
         from ..families.dmn import LABEL_TUNED
+
         mark = LABEL_TUNED
         report.update(label_tuned=mark, searched_weight=searched[0], searched_accuracy=searched[1])
     if out is not None:
@@ -158,10 +189,17 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(json_safe(report), allow_nan=False))
     else:
-        acc = f", accuracy {report['accuracy']:.2f}% (zero-shot {report['zero_shot_accuracy']:.2f}%)" if "accuracy" in report else ""
+        acc = (
+            f", accuracy {report['accuracy']:.2f}% (zero-shot {report['zero_shot_accuracy']:.2f}%)"
+            if "accuracy" in report
+            else ""
+        )
         tuned = f" [{mark}: weight {searched[0]:g}]" if mark else ""
         tuned += "".join(f" [{m}]" for m in report.get("marks", []))
-        print(f"{args.method}: {report['n']} samples, {report['classes']} classes{acc}, {report['samples_per_s']:.0f} samples/s{tuned}")
+        print(
+            f"{args.method}: {report['n']} samples, {report['classes']} classes{acc}, "
+            f"{report['samples_per_s']:.0f} samples/s{tuned}"
+        )
     return 0
 
 
@@ -180,15 +218,20 @@ def search_on_labels(fs: FeatureSet, method: str, engine_cfg, device, out: Path 
     if fs.labels is None or not (fs.labels >= 0).any():
         raise UserError("--search-on-labels: the feature file has no labels to search on")
     if out is not None and out.suffix == ".npy":
-        raise UserError(f"--out {out}: a .npy cannot carry the label-tuned mark; use .csv or .jsonl with --search-on-labels")
+        raise UserError(
+            f"--out {out}: a .npy cannot carry the label-tuned mark; use .csv or .jsonl with --search-on-labels"
+        )
     text = torch.as_tensor(fs.text).to(device)
     dtype = torch.float64 if text.dtype == torch.float64 else torch.float32
     feats = torch.as_tensor(fs.features).to(device, dtype)
     feats = feats.unsqueeze(1) if feats.dim() == 2 else feats
     with torch.inference_mode():
-        _, p_text, p_mem = dmn.replay_parts(torch.nn.functional.normalize(feats, dim=-1),
-                                            torch.nn.functional.normalize(text.to(dtype), dim=-1),
-                                            engine_cfg, mean_shift=row.mean_shift)
+        _, p_text, p_mem = dmn.replay_parts(
+            torch.nn.functional.normalize(feats, dim=-1),
+            torch.nn.functional.normalize(text.to(dtype), dim=-1),
+            engine_cfg,
+            mean_shift=row.mean_shift,
+        )
     weight, acc = dmn.search_weight(p_text, p_mem, fs.labels)
     engine_cfg.dmn.weight = weight
     return weight, acc

@@ -2,6 +2,7 @@
 every method over the views its own code reads, and report beside the paper (results/results.json,
 results.csv, report.md, plots). Rerunning skips finished cells; see docs/benchmark.md, "Reproduce
 the paper", for the paper's tables."""
+
 from __future__ import annotations
 
 import argparse
@@ -14,65 +15,118 @@ from ..extract_views import VIEWS_ON
 from ..models import DEFAULT_MODEL, PRECISIONS
 from ..views import AUGMENTS
 
-SEEDS_HELP = ("stream-order seeds, e.g. 1,2,3,4,5 (default 1). Seed S orders the stream by torch.randperm(n) "
-              "seeded with S over the sorted file list; no seed reproduces the peers' order, a second random "
-              "draw over an unsorted directory listing")
+SEEDS_HELP = (
+    "stream-order seeds, e.g. 1,2,3,4,5 (default 1). Seed S orders the stream by torch.randperm(n) "
+    "seeded with S over the sorted file list; no seed reproduces the peers' order, a second random "
+    "draw over an unsorted directory listing"
+)
 
 
 def add_common(p: argparse.ArgumentParser, datasets_default: str = "all") -> None:
     """Flags shared by `run` and `sweep`: what to run on, where data/features/results live."""
-    p.add_argument("--data-root", metavar="DIR", help="folder holding the datasets in the CoOp/TDA layout "
-                   "(not needed for imagefolder:PATH or when every feature file is already in the store)")
-    p.add_argument("--datasets", default=None if datasets_default == "paper" else datasets_default, metavar="SPEC",
-                   help="ood (ImageNet-A/R/S/V2), cross (the 10 cross-dataset ones), all (both), or a comma list "
-                        "of dataset names/aliases/imagefolder:PATH, mixable: 'ood,dtd' (default "
-                        + ("the datasets of the paper's ablation of --param" if datasets_default == "paper"
-                           else datasets_default) + ")")
-    p.add_argument("--backbone", default=DEFAULT_MODEL, metavar="NAME[,NAME]",
-                   help="ViT-B-16, RN50 (OpenAI weights), mstta-tiny (random weights) or any open_clip "
-                        "architecture; a comma list runs each (default ViT-B-16)")
-    p.add_argument("--pretrained", metavar="TAG|PATH|none",
-                   help="weights for every --backbone: an open_clip tag, a checkpoint file, or none "
-                        "(default: openai for ViT-B-16/RN50, none for mstta-tiny)")
+    p.add_argument(
+        "--data-root",
+        metavar="DIR",
+        help="folder holding the datasets in the CoOp/TDA layout "
+        "(not needed for imagefolder:PATH or when every feature file is already in the store)",
+    )
+    p.add_argument(
+        "--datasets",
+        default=None if datasets_default == "paper" else datasets_default,
+        metavar="SPEC",
+        help="ood (ImageNet-A/R/S/V2), cross (the 10 cross-dataset ones), all (both), or a comma list "
+        "of dataset names/aliases/imagefolder:PATH, mixable: 'ood,dtd' (default "
+        + ("the datasets of the paper's ablation of --param" if datasets_default == "paper" else datasets_default)
+        + ")",
+    )
+    p.add_argument(
+        "--backbone",
+        default=DEFAULT_MODEL,
+        metavar="NAME[,NAME]",
+        help="ViT-B-16, RN50 (OpenAI weights), mstta-tiny (random weights) or any open_clip "
+        "architecture; a comma list runs each (default ViT-B-16)",
+    )
+    p.add_argument(
+        "--pretrained",
+        metavar="TAG|PATH|none",
+        help="weights for every --backbone: an open_clip tag, a checkpoint file, or none "
+        "(default: openai for ViT-B-16/RN50, none for mstta-tiny)",
+    )
     p.add_argument("--seeds", default="1", metavar="LIST", help=SEEDS_HELP)
-    p.add_argument("--listing", default="full", choices=LISTINGS,
-                   help="full: every image (default); peer: the peers' file lists, which drop every ImageNet-A/R/"
-                        "Sketch/V2 file whose name contains 'sh' (ImageNet-A: 6,862 of 7,500)")
-    p.add_argument("--views-on", default="auto", choices=VIEWS_ON,
-                   help="where the views of a many-view stream are made: cpu (PIL, the peers' pixels), device "
-                        "(tensors on the model's device: exact crops on CUDA, the fast path on a CPU), auto "
-                        "(default: device on CUDA, else cpu); each has its own feature file in the store")
+    p.add_argument(
+        "--listing",
+        default="full",
+        choices=LISTINGS,
+        help="full: every image (default); peer: the peers' file lists, which drop every ImageNet-A/R/"
+        "Sketch/V2 file whose name contains 'sh' (ImageNet-A: 6,862 of 7,500)",
+    )
+    p.add_argument(
+        "--views-on",
+        default="auto",
+        choices=VIEWS_ON,
+        help="where the views of a many-view stream are made: cpu (PIL, the peers' pixels), device "
+        "(tensors on the model's device: exact crops on CUDA, the fast path on a CPU), auto "
+        "(default: device on CUDA, else cpu); each has its own feature file in the store",
+    )
     p.add_argument("--out", default="results", metavar="DIR", help="results folder (default results/)")
-    p.add_argument("--store", default="features", metavar="DIR", help="feature store shared by runs and sweeps (default features/)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a configs/<dataset>.yaml value for every dataset, e.g. --set k=4 (repeatable)")
-    p.add_argument("--views", type=int, metavar="N", help="images per sample incl. the original (same as --set views=N)")
+    p.add_argument(
+        "--store", default="features", metavar="DIR", help="feature store shared by runs and sweeps (default features/)"
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a configs/<dataset>.yaml value for every dataset, e.g. --set k=4 (repeatable)",
+    )
+    p.add_argument(
+        "--views", type=int, metavar="N", help="images per sample incl. the original (same as --set views=N)"
+    )
     p.add_argument("--view-mode", choices=VIEW_MODES, help="same as --set view_mode=...")
-    p.add_argument("--augment", choices=AUGMENTS,
-                   help="make every method read this view kind (default: each method its own: crop for the "
-                        "boosting methods, the dataset's bench.augment for the others)")
+    p.add_argument(
+        "--augment",
+        choices=AUGMENTS,
+        help="make every method read this view kind (default: each method its own: crop for the "
+        "boosting methods, the dataset's bench.augment for the others)",
+    )
     p.add_argument("--limit", type=int, metavar="N", help="use only the first N samples of each stream (quick checks)")
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
     p.add_argument("--precision", choices=PRECISIONS, help="model precision (default fp16 on GPU, fp32 on CPU)")
     p.add_argument("--batch-size", type=int, metavar="N", help="extraction: images per encoder forward")
     p.add_argument("--workers", type=int, metavar="N", help="extraction: data-loader worker processes")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.add_argument("--dry-run", action="store_true", help="list what would run, what is cached and which data/weights "
-                   "are missing; write nothing")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="list what would run, what is cached and which data/weights are missing; write nothing",
+    )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..benchmark.context import default_methods
 
     add_common(p)
-    p.add_argument("--methods", default=",".join(default_methods()), metavar="LIST",
-                   help="comma list of methods, each optionally NAME@original or NAME@confident to force its view "
-                        f"mode (default: {', '.join(default_methods())})")
-    p.add_argument("--fps-samples", type=int, default=32, metavar="N",
-                   help="images per method for the efficiency table (end to end, batch 1); 0 skips it (default 32)")
+    p.add_argument(
+        "--methods",
+        default=",".join(default_methods()),
+        metavar="LIST",
+        help="comma list of methods, each optionally NAME@original or NAME@confident to force its view "
+        f"mode (default: {', '.join(default_methods())})",
+    )
+    p.add_argument(
+        "--fps-samples",
+        type=int,
+        default=32,
+        metavar="N",
+        help="images per method for the efficiency table (end to end, batch 1); 0 skips it (default 32)",
+    )
     p.add_argument("--fps-dataset", metavar="NAME", help="dataset to time on (default: the first that ran)")
     p.add_argument("--no-plots", action="store_true", help="skip the accuracy-over-stream PNGs")
-    p.add_argument("--report-only", action="store_true", help="only rebuild results.csv, report.md and plots from --out's results.json")
+    p.add_argument(
+        "--report-only",
+        action="store_true",
+        help="only rebuild results.csv, report.md and plots from --out's results.json",
+    )
 
 
 def _positive(value: int | None, flag: str, low: int = 1) -> None:
@@ -98,18 +152,36 @@ def build_config(args: argparse.Namespace, methods: list[str]):
     from ..benchmark.runner import BenchmarkConfig, parse_backbones, parse_datasets, parse_seeds
 
     check_places(args)
-    for flag, value, low in (("--limit", args.limit, 1), ("--batch-size", args.batch_size, 1),
-                             ("--workers", args.workers, 0), ("--fps-samples", getattr(args, "fps_samples", 0), 0)):
+    for flag, value, low in (
+        ("--limit", args.limit, 1),
+        ("--batch-size", args.batch_size, 1),
+        ("--workers", args.workers, 0),
+        ("--fps-samples", getattr(args, "fps_samples", 0), 0),
+    ):
         _positive(value, flag, low)
     return BenchmarkConfig(
-        datasets=parse_datasets(args.datasets), backbones=parse_backbones(args.backbone, args.pretrained),
-        methods=methods, seeds=parse_seeds(args.seeds),
+        datasets=parse_datasets(args.datasets),
+        backbones=parse_backbones(args.backbone, args.pretrained),
+        methods=methods,
+        seeds=parse_seeds(args.seeds),
         data_root=Path(args.data_root).expanduser() if args.data_root else None,
-        out=Path(args.out), store=Path(args.store), overrides=overrides(args), listing=args.listing, views_on=args.views_on,
-        augment=args.augment, device=args.device,
-        precision=args.precision, batch_size=args.batch_size, workers=args.workers, limit=args.limit,
-        fps_samples=getattr(args, "fps_samples", 0), fps_dataset=getattr(args, "fps_dataset", None),
-        plots=not getattr(args, "no_plots", False), progress=not args.no_progress, notify=warn)
+        out=Path(args.out),
+        store=Path(args.store),
+        overrides=overrides(args),
+        listing=args.listing,
+        views_on=args.views_on,
+        augment=args.augment,
+        device=args.device,
+        precision=args.precision,
+        batch_size=args.batch_size,
+        workers=args.workers,
+        limit=args.limit,
+        fps_samples=getattr(args, "fps_samples", 0),
+        fps_dataset=getattr(args, "fps_dataset", None),
+        plots=not getattr(args, "no_plots", False),
+        progress=not args.no_progress,
+        notify=warn,
+    )
 
 
 def check_places(args: argparse.Namespace) -> None:
@@ -122,8 +194,9 @@ def check_places(args: argparse.Namespace) -> None:
     check_output_dir("--store", args.store, {"--data-root": root})
     for flag, folder in (("--out", args.out), ("--store", args.store)):
         if root and _inside(folder, root):
-            raise UserError(f"{flag} {folder}: is inside --data-root {root}; keep results and features "
-                            "out of the dataset folder")
+            raise UserError(
+                f"{flag} {folder}: is inside --data-root {root}; keep results and features out of the dataset folder"
+            )
 
 
 def _inside(path, folder) -> bool:
@@ -157,12 +230,14 @@ def run(args: argparse.Namespace) -> int:
     if args.fps_dataset:
         fps = parse_datasets(args.fps_dataset)
         if len(fps) != 1 or fps[0] not in cfg.datasets:
-            raise UserError(f"--fps-dataset {args.fps_dataset}: name one of the run's datasets ({', '.join(cfg.datasets)})")
+            raise UserError(
+                f"--fps-dataset {args.fps_dataset}: name one of the run's datasets ({', '.join(cfg.datasets)})"
+            )
         cfg.fps_dataset = fps[0]
     if args.dry_run:
         print("\n".join(plan_benchmark(cfg)))
         return 0
-    with output_lock(cfg.out / "results.json", "--out"):   # two runs on one --out: the second is refused
+    with output_lock(cfg.out / "results.json", "--out"):  # two runs on one --out: the second is refused
         sweep_stale(cfg.out)
         summary = run_benchmark(cfg)
     missing = f", {len(summary['missing'])} dataset(s) missing" if summary["missing"] else ""

@@ -5,6 +5,7 @@
 
 Layouts, labels and class names follow the peers exactly (see the layout in each error message).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -27,8 +28,14 @@ DATASETS: dict[str, Callable[[str, Path], TestSplit]] = {
     **{k: load_coop for k in COOP},
 }
 
-ALIASES = {"I": "imagenet", "A": "imagenet_a", "V": "imagenet_v2", "R": "imagenet_r", "S": "imagenet_sketch",
-           "fgvc": "fgvc_aircraft"}
+ALIASES = {
+    "I": "imagenet",
+    "A": "imagenet_a",
+    "V": "imagenet_v2",
+    "R": "imagenet_r",
+    "S": "imagenet_sketch",
+    "fgvc": "fgvc_aircraft",
+}
 
 
 def list_datasets() -> list[str]:
@@ -48,7 +55,7 @@ def layout_of(key: str) -> str:
 def resolve_key(name: str) -> str:
     """A dataset name as typed (alias, any case, '-' or '_') -> its registry key, or `imagefolder:PATH` as is."""
     if name.startswith(FOLDER_PREFIX):
-        if not name[len(FOLDER_PREFIX):].strip():
+        if not name[len(FOLDER_PREFIX) :].strip():
             raise UserError("--dataset imagefolder:PATH needs a folder, e.g. --dataset imagefolder:/data/photos")
         return name
     if name in ALIASES:
@@ -58,16 +65,20 @@ def resolve_key(name: str) -> str:
     key = name.strip().lower().replace("-", "_")
     key = ALIASES.get(key, key)
     if key not in DATASETS:
-        raise UserError(f"--dataset {name}: unknown dataset; choose one of: {', '.join(DATASETS)}, "
-                        f"the short names {', '.join(ALIASES)}, or imagefolder:PATH")
+        raise UserError(
+            f"--dataset {name}: unknown dataset; choose one of: {', '.join(DATASETS)}, "
+            f"the short names {', '.join(ALIASES)}, or imagefolder:PATH"
+        )
     return key
 
 
 def check_listing(listing: str, flag: str = "--listing") -> str:
     """A valid listing name, or a one-line error naming the choices."""
     if listing not in LISTINGS:
-        raise UserError(f"{flag} {listing}: unknown listing; choose one of: {', '.join(LISTINGS)} "
-                        "(full = every image; peer = the peers' list, which drops names containing 'sh')")
+        raise UserError(
+            f"{flag} {listing}: unknown listing; choose one of: {', '.join(LISTINGS)} "
+            "(full = every image; peer = the peers' list, which drops names containing 'sh')"
+        )
     return listing
 
 
@@ -80,18 +91,30 @@ def load_split(name: str, data_root: str | Path | None = None, listing: str = "f
     check_listing(listing)
     key = resolve_key(name)
     if key.startswith(FOLDER_PREFIX):
-        split = load_folder(key, Path(key[len(FOLDER_PREFIX):]).expanduser())
+        split = load_folder(key, Path(key[len(FOLDER_PREFIX) :]).expanduser())
         split.templates = list(DEFAULT_TEMPLATES)
         return split
     if data_root is None or str(data_root) == "":
         raise UserError(f"--data-root is required for dataset {key}: the folder that holds {layout_of(key)}")
     root = Path(data_root).expanduser()
     if not root.is_dir():
-        raise UserError(f"--data-root {root}: folder not found; pass the folder that holds the datasets "
-                        f"(for {key}: {layout_of(key)})")
+        raise UserError(
+            f"--data-root {root}: folder not found; pass the folder that holds the datasets "
+            f"(for {key}: {layout_of(key)})"
+        )
     split = load_imagenet(key, root, listing) if key in IMAGENET else DATASETS[key](key, root)
     split.templates = templates_for(key)
     return split
 
 
-__all__ = ["ALIASES", "DATASETS", "LISTINGS", "TestSplit", "check_listing", "layout_of", "list_datasets", "load_split", "resolve_key"]
+__all__ = [
+    "ALIASES",
+    "DATASETS",
+    "LISTINGS",
+    "TestSplit",
+    "check_listing",
+    "layout_of",
+    "list_datasets",
+    "load_split",
+    "resolve_key",
+]

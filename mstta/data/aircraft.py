@@ -1,12 +1,15 @@
 """FGVC-Aircraft: `variants.txt` (label = line index) + `images_variant_test.txt` ('<image_id> <variant>')."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 from .common import TestSplit, check_items, layout_error, read_lines, require_dir
 
-LAYOUT = ("<root>/fgvc_aircraft/{variants.txt, images_variant_test.txt, images/<image_id>.jpg} "
-          "(the data/ folder of fgvc-aircraft-2013b, renamed)")
+LAYOUT = (
+    "<root>/fgvc_aircraft/{variants.txt, images_variant_test.txt, images/<image_id>.jpg} "
+    "(the data/ folder of fgvc-aircraft-2013b, renamed)"
+)
 
 
 def load_aircraft(key: str, root: Path) -> TestSplit:

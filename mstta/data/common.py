@@ -1,4 +1,5 @@
 """Shared pieces of the dataset loaders: the `TestSplit` record and checked file/folder helpers."""
+
 from __future__ import annotations
 
 import json
@@ -9,19 +10,30 @@ from typing import Any
 
 from ..errors import UserError
 
-LISTINGS = ("full", "peer")   # full: every image; peer: the peers' listing (drops names containing "sh")
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm")  # the one list (library and demo)
+LISTINGS = ("full", "peer")  # full: every image; peer: the peers' listing (drops names containing "sh")
+IMAGE_EXTENSIONS = (
+    ".jpg",
+    ".jpeg",
+    ".png",
+    ".bmp",
+    ".gif",
+    ".webp",
+    ".tif",
+    ".tiff",
+    ".ppm",
+    ".pgm",
+)  # the one list (library and demo)
 
 
 @dataclass
 class TestSplit:
     """A dataset's test split: (image path, label) items, class names by label, prompt templates."""
 
-    key: str                                   # dataset key, e.g. oxford_pets or imagefolder:/data/x
+    key: str  # dataset key, e.g. oxford_pets or imagefolder:/data/x
     items: list[tuple[Path, int]]
     classnames: list[str]
     templates: list[str] = field(default_factory=list)
-    layout: str = ""                           # one-line description of the expected layout
+    layout: str = ""  # one-line description of the expected layout
 
     @property
     def num_classes(self) -> int:
@@ -68,8 +80,17 @@ def list_class_dirs(path: Path) -> list[Path]:
 def list_images(path: Path, listing: str = "full") -> list[Path]:
     """Every non-hidden image file in a folder (by extension), sorted by name; `listing="peer"`
     also drops the names the peers' listing drops (`peer_listed`)."""
-    return sorted((p for p in path.iterdir() if _visible(p.name) and p.suffix.lower() in IMAGE_EXTENSIONS
-                   and p.is_file() and (listing == "full" or peer_listed(p.name))), key=lambda p: p.name)
+    return sorted(
+        (
+            p
+            for p in path.iterdir()
+            if _visible(p.name)
+            and p.suffix.lower() in IMAGE_EXTENSIONS
+            and p.is_file()
+            and (listing == "full" or peer_listed(p.name))
+        ),
+        key=lambda p: p.name,
+    )
 
 
 def peer_listed(name: str) -> bool:
@@ -138,6 +159,7 @@ def names_by_label(key: str, pairs: list[tuple[int, str]], source: Path, layout:
     count = max(names) + 1 if names else 0
     missing = [c for c in range(count) if c not in names]
     if missing:
-        raise layout_error(key, f"{source}: label {missing[0]} has no test item, so its class name is unknown "
-                                "(an empty class)", layout)
+        raise layout_error(
+            key, f"{source}: label {missing[0]} has no test item, so its class name is unknown (an empty class)", layout
+        )
     return [names[c] for c in range(count)]

@@ -1,4 +1,5 @@
 """CoOp-style datasets: a `split_zhou_*.json` whose `test` list holds [relative_path, label, class_name]."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -15,6 +15,7 @@ with the same OpenCV; a folder already holding this version (its MANIFEST.json) 
 
     python -m mstta.data.digits out/field/features/shifted-digits
 """
+
 from __future__ import annotations
 
 import json
@@ -32,11 +33,11 @@ SEED = 0
 VERSION = 2
 SHIFTS = ("clean", "camera", "rotate", "blur")
 CLASSNAMES = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
-WIDTH, HEIGHT = 128, 96          # the training frames' 4:3 shape (384x288), a third of the size
-PAPER, INK = 236.0, 24.0         # grey levels of the page and of full ink (as assets/make_digits.py)
+WIDTH, HEIGHT = 128, 96  # the training frames' 4:3 shape (384x288), a third of the size
+PAPER, INK = 236.0, 24.0  # grey levels of the page and of full ink (as assets/make_digits.py)
 DIGIT_FRACTION = 0.8
-TEST_FRACTION, SPLIT_SEED = 1 / 3, 0   # assets/make_digits.py's fixed split: the test third
-PHOTO_CROPS = 150                # per photograph
+TEST_FRACTION, SPLIT_SEED = 1 / 3, 0  # assets/make_digits.py's fixed split: the test third
+PHOTO_CROPS = 150  # per photograph
 
 
 def test_digits() -> tuple[np.ndarray, np.ndarray]:
@@ -45,8 +46,13 @@ def test_digits() -> tuple[np.ndarray, np.ndarray]:
     from sklearn.model_selection import train_test_split
 
     d = load_digits()
-    _, xte, _, yte = train_test_split(d.images.astype(np.float32), d.target.astype(np.int64),
-                                      test_size=TEST_FRACTION, stratify=d.target, random_state=SPLIT_SEED)
+    _, xte, _, yte = train_test_split(
+        d.images.astype(np.float32),
+        d.target.astype(np.int64),
+        test_size=TEST_FRACTION,
+        stratify=d.target,
+        random_state=SPLIT_SEED,
+    )
     return xte, yte
 
 
@@ -58,7 +64,9 @@ def render(digit: np.ndarray, scale: float = 1.0, offset: tuple[int, int] = (0, 
     side = int(round(HEIGHT * DIGIT_FRACTION * scale))
     ink = np.zeros((HEIGHT, WIDTH), np.float32)
     y, x = (HEIGHT - side) // 2 + offset[1], (WIDTH - side) // 2 + offset[0]
-    ink[y:y + side, x:x + side] = np.clip(cv2.resize(digit / 16.0, (side, side), interpolation=cv2.INTER_CUBIC), 0, 1)
+    ink[y : y + side, x : x + side] = np.clip(
+        cv2.resize(digit / 16.0, (side, side), interpolation=cv2.INTER_CUBIC), 0, 1
+    )
     ink = cv2.GaussianBlur(ink, (0, 0), HEIGHT * DIGIT_FRACTION / 40)
     return PAPER - (PAPER - INK) * ink
 
@@ -80,13 +88,16 @@ def shifted(digit: np.ndarray, shift: str, rng: np.random.Generator) -> np.ndarr
     if shift == "blur":
         return _grey_rgb(cv2.GaussianBlur(render(digit), (0, 0), 8.0))
     if shift == "camera":
-        scale = 0.8                                                       # smaller, off-centre by up to half the room
-        room_x, room_y = (int(WIDTH - HEIGHT * DIGIT_FRACTION * scale) // 2 - 2) // 2, (int(HEIGHT * (1 - DIGIT_FRACTION * scale)) // 2 - 2) // 2
+        scale = 0.8  # smaller, off-centre by up to half the room
+        room_x, room_y = (
+            (int(WIDTH - HEIGHT * DIGIT_FRACTION * scale) // 2 - 2) // 2,
+            (int(HEIGHT * (1 - DIGIT_FRACTION * scale)) // 2 - 2) // 2,
+        )
         off = (int(rng.integers(-room_x, room_x + 1)), int(rng.integers(-room_y, room_y + 1)))
-        grey = render(digit, scale, off) / PAPER                          # 1 = paper, darker = ink
-        tint = np.array([0.93, 0.86, 0.70]) * 255                         # yellowed paper (RGB)
+        grey = render(digit, scale, off) / PAPER  # 1 = paper, darker = ink
+        tint = np.array([0.93, 0.86, 0.70]) * 255  # yellowed paper (RGB)
         rgb = grey[..., None] * tint[None, None, :]
-        for _ in range(int(rng.integers(6, 12))):                         # specks of dirt
+        for _ in range(int(rng.integers(6, 12))):  # specks of dirt
             cy, cx, r = int(rng.integers(0, HEIGHT)), int(rng.integers(0, WIDTH)), int(rng.integers(1, 3))
             cv2.circle(rgb, (cx, cy), r, (60.0, 50.0, 40.0), -1)
         img = np.clip(rgb, 0, 255).astype(np.uint8)
@@ -100,7 +111,7 @@ def photo_crops(rng: np.random.Generator) -> dict[str, list[np.ndarray]]:
     import cv2
     from sklearn.datasets import load_sample_images
 
-    photos = load_sample_images().images        # china.jpg (a temple), flower.jpg
+    photos = load_sample_images().images  # china.jpg (a temple), flower.jpg
     out: dict[str, list[np.ndarray]] = {}
     for name, img in zip(("temple", "flower"), photos):
         h, w = img.shape[:2]
@@ -109,8 +120,11 @@ def photo_crops(rng: np.random.Generator) -> dict[str, list[np.ndarray]]:
             ch = int(rng.integers(h // 5, h // 2))
             cw = ch * WIDTH // HEIGHT
             y, x = int(rng.integers(0, h - ch)), int(rng.integers(0, w - cw))
-            crops.append(cv2.resize(np.ascontiguousarray(img[y:y + ch, x:x + cw]), (WIDTH, HEIGHT),
-                                    interpolation=cv2.INTER_AREA))
+            crops.append(
+                cv2.resize(
+                    np.ascontiguousarray(img[y : y + ch, x : x + cw]), (WIDTH, HEIGHT), interpolation=cv2.INTER_AREA
+                )
+            )
         out[name] = crops
     return out
 
@@ -126,8 +140,14 @@ def _write(folder: Path, images: dict[str, list[np.ndarray]]) -> None:
 
 
 def manifest() -> dict:
-    return {"benchmark": "shifted-digits", "version": VERSION, "seed": SEED, "shifts": list(SHIFTS),
-            "size": [WIDTH, HEIGHT], "mixed_in": "photos"}
+    return {
+        "benchmark": "shifted-digits",
+        "version": VERSION,
+        "seed": SEED,
+        "shifts": list(SHIFTS),
+        "size": [WIDTH, HEIGHT],
+        "mixed_in": "photos",
+    }
 
 
 def make_shifted_digits(root: str | Path, write: bool = True) -> Path:
@@ -142,8 +162,10 @@ def make_shifted_digits(root: str | Path, write: bool = True) -> Path:
         except (OSError, ValueError):
             pass
     if root.exists():
-        raise UserError(f"{root}: exists but does not hold this shifted-digits benchmark (version {VERSION}); "
-                        "move it away or pass another --store")
+        raise UserError(
+            f"{root}: exists but does not hold this shifted-digits benchmark (version {VERSION}); "
+            "move it away or pass another --store"
+        )
     if not write:
         return root
     root.parent.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,5 @@
 """`imagefolder:PATH`: any folder with one sub-folder per class (class name = folder name)."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,4 +1,5 @@
 """ImageNet and its variants: one folder per class, class names from `classnames.txt` ('<wnid> <name>')."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -27,7 +28,10 @@ IMAGENET = {
 def imagenet_layout(key: str) -> str:
     folder, subs = IMAGENET[key]
     classes = "<0..999>" if key == "imagenet_v2" else "<wnid>"
-    return f"<root>/{folder}/{subs[0]}/{classes}/<images> and <root>/{folder}/classnames.txt ('<wnid> <class name>' per line)"
+    return (
+        f"<root>/{folder}/{subs[0]}/{classes}/<images> and <root>/{folder}/classnames.txt "
+        "('<wnid> <class name>' per line)"
+    )
 
 
 def _open_clip_imagenet_names() -> list[str]:
@@ -50,16 +54,21 @@ def _load_v2(key: str, base: Path, image_dir: Path, layout: str, listing: str) -
     names_file = require_file(base / "classnames.txt", key, layout)
     dirs = list_class_dirs(image_dir)
     if dirs and not all(d.name.isdigit() for d in dirs):
-        return TestSplit(key, scan_class_folders(key, dirs, layout, listing),
-                         _names_for_wnids(key, dirs, names_file, layout), layout=layout)
+        return TestSplit(
+            key,
+            scan_class_folders(key, dirs, layout, listing),
+            _names_for_wnids(key, dirs, names_file, layout),
+            layout=layout,
+        )
     names = [name for _, name in read_wnid_names(names_file, key, layout)]
     dirs = sorted(dirs, key=lambda d: int(d.name))
     if not dirs:
         raise layout_error(key, f"{image_dir} holds no class folders", layout)
     bad = [d for d in dirs if int(d.name) >= len(names)]
     if bad:
-        raise layout_error(key, f"class folder {bad[0]} has no line {int(bad[0].name)} in {names_file} "
-                                f"({len(names)} lines)", layout)
+        raise layout_error(
+            key, f"class folder {bad[0]} has no line {int(bad[0].name)} in {names_file} ({len(names)} lines)", layout
+        )
     items = []
     for d in dirs:
         part = scan_class_folders(key, [d], layout, listing)

@@ -1,5 +1,6 @@
 """Method families: one module per family of test-time methods, each pure functions over an
 explicit state (the interface: `mstta.families.base`). `get_family(name)` returns the module."""
+
 from __future__ import annotations
 
 from types import ModuleType
@@ -25,5 +26,18 @@ def family_rows() -> list[Method]:
     return [row for fam in FAMILIES.values() for row in fam.METHODS]
 
 
-__all__ = ["CACHE", "FAMILIES", "Method", "StepOut", "family_rows", "get_family", "BcaParams", "DmnParams",
-           "DotaParams", "DpeParams", "MtaParams", "OnzetaParams", "ZeroParams"]
+__all__ = [
+    "CACHE",
+    "FAMILIES",
+    "Method",
+    "StepOut",
+    "family_rows",
+    "get_family",
+    "BcaParams",
+    "DmnParams",
+    "DotaParams",
+    "DpeParams",
+    "MtaParams",
+    "OnzetaParams",
+    "ZeroParams",
+]

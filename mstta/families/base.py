@@ -22,6 +22,7 @@ A family is a module of pure functions over an explicit state (a dict of tensors
 The cache family (`mstta.streams.Streams`) predates this interface and keeps its own vectorised
 state; `mstta.families.runner` runs every other family behind the same `Engine`/`MultiEngine`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -37,21 +38,21 @@ class Method:
     """A registry row: what a method is and which family runs it. Callers never branch on it:
     `Engine(text, method)` picks the family's runner."""
 
-    name: str            # the key used on command lines and in result files
-    title: str           # human title, as the reports and the demo print it
-    summary: str         # one line: what the method is
+    name: str  # the key used on command lines and in result files
+    title: str  # human title, as the reports and the demo print it
+    summary: str  # one line: what the method is
     family: str = CACHE  # the module under mstta.families that runs it (cache: mstta.streams)
-    cache: bool = False       # positive cache of low-entropy samples (§3.1)
+    cache: bool = False  # positive cache of low-entropy samples (§3.1)
     mean_shift: bool = False  # kNN mean shift toward the earlier samples' raw features (§4.1; the +ms rows)
-    negative: bool = False    # TDA's negative cache
-    boost: bool = False       # BoostAdapter's throw-away boosted cache from the lowest-entropy views
+    negative: bool = False  # TDA's negative cache
+    boost: bool = False  # BoostAdapter's throw-away boosted cache from the lowest-entropy views
     neg_policy: str = "entropy"  # negative-cache replacement: "entropy" (TDA) or "fifo" (BoostAdapter)
-    training_free: bool = True   # False: the method takes an optimiser step (DPE), marked in every output
+    training_free: bool = True  # False: the method takes an optimiser step (DPE), marked in every output
     provenance: str = "authors' code"  # where its semantics come from, printed beside its rows
-    episodic: bool = False    # no state carried from one sample to the next (ZERO, MTA)
+    episodic: bool = False  # no state carried from one sample to the next (ZERO, MTA)
     augment: str | None = None  # the views its authors' code reads on every dataset ("crop": random
-                                # resized crops + flips); None = the dataset's protocol (`bench.augment`,
-                                # and view 0 alone where the dataset's `view_mode` is "original")
+    # resized crops + flips); None = the dataset's protocol (`bench.augment`,
+    # and view 0 alone where the dataset's `view_mode` is "original")
 
     @property
     def marks(self) -> list[str]:
@@ -67,8 +68,8 @@ class Method:
 class StepOut(NamedTuple):
     """One step of a family (or a replayed stream, with a leading [N] dimension)."""
 
-    scores: torch.Tensor   # [C] the prediction is their argmax (StepResult.logits)
-    clip: torch.Tensor     # [C] zero-shot CLIP logits of the method's prediction path
+    scores: torch.Tensor  # [C] the prediction is their argmax (StepResult.logits)
+    clip: torch.Tensor  # [C] zero-shot CLIP logits of the method's prediction path
     entropy: torch.Tensor  # 0-d: the CLIP entropy (nats) of that path
     feature: torch.Tensor  # [d] the sample's raw feature: the row the mean-shift bank keeps
-    probs: torch.Tensor    # [C] the method's probabilities (docs/engine.md says what they are per family)
+    probs: torch.Tensor  # [C] the method's probabilities (docs/engine.md says what they are per family)

@@ -16,6 +16,7 @@ mu starts at the text classifier, P at the identity. The prediction is argmax(ou
 updates; `probs` = out / sum(out). +MS: the likelihood and the centre update use shift(xbar).
 docs/methods/bca.md lists what is unverified.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -32,10 +33,21 @@ NAME = "bca"
 PROVENANCE = "a third-party port's semantics, not the authors' code"
 
 METHODS = (
-    Method(name="bca", title="BCA", family=NAME, provenance=PROVENANCE,
-           summary="Bayesian class adaptation: adapted class centres (likelihood) and class prior (CVPR-25)"),
-    Method(name="bca+ms", title="BCA + MS", family=NAME, mean_shift=True, provenance=PROVENANCE,
-           summary="BCA with the likelihood and the centre update on the mean-shifted feature"),
+    Method(
+        name="bca",
+        title="BCA",
+        family=NAME,
+        provenance=PROVENANCE,
+        summary="Bayesian class adaptation: adapted class centres (likelihood) and class prior (CVPR-25)",
+    ),
+    Method(
+        name="bca+ms",
+        title="BCA + MS",
+        family=NAME,
+        mean_shift=True,
+        provenance=PROVENANCE,
+        summary="BCA with the likelihood and the centre update on the mean-shifted feature",
+    ),
 )
 
 # The port holds one set of values for every dataset; the authors' per-dataset values (if any) are unknown.
@@ -49,11 +61,11 @@ class Params:
     """BCA's hyperparameters (`engine: bca: {...}`); defaults = TTABC `ttabc/configs/algorithms.py`
     ["bca"] (unverified against the authors' code)."""
 
-    threshold1: float = 0.05   # update a centre when the posterior's max is above this
-    init_count1: int = 20000   # each centre's starting weight (its text embedding counts as this many samples)
-    threshold2: float = 0.65   # update a prior row when the posterior's max is above this
-    init_count2: int = 1       # each prior row's starting weight
-    selection_p: float = 0.1   # fraction of the views kept by entropy (floor(0.1 * 64) = 6; at least 1 here)
+    threshold1: float = 0.05  # update a centre when the posterior's max is above this
+    init_count1: int = 20000  # each centre's starting weight (its text embedding counts as this many samples)
+    threshold2: float = 0.65  # update a prior row when the posterior's max is above this
+    init_count2: int = 1  # each prior row's starting weight
+    selection_p: float = 0.1  # fraction of the views kept by entropy (floor(0.1 * 64) = 6; at least 1 here)
 
     def __post_init__(self) -> None:
         check_num(self, "threshold1", 0.0, 1.0)
@@ -71,21 +83,29 @@ def state_bytes(C: int, d: int, cfg) -> int:
 def init(text: torch.Tensor, cfg, length: int | None) -> dict[str, torch.Tensor]:
     """A fresh state (`BCAState.__init__`): mu = the text classifier, P = I, c1 = init_count1, c2 = init_count2."""
     C, p = text.shape[0], cfg.bca
-    return {"mu": text.clone(), "prior": torch.eye(C, dtype=text.dtype, device=text.device),
-            "c1": torch.full((C,), p.init_count1, dtype=torch.int64, device=text.device),
-            "c2": torch.full((C,), p.init_count2, dtype=torch.int64, device=text.device)}
+    return {
+        "mu": text.clone(),
+        "prior": torch.eye(C, dtype=text.dtype, device=text.device),
+        "c1": torch.full((C,), p.init_count1, dtype=torch.int64, device=text.device),
+        "c2": torch.full((C,), p.init_count2, dtype=torch.int64, device=text.device),
+    }
 
 
 def confident_mean(x: torch.Tensor, logits: torch.Tensor, ratio: float) -> torch.Tensor:
     """`assign_label` with TPT's `select_confident_samples`: the mean feature of the floor(ratio V)
     lowest-entropy views (at least 1: the port's empty selection would be NaN; ties to the lower
     view index). [V, d], [V, C] -> [d], not re-normalised."""
-    keep = torch.argsort(Fn.entropy(logits), stable=True)[:max(1, int(ratio * x.shape[0]))]
+    keep = torch.argsort(Fn.entropy(logits), stable=True)[: max(1, int(ratio * x.shape[0]))]
     return x[keep].mean(0)
 
 
-def step(state: dict[str, torch.Tensor], x: torch.Tensor, text: torch.Tensor, cfg,
-         shift: Callable[[torch.Tensor], torch.Tensor]) -> StepOut:
+def step(
+    state: dict[str, torch.Tensor],
+    x: torch.Tensor,
+    text: torch.Tensor,
+    cfg,
+    shift: Callable[[torch.Tensor], torch.Tensor],
+) -> StepOut:
     """One sample, `BCAState.bca_step`: predict from the posterior, then update centre and prior
     (on-device masks for the thresholds: no host round trip)."""
     p: Params = cfg.bca
@@ -101,8 +121,9 @@ def step(state: dict[str, torch.Tensor], x: torch.Tensor, text: torch.Tensor, cf
     return StepOut(scores=out, clip=clip, entropy=Fn.entropy(clip), feature=xbar, probs=out / out.sum())
 
 
-def update_rows(state: dict[str, torch.Tensor], y: torch.Tensor, conf: torch.Tensor, z: torch.Tensor,
-                out: torch.Tensor, p: Params) -> None:
+def update_rows(
+    state: dict[str, torch.Tensor], y: torch.Tensor, conf: torch.Tensor, z: torch.Tensor, out: torch.Tensor, p: Params
+) -> None:
     """`update_centers` and `update_prior` of class y [1] in place, each where conf [1] is above its
     threshold (masks and row copies on the device: no host round trip):
     mu_y <- normalise((c1_y mu_y + z) / (c1_y + 1)), P_y <- (c2_y P_y + out) / (c2_y + 1), counts + 1."""

@@ -14,6 +14,7 @@ Per sample, views x [V, d] (view 0 = the original image, q = x_0), text W [C, d]
   probs = scores / (1 + weight).
 +MS: the key written and the readout query are shift(q); P_text stays on the raw q.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,15 +31,26 @@ from .base import Method, StepOut
 NAME = "dmn"
 
 METHODS = (
-    Method(name="dmn-zs", title="DMN-ZS", family=NAME, augment="crop",
-           summary="dynamic memory of 50 confident features per class, similarity-weighted readout (CVPR-24)"),
-    Method(name="dmn-zs+ms", title="DMN-ZS + MS", family=NAME, augment="crop", mean_shift=True,
-           summary="DMN-ZS with mean-shifted memory keys and readout query (MS plug-in)"),
+    Method(
+        name="dmn-zs",
+        title="DMN-ZS",
+        family=NAME,
+        augment="crop",
+        summary="dynamic memory of 50 confident features per class, similarity-weighted readout (CVPR-24)",
+    ),
+    Method(
+        name="dmn-zs+ms",
+        title="DMN-ZS + MS",
+        family=NAME,
+        augment="crop",
+        mean_shift=True,
+        summary="DMN-ZS with mean-shifted memory keys and readout query (MS plug-in)",
+    ),
 )
 
 REPLACE_RULES = ("official", "tta-vlm")
-H_SELECT_EPS = 1e-6   # dmn_main.py select_confident_samples: -(p * log(p + 1e-6)).sum(1)
-H_MEMORY_EPS = 1e-8   # dmn_main.py update_memory_bank: -(p_bar * log(p_bar + 1e-8)).sum()
+H_SELECT_EPS = 1e-6  # dmn_main.py select_confident_samples: -(p * log(p + 1e-6)).sum(1)
+H_MEMORY_EPS = 1e-8  # dmn_main.py update_memory_bank: -(p_bar * log(p_bar + 1e-8)).sum()
 WEIGHT_GRID = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30, 100, 300, 1000)  # direct_inference beta2_list
 LABEL_TUNED = "label-tuned: fusion weight chosen on the test labels"
 # No per-dataset values: the zero-shot runs (scripts/run.sh, blocks 2 and 3) use one setting for every
@@ -51,12 +63,12 @@ CHUNK_ELEMENTS = 1 << 22  # replay: a chunk's [n, V, C] view probabilities / [n,
 class Params:
     """DMN-ZS's hyperparameters (`EngineConfig.dmn`)."""
 
-    memory_size: int = 50       # scripts/run.sh --memory_size 50 (slots per class)
-    selection_p: float = 0.1    # scripts/run.sh --selection_p 0.1 (floor(0.1 * 32) = 3 confident views)
-    beta: float = 5.5           # scripts/run.sh --beta 5.5 (similarity_weighted exp(-beta (1 - q k)))
-    weight: float = 1.0         # P_mem's fusion weight; official: searched on the test labels (direct_inference
+    memory_size: int = 50  # scripts/run.sh --memory_size 50 (slots per class)
+    selection_p: float = 0.1  # scripts/run.sh --selection_p 0.1 (floor(0.1 * 32) = 3 confident views)
+    beta: float = 5.5  # scripts/run.sh --beta 5.5 (similarity_weighted exp(-beta (1 - q k)))
+    weight: float = 1.0  # P_mem's fusion weight; official: searched on the test labels (direct_inference
     #                             lines ~826-860, YBZh/DMN issue #2); fixed 1.0 = TTA-VLM online_method/dmn.py alpha
-    replace: str = "official"   # full class: "official" = update_memory_bank (overwrite the max-entropy slot if
+    replace: str = "official"  # full class: "official" = update_memory_bank (overwrite the max-entropy slot if
     #                             H_bar is below some stored entropy); "tta-vlm" = MemoryBank.update (always overwrite)
 
     def __post_init__(self):
@@ -78,17 +90,20 @@ def init(text: torch.Tensor, cfg, length: int | None) -> dict[str, torch.Tensor]
     """Empty memory (fix_clip.py `get_text_features`: zeros, count 0), on text's device and dtype."""
     C, d = text.shape
     M = cfg.dmn.memory_size
-    return {"keys": text.new_zeros(C, M, d), "entropy": text.new_zeros(C, M),
-            "count": torch.zeros(C, dtype=torch.long, device=text.device)}
+    return {
+        "keys": text.new_zeros(C, M, d),
+        "entropy": text.new_zeros(C, M),
+        "count": torch.zeros(C, dtype=torch.long, device=text.device),
+    }
 
 
 class ZeroShot(NamedTuple):
     """Zero-shot quantities of n samples ([n, ...]): all the memory's decisions depend on."""
 
-    clip: torch.Tensor    # [n, C] s q W^T (view 0)
+    clip: torch.Tensor  # [n, C] s q W^T (view 0)
     p_text: torch.Tensor  # [n, C] softmax(clip)
-    label: torch.Tensor   # [n] argmax p_bar (the first maximum)
-    h_bar: torch.Tensor   # [n] -sum p_bar log(p_bar + 1e-8)
+    label: torch.Tensor  # [n] argmax p_bar (the first maximum)
+    h_bar: torch.Tensor  # [n] -sum p_bar log(p_bar + 1e-8)
 
 
 def num_views(V: int, p: float) -> int:
@@ -100,12 +115,12 @@ def num_views(V: int, p: float) -> int:
 def zero_shot(x: torch.Tensor, text: torch.Tensor, logit_scale: float, p: Params) -> ZeroShot:
     """direct_inference lines 753-759 (get_text_prediction, select_confident_samples, init_pred):
     views [n, V, d] unit -> ZeroShot [n, ...]."""
-    logits = logit_scale * (x @ text.T)                                       # get_text_prediction
+    logits = logit_scale * (x @ text.T)  # get_text_prediction
     probs = torch.softmax(logits, dim=-1)
-    h = -(probs * torch.log(probs + H_SELECT_EPS)).sum(-1)                    # select_confident_samples
-    keep = torch.argsort(h, dim=-1, stable=True)[:, :num_views(x.shape[1], p.selection_p)]
+    h = -(probs * torch.log(probs + H_SELECT_EPS)).sum(-1)  # select_confident_samples
+    keep = torch.argsort(h, dim=-1, stable=True)[:, : num_views(x.shape[1], p.selection_p)]
     p_bar = probs.gather(1, keep.unsqueeze(-1).expand(-1, -1, probs.shape[-1])).mean(1)
-    h_bar = -(p_bar * torch.log(p_bar + H_MEMORY_EPS)).sum(-1)                # update_memory_bank
+    h_bar = -(p_bar * torch.log(p_bar + H_MEMORY_EPS)).sum(-1)  # update_memory_bank
     return ZeroShot(logits[:, 0], probs[:, 0], p_bar.argmax(-1), h_bar)
 
 
@@ -134,15 +149,16 @@ def update(state: dict[str, torch.Tensor], key: torch.Tensor, label: int, h: tor
     state["entropy"][label, slot] = h
 
 
-def readout(state: dict[str, torch.Tensor], q: torch.Tensor, text: torch.Tensor, logit_scale: float,
-            beta: float) -> torch.Tensor:
+def readout(
+    state: dict[str, torch.Tensor], q: torch.Tensor, text: torch.Tensor, logit_scale: float, beta: float
+) -> torch.Tensor:
     """get_image_pred "similarity_weighted": memory logits s a_c q [C] for the query q [d]. Keys are
     stored unit (the official normalises them at every readout) and empty slots are zero rows (zero
     after normalisation, as the official resets them); only the first max(count) slots are read."""
-    keys = state["keys"][:, :int(state["count"].max())]                       # [C, L, d]
+    keys = state["keys"][:, : int(state["count"].max())]  # [C, L, d]
     qn = Fn.normalize(q)
-    w = torch.exp(-beta * (1 - keys @ qn))                                      # [C, L]
-    w_text = torch.exp(-beta * (1 - text @ qn))                                 # W_c: the last key
+    w = torch.exp(-beta * (1 - keys @ qn))  # [C, L]
+    w_text = torch.exp(-beta * (1 - text @ qn))  # W_c: the last key
     a = Fn.normalize((w.unsqueeze(1) @ keys).squeeze(1) + w_text.unsqueeze(-1) * text)
     return logit_scale * (a @ q)
 
@@ -154,8 +170,13 @@ def fuse(p_text: torch.Tensor, p_mem: torch.Tensor, weight: float) -> tuple[torc
     return scores, scores / (1 + weight)
 
 
-def parts(state: dict[str, torch.Tensor], x: torch.Tensor, text: torch.Tensor, cfg,
-          shift: Callable[[torch.Tensor], torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def parts(
+    state: dict[str, torch.Tensor],
+    x: torch.Tensor,
+    text: torch.Tensor,
+    cfg,
+    shift: Callable[[torch.Tensor], torch.Tensor],
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One sample's (clip, P_text, P_mem), updating `state`: update before readout, as coded."""
     p = cfg.dmn
     zs = zero_shot(x.unsqueeze(0), text, cfg.logit_scale, p)
@@ -165,8 +186,13 @@ def parts(state: dict[str, torch.Tensor], x: torch.Tensor, text: torch.Tensor, c
     return zs.clip[0], zs.p_text[0], p_mem
 
 
-def step(state: dict[str, torch.Tensor], x: torch.Tensor, text: torch.Tensor, cfg,
-         shift: Callable[[torch.Tensor], torch.Tensor]) -> StepOut:
+def step(
+    state: dict[str, torch.Tensor],
+    x: torch.Tensor,
+    text: torch.Tensor,
+    cfg,
+    shift: Callable[[torch.Tensor], torch.Tensor],
+) -> StepOut:
     """One sample x [V, d] -> StepOut (scores = P_text + weight P_mem)."""
     clip, p_text, p_mem = parts(state, x, text, cfg, shift)
     scores, probs = fuse(p_text, p_mem, cfg.dmn.weight)
@@ -181,8 +207,9 @@ def replay(x: torch.Tensor, text: torch.Tensor, cfg) -> StepOut:
     return StepOut(scores, clip, Fn.entropy(clip), x[:, 0], probs)
 
 
-def replay_parts(x: torch.Tensor, text: torch.Tensor, cfg, mean_shift: bool = False,
-                 chunk: int = 256) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def replay_parts(
+    x: torch.Tensor, text: torch.Tensor, cfg, mean_shift: bool = False, chunk: int = 256
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(clip, P_text, P_mem) [N, C] of a stream x [N, V, d] unit rows: what `search_weight` needs.
     Without mean shift vectorised (the memory's decisions depend only on zero-shot quantities: one
     host-side slot scan, then chunked readout); with it, the runner's step loop and bank."""
@@ -192,7 +219,7 @@ def replay_parts(x: torch.Tensor, text: torch.Tensor, cfg, mean_shift: bool = Fa
         return _stepped_parts(x, text, cfg)
     p = cfg.dmn
     n = max(1, CHUNK_ELEMENTS // max(1, x.shape[1] * text.shape[0]))
-    zs = [zero_shot(x[a:a + n], text, cfg.logit_scale, p) for a in range(0, x.shape[0], n)]
+    zs = [zero_shot(x[a : a + n], text, cfg.logit_scale, p) for a in range(0, x.shape[0], n)]
     zs = ZeroShot(*(torch.cat(t) for t in zip(*zs)))
     t_in, t_out, cls = slot_scan(zs.label.cpu().numpy(), zs.h_bar.cpu().numpy(), text.shape[0], p)
     p_mem = _readout_all(x[:, 0], text, zs.clip / cfg.logit_scale, cfg, t_in, t_out, cls, chunk)
@@ -203,7 +230,7 @@ def slot_scan(labels: np.ndarray, h_bar: np.ndarray, C: int, p: Params):
     """update_memory_bank over a stream, on the host: each entry written (by sample t_in, into class
     cls) lives until the sample t_out that overwrites it (N if none). -> (t_in, t_out, cls) arrays."""
     N = len(labels)
-    slots: list[list[int]] = [[] for _ in range(C)]    # entry ids per class, in slot order
+    slots: list[list[int]] = [[] for _ in range(C)]  # entry ids per class, in slot order
     ent: list[list[float]] = [[] for _ in range(C)]
     t_out = np.full(N, N, dtype=np.int64)
     written = np.zeros(N, dtype=bool)
@@ -223,17 +250,21 @@ def slot_scan(labels: np.ndarray, h_bar: np.ndarray, C: int, p: Params):
     return ids, t_out[ids], labels[ids].astype(np.int64)
 
 
-def _readout_all(q: torch.Tensor, text: torch.Tensor, cos: torch.Tensor, cfg, t_in, t_out, cls, chunk: int) -> torch.Tensor:
+def _readout_all(
+    q: torch.Tensor, text: torch.Tensor, cos: torch.Tensor, cfg, t_in, t_out, cls, chunk: int
+) -> torch.Tensor:
     """P_mem [N, C] of every sample from the entries alive at its readout (t_in <= t < t_out), in
     chunks of samples: s (R q) / |R| with R = sum_j w_j k_j per class (keys: the class's live
     entries and W_c), |R|^2 from the keys' within-class Gram matrix (sparse, block-diagonal, each
     pair's product computed once). `cos` [N, C]: q W^T (zero-shot logits / logit_scale)."""
     N, C, dev = q.shape[0], text.shape[0], q.device
     keys = Fn.normalize(q)
-    i, j = _pairs(cls, t_in, t_out)                                 # entries that share a class and a time
-    g = torch.cat([keys.new_zeros(0)] + [
-        (keys[t_in[i[p:p + 8192]]] * keys[t_in[j[p:p + 8192]]]).sum(-1) for p in range(0, len(i), 8192)])
-    kt = cos[torch.as_tensor(t_in, device=dev), torch.as_tensor(cls, device=dev)]   # k_e W_c(e)
+    i, j = _pairs(cls, t_in, t_out)  # entries that share a class and a time
+    g = torch.cat(
+        [keys.new_zeros(0)]
+        + [(keys[t_in[i[p : p + 8192]]] * keys[t_in[j[p : p + 8192]]]).sum(-1) for p in range(0, len(i), 8192)]
+    )
+    kt = cos[torch.as_tensor(t_in, device=dev), torch.as_tensor(cls, device=dev)]  # k_e W_c(e)
     out = q.new_empty(N, C)
     a = 0
     while a < N:
@@ -247,8 +278,18 @@ def _readout_all(q: torch.Tensor, text: torch.Tensor, cos: torch.Tensor, cfg, t_
         local[live] = np.arange(len(live))
         use = (local[i] >= 0) & (local[j] >= 0)
         pairs = (local[i[use]], local[j[use]], g[torch.as_tensor(use, device=dev)])
-        out[a:b] = _readout_chunk(keys[a:b], keys[torch.as_tensor(t_in[live], device=dev)], cos[a:b], cfg, a,
-                                  t_in[live], t_out[live], cls[live], kt[torch.as_tensor(live, device=dev)], pairs)
+        out[a:b] = _readout_chunk(
+            keys[a:b],
+            keys[torch.as_tensor(t_in[live], device=dev)],
+            cos[a:b],
+            cfg,
+            a,
+            t_in[live],
+            t_out[live],
+            cls[live],
+            kt[torch.as_tensor(live, device=dev)],
+            pairs,
+        )
         a = b
     return out
 
@@ -257,7 +298,7 @@ def _pairs(cls: np.ndarray, t_in: np.ndarray, t_out: np.ndarray) -> tuple[np.nda
     """(i, j), i <= j, of the entries (ids in write order) of one class whose lives overlap."""
     order = np.lexsort((t_in, cls))
     c = cls[order]
-    cnt = np.searchsorted(c, c, side="right") - np.arange(len(c))       # j = i .. end of i's class
+    cnt = np.searchsorted(c, c, side="right") - np.arange(len(c))  # j = i .. end of i's class
     i = np.repeat(np.arange(len(c)), cnt)
     j = i + np.arange(len(i)) - np.repeat(np.cumsum(cnt) - cnt, cnt)
     i, j = order[i], order[j]
@@ -274,18 +315,22 @@ def _readout_chunk(q, k, cos, cfg, a, e_in, e_out, e_cls, kt, pairs) -> torch.Te
     cl = torch.as_tensor(e_cls, device=dev)
     t = torch.arange(a, a + B, device=dev).unsqueeze(-1)
     alive = (torch.as_tensor(e_in, device=dev) <= t) & (t < torch.as_tensor(e_out, device=dev))
-    sims = q @ k.T                                                         # [B, E]
+    sims = q @ k.T  # [B, E]
     w = torch.exp(-beta * (1 - sims)) * alive
-    w_t = torch.exp(-beta * (1 - cos))                                     # W_c: the last key
+    w_t = torch.exp(-beta * (1 - cos))  # W_c: the last key
     i, j, g = pairs
     off = torch.as_tensor(i != j, device=dev)
     ii, jj = torch.as_tensor(i, device=dev), torch.as_tensor(j, device=dev)
-    gram = torch.sparse_coo_tensor(torch.stack([torch.cat([ii, jj[off]]), torch.cat([jj, ii[off]])]),
-                                   torch.cat([g, g[off]]), (len(e_in), len(e_in)), check_invariants=False)
+    gram = torch.sparse_coo_tensor(
+        torch.stack([torch.cat([ii, jj[off]]), torch.cat([jj, ii[off]])]),
+        torch.cat([g, g[off]]),
+        (len(e_in), len(e_in)),
+        check_invariants=False,
+    )
     per_class = torch.cat([w * sims, w * (torch.sparse.mm(gram, w.T).T + 2 * w_t[:, cl] * kt)])
     sums = torch.zeros(2 * B, C, dtype=q.dtype, device=dev).index_add_(1, cl, per_class)
-    dot = w_t * cos + sums[:B]                                             # R q
-    quad = w_t * w_t + sums[B:]                                            # |R|^2 (|W_c| = 1)
+    dot = w_t * cos + sums[:B]  # R q
+    quad = w_t * w_t + sums[B:]  # |R|^2 (|W_c| = 1)
     return torch.softmax(s * dot / quad.sqrt(), dim=-1)
 
 
@@ -313,8 +358,10 @@ def search_weight(p_text, p_mem, labels) -> tuple[float, float]:
     labels = torch.as_tensor(np.asarray(labels), device=p_text.device)
     known = labels >= 0
     if p_text.shape != p_mem.shape or p_text.dim() != 2 or labels.shape != p_text.shape[:1]:
-        raise UserError(f"search_weight: p_text {tuple(p_text.shape)}, p_mem {tuple(p_mem.shape)} and labels "
-                        f"{tuple(labels.shape)} must be [N, C], [N, C], [N]")
+        raise UserError(
+            f"search_weight: p_text {tuple(p_text.shape)}, p_mem {tuple(p_mem.shape)} and labels "
+            f"{tuple(labels.shape)} must be [N, C], [N, C], [N]"
+        )
     if not bool(known.any()):
         raise UserError("search_weight: no labelled sample (every label < 0); the search needs test labels")
     best = (WEIGHT_GRID[0], -1.0)

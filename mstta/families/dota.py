@@ -14,6 +14,7 @@ Sigma_k: the official update Sigma_k <- (c_k Sigma_k + Delta_k) / (c_k + s_k), c
 exactly S_k <- S_k + Delta_k, one in-place batched rank-|X| update (no C x d x d temporary), and
 mean_k Sigma_k = mean_k S_k / c_k is one pass over S. docs/methods/dota.md has the details.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,10 +28,19 @@ from .base import Method, StepOut
 NAME = "dota"
 
 METHODS = (
-    Method(name="dota", title="DOTA", family=NAME,
-           summary="DOTA: CLIP + an online Gaussian discriminant (soft-label class means and covariances)"),
-    Method(name="dota+ms", title="DOTA + MS", family=NAME, mean_shift=True,
-           summary="DOTA fitted on mean-shifted views and predicting from the shifted view mean (plug-in)"),
+    Method(
+        name="dota",
+        title="DOTA",
+        family=NAME,
+        summary="DOTA: CLIP + an online Gaussian discriminant (soft-label class means and covariances)",
+    ),
+    Method(
+        name="dota+ms",
+        title="DOTA + MS",
+        family=NAME,
+        mean_shift=True,
+        summary="DOTA fitted on mean-shifted views and predicting from the shifted view mean (plug-in)",
+    ),
 )
 
 PRECISIONS = ("float", "official")
@@ -62,10 +72,10 @@ class Params:
     """DOTA's hyperparameters (`EngineConfig.dota`). The official code has no defaults (each run
     reads a dataset YAML): these are configs/vit/imagenet.yaml's."""
 
-    epsilon: float = 1e-4   # `DOTA.update`: Lambda = inv((1 - epsilon) Sigmabar + epsilon I)
-    sigma: float = 0.002    # `DOTA.__init__`: Sigma_k = sigma I at the start
-    eta: float = 0.2        # `run_test_dota`: the cap of the DOTA weight
-    rho: float = 0.005      # `run_test_dota`: DOTA weight = rho * mean_k c_k / |X|
+    epsilon: float = 1e-4  # `DOTA.update`: Lambda = inv((1 - epsilon) Sigmabar + epsilon I)
+    sigma: float = 0.002  # `DOTA.__init__`: Sigma_k = sigma I at the start
+    eta: float = 0.2  # `run_test_dota`: the cap of the DOTA weight
+    rho: float = 0.005  # `run_test_dota`: DOTA weight = rho * mean_k c_k / |X|
     view_ratio: float = 0.1  # utils.py `get_clip_logits_aug`: keep int(0.1 V) views (at least 1 here)
     precision: str = "float"  # "float": the classifier's dtype; "official": `predict`'s fp16 casts
 
@@ -92,8 +102,12 @@ def init(text: torch.Tensor, cfg, length: int | None) -> dict[str, torch.Tensor]
     scatter = torch.zeros(C, d, d, **like)
     scatter.diagonal(dim1=1, dim2=2).fill_(p.sigma)
     lam = torch.eye(d, **like) / p.sigma
-    return {"mu": torch.full((C, d), 0.001, **like), "count": torch.ones(C, **like),
-            "scatter": scatter, "Lambda": _rounded(lam, p)}
+    return {
+        "mu": torch.full((C, d), 0.001, **like),
+        "count": torch.ones(C, **like),
+        "scatter": scatter,
+        "Lambda": _rounded(lam, p),
+    }
 
 
 def _rounded(lam: torch.Tensor, p: Params) -> torch.Tensor:
@@ -125,8 +139,10 @@ def predict(state: dict[str, torch.Tensor], q: torch.Tensor, p: Params) -> torch
 def _predict_half(lam: torch.Tensor, mu: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """`DOTA.predict` in fp16 as a GPU runs it: fp16 operands, each product/sum accumulated wide
     (here in float64) and rounded to fp16 once per official op."""
+
     def h(t):
         return t.to(torch.float64).half().to(torch.float64)
+
     m, q = h(mu.T), h(q)
     w = h(h(lam) @ m)
     c = h(0.5 * h(h(m * w).sum(0)))

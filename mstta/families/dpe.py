@@ -22,6 +22,7 @@ Per sample (docs/methods/dpe.md gives the equations and the sources line by line
 Not training-free: every output carries the row's "not training-free" mark. +MS: the feature
 written to the cache and both cache queries go through `shift`; the CLIP logits stay raw.
 """
+
 from __future__ import annotations
 
 import math
@@ -35,12 +36,20 @@ from .base import Method, StepOut
 
 NAME = "dpe"
 
-_SUMMARY = ("DPE: evolving text prototypes and a 3-shot cache, refined by one AdamW step on "
-            "feature-level residuals per sample (NeurIPS-24)")
+_SUMMARY = (
+    "DPE: evolving text prototypes and a 3-shot cache, refined by one AdamW step on "
+    "feature-level residuals per sample (NeurIPS-24)"
+)
 METHODS = (
     Method(name="dpe", title="DPE", summary=_SUMMARY, family=NAME, training_free=False),
-    Method(name="dpe+ms", title="DPE + MS", family=NAME, mean_shift=True, training_free=False,
-           summary="DPE with mean-shifted cache keys and queries (plug-in)"),
+    Method(
+        name="dpe+ms",
+        title="DPE + MS",
+        family=NAME,
+        mean_shift=True,
+        training_free=False,
+        summary="DPE with mean-shifted cache keys and queries (plug-in)",
+    ),
 )
 
 MAX_WEIGHT = 1e6  # as mstta.config.MAX_WEIGHT: every logit stays far inside float32
@@ -52,15 +61,15 @@ class Params:
     constants of main_dpe.py / utils.py. AdamW's weight decay (0.1) and betas are not fields: on
     the one step from zero parameters they cancel (docs/methods/dpe.md)."""
 
-    alpha: float = 6.0      # configs/imagenet.yaml positive.alpha: weight of the cache logits
-    beta: float = 5.0       # positive.beta: sharpness of exp(-beta (1 - affinity))
-    capacity: int = 3       # positive.shot_capacity (3 in every config)
-    lr_text: float = 6e-4   # learning_rate.text: AdamW lr of the text residual
+    alpha: float = 6.0  # configs/imagenet.yaml positive.alpha: weight of the cache logits
+    beta: float = 5.0  # positive.beta: sharpness of exp(-beta (1 - affinity))
+    capacity: int = 3  # positive.shot_capacity (3 in every config)
+    lr_text: float = 6e-4  # learning_rate.text: AdamW lr of the text residual
     lr_image: float = 6e-4  # learning_rate.image: AdamW lr of the cache-key residual
-    align: float = 0.5      # learning_rate.align: weight of the InfoNCE alignment loss
-    tau: float = 0.01       # main_dpe.py InfoNCELoss: InfoNCE(temperature=0.01)
-    eps: float = 1e-3       # run_test_dpe: AdamW(..., 'eps': 1e-3) for both groups
-    ratio: float = 0.1      # utils.py get_clip_logits: int(V * 0.1) lowest-entropy views (here >= 1)
+    align: float = 0.5  # learning_rate.align: weight of the InfoNCE alignment loss
+    tau: float = 0.01  # main_dpe.py InfoNCELoss: InfoNCE(temperature=0.01)
+    eps: float = 1e-3  # run_test_dpe: AdamW(..., 'eps': 1e-3) for both groups
+    ratio: float = 0.1  # utils.py get_clip_logits: int(V * 0.1) lowest-entropy views (here >= 1)
     threshold: float = 0.1  # run_test_dpe: evolve W_g when get_entropy(loss) < 0.1 (entropy / log2 C)
     infer_confident: bool = False  # run_test_dpe `if dataset_name == 'A'`: predict from the confident views
 
@@ -85,21 +94,21 @@ def _config(alpha, beta, lr, align, **extra) -> dict:
 # text = .image, learning_rate.align; shot_capacity 3 everywhere), keyed by this project's datasets;
 # ImageNet-A also predicts from its confident views (main_dpe.py `if dataset_name == 'A'`).
 DATASET_PARAMS: dict[str, dict] = {
-    "imagenet": _config(6.0, 5.0, 6e-4, 0.5),                           # imagenet.yaml
-    "imagenet_a": _config(6.0, 5.0, 3e-4, 2.5, infer_confident=True),   # imagenet_a.yaml
-    "imagenet_v2": _config(3.0, 8.0, 5e-4, 0.5),                        # imagenet_v.yaml
-    "imagenet_r": _config(3.0, 8.0, 6e-4, 0.0),                         # imagenet_r.yaml
-    "imagenet_sketch": _config(7.0, 7.45, 6e-4, 0.2),                   # imagenet_s.yaml
-    "fgvc_aircraft": _config(6.0, 2.0, 6e-4, 0.2),                      # fgvc.yaml
-    "caltech101": _config(15.0, 5.0, 6e-4, 0.2),                        # caltech101.yaml
-    "stanford_cars": _config(3.0, 7.0, 1e-4, 1.5),                      # stanford_cars.yaml
-    "dtd": _config(6.0, 3.0, 6e-4, 0.2),                                # dtd.yaml
-    "eurosat": _config(3.0, 8.0, 5e-5, 0.2),                            # eurosat.yaml
-    "oxford_flowers": _config(2.5, 5.0, 1e-4, 0.2),                     # oxford_flowers.yaml
-    "food101": _config(3.0, 1.0, 2e-4, 0.2),                            # food101.yaml
-    "oxford_pets": _config(4.0, 7.0, 5e-5, 0.2),                        # oxford_pets.yaml
-    "sun397": _config(6.0, 3.0, 2e-4, 0.2),                             # sun397.yaml
-    "ucf101": _config(9.0, 8.0, 4e-4, 0.2),                             # ucf101.yaml
+    "imagenet": _config(6.0, 5.0, 6e-4, 0.5),  # imagenet.yaml
+    "imagenet_a": _config(6.0, 5.0, 3e-4, 2.5, infer_confident=True),  # imagenet_a.yaml
+    "imagenet_v2": _config(3.0, 8.0, 5e-4, 0.5),  # imagenet_v.yaml
+    "imagenet_r": _config(3.0, 8.0, 6e-4, 0.0),  # imagenet_r.yaml
+    "imagenet_sketch": _config(7.0, 7.45, 6e-4, 0.2),  # imagenet_s.yaml
+    "fgvc_aircraft": _config(6.0, 2.0, 6e-4, 0.2),  # fgvc.yaml
+    "caltech101": _config(15.0, 5.0, 6e-4, 0.2),  # caltech101.yaml
+    "stanford_cars": _config(3.0, 7.0, 1e-4, 1.5),  # stanford_cars.yaml
+    "dtd": _config(6.0, 3.0, 6e-4, 0.2),  # dtd.yaml
+    "eurosat": _config(3.0, 8.0, 5e-5, 0.2),  # eurosat.yaml
+    "oxford_flowers": _config(2.5, 5.0, 1e-4, 0.2),  # oxford_flowers.yaml
+    "food101": _config(3.0, 1.0, 2e-4, 0.2),  # food101.yaml
+    "oxford_pets": _config(4.0, 7.0, 5e-5, 0.2),  # oxford_pets.yaml
+    "sun397": _config(6.0, 3.0, 2e-4, 0.2),  # sun397.yaml
+    "ucf101": _config(9.0, 8.0, 4e-4, 0.2),  # ucf101.yaml
 }
 
 
@@ -116,9 +125,14 @@ def init(text: torch.Tensor, cfg, length: int | None) -> dict[str, torch.Tensor]
     C, d = text.shape
     Q = cfg.dpe.capacity
     wg = text.clone()
-    return {"wg": wg, "wnorm": wg.norm(dim=-1).clamp_min(1e-12),
-            "feats": text.new_zeros(C, Q, d), "ent": text.new_full((C, Q), math.inf),
-            "keys": text.new_zeros(C, d), "num_avg": torch.zeros((), dtype=torch.long, device=text.device)}
+    return {
+        "wg": wg,
+        "wnorm": wg.norm(dim=-1).clamp_min(1e-12),
+        "feats": text.new_zeros(C, Q, d),
+        "ent": text.new_full((C, Q), math.inf),
+        "keys": text.new_zeros(C, d),
+        "num_avg": torch.zeros((), dtype=torch.long, device=text.device),
+    }
 
 
 def confident(x: torch.Tensor, w: torch.Tensor, scale, ratio: float):
@@ -200,8 +214,8 @@ def insert(state: dict, c: int, key: torch.Tensor, h: float, capacity: int) -> N
             return
         n -= 1  # the last entry goes
     at = sum(e <= h for e in row[:n])  # sorted() is stable: after every entry of equal entropy
-    feats[at + 1:n + 1] = feats[at:n].clone()
-    ent[at + 1:n + 1] = ent[at:n].clone()
+    feats[at + 1 : n + 1] = feats[at:n].clone()
+    ent[at + 1 : n + 1] = ent[at:n].clone()
     feats[at], ent[at] = key, h
     k = torch.zeros_like(key)
     for s in range(n + 1):  # image_prototype += item[0] / num_items, in the list's order

@@ -10,6 +10,7 @@ prediction is logit_scale mode W^T. Nothing is carried between samples: the stat
 Batches of samples run the loops together, each sample frozen once its own loop has stopped, so a
 batch performs exactly each sample's own loop counts.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -24,8 +25,14 @@ from .base import Method, StepOut
 NAME = "mta"
 
 METHODS = (
-    Method(name="mta", title="MTA", family=NAME, augment="crop", episodic=True,
-           summary="episodic MeanShift mode of the augmented views with inlierness scores (CVPR-24)"),
+    Method(
+        name="mta",
+        title="MTA",
+        family=NAME,
+        augment="crop",
+        episodic=True,
+        summary="episodic MeanShift mode of the augmented views with inlierness scores (CVPR-24)",
+    ),
 )
 
 CHUNK_ELEMENTS = {"cpu": 1 << 20, "other": 1 << 24}  # replay: a chunk's [n, V, max(C, d)] (cache-sized on a CPU)
@@ -36,11 +43,11 @@ H2_FLOOR = 1e-6  # 2 h^2 >= 1e-6: a zero bandwidth (k+1 identical views) is a di
 class Params:
     """MTA's hyperparameters (`EngineConfig.mta`)."""
 
-    lambda_y: float = 0.2         # main.py line 347 --lambda_y: the entropic term's weight
-    lambda_q: float = 4.0         # main.py line 346 --lambda_q: the quadratic (affinity) term's weight
-    max_iter: int = 5             # mta.py line 19: outer rounds, and the cap of both inner loops
-    th: float = 1e-6              # mta.py line 43: an inner loop stops when its step's norm is below th
-    temperature: float = 1.0      # mta.py line 20: of the affinity's softmax(L / temperature)
+    lambda_y: float = 0.2  # main.py line 347 --lambda_y: the entropic term's weight
+    lambda_q: float = 4.0  # main.py line 346 --lambda_q: the quadratic (affinity) term's weight
+    max_iter: int = 5  # mta.py line 19: outer rounds, and the cap of both inner loops
+    th: float = 1e-6  # mta.py line 43: an inner loop stops when its step's norm is below th
+    temperature: float = 1.0  # mta.py line 20: of the affinity's softmax(L / temperature)
     bandwidth_ratio: float = 0.3  # mta.py line 27: k = int(0.3 (V-1)) nearest views set each bandwidth
 
     def __post_init__(self):
@@ -74,7 +81,7 @@ def bandwidth(x: torch.Tensor, ratio: float) -> torch.Tensor:
     g = x @ x.transpose(1, 2)
     sq = x.square().sum(-1)
     d2 = (sq.unsqueeze(-1) + sq.unsqueeze(-2) - 2 * g).clamp_min(0)
-    d2.diagonal(dim1=1, dim2=2).zero_()                      # the distance to the point itself
+    d2.diagonal(dim1=1, dim2=2).zero_()  # the distance to the point itself
     k = neighbours(V, ratio)
     near = torch.topk(d2, k + 1, dim=-1, largest=False, sorted=True).values[..., 1:]  # sorted_dist[:, 1:k+1]**2
     return torch.sqrt(0.5 * near.mean(-1))
@@ -92,17 +99,17 @@ def solve(x: torch.Tensor, text: torch.Tensor, logit_scale: float, p: Params) ->
     """mta.py `solve_mta` lines 10-87 on n samples at once: the mode [n, d] (unit). x [n, V, d] unit.
     V = 1: view 0 itself (the mode of one point)."""
     n, V, _ = x.shape
-    mode = x[:, 0]                                                       # lines 39-40
+    mode = x[:, 0]  # lines 39-40
     if V == 1:
         return mode
     h = bandwidth(x, p.bandwidth_ratio)
-    h2 = (2 * h ** 2).clamp_min(H2_FLOOR)
+    h2 = (2 * h**2).clamp_min(H2_FLOOR)
     sq = x.square().sum(-1)
     probs = torch.softmax(Fn.clip_logits(x, text, logit_scale) / p.temperature, dim=-1)  # lines 15, 33
     affinity = probs @ probs.transpose(1, 2)
-    y = torch.full((n, V), 1.0 / V, dtype=x.dtype, device=x.device)    # line 36
-    for _ in range(p.max_iter):                                         # lines 46-84
-        density = kernel(mode, h2, x, sq)                               # line 52
+    y = torch.full((n, V), 1.0 / V, dtype=x.dtype, device=x.device)  # line 36
+    for _ in range(p.max_iter):  # lines 46-84
+        density = kernel(mode, h2, x, sq)  # line 52
         y = _inlierness(y, density, affinity, p)
         mode = _mode(mode, y, h2, x, sq, p)
     return mode
@@ -162,8 +169,9 @@ def _chunks(x: torch.Tensor, C: int) -> list[torch.Tensor]:
 def replay(x: torch.Tensor, text: torch.Tensor, cfg) -> StepOut:
     """A whole stream x [N, V, d] (unit rows) in sample chunks (the CPU pool's one-thread workers,
     mstta.threads) -> StepOut of [N, ...] tensors."""
-    outs = map_chunks(lambda c: _outputs(solve(c, text, cfg.logit_scale, cfg.mta), c, text, cfg),
-                      _chunks(x, text.shape[0]), x.device)
+    outs = map_chunks(
+        lambda c: _outputs(solve(c, text, cfg.logit_scale, cfg.mta), c, text, cfg), _chunks(x, text.shape[0]), x.device
+    )
     return StepOut(*(torch.cat(parts) for parts in zip(*outs)))
 
 

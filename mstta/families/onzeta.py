@@ -15,6 +15,7 @@ schedule needs n: `init` gets the stream's length in replay; an endless stream (
 `Params.horizon`, with beta_i = beta once i+1 >= horizon. +MS: v and the w-gradient use shift(x);
 t (the text proxy's zero-shot label) stays on the raw x. docs/methods/onzeta.md has the details.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,10 +31,19 @@ from .base import Method, StepOut
 NAME = "onzeta"
 
 METHODS = (
-    Method(name="onzeta", title="OnZeta", family=NAME,
-           summary="online label learning (class prior on the text proxy) + online vision proxy (ECCV-24)"),
-    Method(name="onzeta+ms", title="OnZeta + MS", family=NAME, mean_shift=True,
-           summary="OnZeta with the vision proxy's label and gradient on the mean-shifted feature"),
+    Method(
+        name="onzeta",
+        title="OnZeta",
+        family=NAME,
+        summary="online label learning (class prior on the text proxy) + online vision proxy (ECCV-24)",
+    ),
+    Method(
+        name="onzeta+ms",
+        title="OnZeta + MS",
+        family=NAME,
+        mean_shift=True,
+        summary="OnZeta with the vision proxy's label and gradient on the mean-shifted feature",
+    ),
 )
 
 # The official code runs ImageNet only, with the defaults below; TTA-VLM's port uses beta = 0.4 off
@@ -43,21 +53,21 @@ DATASET_PARAMS: dict[str, dict] = {}
 
 MIN_TEMPERATURE = 1e-6  # tau_t, tau_i: the official 0.01, 0.04; cosines / tau stay far inside float32
 MAX_TEMPERATURE = 1e3
-MAX_RATE = 1e6         # cw, cr, alpha: the official 0.5, 20, 1
-MAX_HORIZON = 2**40    # samples; a schedule's length, never allocated
+MAX_RATE = 1e6  # cw, cr, alpha: the official 0.5, 20, 1
+MAX_HORIZON = 2**40  # samples; a schedule's length, never allocated
 
 
 @dataclass
 class Params:
     """OnZeta's hyperparameters (`engine: onzeta: {...}`); defaults = main_online.py lines 24-30."""
 
-    tau_t: float = 0.01      # --tau_t: temperature of the text proxy's label (line 24)
-    tau_i: float = 0.04      # --tau_i: temperature of the vision proxy's label (line 25)
-    cw: float = 0.5          # --cw: the vision proxy's step size, lr = cw/sqrt(i+1) (line 26)
-    cr: float = 20.0         # --cr: the class prior's step size, rlr = cr/sqrt(i+1) (line 27)
-    alpha: float = 1.0       # --alpha: the prior's target mass per class is alpha/C (line 28)
-    beta: float = 0.8        # --beta: the vision proxy's final weight, beta_i = beta sqrt((i+1)/n) (line 29)
-    horizon: int = 50_000    # this project's: n of an endless stream (the official run's n, ImageNet val)
+    tau_t: float = 0.01  # --tau_t: temperature of the text proxy's label (line 24)
+    tau_i: float = 0.04  # --tau_i: temperature of the vision proxy's label (line 25)
+    cw: float = 0.5  # --cw: the vision proxy's step size, lr = cw/sqrt(i+1) (line 26)
+    cr: float = 20.0  # --cr: the class prior's step size, rlr = cr/sqrt(i+1) (line 27)
+    alpha: float = 1.0  # --alpha: the prior's target mass per class is alpha/C (line 28)
+    beta: float = 0.8  # --beta: the vision proxy's final weight, beta_i = beta sqrt((i+1)/n) (line 29)
+    horizon: int = 50_000  # this project's: n of an endless stream (the official run's n, ImageNet val)
 
     def __post_init__(self) -> None:
         check_num(self, "tau_t", MIN_TEMPERATURE, MAX_TEMPERATURE)
@@ -79,9 +89,12 @@ def init(text: torch.Tensor, cfg, length: int | None) -> dict[str, torch.Tensor]
     transpose [C, d]), rho = 0 (lines 256-257), the step index i = 0 and the schedule's n (float64:
     exact integers, and the schedule's arithmetic needs no conversion)."""
     n = length if length is not None else cfg.onzeta.horizon
-    return {"w": text.clone(), "rho": torch.zeros(text.shape[0], dtype=text.dtype, device=text.device),
-            "i": torch.zeros((), dtype=torch.float64, device=text.device),
-            "n": torch.tensor(float(n), dtype=torch.float64, device=text.device)}
+    return {
+        "w": text.clone(),
+        "rho": torch.zeros(text.shape[0], dtype=text.dtype, device=text.device),
+        "i": torch.zeros((), dtype=torch.float64, device=text.device),
+        "n": torch.tensor(float(n), dtype=torch.float64, device=text.device),
+    }
 
 
 def schedule(i: torch.Tensor, n: torch.Tensor, p: Params, dtype: torch.dtype) -> torch.Tensor:
@@ -110,8 +123,13 @@ def update_proxy(w: torch.Tensor, z: torch.Tensor, v: torch.Tensor, t: torch.Ten
     w.div_(torch.linalg.vector_norm(w, dim=1, keepdim=True).clamp_min(1e-12))
 
 
-def step(state: dict[str, torch.Tensor], x: torch.Tensor, text: torch.Tensor, cfg,
-         shift: Callable[[torch.Tensor], torch.Tensor]) -> StepOut:
+def step(
+    state: dict[str, torch.Tensor],
+    x: torch.Tensor,
+    text: torch.Tensor,
+    cfg,
+    shift: Callable[[torch.Tensor], torch.Tensor],
+) -> StepOut:
     """One sample (view 0 only: the official runs use 1 view), the loop body of lines 258-273."""
     p: Params = cfg.onzeta
     C = text.shape[0]

@@ -3,13 +3,15 @@
 
 A row without views of its own (`Method.augment` None) follows the dataset's protocol: where
 `view_mode` is "original" it reads view 0 alone, as the cache family does (DOTA, DPE, OnZeta and BCA
-run one view on the cross-domain sets in their authors' code). Each stream keeps its family state (a dict of tensors from `family.init`) and, for the `+ms` rows,
-its own bank of earlier raw features: `shift` moves a family's features toward their k nearest
-bank rows (the engine's Eq. (9)-(11), `functional.shift_by_sims`, ties to the older row) before
-the sample's own raw feature enters the bank. Streams step one after another (the families' state
+run one view on the cross-domain sets in their authors' code). Each stream keeps its family state
+(a dict of tensors from `family.init`) and, for the `+ms` rows, its own bank of earlier raw
+features: `shift` moves a family's features toward their k nearest bank rows (the engine's
+Eq. (9)-(11), `functional.shift_by_sims`, ties to the older row) before the sample's own raw
+feature enters the bank. Streams step one after another (the families' state
 is small and sequential); math runs in the text classifier's dtype (float64 for a float64
 classifier: the exact path the independent references are checked on, else float32).
 """
+
 from __future__ import annotations
 
 import copy
@@ -73,9 +75,16 @@ def _identity(v: torch.Tensor) -> torch.Tensor:
 class FamilyStreams(Streams):
     """S streams of one family method (the `Engine`/`MultiEngine` of a non-cache method)."""
 
-    def __init__(self, text: torch.Tensor, method: Method, config: EngineConfig | None,
-                 device: str | torch.device | None, cuda_graph: bool | None, streams: int,
-                 stream_length: int | None = None):
+    def __init__(
+        self,
+        text: torch.Tensor,
+        method: Method,
+        config: EngineConfig | None,
+        device: str | torch.device | None,
+        cuda_graph: bool | None,
+        streams: int,
+        stream_length: int | None = None,
+    ):
         self.method = method
         self.config = config if config is not None else EngineConfig()
         text = torch.as_tensor(text)
@@ -85,8 +94,10 @@ class FamilyStreams(Streams):
         self.text = Fn.normalize(text.to(device=device or text.device, dtype=dtype))
         self.streams = streams
         if cuda_graph:
-            raise UserError(f"cuda_graph=True: {method.title} runs eagerly (only the cache family's step is "
-                            "captured as a CUDA graph); pass cuda_graph=None")
+            raise UserError(
+                f"cuda_graph=True: {method.title} runs eagerly (only the cache family's step is "
+                "captured as a CUDA graph); pass cuda_graph=None"
+            )
         self.cuda_graph = False
         self._graph_required = False
         if stream_length is not None and (not isinstance(stream_length, int) or stream_length < 1):
@@ -174,5 +185,7 @@ class FamilyStreams(Streams):
                 outs.append(out)
         self.seen += 1 if active is None else active
         like = next(o for o in outs if o is not None)
-        return tuple(torch.stack([o[i] if o is not None else torch.zeros_like(like[i]) for o in outs])
-                     for i in range(len(StepOut._fields)))
+        return tuple(
+            torch.stack([o[i] if o is not None else torch.zeros_like(like[i]) for o in outs])
+            for i in range(len(StepOut._fields))
+        )
