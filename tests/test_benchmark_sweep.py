@@ -152,12 +152,8 @@ def test_values_parsed_as_typed(store, tmp_path, capsys):
 
 @pytest.mark.parametrize("spec", ["alpha=0,0.000000001,...,1", "k=" + ",".join(map(str, range(1, 10_002)))])
 def test_huge_grid_refused_before_any_work(spec):
-    import time
-
-    t0 = time.perf_counter()
     with pytest.raises(UserError, match="at most 10,000"):
         parse_param(spec)
-    assert time.perf_counter() - t0 < 1.0
 
 
 def test_grid_over_the_limit_counts_datasets_and_seeds(store, tmp_path, capsys):
