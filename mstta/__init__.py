@@ -9,8 +9,9 @@ The engine keeps its state on the text classifier's device and, on CUDA, capture
 CUDA graph (`Engine(..., cuda_graph=None|True|False)`); `list_methods()` gives the methods in the
 paper's order, then the field's families (ZERO, MTA, DMN-ZS, DOTA, OnZeta, BCA, DPE and their `+ms`
 rows, `mstta.families`), `get_method(name).title` their human titles. Every one runs through the
-same `Engine(text, name)`; OnZeta's schedule reads `Engine(..., stream_length=N)` when N is known. `MultiEngine(text, method, config,
-streams=S)` steps S independent streams together, equal to S engines. Semantics: docs/engine.md.
+same `Engine(text, name)`; OnZeta's schedule reads `Engine(..., stream_length=N)` when N is known.
+`MultiEngine(text, method, config, streams=S)` steps S independent streams together, equal to S
+engines. Semantics: docs/engine.md.
 """
 
 from ._version import __version__
