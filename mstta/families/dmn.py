@@ -36,6 +36,7 @@ METHODS = (
         title="DMN-ZS",
         family=NAME,
         augment="crop",
+        views="tpt32",
         summary="dynamic memory of 50 confident features per class, similarity-weighted readout (CVPR-24)",
     ),
     Method(
@@ -43,6 +44,7 @@ METHODS = (
         title="DMN-ZS + MS",
         family=NAME,
         augment="crop",
+        views="tpt32",
         mean_shift=True,
         summary="DMN-ZS with mean-shifted memory keys and readout query (MS plug-in)",
     ),
