@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers_cli import default_model_dir, default_views_suffix, run_bench
+from helpers_cli import default_model_dir, default_views_suffix
 from helpers_data import make_fake_dataset
 
 from mstta.benchmark import context
@@ -27,7 +27,11 @@ def stores(tmp_path_factory):
     calls: list[str] = []
     real = context.ensure_features
     mp = pytest.MonkeyPatch()
-    mp.setattr(context, "ensure_features", lambda key, store, *a, **kw: calls.append(key.path(store)) or real(key, store, *a, **kw))
+    mp.setattr(
+        context,
+        "ensure_features",
+        lambda key, store, *a, **kw: calls.append(key.path(store)) or real(key, store, *a, **kw),
+    )
     out, store = tmp / "results", tmp / "features"
     argv = ["run", "--data-root", tmp / "data", "--datasets", "imagenet,dtd", "--backbone", "mstta-tiny",
             "--methods", ROWS, "--out", out, "--store", store, "--workers", "0", "--no-progress",
