@@ -127,3 +127,24 @@ def test_policies_resolve_per_dataset_group_and_yield_to_the_users_count():
     # every registered policy names both groups, and every row's policy is registered
     assert all(set(p) == set(context.GROUPS) for p in VIEW_POLICIES.values())
     assert all(get_method(m).views in (None, *VIEW_POLICIES) for m in list_methods())
+
+
+def test_field_reads_the_same_stores_and_records_each_rows_views(stores, tmp_path, capsys):
+    """`mstta-bench field` over the run's store: nothing extracted again, each row's views as `run`'s."""
+    from helpers_cli import run_bench
+
+    before = sorted(stores["store"].rglob("*.npz"))
+    code, _, err = run_bench(
+        capsys, "field", "--data-root", stores["tmp"] / "data", "--datasets", "imagenet,dtd",
+        "--backbone", "mstta-tiny", "--methods", "zero,dmn-zs,dpe", "--store", stores["store"],
+        "--out", tmp_path / "f", "--orders", "1", "--open", "none", "--no-plots", "--workers", "0", "--no-progress",
+    )  # fmt: skip
+    assert code == 0, err
+    assert sorted(stores["store"].rglob("*.npz")) == before
+    runs = json.loads((tmp_path / "f" / "results.json").read_text())["runs"]
+    for r in runs:
+        want = EXPECTED[r["dataset"], r["method"]]
+        assert (r["augment"], r["views"], r["store_views"]) == want, (r["dataset"], r["method"])
+    assert {(r["dataset"], r["method"]) for r in runs} >= {
+        (d, m) for d in ("imagenet", "dtd") for m in ("zero", "dmn-zs", "dpe")
+    }
