@@ -115,6 +115,7 @@ def test_one_feature_file_per_dataset_and_accuracy_matches_replay(bench):
     files = sorted(p.relative_to(bench["store"]).as_posix() for p in bench["store"].rglob("*.npz"))
     model, v = default_model_dir(), default_views_suffix()  # mstta-tiny-none-fp32 on a CPU, -fp16 on a GPU
     assert files == [
+        f"{model}/dtd/views4-augmix-seed1{v}.npz",  # DMN-ZS's AugMix on the fine-grained sets (tpt32)
         f"{model}/dtd/views4-crop-seed1{v}.npz",
         f"{model}/imagenet_a/views4-augmix-seed1{v}.npz",
         f"{model}/imagenet_a/views4-crop-seed1{v}.npz",

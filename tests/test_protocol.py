@@ -21,7 +21,8 @@ from mstta.methods import get_method, list_methods
 from mstta.replay import replay
 
 BOOSTING = {m for m in list_methods() if get_method(m).boost} | {"ms-tta+boost@original", "baseline+boost@original"}
-OWN_CROPS = {m for m in list_methods() if get_method(m).augment == "crop"}  # ZERO, MTA, DMN: crops everywhere
+OWN_CROPS = {m for m in list_methods() if get_method(m).views == "crop64"}  # ZERO, MTA: crops everywhere
+TPT = {m for m in list_methods() if get_method(m).views == "tpt32"}  # DMN: crops on the ImageNet family, else AugMix
 
 
 @pytest.fixture(scope="module")
@@ -67,18 +68,22 @@ def bench(tmp_path_factory):
 
 
 def test_each_method_reads_its_own_view_kind_from_the_store(bench):
-    """BoostAdapter's, ZERO's, MTA's and DMN's code make crops everywhere; TDA's makes AugMix views on
-    ImageNet-A/V2/R/S."""
+    """BoostAdapter's, ZERO's and MTA's code make crops everywhere; TDA's makes AugMix views on
+    ImageNet-A/V2/R/S; DMN's (TPT's augmenter) crops on the ImageNet family and AugMix elsewhere."""
     files = sorted(p.relative_to(bench["store"]).as_posix() for p in bench["store"].rglob("*.npz"))
     model, v = default_model_dir(), default_views_suffix()  # mstta-tiny-none-fp32 on a CPU, -fp16 on a GPU
     assert files == [
-        f"{model}/dtd/views4-crop-seed1{v}.npz",  # each kind extracted once
+        f"{model}/dtd/views4-augmix-seed1{v}.npz",  # each kind extracted once
+        f"{model}/dtd/views4-crop-seed1{v}.npz",
         f"{model}/imagenet_a/views4-augmix-seed1{v}.npz",
         f"{model}/imagenet_a/views4-crop-seed1{v}.npz",
     ]
     for (dataset, method), r in bench["by"].items():
         meta = read_meta(r["features"])  # what the file read really holds
-        want = "crop" if dataset == "dtd" or method in BOOSTING | OWN_CROPS else "augmix"
+        if dataset == "dtd":
+            want = "augmix" if method in TPT else "crop"
+        else:
+            want = "crop" if method in BOOSTING | OWN_CROPS | TPT else "augmix"
         assert meta["augment"] == want == r["augment"], (dataset, method)
         assert meta["views"] == 4 and meta["dataset"] == dataset
 

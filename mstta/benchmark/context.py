@@ -11,6 +11,11 @@ with boosting (`Method.boost`) reads `crop` views; TDA builds AugMix views for I
 (kdiAAA/TDA utils.py:94-105 via `build_test_data_loader`) and the original image elsewhere, so the
 other methods read the dataset's `bench.augment` (augmix on OOD). `--augment` makes every method
 read one kind.
+
+A row whose authors' code reads other views names its view policy (`Method.views`, a key of
+`VIEW_POLICIES`): per dataset group (the ImageNet family, the other sets) the kind, the store's view
+count and how many of its views the row reads. `view_spec` resolves it, the one place that does;
+docs/benchmark.md ("Which views each row reads") tabulates the result.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from ..errors import UserError, one_line
 from ..extract_views import VIEWS_ON, view_path
 from ..features import FeatureSet, load_features
 from ..methods import get_method, list_methods
+from .paper import OOD
 from .results import RUN_KEY, ResultsStore, fingerprint, versions
 from .store import Backbone, FeatureKey, Models, ensure_features, resolved_precision
 
@@ -165,14 +171,65 @@ def redundant(row: Row, dcfg: DatasetConfig) -> bool:
     return row.view_mode is not None and row_engine_config(row, dcfg) == row_engine_config(Row(row.method), dcfg)
 
 
-def view_kind(method: str, dcfg: DatasetConfig, forced: str | None = None) -> str:
-    """The augmentation of the views a method reads: `forced` (--augment), else the views its
-    authors' code reads everywhere (`Method.augment`: ZERO, MTA and DMN's crops), `crop` for every
-    method with BoostAdapter's boosting (its code makes crops everywhere), else the dataset's."""
-    if forced is not None:
-        return forced
+IMAGENET_FAMILY = ("imagenet", *OOD)  # TPT's single-letter set ids (I, A, V, R, K): crops, not AugMix
+GROUPS = ("imagenet", "other")  # a view policy's dataset groups: the ImageNet family, every other set
+
+
+@dataclass(frozen=True)
+class Views:
+    """What a row reads on one dataset group: `kind` (augmix | crop; None: the dataset's
+    `bench.augment`), the store's `store` views per sample (None: the dataset's `bench.views`) and
+    the first `read` of them (None: all)."""
+
+    kind: str | None = None
+    store: int | None = None
+    read: int | None = None
+
+
+DATASETS = Views()  # the dataset's protocol (`bench.augment`, `bench.views`)
+# Method.views -> per group (GROUPS) the views its authors' code reads (docs/benchmark.md tabulates them).
+VIEW_POLICIES: dict[str, dict[str, Views]] = {
+    # the original + 63 random resized crops + flips of it on every dataset (ZERO's MultiViewCropAndFlip;
+    # MTA's AugMixAugmenter(n_views=63, augmix=False) without --tpt)
+    "crop64": {"imagenet": Views("crop", 64), "other": Views("crop", 64)},
+    # TPT's AugMixAugmenter(augmix=len(set_id) > 1): crops on the ImageNet family, AugMix on the other
+    # sets; the original + 31 views (DMN's -b 32): the first 32 of a 64-view store (shared with the crops
+    # ZERO and MTA read; the view order is the draw order, so the first 32 are 32 such draws)
+    "tpt32": {"imagenet": Views("crop", 64, 32), "other": Views("augmix", 64, 32)},
+    # 64 AugMix views on ImageNet and A/V2/R/S (DPE's get_preprocess), the dataset's on the other sets
+    # (one view: view_mode original there)
+    "augmix64-imagenet": {"imagenet": Views("augmix", 64), "other": DATASETS},
+}
+
+
+def dataset_group(dataset: str | None) -> str:
+    """'imagenet' for the ImageNet family, else 'other' (the fine-grained sets, imagefolder:)."""
+    return "imagenet" if dataset in IMAGENET_FAMILY else "other"
+
+
+def view_spec(
+    method: str, dcfg: DatasetConfig, forced: str | None = None, dataset: str | None = None, views_set: bool = False
+) -> tuple[str, int, int]:
+    """(kind, store views, views read) of a row on a dataset: the row's view policy (`Method.views`)
+    on the dataset's group, else the views its authors' code reads everywhere (`Method.augment`),
+    `crop` for every method with BoostAdapter's boosting (its code makes crops everywhere), else the
+    dataset's `bench.augment`; counts: the policy's, else the dataset's `bench.views`. `forced`
+    (--augment) replaces the kind. The dataset's count is the store's count (the views read capped
+    at it) where the user chose it: `views_set` (--views / --set views=N given) and on a user's
+    `imagefolder:` dataset (one view unless --views says more; the offline digits table stays one
+    extraction)."""
     m = get_method(method)
-    return m.augment or ("crop" if m.boost else dcfg.bench.augment)
+    policy = VIEW_POLICIES[m.views][dataset_group(dataset)] if m.views is not None else DATASETS
+    kind = forced or policy.kind or m.augment or ("crop" if m.boost else dcfg.bench.augment)
+    users = views_set or (dataset or "").startswith("imagefolder:")
+    store = dcfg.bench.views if users or policy.store is None else policy.store
+    read = store if policy.read is None else min(policy.read, store)
+    return kind, store, read
+
+
+def view_kind(method: str, dcfg: DatasetConfig, forced: str | None = None, dataset: str | None = None) -> str:
+    """The augmentation of the views a method reads (`view_spec`'s kind)."""
+    return view_spec(method, dcfg, forced, dataset)[0]
 
 
 def protocol(method: str, ecfg: EngineConfig, augment: str | None) -> str:
@@ -192,12 +249,13 @@ def feature_key(
     listing: str = "full",
     augment: str | None = None,
     views_made: str = "pil",
+    views: int | None = None,
 ) -> FeatureKey:
     """The feature file a cell reads (`augment`: the view kind; None = the dataset's; `views_made`:
-    `mstta.extract_views.view_path` of --views-on on the run's device)."""
-    return FeatureKey(
-        dataset, backbone, precision, dcfg.bench.views, augment or dcfg.bench.augment, seed, limit, listing, views_made
-    )
+    `mstta.extract_views.view_path` of --views-on on the run's device; `views`: the views per
+    sample, None = the dataset's)."""
+    n = dcfg.bench.views if views is None else views
+    return FeatureKey(dataset, backbone, precision, n, augment or dcfg.bench.augment, seed, limit, listing, views_made)
 
 
 def cell_key(dataset: str, backbone: Backbone, row: str, seed: int, **extra: Any) -> dict[str, Any]:
@@ -206,12 +264,17 @@ def cell_key(dataset: str, backbone: Backbone, row: str, seed: int, **extra: Any
     return {**key, **extra}
 
 
-def cell_fingerprint(ecfg: EngineConfig, fkey: FeatureKey, extra: dict[str, Any] | None = None) -> str:
-    """What decides a cell's result besides its key: rerun when it changes."""
+def cell_fingerprint(
+    ecfg: EngineConfig, fkey: FeatureKey, extra: dict[str, Any] | None = None, views: int | None = None
+) -> str:
+    """What decides a cell's result besides its key: rerun when it changes (`views`: the views the
+    cell reads of its file's, when fewer)."""
+    read = {"views_read": views} if views is not None and views < fkey.views else {}
     return fingerprint(
         {
             "hyperparameters": dataclasses.asdict(ecfg),
             "views": fkey.views,
+            **read,
             "augment": fkey.augment if fkey.views > 1 else None,
             "precision": fkey.precision,
             "limit": fkey.limit,
@@ -234,18 +297,40 @@ def load_stream(path: Path, fkey: FeatureKey) -> FeatureSet:
     return fs
 
 
+def read_views(fs: FeatureSet, views: int) -> FeatureSet:
+    """The first `views` views of each sample of a stream (itself when it holds no more)."""
+    if fs.features.dim() != 3 or fs.features.shape[1] <= views:
+        return fs
+    return dataclasses.replace(fs, features=fs.features[:, :views])
+
+
 @dataclass(frozen=True)
 class Cell:
-    """One planned cell: its row, key, engine config and feature file."""
+    """One planned cell: its row, key, engine config, feature file and the views it reads of it."""
 
     row: Row
     key: dict[str, Any]
     ecfg: EngineConfig
     fkey: FeatureKey
+    views: int | None = None  # the first `views` views of each sample; None: all the file's
+
+    @property
+    def read(self) -> int:
+        """The views per sample this cell reads."""
+        return self.fkey.views if self.views is None else min(self.views, self.fkey.views)
+
+    @property
+    def augment(self) -> str | None:
+        """The view kind it reads; None for a one-view stream."""
+        return self.fkey.augment if self.read > 1 else None
+
+    def features(self, fs: FeatureSet) -> FeatureSet:
+        """The views of a loaded stream (its file's) this cell reads."""
+        return read_views(fs, self.read)
 
     @property
     def fingerprint(self) -> str:
-        return cell_fingerprint(self.ecfg, self.fkey)
+        return cell_fingerprint(self.ecfg, self.fkey, views=self.read)
 
 
 # ---------------------------------------------------------------------- one run's state
@@ -275,6 +360,7 @@ class RunContext:
         """The cell of (dataset, backbone, row, seed); `ecfg` replaces the row's engine config (sweeps)."""
         dcfg = self.configs[dataset]
         ecfg = ecfg if ecfg is not None else row_engine_config(row, dcfg)
+        kind, store, read = view_spec(row.method, dcfg, self.cfg.augment, dataset, "views" in self.cfg.settings)
         fkey = feature_key(
             dataset,
             backbone,
@@ -283,10 +369,11 @@ class RunContext:
             seed,
             self.cfg.limit,
             self.cfg.listing,
-            view_kind(row.method, dcfg, self.cfg.augment),
+            kind,
             view_path(self.cfg.views_on, self.device),
+            store,
         )
-        return Cell(row, cell_key(dataset, backbone, row.name, seed, **extra), ecfg, fkey)
+        return Cell(row, cell_key(dataset, backbone, row.name, seed, **extra), ecfg, fkey, read)
 
     def each_dataset(self, backbone: Backbone, work: Callable[[str], None], desc: str) -> list[str]:
         """`work(dataset)` for every dataset; a UserError skips that dataset (one warning line, listed

@@ -270,7 +270,7 @@ class FieldRun:
             "tuned": tuned,
             "field": 1,
         }
-        return FieldCell(cell, choice, tuned, cell_fingerprint(cell.ecfg, cell.fkey, extra))
+        return FieldCell(cell, choice, tuned, cell_fingerprint(cell.ecfg, cell.fkey, extra, cell.read))
 
     def foreign(self, fc: FieldCell) -> FeatureSet | None:
         """The mixed setting's other dataset, in the cell's view kind (extracted once when absent)."""
@@ -350,7 +350,8 @@ class FieldRun:
         marks = list(m.marks) + ([fc.text.mark] if fc.text.mark else [])
         if fc.tuned:
             marks.append("hyperparameters chosen on test labels: " + ", ".join(f"{k}={v}" for k, v in fc.tuned.items()))
-        augment = cell.fkey.augment if cell.fkey.views > 1 else None
+        fs = cell.features(fs)  # the views this row reads of its file's (`context.view_spec`)
+        augment = cell.augment
         rec = {
             **cell.key,
             **measure(fs, text, fc, self.opts, self.run.device, self.foreign(fc), Path(self.cfg.out)),
@@ -361,7 +362,8 @@ class FieldRun:
             "protocol": protocol(cell.row.method, cell.ecfg, augment),
             "n": int(fs.num_samples),
             "classes": int(fs.num_classes),
-            "views": cell.fkey.views,
+            "views": cell.read,
+            "store_views": cell.fkey.views,
             "augment": augment,
             "precision": cell.fkey.precision,
             "limit": cell.fkey.limit,

@@ -2,7 +2,8 @@
 
 For each backbone and dataset: resolve `configs/<dataset>.yaml` + `--set`; per seed make sure
 the feature file of each view kind the methods read exists (extracting each once, shared by every
-method that reads that kind: `context.view_kind`); replay each unfinished method over its file
+method that reads that kind: `context.view_spec`); replay each unfinished method over its file
+(the views it reads of it)
 and record the cell in `results.json` at once. Then measure end-to-end speed and
 memory per method (optional) and write the reports (`report.py`). A dataset whose data, weights
 or features cannot be had is reported and skipped; the others still run.
@@ -140,11 +141,12 @@ def replay_cell(
     (CLIP on the original image, the paper's CLIP row) and `clip_view_accuracy` (CLIP logits of the
     method's own prediction path with no cache: this protocol's λ = 0), with the gain over each."""
     ecfg, fkey, method = cell.ecfg, cell.fkey, cell.row.method
+    fs = cell.features(fs)  # the views this row reads of its file's (`context.view_spec`)
     meter = MemoryMeter(device)
     with meter:
         r = replay(fs.features, fs.text, method, ecfg, device=device)
     acc, clip_views = accuracy(r.predictions, fs.labels), accuracy(r.clip_predictions, fs.labels)
-    augment = fkey.augment if fkey.views > 1 else None
+    augment = cell.augment
     run = {
         **cell.key,
         "benchmark": paper.benchmark_of(cell.key["dataset"]),
@@ -157,7 +159,8 @@ def replay_cell(
         "n": int(fs.num_samples),
         "classes": int(fs.num_classes),
         "listing": fkey.listing,
-        "views": fkey.views,
+        "views": cell.read,
+        "store_views": fkey.views,
         "augment": augment,
         "view_mode": ecfg.view_mode,
         "precision": fkey.precision,

@@ -50,9 +50,13 @@ class Method:
     training_free: bool = True  # False: the method takes an optimiser step (DPE), marked in every output
     provenance: str = "authors' code"  # where its semantics come from, printed beside its rows
     episodic: bool = False  # no state carried from one sample to the next (ZERO, MTA)
-    augment: str | None = None  # the views its authors' code reads on every dataset ("crop": random
-    # resized crops + flips); None = the dataset's protocol (`bench.augment`,
-    # and view 0 alone where the dataset's `view_mode` is "original")
+    augment: str | None = None  # not None: its authors' code reads views of its own on every dataset
+    # (never view 0 alone), of this kind ("crop": random resized crops + flips; "augmix") where `views`
+    # names no other kind (DMN: AugMix, but crops on the ImageNet family); None = the dataset's protocol
+    # (`bench.augment`, and view 0 alone where the dataset's `view_mode` is "original")
+    views: str | None = None  # its view policy: which views (kind and count) its authors' code reads on
+    # the ImageNet family and on the other sets, a key of `mstta.benchmark.context.VIEW_POLICIES`;
+    # None = `augment` (else the dataset's `bench.augment`) with the dataset's `bench.views`
 
     @property
     def marks(self) -> list[str]:

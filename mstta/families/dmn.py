@@ -35,14 +35,16 @@ METHODS = (
         name="dmn-zs",
         title="DMN-ZS",
         family=NAME,
-        augment="crop",
+        augment="augmix",  # crops on the ImageNet family (`views`)
+        views="tpt32",
         summary="dynamic memory of 50 confident features per class, similarity-weighted readout (CVPR-24)",
     ),
     Method(
         name="dmn-zs+ms",
         title="DMN-ZS + MS",
         family=NAME,
-        augment="crop",
+        augment="augmix",  # crops on the ImageNet family (`views`)
+        views="tpt32",
         mean_shift=True,
         summary="DMN-ZS with mean-shifted memory keys and readout query (MS plug-in)",
     ),

@@ -41,13 +41,14 @@ _SUMMARY = (
     "feature-level residuals per sample (NeurIPS-24)"
 )
 METHODS = (
-    Method(name="dpe", title="DPE", summary=_SUMMARY, family=NAME, training_free=False),
+    Method(name="dpe", title="DPE", summary=_SUMMARY, family=NAME, training_free=False, views="augmix64-imagenet"),
     Method(
         name="dpe+ms",
         title="DPE + MS",
         family=NAME,
         mean_shift=True,
         training_free=False,
+        views="augmix64-imagenet",
         summary="DPE with mean-shifted cache keys and queries (plug-in)",
     ),
 )

@@ -30,6 +30,7 @@ METHODS = (
         title="MTA",
         family=NAME,
         augment="crop",
+        views="crop64",
         episodic=True,
         summary="episodic MeanShift mode of the augmented views with inlierness scores (CVPR-24)",
     ),

@@ -31,6 +31,7 @@ METHODS = (
         title="ZERO",
         family=NAME,
         augment="crop",
+        views="crop64",
         episodic=True,
         summary="episodic vote of the 30% most confident views at zero temperature (NeurIPS-24)",
     ),
