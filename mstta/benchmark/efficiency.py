@@ -219,7 +219,7 @@ def measure_backbone(run: RunContext, backbone: Backbone, dataset: str) -> None:
         if redundant(row, dcfg):
             continue
         ecfg = row_engine_config(row, dcfg)
-        augment = view_kind(row.method, dcfg, cfg.augment)
+        augment = view_kind(row.method, dcfg, cfg.augment, dataset)
         setups.append((row.name, row.method, ecfg, augment))
         fps[row.name] = fingerprint(
             {
