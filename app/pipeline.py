@@ -25,11 +25,12 @@ from mstta.config import EngineConfig, from_dict, parse_overrides
 from mstta.errors import UserError
 from mstta.extract_views import VIEWS_ON
 from mstta.methods import get_method
+from mstta.models import DEFAULT_MODEL, DEFAULT_TAG
 from mstta.safety import STDOUT, check_outputs
 
-from .annotate import RANDOM_WEIGHTS_MARK, annotate
+from .annotate import RANDOM_WEIGHTS_MARK, annotate, random_weights
 from .encoder import check_views
-from .frames import MAX_PIXELS
+from .frames import MAX_PIXELS, parse_max_pixels
 from .labels import prompt_templates, read_labels
 from .progress import Progress, plural
 from .sampling import Sampler, default_every
@@ -50,8 +51,8 @@ class DemoConfig:
     camera: int | None = None           # webcam index (instead of video)
     labels: str | None = None           # labels file: one class name per line
     template: str | None = None         # prompt template with one {}; None = default ensemble
-    model: str = "ViT-B-16"
-    pretrained: str = "openai"
+    model: str = DEFAULT_MODEL          # mstta.models' defaults (named once)
+    pretrained: str = DEFAULT_TAG
     precision: str | None = None        # fp32 / fp16 / bf16; None = fp16 on GPU, fp32 on CPU
     device: str = "auto"
     views: int = 1                      # images per frame fed to CLIP (1 = the frame only)
@@ -70,6 +71,29 @@ class DemoConfig:
     backoff: float = 0.5                # live sources: first reconnect delay (s), doubled each time
     max_pixels: int = MAX_PIXELS        # frames larger than this (width x height) are refused
     progress: bool = False              # progress bar / lines on stderr (the CLI's default; --quiet: off)
+
+
+def config_from_args(args: Any, **changes: Any) -> DemoConfig:
+    """The `mstta-demo` flags (an argparse Namespace) as a `DemoConfig`: the one mapping the headless
+    run and the browser UI share. A flag absent from `args` (or None) takes DemoConfig's default;
+    `changes` replace fields after (the UI's bank bound, for one)."""
+    base = DemoConfig()
+
+    def opt(name: str) -> Any:
+        value = getattr(args, name, None)
+        return getattr(base, name) if value is None else value
+
+    methods = check_methods(args.methods) if getattr(args, "methods", None) is not None else [opt("method")]
+    max_pixels = getattr(args, "max_pixels", None)
+    cfg = DemoConfig(
+        video=opt("video"), camera=opt("camera"), labels=opt("labels"), template=opt("template"), model=opt("model"),
+        pretrained=opt("pretrained"), precision=opt("precision"), device=opt("device"), views=opt("views"),
+        views_on=opt("views_on"), method=methods[0], methods=methods, overrides=list(getattr(args, "set", None) or []),
+        bank_size=opt("bank_size"), every=opt("every"), max_frames=opt("max_frames"), out=opt("out"), log=opt("log"),
+        truth=opt("truth"), topk=opt("topk"),
+        max_pixels=base.max_pixels if max_pixels is None else parse_max_pixels(max_pixels),
+        progress=not getattr(args, "quiet", True))
+    return dataclasses.replace(cfg, **changes)
 
 
 def demo_engine_config(bank_size: int | None, overrides: list[str]) -> EngineConfig:
@@ -255,7 +279,7 @@ def _open_run(cfg: DemoConfig, clip: Any, source: Source | None, stack: ExitStac
     log.info("model %s (%s), logit scale %.4g (%s); source %s (%s, %.1f fps), processing every %d frame(s)",
              clip.name, clip.pretrained, engine_cfg.logit_scale, scale_from, source.spec, source.kind, source.fps,
              every)
-    mark = RANDOM_WEIGHTS_MARK if str(clip.pretrained) in ("", "none") else None
+    mark = RANDOM_WEIGHTS_MARK if random_weights(clip) else None
     return _Run(cfg, prep, source, clip, session, Sampler(every), scale_from, mark)
 
 

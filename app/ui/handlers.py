@@ -13,7 +13,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Iterator, Mapping
 
@@ -53,6 +55,7 @@ class Context:
     max_pixels: int = MAX_PIXELS
     update_interval: float = 0.15    # a run refreshes the frame, bars and plots at most this often (s)
     demo_clip: tuple[str, str, str | None] | None = None   # (video, labels text, truth CSV)
+    webcam_end: float = WEBCAM_END_S   # a webcam run without a Stop ends this long after its last frame
 
     def new_stream(self, s: Settings) -> StreamSession:
         return StreamSession(self.clip, list(s.labels), template=s.template, methods=s.methods, config=s.config,
@@ -219,13 +222,57 @@ def webcam_stop(ctx: Context, ui: UISession) -> dict[str, Any] | None:
 
 
 def webcam_tick(ctx: Context, ui: UISession) -> dict[str, Any] | None:
-    """Without a Stop (an API client, a closed camera): the summary once frames stopped coming."""
+    """The page's timer: the summary of a run the server ended (`end_idle_webcam`) once frames
+    stopped coming (an API client, a closed camera); None while it runs."""
+    with ui.lock:
+        end_idle_webcam(ctx, ui)
+        page, ui.webcam_ended = ui.webcam_ended, None
+        return page
+
+
+def end_idle_webcam(ctx: Context, ui: UISession, now: float | None = None) -> bool:
+    """End `ui`'s webcam run on the server's clock when no frame came for `ctx.webcam_end` s: its
+    recording is finished (downloads), its page kept for the page's timer. True when it ended now."""
     with ui.lock:
         if ui.source != "webcam" or not ui.webcam_frames or ui.stream is None:
-            return None
-        if time.monotonic() - ui.webcam_last < WEBCAM_END_S:
-            return None
-        return _webcam_end(ctx, ui, "Webcam ended (no frame for a while)")
+            return False
+        if (time.monotonic() if now is None else now) - ui.webcam_last < ctx.webcam_end:
+            return False
+        ui.webcam_ended = _webcam_end(ctx, ui, "Webcam ended (no frame for a while)")
+        return True
+
+
+def sweep(ctx: Context) -> int:
+    """One pass of the server's own clock over the live sessions (`watch` runs it every second):
+    idle webcam runs end. The number ended."""
+    ended = 0
+    for ui in ctx.sessions.live():
+        if ui.source == "webcam" and ui.lock.acquire(blocking=False):   # a session mid-frame is not idle
+            try:
+                ended += end_idle_webcam(ctx, ui)
+            except Exception:  # one session's failure must not stop the clock
+                log.exception("ending an idle webcam run failed")
+            finally:
+                ui.lock.release()
+    return ended
+
+
+def watch(ctx: Context, every: float = 1.0) -> threading.Thread:
+    """A daemon thread running `sweep(ctx)` every `every` s while `ctx` lives (held weakly)."""
+    ref = weakref.ref(ctx)
+
+    def loop() -> None:
+        while True:
+            time.sleep(every)
+            alive = ref()
+            if alive is None:
+                return
+            sweep(alive)
+            del alive
+
+    thread = threading.Thread(target=loop, name="mstta-ui-clock", daemon=True)
+    thread.start()
+    return thread
 
 
 def demo_clip(model: str | None = None) -> tuple[str, str, str | None] | None:

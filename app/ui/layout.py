@@ -19,10 +19,10 @@ from mstta.config import EngineConfig
 from mstta.errors import one_line
 from mstta.methods import get_method, list_methods
 
+from ..session import MAX_METHODS
 from . import plots
 from .handlers import method_info
 from .page import empty_page
-from ..session import MAX_METHODS
 from .state import CONTROLS, FORM, RACE_LABEL, SESSION_BANK_LIMIT, UISession
 from .video import VIDEO_TYPES
 

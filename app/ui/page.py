@@ -15,7 +15,7 @@ import numpy as np
 
 from mstta.errors import UserError, one_line
 
-from ..annotate import RANDOM_WEIGHTS_MARK, annotate
+from ..annotate import RANDOM_WEIGHTS_MARK, annotate, random_weights
 from ..truth import Truth, read_truth
 from . import plots
 from .state import UISession
@@ -50,7 +50,7 @@ def picture(ui: UISession, image: np.ndarray, result, truth: str | None) -> np.n
     """The annotated frame (as the page shows it and the downloaded MP4 holds it); no fps on it:
     the page's one speed figure is the numbers line's (`plots.speed`)."""
     s = ui.stream
-    mark = RANDOM_WEIGHTS_MARK if s is not None and s.clip.pretrained == "none" else None
+    mark = RANDOM_WEIGHTS_MARK if s is not None and random_weights(s.clip) else None
     return annotate(image, result, bank_limit=s.config.bank_size if s else None, truth=truth, mark=mark)
 
 

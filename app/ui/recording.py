@@ -34,11 +34,17 @@ _root: Path | None = None
 
 
 def downloads_root() -> Path:
-    """This server's folder for run downloads (in the system's temp folder; removed at exit)."""
+    """This server's folder for run downloads, removed at exit. It lies in Gradio's upload folder,
+    so Gradio serves a download in place instead of copying it: deleting a run's files (a newer run,
+    the session's end) makes their URLs stop working at once."""
+    from .gradio_patches import served_folder
+
     global _root
     with _root_lock:
         if _root is None or not _root.is_dir():
-            _root = Path(tempfile.mkdtemp(prefix="mstta-ui-downloads-"))
+            base = served_folder()
+            base.mkdir(parents=True, exist_ok=True)
+            _root = Path(tempfile.mkdtemp(prefix="mstta-ui-downloads-", dir=base))
             atexit.register(shutil.rmtree, _root, True)
         return _root
 
