@@ -150,12 +150,11 @@ def test_docs_page_documents_every_flag():
 def test_the_demo_names_the_engines_default_model_extensions_and_random_weights_test_once():
     import argparse
 
-    from mstta.data.common import IMAGE_EXTENSIONS
-    from mstta.models import DEFAULT_MODEL, DEFAULT_TAG
-
     from app import bundled, file_sources, pipeline
     from app.annotate import random_weights
     from app.ui.serving import ui_config
+    from mstta.data.common import IMAGE_EXTENSIONS
+    from mstta.models import DEFAULT_MODEL, DEFAULT_TAG
 
     assert (pipeline.DemoConfig().model, pipeline.DemoConfig().pretrained) == (DEFAULT_MODEL, DEFAULT_TAG)
     assert (bundled.CLIP_DEMO.model, bundled.CLIP_DEMO.pretrained) == (DEFAULT_MODEL, DEFAULT_TAG)
