@@ -50,7 +50,7 @@ def check_frame_size(width: int, height: int, limit: int = MAX_PIXELS, what: str
         raise UserError(f"{what}: has no pixels ({width}x{height})")
     if max(width, height) > MAX_ASPECT * min(width, height):
         raise UserError(f"{what}: {width}x{height} is {max(width, height) / min(width, height):,.0f} times longer "
-                        f"than wide, beyond the limit of {MAX_ASPECT}:1 (refused, not resized); crop it")
+                        f"than wide, above the limit of {MAX_ASPECT}:1 (refused, not resized); crop it")
     if width * height > limit:
         raise UserError(f"{what}: {width}x{height} is {width * height:,} pixels, above the limit of {limit:,}; "
                         "scale it down or raise --max-pixels")

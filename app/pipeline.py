@@ -28,14 +28,15 @@ from mstta.methods import get_method
 from mstta.models import DEFAULT_MODEL, DEFAULT_TAG
 from mstta.safety import STDOUT, check_outputs
 
-from .annotate import RANDOM_WEIGHTS_MARK, annotate, random_weights
+from .annotate import RANDOM_WEIGHTS_MARK, random_weights
 from .encoder import check_views
 from .frames import MAX_PIXELS, parse_max_pixels
 from .labels import prompt_templates, read_labels
 from .progress import Progress, plural
+from .record import FrameRecord
 from .sampling import Sampler, default_every
 from .session import DEFAULT_BANK_SIZE, FrameResult, StreamSession, check_methods, method_title
-from .sinks import VIDEO_SUFFIXES, JsonlSink, VideoSink, check_output, prediction_row, shield_interrupts
+from .sinks import VIDEO_SUFFIXES, JsonlSink, VideoSink, check_output
 from .sources import Frame, Source, open_source
 from .summary import FpsMeter, RunSummary
 from .truth import Truth, read_truth
@@ -214,17 +215,24 @@ def iter_steps(frames: Iterable[Frame], session: StreamSession, *, truth: Truth 
     if max_frames is not None and max_frames < 1:
         return
     for frame in frames:
-        if model_slot is None:
-            result = session.process(frame.image)
-        else:
-            with model_slot():
-                result = session.process(frame.image)
         processed += 1
-        index = truth.label_at(frame.index) if truth is not None else None
-        label = session.labels[index] if index is not None and index < len(session.labels) else None
-        yield Step(frame, result, label, meter.tick(), processed)
+        yield step_once(frame, session, truth=truth, meter=meter, processed=processed, model_slot=model_slot)
         if max_frames is not None and processed >= max_frames:
             return
+
+
+def step_once(frame: Frame, session: StreamSession, *, truth: Truth | None = None, meter: FpsMeter,
+              processed: int, model_slot: Callable[[], ContextManager[Any]] | None = None) -> Step:
+    """One frame through the engine (encode + adapt), as a Step: `iter_steps`' body, and the webcam's
+    step (its frames come one request at a time; `meter` and `processed` are its run's)."""
+    if model_slot is None:
+        result = session.process(frame.image)
+    else:
+        with model_slot():
+            result = session.process(frame.image)
+    index = truth.label_at(frame.index) if truth is not None else None
+    label = session.labels[index] if index is not None and index < len(session.labels) else None
+    return Step(frame, result, label, meter.tick(), processed)
 
 
 def expected_frames(source: Source, every: int, max_frames: int | None) -> int | None:
@@ -287,21 +295,15 @@ def _stream(run: _Run, summary: RunSummary, on_frame: Callable[[Frame, FrameResu
     """The frame loop with its outputs (finalised however it ends: Ctrl-C, a source that died)."""
     cfg, video = run.cfg, None
     progress = Progress(expected_frames(run.source, run.sampler.every, cfg.max_frames), enabled=cfg.progress)
-    bank_limit = run.session.config.bank_size
     with ExitStack() as sinks:
         sinks.callback(progress.close)
         if cfg.out:
             video = run.video = sinks.enter_context(VideoSink(cfg.out, fps=run.source.fps / run.sampler.every))
         jsonl = sinks.enter_context(JsonlSink(cfg.log)) if cfg.log else None
+        record = FrameRecord(counts=lambda st: summary.update(st.frame, st.result, st.truth_label), log=jsonl,
+                             video=video, mark=run.mark, bank_limit=run.session.config.bank_size, draw_fps=True)
         for step in iter_steps(run.sampler(run.source), run.session, truth=run.prep.truth, max_frames=cfg.max_frames):
-            picture = (annotate(step.frame.image, step.result, fps=step.fps, bank_limit=bank_limit,
-                                truth=step.truth_label, mark=run.mark) if video is not None else None)
-            with shield_interrupts():  # a frame is recorded in the summary and every output, or in none
-                summary.update(step.frame, step.result, step.truth_label)
-                if jsonl is not None:
-                    jsonl.write(prediction_row(step.frame, step.result, step.truth_label))
-                if video is not None:
-                    video.write(picture, step.frame.timestamp)
+            record.write(step)   # a frame is recorded in the summary and every output, or in none
             progress.update(step.processed, step.fps)
             if on_frame is not None:
                 on_frame(step.frame, step.result)

@@ -502,7 +502,7 @@ def test_a_frame_of_an_extreme_aspect_ratio_is_refused_in_one_line_without_memor
     before, lines = peak_mb(server.proc.pid), len(server.stderr)
     status, outputs = frame_call(server.url, file_data(upload(server.url, "thin.png", data), "thin.png"))
     text = status_of(outputs) if status == "complete" else str((outputs or {}).get("error"))
-    assert f"{width}x{height}" in text and "beyond the limit of 16:1" in text and "refused" in text, text
+    assert f"{width}x{height}" in text and "above the limit of 16:1" in text and "refused" in text, text
     assert "disk" not in text
     assert peak_mb(server.proc.pid) - before < GROWTH_MB
     assert not any("Traceback" in line for line in server.stderr[lines:])

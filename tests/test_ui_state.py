@@ -163,6 +163,7 @@ def test_a_sessions_downloads_are_whole_files_and_go_with_the_session(tmp_path):
     import av
     import numpy as np
 
+    from app.pipeline import Step
     from app.sources import Frame
     from app.ui.recording import Downloads
 
@@ -171,7 +172,7 @@ def test_a_sessions_downloads_are_whole_files_and_go_with_the_session(tmp_path):
     rec = ui.downloads.start("my clip (1).mp4", fps=5.0)
     for i in range(7):
         image = np.full((48, 64, 3), i * 30, np.uint8)
-        rec.write(Frame(i * 6, i / 5, image, "x"), _frame_result(i), "cat", image)
+        rec.write(Step(Frame(i * 6, i / 5, image, "x"), _frame_result(i), "cat", None, i + 1))
     assert all(p.name.startswith(".") for p in rec.folder.iterdir()), "only hidden temp files yet"
     files = ui.downloads.finish(rec)
     assert [p.rsplit("/", 1)[1] for p in files] == ["my_clip_1-annotated.mp4", "my_clip_1-predictions.jsonl"]
@@ -180,7 +181,7 @@ def test_a_sessions_downloads_are_whole_files_and_go_with_the_session(tmp_path):
     with av.open(files[0]) as container:
         assert sum(1 for _ in container.decode(video=0)) == 7
     nxt = ui.downloads.start("next.mp4", fps=5.0)
-    nxt.write(Frame(0, 0.0, image, "x"), _frame_result(0), None, image)
+    nxt.write(Step(Frame(0, 0.0, image, "x"), _frame_result(0), None, None, 1))
     assert all(__import__("os").path.exists(p) for p in files), "offered until the next run has its own"
     ui.downloads.finish(nxt)
     assert ui.downloads.files != files, "the next finished run is offered"
@@ -198,6 +199,7 @@ def test_two_overlapping_runs_of_one_session_never_share_a_file(tmp_path):
 
     import numpy as np
 
+    from app.pipeline import Step
     from app.sources import Frame
     from app.ui.recording import Downloads
 
@@ -205,8 +207,8 @@ def test_two_overlapping_runs_of_one_session_never_share_a_file(tmp_path):
     first, second = downloads.start("clip.mp4", fps=5.0), downloads.start("clip.mp4", fps=5.0)
     image = np.zeros((16, 16, 3), np.uint8)
     for i in range(4):   # interleaved, as two runs' frames arrive
-        first.write(Frame(100 + i, i / 5, image, "x"), _frame_result(i), None, image)
-        second.write(Frame(i, i / 5, image, "x"), _frame_result(i), None, image)
+        first.write(Step(Frame(100 + i, i / 5, image, "x"), _frame_result(i), None, None, i + 1))
+        second.write(Step(Frame(i, i / 5, image, "x"), _frame_result(i), None, None, i + 1))
     second_files = downloads.finish(second)
     first_files = downloads.finish(first)
     assert set(first_files).isdisjoint(second_files)
@@ -214,7 +216,7 @@ def test_two_overlapping_runs_of_one_session_never_share_a_file(tmp_path):
     assert frames == [[100, 101, 102, 103], [0, 1, 2, 3]]
     assert downloads.files == second_files, "the session offers the newer run, whichever ended last"
     third = downloads.start("clip.mp4", fps=5.0)
-    third.write(Frame(0, 0.0, image, "x"), _frame_result(0), None, image)
+    third.write(Step(Frame(0, 0.0, image, "x"), _frame_result(0), None, None, 1))
     downloads.finish(third)
     assert not any(__import__("os").path.exists(p) for p in first_files), "older runs' files go"
 

@@ -27,10 +27,12 @@ from mstta.methods import get_method
 
 from ..frames import MAX_PIXELS, decode_image, shrink
 from ..labels import read_labels
+from ..pipeline import step_once
+from ..record import FrameRecord
 from ..session import StreamSession
 from ..sources import Frame
 from . import plots
-from .page import EXPIRED, check_truth, message, offered, picture, render, shown, warn
+from .page import EXPIRED, check_truth, message, offered, record_options, render, shown, warn
 from .state import CONTROLS, ModelSlots, Sessions, Settings, UISession, apply_settings
 
 log = logging.getLogger(__name__)
@@ -169,7 +171,7 @@ def _webcam_start(ctx: Context, ui: UISession, keep: bool, note: str | None) -> 
     ui.restart_history("webcam")
     ui.truth_state = "webcam"
     ui.webcam_started = time.monotonic()
-    ui.webcam_recording = ui.downloads.start("webcam", fps=5.0)
+    ui.webcam_recording = ui.downloads.start("webcam", fps=5.0, **record_options(ui))
     return prefix
 
 
@@ -187,17 +189,16 @@ def process_frame(ctx: Context, ui: UISession, form: Mapping[str, Any]) -> dict[
             prefix = _webcam_start(ctx, ui, bool(form.get("keep")), note)
         else:
             prefix = (note + " ") if note else ""
-        result = ui.stream.process(image)
-        ui.history.update(result, None, plots.thumbnail(image) if result.disagree else None)
+        frame = Frame(ui.webcam_frames, time.monotonic() - ui.webcam_started, image, "webcam")
+        step = step_once(frame, ui.stream, meter=ui.meter, processed=ui.webcam_frames + 1)   # the one frame step
+        record = ui.webcam_recording.record if ui.webcam_recording is not None else \
+            FrameRecord(picture=True, **record_options(ui))
+        shown_image = record.write(step)   # the one per-frame record: history, JSONL, MP4, picture
         ui.webcam_frames += 1
         ui.webcam_last = time.monotonic()
-        fps, index = ui.meter.tick(), ui.webcam_frames
-        shown_image = picture(ui, image, result, None)
-        if ui.webcam_recording is not None:
-            frame = Frame(index - 1, ui.webcam_last - ui.webcam_started, image, "webcam")
-            ui.webcam_recording.write(frame, result, None, shown_image)
-        page = render(ui, f"{prefix}Webcam: frame {index} processed.", image=shown_image, result=result, fps=fps,
-                      views=ctx.views)
+        result, index = step.result, ui.webcam_frames
+        page = render(ui, f"{prefix}Webcam: frame {index} processed.", image=shown_image, result=result,
+                      fps=step.fps, views=ctx.views)
     if index == 1:
         page["downloads"] = offered(None)   # the last run's files are gone: this run's come at its end
     return page | {"result": result.to_dict() | {"frame": index - 1}}
