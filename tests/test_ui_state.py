@@ -230,3 +230,44 @@ def test_every_session_makes_its_views_where_the_demo_was_told(tiny_clip, views_
                   views=3, views_on=views_on)
     enc = ctx.new_stream(Settings(("cat", "dog"), None, "ms-tta", EngineConfig(bank_size=64))).encoder
     assert (enc.views, enc.views_on) == (3, views_on)
+
+
+def test_an_api_webcam_run_ends_on_the_servers_clock_and_its_page_is_shown_once(tiny_clip):
+    """No page timer: `sweep` (the server's clock) ends an idle webcam run, finishing its downloads;
+    the page's timer (or Stop) then gets that run's summary once, and a new run never shows it."""
+    import io
+
+    from PIL import Image
+
+    from app.ui import handlers
+    from app.ui.handlers import Context
+
+    buf = io.BytesIO()
+    Image.new("RGB", (64, 48), (120, 30, 30)).save(buf, "PNG")
+    form = {"image": buf.getvalue(), "keep": False, "labels": "cat\ndog", "template": "", "method": "ms-tta",
+            "k": 2, "alpha": 0.8, "lam": 1.0, "capacity": 3, "bank": 64, "race": []}
+    ctx = Context(clip=tiny_clip, base=EngineConfig(bank_size=64), slots=ModelSlots(1), sessions=Sessions(4),
+                  webcam_end=0.0)
+    ui = UISession()
+    ctx.sessions.touch(ui, "api")
+    for _ in range(3):
+        handlers.process_frame(ctx, ui, form)
+    assert ui.source == "webcam" and ui.webcam_recording is not None
+    assert handlers.sweep(ctx) == 1 and handlers.sweep(ctx) == 0
+    assert ui.webcam_recording is None and len(ui.downloads.files) == 2
+    page = handlers.webcam_tick(ctx, ui)
+    assert page["status"].startswith("Webcam ended") and handlers.webcam_tick(ctx, ui) is None
+    handlers.process_frame(ctx, ui, form)     # a new run
+    assert ui.source == "webcam" and ui.webcam_frames == 1 and handlers.webcam_stop(ctx, ui)["status"].startswith(
+        "Webcam stopped")                      # its own summary, not the run before's
+
+
+def test_a_session_is_busy_only_while_it_handles_an_event():
+    ui = UISession()
+    ui.webcam_last = time.monotonic()          # a frame a moment ago: idle between frames
+    assert not ui.busy
+    with ui.handling():
+        assert ui.busy
+    assert not ui.busy
+    ui.runs = 1
+    assert ui.busy

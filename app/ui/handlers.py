@@ -169,6 +169,7 @@ def _webcam_start(ctx: Context, ui: UISession, keep: bool, note: str | None) -> 
     """The first frame of a webcam run (under the session's lock): fresh stream, history, recording."""
     prefix = (note + " ") if note else fresh_or_kept(ui, keep)
     ui.restart_history("webcam")
+    ui.webcam_ended = None               # a page of the run before, never shown for this one
     ui.truth_state = "webcam"
     ui.webcam_started = time.monotonic()
     ui.webcam_recording = ui.downloads.start("webcam", fps=5.0, **record_options(ui))
@@ -218,7 +219,8 @@ def webcam_stop(ctx: Context, ui: UISession) -> dict[str, Any] | None:
     with ui.lock:
         ui.webcam_stopped = time.monotonic()
         if ui.source != "webcam" or not ui.webcam_frames or ui.stream is None:
-            return None
+            page, ui.webcam_ended = ui.webcam_ended, None   # the server ended it first: its page now
+            return page
         return _webcam_end(ctx, ui, "Webcam stopped")
 
 

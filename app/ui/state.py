@@ -187,6 +187,7 @@ class UISession:
         self.truth_state = "none"            # the ground truth of the run shown: "none", "loaded" or "off"
         self.downloads = Downloads()         # the last run's annotated MP4 and JSONL log
         self.active = 0                      # events of this session being handled now
+        self._active_lock = threading.Lock()
         self.webcam_ended: dict | None = None   # a webcam run the server ended (its page, for the page's timer)
 
     def __deepcopy__(self, memo: dict) -> "UISession":
@@ -201,11 +202,13 @@ class UISession:
     @contextlib.contextmanager
     def handling(self) -> Iterator[None]:
         """`with ui.handling(): ...` around one event of this session (it is busy meanwhile)."""
-        self.active += 1
+        with self._active_lock:
+            self.active += 1
         try:
             yield
         finally:
-            self.active -= 1
+            with self._active_lock:
+                self.active -= 1
 
     def restart_history(self, source: str | None = None) -> None:
         """Plots start over (new video, new settings, Reset); the engine is not touched."""
