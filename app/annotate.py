@@ -30,6 +30,13 @@ MARK_COLOR = palette.rgb(palette.MARK)             # the random-weights banner: 
 RANDOM_WEIGHTS_MARK = "RANDOM WEIGHTS: predictions are meaningless"
 
 
+def random_weights(clip: object) -> bool:
+    """Whether `clip` runs on random weights (`--pretrained none`, as `mstta.models.load_clip` reads
+    an empty or absent tag): the one test behind every RANDOM WEIGHTS mark, banner and log field."""
+    tag = getattr(clip, "pretrained", None)
+    return tag is None or str(tag).strip().lower() in ("", "none")
+
+
 @functools.lru_cache(maxsize=16)
 def _font(size: int) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
     try:

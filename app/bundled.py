@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mstta.errors import UserError
+from mstta.models import DEFAULT_MODEL, DEFAULT_TAG
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 FLAG = "--bundled-demo"
@@ -38,7 +39,7 @@ class BundledDemo:
     checkpoint: str | None = None   # a checkpoint the project ships under assets/ (None: open_clip's cache)
 
 
-CLIP_DEMO = BundledDemo("ViT-B-16", "openai", "demo.mp4", "labels.txt", "truth.csv", "python assets/make_assets.py")
+CLIP_DEMO = BundledDemo(DEFAULT_MODEL, DEFAULT_TAG, "demo.mp4", "labels.txt", "truth.csv", "python assets/make_assets.py")
 DIGITS_DEMO = BundledDemo("mstta-digits", "bundled", "digits.mp4", "digits_labels.txt", "digits_truth.csv",
                           "python assets/make_digits.py", checkpoint="mstta-digits.pt")
 

@@ -21,13 +21,13 @@ from mstta.config import DEFAULT_BANK_SIZE
 from mstta.errors import EXIT_INTERRUPTED, UserError, run_cli
 from mstta.extract_views import VIEWS_ON
 from mstta.methods import list_methods
+from mstta.models import DEFAULT_MODEL, DEFAULT_TAG
 
 from .bundled import apply_bundled
 from .encoder import MAX_VIEWS
-from .frames import parse_max_pixels
 
 PROG = "mstta-demo"
-DEFAULT_MODEL, DEFAULT_PRETRAINED = "ViT-B-16", "openai"
+DEFAULT_PRETRAINED = DEFAULT_TAG   # the model and its weights: named once, in mstta.models
 
 
 class _Parser(argparse.ArgumentParser):
@@ -150,20 +150,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def _config(args: argparse.Namespace):
-    from .pipeline import DemoConfig
+    from .pipeline import config_from_args
 
-    return DemoConfig(video=args.video, camera=args.camera, labels=args.labels, template=args.template,
-                      model=args.model, pretrained=args.pretrained, precision=args.precision, device=args.device,
-                      views=args.views, views_on=args.views_on, method=_methods(args)[0], methods=_methods(args), overrides=list(args.set), bank_size=args.bank_size,
-                      every=args.every, max_frames=args.max_frames, out=args.out, log=args.log,
-                      truth=args.truth, topk=args.topk, max_pixels=parse_max_pixels(args.max_pixels), progress=not args.quiet)
-
-
-def _methods(args: argparse.Namespace) -> list[str]:
-    """--methods (checked, in order) or the one --method."""
-    from .session import check_methods
-
-    return check_methods(args.methods) if args.methods is not None else [args.method]
+    return config_from_args(args)
 
 
 def _main(argv: Sequence[str] | None) -> int:

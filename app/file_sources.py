@@ -20,6 +20,7 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 
+from mstta.data.common import IMAGE_EXTENSIONS as COMMON_IMAGE_EXTENSIONS
 from mstta.errors import UserError
 
 from .frames import MAX_PIXELS, check_frame_size, decode_image, shrink
@@ -27,7 +28,7 @@ from .source_base import FALLBACK_FPS, Frame, Source, check_declared, cv2, to_rg
 
 log = logging.getLogger(__name__)
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
+IMAGE_EXTENSIONS = tuple(sorted(COMMON_IMAGE_EXTENSIONS))   # the engine's list (one list), in a fixed order
 FOLDER_FPS = 5.0             # an image folder is played at this many images per second
 MAX_CONSECUTIVE_FAILS = 30   # a file whose decoder fails this often in a row has ended
 

@@ -5,7 +5,9 @@
     image = shrink(image)                       # large frames scaled down right after decoding
 
 A 48 KB 1-bit PNG can declare 20,000 x 20,000 pixels (1.2 GB once decoded to RGB): the size is
-read from the file's header (PIL opens lazily) and refused before any pixel is decoded. Video
+read from the file's header (PIL opens lazily) and refused before any pixel is decoded. A frame
+more than 16 times longer than wide is refused too (a 475-byte 1 x 100,000 PNG: CLIP's views
+scale its shorter side up to the model's size, GBs). Video
 containers declare their frame size too (`sources.VideoFileSource`, `sources.LiveSource`). The
 UI calls the same functions for uploaded frames.
 """
@@ -23,6 +25,8 @@ from mstta.errors import UserError
 
 MAX_PIXELS = 4096 * 4096     # default --max-pixels: a 4096 x 4096 frame
 MAX_SIDE = 1280              # frames with a longer side are scaled down right after decoding
+MAX_ASPECT = 16              # longer side / shorter side: beyond, a frame is refused (CLIP's views resize the
+                             # shorter side to the model's size, so a 1 x 100,000 frame would become GBs)
 
 
 def parse_max_pixels(text: str | int) -> int:
@@ -40,9 +44,13 @@ def parse_max_pixels(text: str | int) -> int:
 
 
 def check_frame_size(width: int, height: int, limit: int = MAX_PIXELS, what: str = "frame") -> None:
-    """Refuse a frame of `width` x `height` above `limit` pixels (or of no size) with one line."""
+    """Refuse a frame of `width` x `height` above `limit` pixels, of no size, or more than
+    `MAX_ASPECT` times longer than wide (or wider than long) with one line; nothing is downscaled."""
     if width < 1 or height < 1:
         raise UserError(f"{what}: has no pixels ({width}x{height})")
+    if max(width, height) > MAX_ASPECT * min(width, height):
+        raise UserError(f"{what}: {width}x{height} is {max(width, height) / min(width, height):,.0f} times longer "
+                        f"than wide, above the limit of {MAX_ASPECT}:1 (refused, not resized); crop it")
     if width * height > limit:
         raise UserError(f"{what}: {width}x{height} is {width * height:,} pixels, above the limit of {limit:,}; "
                         "scale it down or raise --max-pixels")

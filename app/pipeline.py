@@ -25,16 +25,18 @@ from mstta.config import EngineConfig, from_dict, parse_overrides
 from mstta.errors import UserError
 from mstta.extract_views import VIEWS_ON
 from mstta.methods import get_method
+from mstta.models import DEFAULT_MODEL, DEFAULT_TAG
 from mstta.safety import STDOUT, check_outputs
 
-from .annotate import RANDOM_WEIGHTS_MARK, annotate
+from .annotate import RANDOM_WEIGHTS_MARK, random_weights
 from .encoder import check_views
-from .frames import MAX_PIXELS
+from .frames import MAX_PIXELS, parse_max_pixels
 from .labels import prompt_templates, read_labels
 from .progress import Progress, plural
+from .record import FrameRecord
 from .sampling import Sampler, default_every
 from .session import DEFAULT_BANK_SIZE, FrameResult, StreamSession, check_methods, method_title
-from .sinks import VIDEO_SUFFIXES, JsonlSink, VideoSink, check_output, prediction_row, shield_interrupts
+from .sinks import VIDEO_SUFFIXES, JsonlSink, VideoSink, check_output
 from .sources import Frame, Source, open_source
 from .summary import FpsMeter, RunSummary
 from .truth import Truth, read_truth
@@ -50,8 +52,8 @@ class DemoConfig:
     camera: int | None = None           # webcam index (instead of video)
     labels: str | None = None           # labels file: one class name per line
     template: str | None = None         # prompt template with one {}; None = default ensemble
-    model: str = "ViT-B-16"
-    pretrained: str = "openai"
+    model: str = DEFAULT_MODEL          # mstta.models' defaults (named once)
+    pretrained: str = DEFAULT_TAG
     precision: str | None = None        # fp32 / fp16 / bf16; None = fp16 on GPU, fp32 on CPU
     device: str = "auto"
     views: int = 1                      # images per frame fed to CLIP (1 = the frame only)
@@ -70,6 +72,29 @@ class DemoConfig:
     backoff: float = 0.5                # live sources: first reconnect delay (s), doubled each time
     max_pixels: int = MAX_PIXELS        # frames larger than this (width x height) are refused
     progress: bool = False              # progress bar / lines on stderr (the CLI's default; --quiet: off)
+
+
+def config_from_args(args: Any, **changes: Any) -> DemoConfig:
+    """The `mstta-demo` flags (an argparse Namespace) as a `DemoConfig`: the one mapping the headless
+    run and the browser UI share. A flag absent from `args` (or None) takes DemoConfig's default;
+    `changes` replace fields after (the UI's bank bound, for one)."""
+    base = DemoConfig()
+
+    def opt(name: str) -> Any:
+        value = getattr(args, name, None)
+        return getattr(base, name) if value is None else value
+
+    methods = check_methods(args.methods) if getattr(args, "methods", None) is not None else [opt("method")]
+    max_pixels = getattr(args, "max_pixels", None)
+    cfg = DemoConfig(
+        video=opt("video"), camera=opt("camera"), labels=opt("labels"), template=opt("template"), model=opt("model"),
+        pretrained=opt("pretrained"), precision=opt("precision"), device=opt("device"), views=opt("views"),
+        views_on=opt("views_on"), method=methods[0], methods=methods, overrides=list(getattr(args, "set", None) or []),
+        bank_size=opt("bank_size"), every=opt("every"), max_frames=opt("max_frames"), out=opt("out"), log=opt("log"),
+        truth=opt("truth"), topk=opt("topk"),
+        max_pixels=base.max_pixels if max_pixels is None else parse_max_pixels(max_pixels),
+        progress=not getattr(args, "quiet", True))
+    return dataclasses.replace(cfg, **changes)
 
 
 def demo_engine_config(bank_size: int | None, overrides: list[str]) -> EngineConfig:
@@ -190,17 +215,24 @@ def iter_steps(frames: Iterable[Frame], session: StreamSession, *, truth: Truth 
     if max_frames is not None and max_frames < 1:
         return
     for frame in frames:
-        if model_slot is None:
-            result = session.process(frame.image)
-        else:
-            with model_slot():
-                result = session.process(frame.image)
         processed += 1
-        index = truth.label_at(frame.index) if truth is not None else None
-        label = session.labels[index] if index is not None and index < len(session.labels) else None
-        yield Step(frame, result, label, meter.tick(), processed)
+        yield step_once(frame, session, truth=truth, meter=meter, processed=processed, model_slot=model_slot)
         if max_frames is not None and processed >= max_frames:
             return
+
+
+def step_once(frame: Frame, session: StreamSession, *, truth: Truth | None = None, meter: FpsMeter,
+              processed: int, model_slot: Callable[[], ContextManager[Any]] | None = None) -> Step:
+    """One frame through the engine (encode + adapt), as a Step: `iter_steps`' body, and the webcam's
+    step (its frames come one request at a time; `meter` and `processed` are its run's)."""
+    if model_slot is None:
+        result = session.process(frame.image)
+    else:
+        with model_slot():
+            result = session.process(frame.image)
+    index = truth.label_at(frame.index) if truth is not None else None
+    label = session.labels[index] if index is not None and index < len(session.labels) else None
+    return Step(frame, result, label, meter.tick(), processed)
 
 
 def expected_frames(source: Source, every: int, max_frames: int | None) -> int | None:
@@ -255,7 +287,7 @@ def _open_run(cfg: DemoConfig, clip: Any, source: Source | None, stack: ExitStac
     log.info("model %s (%s), logit scale %.4g (%s); source %s (%s, %.1f fps), processing every %d frame(s)",
              clip.name, clip.pretrained, engine_cfg.logit_scale, scale_from, source.spec, source.kind, source.fps,
              every)
-    mark = RANDOM_WEIGHTS_MARK if str(clip.pretrained) in ("", "none") else None
+    mark = RANDOM_WEIGHTS_MARK if random_weights(clip) else None
     return _Run(cfg, prep, source, clip, session, Sampler(every), scale_from, mark)
 
 
@@ -263,21 +295,15 @@ def _stream(run: _Run, summary: RunSummary, on_frame: Callable[[Frame, FrameResu
     """The frame loop with its outputs (finalised however it ends: Ctrl-C, a source that died)."""
     cfg, video = run.cfg, None
     progress = Progress(expected_frames(run.source, run.sampler.every, cfg.max_frames), enabled=cfg.progress)
-    bank_limit = run.session.config.bank_size
     with ExitStack() as sinks:
         sinks.callback(progress.close)
         if cfg.out:
             video = run.video = sinks.enter_context(VideoSink(cfg.out, fps=run.source.fps / run.sampler.every))
         jsonl = sinks.enter_context(JsonlSink(cfg.log)) if cfg.log else None
+        record = FrameRecord(counts=lambda st: summary.update(st.frame, st.result, st.truth_label), log=jsonl,
+                             video=video, mark=run.mark, bank_limit=run.session.config.bank_size, draw_fps=True)
         for step in iter_steps(run.sampler(run.source), run.session, truth=run.prep.truth, max_frames=cfg.max_frames):
-            picture = (annotate(step.frame.image, step.result, fps=step.fps, bank_limit=bank_limit,
-                                truth=step.truth_label, mark=run.mark) if video is not None else None)
-            with shield_interrupts():  # a frame is recorded in the summary and every output, or in none
-                summary.update(step.frame, step.result, step.truth_label)
-                if jsonl is not None:
-                    jsonl.write(prediction_row(step.frame, step.result, step.truth_label))
-                if video is not None:
-                    video.write(picture, step.frame.timestamp)
+            record.write(step)   # a frame is recorded in the summary and every output, or in none
             progress.update(step.processed, step.fps)
             if on_frame is not None:
                 on_frame(step.frame, step.result)

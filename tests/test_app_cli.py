@@ -144,3 +144,28 @@ def test_docs_page_documents_every_flag():
     assert len(flags) > 30
     missing = [f for f in flags if f != "--help" and f"`{f}" not in text]
     assert missing == []
+
+
+# ---------------------------------------------------------------------------- names once (issue 25)
+def test_the_demo_names_the_engines_default_model_extensions_and_random_weights_test_once():
+    import argparse
+
+    from app import bundled, file_sources, pipeline
+    from app.annotate import random_weights
+    from app.ui.serving import ui_config
+    from mstta.data.common import IMAGE_EXTENSIONS
+    from mstta.models import DEFAULT_MODEL, DEFAULT_TAG
+
+    assert (pipeline.DemoConfig().model, pipeline.DemoConfig().pretrained) == (DEFAULT_MODEL, DEFAULT_TAG)
+    assert (bundled.CLIP_DEMO.model, bundled.CLIP_DEMO.pretrained) == (DEFAULT_MODEL, DEFAULT_TAG)
+    assert file_sources.IMAGE_EXTENSIONS == tuple(sorted(IMAGE_EXTENSIONS))
+    for tag, random in ((None, True), ("", True), ("none", True), ("None", True), ("openai", False),
+                        ("bundled", False)):
+        assert random_weights(argparse.Namespace(pretrained=tag)) is random, tag
+    # one args -> DemoConfig mapping: the UI's config is the headless one with the UI's own fields
+    args = argparse.Namespace(model="mstta-tiny", pretrained="none", methods=["tda", "ms-tta"], every=3, topk=2,
+                              views=2, set=["k=4"], max_pixels="64x64", bank_size=512)
+    headless, (ui, _) = pipeline.config_from_args(args), ui_config(args)
+    assert ui == pipeline.config_from_args(args, camera=None, out=None, log=None, progress=False)
+    assert (headless.method, headless.methods, headless.max_pixels, headless.overrides) == \
+        ("tda", ["tda", "ms-tta"], 64 * 64, ["k=4"])

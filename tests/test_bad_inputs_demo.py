@@ -71,6 +71,13 @@ def _bomb_folder(m) -> str:
     return str(folder)
 
 
+def _thin_folder(m) -> str:
+    folder = Path(m["dir"]) / "thin"
+    folder.mkdir()
+    Image.new("L", (100_000, 1)).save(folder / "0001.png")   # a few hundred bytes; GBs once CLIP's views scale it
+    return str(folder)
+
+
 def _large_folder(m) -> str:
     folder = Path(m["dir"]) / "big"
     folder.mkdir()
@@ -143,6 +150,9 @@ CASES: list[Case] = [
     # decompression bombs and oversized frames
     ("png-bomb-in-folder", lambda m: ["--headless", "--video", _bomb_folder(m), "--labels", m["labels"], *TINY],
      "0001.png: 400,000,000 pixels, above the limit"),
+    ("folder-image-1x100000-with-out",
+     lambda m: ["--headless", "--video", _thin_folder(m), "--labels", m["labels"], "--out", str(Path(m["dir"]) / "o.mp4"),
+                *TINY], "0001.png: 100000x1 is 100,000 times longer than wide, above the limit of 16:1 (refused"),
     ("folder-image-above-max-pixels",
      lambda m: ["--headless", "--video", _large_folder(m), "--labels", m["labels"], "--max-pixels", "100x100", *TINY],
      "0001.png: 300x200 is 60,000 pixels, above the limit of 10,000"),

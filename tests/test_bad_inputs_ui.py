@@ -396,3 +396,113 @@ def test_bad_truth_files_are_one_line_never_internal_error(server, name):
     assert status == "complete" and text.startswith("⚠️") and "Internal error" not in text, text
     assert "Ground truth" in text or "ground-truth" in text, text
     assert refused_lines(server) == lines + 1 or "missing from the labels" in text
+
+
+# ---------------------------------------------------------------------------- file data Gradio would register (issue 25)
+def test_file_data_naming_a_folder_or_a_wrong_type_is_refused_before_gradio_registers_it(capfd):
+    """In-process, so Gradio's temp-file sets can be read: a refused path is never registered (a
+    registered folder stops Gradio's periodic cleanup for good), and the log holds no traceback."""
+    from gradio.route_utils import delete_files_created_by_app
+    from helpers_ui import launched
+    from helpers_video import tiny_clip
+
+    from app.ui import build_app
+
+    demo = build_app(tiny_clip(), labels=LABELS, offer_demo_clip=False)
+    with launched(demo) as url:
+        uploaded = upload(url, "f.png", small_png())          # a real upload: its folder is Gradio's
+        cases = {"folder": (file_data(str(Path(uploaded).parent), "clip.mp4"), "is a folder"),
+                 "extension": (file_data(uploaded, "f.png"), "not one of the accepted file types")}
+        for name, (data, message) in cases.items():
+            status, outputs = call(url, "process_video", [data, None, 1, False, False, L, "", *SETTINGS])
+            assert status == "error" and message in str(outputs.get("error")), (name, outputs)
+        registered = [f for files in demo.temp_file_sets for f in files]
+        assert not [f for f in registered if Path(f).is_dir()], registered
+        delete_files_created_by_app(demo, age=None)             # Gradio's cleanup runs through
+        assert not Path(uploaded).exists()
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and sum("refused Bad request to process_video" in x for x in err.splitlines()) <= 2
+
+
+def test_gradio_patches_name_the_major_version_they_were_written_for():
+    from app.ui.gradio_patches import GRADIO_MAJOR, check_gradio
+    from mstta.errors import UserError
+
+    check_gradio()                                  # the installed one
+    check_gradio(f"{GRADIO_MAJOR}.0.1")
+    for other in (f"{GRADIO_MAJOR + 1}.0.0", f"{GRADIO_MAJOR - 1}.44.1", "dev"):
+        with pytest.raises(UserError, match=f"written for gradio {GRADIO_MAJOR}.x"):
+            check_gradio(other)
+
+
+# ---------------------------------------------------------------------------- sessions in a burst (issue 25)
+def test_sixty_sessions_in_a_burst_hold_the_bound_and_leave_nothing_once_dropped(tmp_path):
+    """60 API sessions, each starting a webcam run, within seconds against max_sessions 8: at most 8
+    stay live (folders, open recordings: MP4 and JSONL); a dropped session's download URL stops working; the API
+    webcam runs end on the server's clock (no page timer); closing the rest leaves nothing."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from helpers_ui import launched, write_h264
+    from helpers_video import tiny_clip
+
+    from app.ui import OUTPUTS, build_app
+    from app.ui.recording import downloads_root
+
+    root = downloads_root()
+    before = {p for p in root.iterdir()}
+    demo = build_app(tiny_clip(), labels=LABELS, max_sessions=8, offer_demo_clip=False, webcam_end=0.5)
+    ctx = demo.mstta_context
+
+    def mine(pattern: str) -> list[Path]:
+        return [p for p in root.glob(pattern) if not any(p == b or b in p.parents for b in before)]
+
+    with launched(demo, concurrency=2) as url:
+        clip = write_h264(tmp_path / "clip.mp4", n=8)
+        video = file_data(upload(url, "clip.mp4", clip.read_bytes()), "clip.mp4")
+        status, outputs = call(url, "process_video", [video, None, 1, False, False, L, "", *SETTINGS],
+                               session_hash="first")
+        assert status == "complete", outputs
+        offered = outputs[OUTPUTS.index("downloads")]
+        offered = offered.get("value") if isinstance(offered, dict) else offered   # an update: its value
+        assert offered, outputs[0]
+        link = f"{url}gradio_api/file={offered[0]['path']}"
+        with urllib.request.urlopen(link, timeout=30) as r:
+            assert r.status == 200 and r.read()
+
+        frame = file_data(upload(url, "f.png", small_png()), "f.png")
+
+        def open_session(i: int):
+            return call(url, "process_frame", [frame, False, L, "", *SETTINGS], session_hash=f"burst-{i}")
+
+        with ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(open_session, range(60)))
+        assert all(s == "complete" for s, _ in answers), [a for a in answers if a[0] != "complete"][:2]
+        assert len(ctx.sessions) <= 8
+        assert len(mine("session-*")) <= 8 and len(mine("**/*.part*")) <= 2 * 8, (mine("session-*"), mine("**/*.part*"))
+        with pytest.raises(urllib.error.HTTPError) as gone:   # "first" was dropped: its files went with it
+            urllib.request.urlopen(link, timeout=30)
+        assert gone.value.code in (403, 404)
+
+        deadline = time.monotonic() + 20   # webcam_end 0.5 s, swept every second: the runs end by themselves
+        while mine("**/*.part*") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not mine("**/*.part*"), "API webcam runs did not end on the server's clock"
+        assert all(ui.source == "webcam-done" for ui in ctx.sessions.live())
+
+        for ui in ctx.sessions.live():        # their pages close (or their time to live runs out)
+            ctx.sessions.forget(ui.session_hash, ui)
+        assert len(ctx.sessions) == 0 and not mine("session-*")
+
+
+# ---------------------------------------------------------------------------- extreme aspect ratios (issue 25)
+@pytest.mark.parametrize("size", [(1, 100_000), (100_000, 1), (4000, 100)])
+def test_a_frame_of_an_extreme_aspect_ratio_is_refused_in_one_line_without_memory(server, size):
+    width, height = size
+    data = png_bomb(width, height)          # a few hundred bytes
+    before, lines = peak_mb(server.proc.pid), len(server.stderr)
+    status, outputs = frame_call(server.url, file_data(upload(server.url, "thin.png", data), "thin.png"))
+    text = status_of(outputs) if status == "complete" else str((outputs or {}).get("error"))
+    assert f"{width}x{height}" in text and "above the limit of 16:1" in text and "refused" in text, text
+    assert "disk" not in text
+    assert peak_mb(server.proc.pid) - before < GROWTH_MB
+    assert not any("Traceback" in line for line in server.stderr[lines:])

@@ -163,6 +163,7 @@ def test_a_sessions_downloads_are_whole_files_and_go_with_the_session(tmp_path):
     import av
     import numpy as np
 
+    from app.pipeline import Step
     from app.sources import Frame
     from app.ui.recording import Downloads
 
@@ -171,7 +172,7 @@ def test_a_sessions_downloads_are_whole_files_and_go_with_the_session(tmp_path):
     rec = ui.downloads.start("my clip (1).mp4", fps=5.0)
     for i in range(7):
         image = np.full((48, 64, 3), i * 30, np.uint8)
-        rec.write(Frame(i * 6, i / 5, image, "x"), _frame_result(i), "cat", image)
+        rec.write(Step(Frame(i * 6, i / 5, image, "x"), _frame_result(i), "cat", None, i + 1))
     assert all(p.name.startswith(".") for p in rec.folder.iterdir()), "only hidden temp files yet"
     files = ui.downloads.finish(rec)
     assert [p.rsplit("/", 1)[1] for p in files] == ["my_clip_1-annotated.mp4", "my_clip_1-predictions.jsonl"]
@@ -180,7 +181,7 @@ def test_a_sessions_downloads_are_whole_files_and_go_with_the_session(tmp_path):
     with av.open(files[0]) as container:
         assert sum(1 for _ in container.decode(video=0)) == 7
     nxt = ui.downloads.start("next.mp4", fps=5.0)
-    nxt.write(Frame(0, 0.0, image, "x"), _frame_result(0), None, image)
+    nxt.write(Step(Frame(0, 0.0, image, "x"), _frame_result(0), None, None, 1))
     assert all(__import__("os").path.exists(p) for p in files), "offered until the next run has its own"
     ui.downloads.finish(nxt)
     assert ui.downloads.files != files, "the next finished run is offered"
@@ -198,6 +199,7 @@ def test_two_overlapping_runs_of_one_session_never_share_a_file(tmp_path):
 
     import numpy as np
 
+    from app.pipeline import Step
     from app.sources import Frame
     from app.ui.recording import Downloads
 
@@ -205,8 +207,8 @@ def test_two_overlapping_runs_of_one_session_never_share_a_file(tmp_path):
     first, second = downloads.start("clip.mp4", fps=5.0), downloads.start("clip.mp4", fps=5.0)
     image = np.zeros((16, 16, 3), np.uint8)
     for i in range(4):   # interleaved, as two runs' frames arrive
-        first.write(Frame(100 + i, i / 5, image, "x"), _frame_result(i), None, image)
-        second.write(Frame(i, i / 5, image, "x"), _frame_result(i), None, image)
+        first.write(Step(Frame(100 + i, i / 5, image, "x"), _frame_result(i), None, None, i + 1))
+        second.write(Step(Frame(i, i / 5, image, "x"), _frame_result(i), None, None, i + 1))
     second_files = downloads.finish(second)
     first_files = downloads.finish(first)
     assert set(first_files).isdisjoint(second_files)
@@ -214,7 +216,7 @@ def test_two_overlapping_runs_of_one_session_never_share_a_file(tmp_path):
     assert frames == [[100, 101, 102, 103], [0, 1, 2, 3]]
     assert downloads.files == second_files, "the session offers the newer run, whichever ended last"
     third = downloads.start("clip.mp4", fps=5.0)
-    third.write(Frame(0, 0.0, image, "x"), _frame_result(0), None, image)
+    third.write(Step(Frame(0, 0.0, image, "x"), _frame_result(0), None, None, 1))
     downloads.finish(third)
     assert not any(__import__("os").path.exists(p) for p in first_files), "older runs' files go"
 
@@ -228,3 +230,44 @@ def test_every_session_makes_its_views_where_the_demo_was_told(tiny_clip, views_
                   views=3, views_on=views_on)
     enc = ctx.new_stream(Settings(("cat", "dog"), None, "ms-tta", EngineConfig(bank_size=64))).encoder
     assert (enc.views, enc.views_on) == (3, views_on)
+
+
+def test_an_api_webcam_run_ends_on_the_servers_clock_and_its_page_is_shown_once(tiny_clip):
+    """No page timer: `sweep` (the server's clock) ends an idle webcam run, finishing its downloads;
+    the page's timer (or Stop) then gets that run's summary once, and a new run never shows it."""
+    import io
+
+    from PIL import Image
+
+    from app.ui import handlers
+    from app.ui.handlers import Context
+
+    buf = io.BytesIO()
+    Image.new("RGB", (64, 48), (120, 30, 30)).save(buf, "PNG")
+    form = {"image": buf.getvalue(), "keep": False, "labels": "cat\ndog", "template": "", "method": "ms-tta",
+            "k": 2, "alpha": 0.8, "lam": 1.0, "capacity": 3, "bank": 64, "race": []}
+    ctx = Context(clip=tiny_clip, base=EngineConfig(bank_size=64), slots=ModelSlots(1), sessions=Sessions(4),
+                  webcam_end=0.0)
+    ui = UISession()
+    ctx.sessions.touch(ui, "api")
+    for _ in range(3):
+        handlers.process_frame(ctx, ui, form)
+    assert ui.source == "webcam" and ui.webcam_recording is not None
+    assert handlers.sweep(ctx) == 1 and handlers.sweep(ctx) == 0
+    assert ui.webcam_recording is None and len(ui.downloads.files) == 2
+    page = handlers.webcam_tick(ctx, ui)
+    assert page["status"].startswith("Webcam ended") and handlers.webcam_tick(ctx, ui) is None
+    handlers.process_frame(ctx, ui, form)     # a new run
+    assert ui.source == "webcam" and ui.webcam_frames == 1 and handlers.webcam_stop(ctx, ui)["status"].startswith(
+        "Webcam stopped")                      # its own summary, not the run before's
+
+
+def test_a_session_is_busy_only_while_it_handles_an_event():
+    ui = UISession()
+    ui.webcam_last = time.monotonic()          # a frame a moment ago: idle between frames
+    assert not ui.busy
+    with ui.handling():
+        assert ui.busy
+    assert not ui.busy
+    ui.runs = 1
+    assert ui.busy

@@ -13,7 +13,8 @@ functions over a `Context`, a session and its named inputs), `video` (a video ru
 `iter_steps` over a paced source, `app.pacing`), `recording` (the run's MP4 and JSONL downloads),
 `page` (the page's content by output name), `plots` (server-drawn SVG charts), `layout` (the
 components, as one `Components`), `events` (`build_app`: layout + wiring by concern), `guard`
-(Gradio-level and HTTP-level refusals in one line) and `serving` (flags, launch options, serving).
+(HTTP-level refusals in one line), `gradio_patches` (every patch of Gradio's internals, checked
+against its major version) and `serving` (flags, launch options, serving).
 Gradio is imported only when the UI is built, so the headless demo and `--help` stay fast.
 """
 from .serving import add_ui_arguments, launch_options, resolve_port, run_ui

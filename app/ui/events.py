@@ -17,10 +17,11 @@ from mstta.config import EngineConfig
 from mstta.errors import UserError, one_line
 from mstta.methods import get_method
 
+from ..annotate import random_weights
 from ..frames import MAX_PIXELS
 from ..session import DEFAULT_BANK_SIZE
 from . import handlers, video
-from .guard import guard_api
+from .gradio_patches import patch_app
 from .handlers import Context
 from .layout import Components, build_layout
 from .page import OUTPUTS, message, warn
@@ -103,7 +104,7 @@ def build_app(clip: Any, *, labels: Sequence[str] | None = None, video: str | No
               max_sessions: int = DEFAULT_MAX_SESSIONS, session_ttl: float = SESSION_TTL_S,
               max_pixels: int = MAX_PIXELS, update_interval: float = UPDATE_INTERVAL_S,
               webcam_every: float = WEBCAM_EVERY_S, webcam_time_limit: float = WEBCAM_TIME_LIMIT_S,
-              offer_demo_clip: bool = True) -> gr.Blocks:
+              offer_demo_clip: bool = True, webcam_end: float = handlers.WEBCAM_END_S) -> gr.Blocks:
     """The UI as a `gr.Blocks` (not launched) around the shared `clip`.
 
     `labels` fill the labels box; `video` (a file) and `truth` (its CSV) are preloaded, and with
@@ -115,14 +116,16 @@ def build_app(clip: Any, *, labels: Sequence[str] | None = None, video: str | No
     video/webcam runs (default 4 x concurrency); `max_sessions` sessions keep an engine and each
     lives `session_ttl` s after its last event; frames above `max_pixels` are refused. A run
     refreshes the page at most every `update_interval` s (0: every frame). `offer_demo_clip` adds a
-    button that loads assets/demo.mp4 with its labels and ground truth.
+    button that loads assets/demo.mp4 with its labels and ground truth. A webcam run (page or API)
+    without a Stop ends `webcam_end` s after its last frame, on the server's clock.
     """
     base = config if config is not None else EngineConfig(bank_size=DEFAULT_BANK_SIZE)
     method = get_method(method).name
     autostart = bool(video and labels) if autostart is None else autostart
     ctx = Context(clip=clip, base=base, slots=ModelSlots(concurrency), sessions=Sessions(max_sessions), views=views,
                   views_on=views_on, topk=topk, max_frames=max_frames, max_pixels=max_pixels, update_interval=update_interval,
-                  demo_clip=handlers.demo_clip(getattr(clip, "name", None)) if offer_demo_clip else None)
+                  demo_clip=handlers.demo_clip(getattr(clip, "name", None)) if offer_demo_clip else None,
+                  webcam_end=webcam_end)
 
     def state_deleted(ui: Any) -> None:   # Gradio's time to live ran out (or its own capacity)
         if isinstance(ui, UISession):
@@ -130,19 +133,16 @@ def build_app(clip: Any, *, labels: Sequence[str] | None = None, video: str | No
 
     with gr.Blocks(title="MS-TTA live: CLIP vs test-time adaptation", analytics_enabled=False,
                    delete_cache=CACHE_CLEANUP_S, fill_width=True) as demo:
-        c = build_layout(title_md=_title(clip, views), random_weights=str(getattr(clip, "pretrained", "")).lower()
-                         == "none", labels=labels, video=video, truth=truth, template=template, method=method,
+        c = build_layout(title_md=_title(clip, views), random_weights=random_weights(clip), labels=labels, video=video, truth=truth, template=template, method=method,
                          race=list(race), base=base, every=every, realtime=realtime, hello=_hello(ctx, video, autostart),
                          demo_clip=ctx.demo_clip is not None, session_ttl=session_ttl, on_state_deleted=state_deleted)
         wiring = Wiring(c, ctx)
         wiring.video(demo, autostart=autostart, streams=streams or 4 * concurrency)
         wiring.webcam(streams=streams or 4 * concurrency, every=webcam_every, time_limit=webcam_time_limit)
         wiring.controls(demo)
-    for dep in demo.fns.values():   # the State's per-page-load factory is no API endpoint
-        if getattr(dep, "fn", None) is UISession:
-            dep.api_visibility = "private"
-    guard_api(demo)
+    patch_app(demo, state_factory=UISession)   # every patch of Gradio's internals (checked for its version)
     demo.mstta_context = ctx        # the live sessions and slots (for tests and debugging)
+    handlers.watch(ctx)             # the server's own clock: idle webcam runs end without the page's timer
     return demo
 
 
@@ -195,7 +195,8 @@ class Wiring:
         def run(request: gr.Request, **form: Any) -> dict[Any, Any]:
             ui = self.session_of(form.pop("state", None), request)
             try:
-                return self.page(fn(ui, form))
+                with ui.handling():
+                    return self.page(fn(ui, form))
             except UserError as exc:
                 return self.refused(ui, exc)
             except Exception as exc:  # logged with its traceback, shown as one line
@@ -207,8 +208,9 @@ class Wiring:
         def run(request: gr.Request, **form: Any) -> Iterator[dict[Any, Any]]:
             ui = self.session_of(form.pop("state", None), request)
             try:
-                for result in fn(ui, form):
-                    yield self.page(result)
+                with ui.handling():
+                    for result in fn(ui, form):
+                        yield self.page(result)
             except UserError as exc:
                 yield self.refused(ui, exc)
             except Exception as exc:  # logged with its traceback, shown as one line

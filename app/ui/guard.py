@@ -1,8 +1,7 @@
-"""Requests the handlers never see, refused in one line: Gradio's own checks (a wrong number of
-inputs, a value of the wrong type, a file path the client may not use) and HTTP requests that fail
-before any handler runs (an unknown API name, an unknown event id, an upload the client dropped).
+"""Requests the handlers never see, refused in one line: HTTP requests that fail before any
+handler runs (an unknown API name, an unknown event id, an upload the client dropped), and the
+wording of Gradio's own input checks (`first_line`; `gradio_patches` refuses those before they run).
 
-    guard_api(demo)                                   # after build_app: errors while Gradio prepares inputs
     demo.launch(app_kwargs={"middleware": [Middleware(QuietErrors)]})   # launch_options does this
 
 Each refusal is one server log line (`refused ...`) and a short message to the client, never a
@@ -10,7 +9,6 @@ traceback; the server stays up and the session is left as it was.
 """
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import re
@@ -34,47 +32,13 @@ _SHORTER = (
 )
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     text = one_line(exc) or type(exc).__name__
     for pattern, replacement in _SHORTER:
         found = pattern.search(text)
         if found:
             return found.expand(replacement)[:200] if "\\" in replacement else replacement
     return text[:200]
-
-
-def guard_api(demo: Any) -> None:
-    """Wrap `demo.process_api`: an exception outside the handlers (which catch their own) becomes a
-    `gr.Error` with one line naming the endpoint, logged once, printed without traceback."""
-    import gradio as gr
-
-    original = demo.process_api
-
-    @functools.wraps(original)
-    async def process_api(*args: Any, **kwargs: Any) -> Any:
-        block_fn = kwargs.get("block_fn", args[0] if args else None)
-        inputs = kwargs.get("inputs", args[1] if len(args) > 1 else None)
-        wanted = list(getattr(block_fn, "inputs", None) or [])
-        if (isinstance(inputs, list) and kwargs.get("iterator") is None and not getattr(block_fn, "batch", False)
-                and len(inputs) != len(wanted)):   # Gradio refuses too few with a long message, ignores too many
-            names = [n for n in getattr(block_fn, "input_keyword_names", None) or [] if n != "state"]
-            shown = len([w for w in wanted if not isinstance(w, gr.State)])
-            name = getattr(block_fn, "api_name", None) or getattr(block_fn, "name", None) or "an event"
-            text = (f"Bad request to {name}: expected {shown} input values" + (f" ({', '.join(names)})" if names
-                    else "") + f", got {len(inputs)}")
-            log.info("refused %s", text)
-            raise gr.Error(text, print_exception=False)
-        try:
-            return await original(*args, **kwargs)
-        except gr.Error:
-            raise
-        except Exception as exc:  # Gradio's checks of the request: one line, no traceback
-            name = getattr(block_fn, "api_name", None) or getattr(block_fn, "name", None) or "an event"
-            text = f"Bad request to {name}: {_first_line(exc)}"
-            log.info("refused %s", text)
-            raise gr.Error(text, print_exception=False) from None
-
-    demo.process_api = process_api
 
 
 class QuietErrors:
@@ -103,7 +67,7 @@ class QuietErrors:
         except Exception as exc:  # any request's failure: one line, no traceback
             status, text = _classify(exc, scope.get("path", ""))
             log.info("refused %s %s: %s (%s)", scope.get("method", "?"), scope.get("path", "?")[:200], text,
-                     _first_line(exc))
+                     first_line(exc))
             if not started:
                 body = json.dumps({"error": text}).encode()
                 await send({"type": "http.response.start", "status": status,

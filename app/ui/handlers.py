@@ -13,7 +13,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Iterator, Mapping
 
@@ -25,10 +27,12 @@ from mstta.methods import get_method
 
 from ..frames import MAX_PIXELS, decode_image, shrink
 from ..labels import read_labels
+from ..pipeline import step_once
+from ..record import FrameRecord
 from ..session import StreamSession
 from ..sources import Frame
 from . import plots
-from .page import EXPIRED, check_truth, message, offered, picture, render, shown, warn
+from .page import EXPIRED, check_truth, message, offered, record_options, render, shown, warn
 from .state import CONTROLS, ModelSlots, Sessions, Settings, UISession, apply_settings
 
 log = logging.getLogger(__name__)
@@ -53,6 +57,7 @@ class Context:
     max_pixels: int = MAX_PIXELS
     update_interval: float = 0.15    # a run refreshes the frame, bars and plots at most this often (s)
     demo_clip: tuple[str, str, str | None] | None = None   # (video, labels text, truth CSV)
+    webcam_end: float = WEBCAM_END_S   # a webcam run without a Stop ends this long after its last frame
 
     def new_stream(self, s: Settings) -> StreamSession:
         return StreamSession(self.clip, list(s.labels), template=s.template, methods=s.methods, config=s.config,
@@ -164,9 +169,10 @@ def _webcam_start(ctx: Context, ui: UISession, keep: bool, note: str | None) -> 
     """The first frame of a webcam run (under the session's lock): fresh stream, history, recording."""
     prefix = (note + " ") if note else fresh_or_kept(ui, keep)
     ui.restart_history("webcam")
+    ui.webcam_ended = None               # a page of the run before, never shown for this one
     ui.truth_state = "webcam"
     ui.webcam_started = time.monotonic()
-    ui.webcam_recording = ui.downloads.start("webcam", fps=5.0)
+    ui.webcam_recording = ui.downloads.start("webcam", fps=5.0, **record_options(ui))
     return prefix
 
 
@@ -184,17 +190,16 @@ def process_frame(ctx: Context, ui: UISession, form: Mapping[str, Any]) -> dict[
             prefix = _webcam_start(ctx, ui, bool(form.get("keep")), note)
         else:
             prefix = (note + " ") if note else ""
-        result = ui.stream.process(image)
-        ui.history.update(result, None, plots.thumbnail(image) if result.disagree else None)
+        frame = Frame(ui.webcam_frames, time.monotonic() - ui.webcam_started, image, "webcam")
+        step = step_once(frame, ui.stream, meter=ui.meter, processed=ui.webcam_frames + 1)   # the one frame step
+        record = ui.webcam_recording.record if ui.webcam_recording is not None else \
+            FrameRecord(picture=True, **record_options(ui))
+        shown_image = record.write(step)   # the one per-frame record: history, JSONL, MP4, picture
         ui.webcam_frames += 1
         ui.webcam_last = time.monotonic()
-        fps, index = ui.meter.tick(), ui.webcam_frames
-        shown_image = picture(ui, image, result, None)
-        if ui.webcam_recording is not None:
-            frame = Frame(index - 1, ui.webcam_last - ui.webcam_started, image, "webcam")
-            ui.webcam_recording.write(frame, result, None, shown_image)
-        page = render(ui, f"{prefix}Webcam: frame {index} processed.", image=shown_image, result=result, fps=fps,
-                      views=ctx.views)
+        result, index = step.result, ui.webcam_frames
+        page = render(ui, f"{prefix}Webcam: frame {index} processed.", image=shown_image, result=result,
+                      fps=step.fps, views=ctx.views)
     if index == 1:
         page["downloads"] = offered(None)   # the last run's files are gone: this run's come at its end
     return page | {"result": result.to_dict() | {"frame": index - 1}}
@@ -214,18 +219,63 @@ def webcam_stop(ctx: Context, ui: UISession) -> dict[str, Any] | None:
     with ui.lock:
         ui.webcam_stopped = time.monotonic()
         if ui.source != "webcam" or not ui.webcam_frames or ui.stream is None:
-            return None
+            page, ui.webcam_ended = ui.webcam_ended, None   # the server ended it first: its page now
+            return page
         return _webcam_end(ctx, ui, "Webcam stopped")
 
 
 def webcam_tick(ctx: Context, ui: UISession) -> dict[str, Any] | None:
-    """Without a Stop (an API client, a closed camera): the summary once frames stopped coming."""
+    """The page's timer: the summary of a run the server ended (`end_idle_webcam`) once frames
+    stopped coming (an API client, a closed camera); None while it runs."""
+    with ui.lock:
+        end_idle_webcam(ctx, ui)
+        page, ui.webcam_ended = ui.webcam_ended, None
+        return page
+
+
+def end_idle_webcam(ctx: Context, ui: UISession, now: float | None = None) -> bool:
+    """End `ui`'s webcam run on the server's clock when no frame came for `ctx.webcam_end` s: its
+    recording is finished (downloads), its page kept for the page's timer. True when it ended now."""
     with ui.lock:
         if ui.source != "webcam" or not ui.webcam_frames or ui.stream is None:
-            return None
-        if time.monotonic() - ui.webcam_last < WEBCAM_END_S:
-            return None
-        return _webcam_end(ctx, ui, "Webcam ended (no frame for a while)")
+            return False
+        if (time.monotonic() if now is None else now) - ui.webcam_last < ctx.webcam_end:
+            return False
+        ui.webcam_ended = _webcam_end(ctx, ui, "Webcam ended (no frame for a while)")
+        return True
+
+
+def sweep(ctx: Context) -> int:
+    """One pass of the server's own clock over the live sessions (`watch` runs it every second):
+    idle webcam runs end. The number ended."""
+    ended = 0
+    for ui in ctx.sessions.live():
+        if ui.source == "webcam" and ui.lock.acquire(blocking=False):   # a session mid-frame is not idle
+            try:
+                ended += end_idle_webcam(ctx, ui)
+            except Exception:  # one session's failure must not stop the clock
+                log.exception("ending an idle webcam run failed")
+            finally:
+                ui.lock.release()
+    return ended
+
+
+def watch(ctx: Context, every: float = 1.0) -> threading.Thread:
+    """A daemon thread running `sweep(ctx)` every `every` s while `ctx` lives (held weakly)."""
+    ref = weakref.ref(ctx)
+
+    def loop() -> None:
+        while True:
+            time.sleep(every)
+            alive = ref()
+            if alive is None:
+                return
+            sweep(alive)
+            del alive
+
+    thread = threading.Thread(target=loop, name="mstta-ui-clock", daemon=True)
+    thread.start()
+    return thread
 
 
 def demo_clip(model: str | None = None) -> tuple[str, str, str | None] | None:

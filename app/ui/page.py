@@ -15,7 +15,7 @@ import numpy as np
 
 from mstta.errors import UserError, one_line
 
-from ..annotate import RANDOM_WEIGHTS_MARK, annotate
+from ..annotate import RANDOM_WEIGHTS_MARK, random_weights
 from ..truth import Truth, read_truth
 from . import plots
 from .state import UISession
@@ -46,12 +46,18 @@ def warn(text: str) -> str:
     return f"⚠️ {text}"
 
 
-def picture(ui: UISession, image: np.ndarray, result, truth: str | None) -> np.ndarray:
-    """The annotated frame (as the page shows it and the downloaded MP4 holds it); no fps on it:
-    the page's one speed figure is the numbers line's (`plots.speed`)."""
+def record_options(ui: UISession) -> dict[str, Any]:
+    """A UI run's `FrameRecord` options: frames counted into the session's history (a thumbnail of
+    those where CLIP and the method disagree), pictures annotated as the page shows them and the MP4
+    holds them (no fps on them: the page's one speed figure is the numbers line's, `plots.speed`)."""
     s = ui.stream
-    mark = RANDOM_WEIGHTS_MARK if s is not None and s.clip.pretrained == "none" else None
-    return annotate(image, result, bank_limit=s.config.bank_size if s else None, truth=truth, mark=mark)
+
+    def count(step) -> None:
+        ui.history.update(step.result, step.truth_label,
+                          plots.thumbnail(step.frame.image) if step.result.disagree else None)
+
+    return dict(counts=count, mark=RANDOM_WEIGHTS_MARK if s is not None and random_weights(s.clip) else None,
+                bank_limit=s.config.bank_size if s is not None else None)
 
 
 def render(ui: UISession, status: str, *, image: np.ndarray | None = None, result=None, fps: float | None = None,

@@ -3,7 +3,7 @@ written frame by frame with the headless demo's own sinks (`app.sinks`) into the
 
     folder = Downloads(root)                             # one per session, under the server's root
     rec = folder.start("clip", fps=30.0)                  # a new run: its own folder and files
-    rec.write(frame, result, truth, picture)              # every processed frame
+    picture = rec.write(step)                             # every processed frame (a pipeline.Step)
     paths = folder.finish(rec)                            # [mp4, jsonl] of that run; the run before's go
     folder.close()                                        # the session ends: its folder goes
 
@@ -21,11 +21,12 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from ..sinks import JsonlSink, VideoSink, prediction_row
-from ..sources import Frame
+from ..record import FrameRecord
+from ..sinks import JsonlSink, VideoSink
 
 log = logging.getLogger(__name__)
 
@@ -34,11 +35,17 @@ _root: Path | None = None
 
 
 def downloads_root() -> Path:
-    """This server's folder for run downloads (in the system's temp folder; removed at exit)."""
+    """This server's folder for run downloads, removed at exit. It lies in Gradio's upload folder,
+    so Gradio serves a download in place instead of copying it: deleting a run's files (a newer run,
+    the session's end) makes their URLs stop working at once."""
+    from .gradio_patches import served_folder
+
     global _root
     with _root_lock:
         if _root is None or not _root.is_dir():
-            _root = Path(tempfile.mkdtemp(prefix="mstta-ui-downloads-"))
+            base = served_folder()
+            base.mkdir(parents=True, exist_ok=True)
+            _root = Path(tempfile.mkdtemp(prefix="mstta-ui-downloads-", dir=base))
             atexit.register(shutil.rmtree, _root, True)
         return _root
 
@@ -56,19 +63,22 @@ KEEP_FINISHED = 2   # finished runs whose files a session keeps: the one offered
 class Recording:
     """One run's annotated video and prediction log, being written (in the run's own folder)."""
 
-    def __init__(self, folder: Path, stem: str, fps: float):
+    def __init__(self, folder: Path, stem: str, fps: float, **record: Any):
         self.folder = folder
         self.video = VideoSink(folder / f"{stem}-annotated.mp4", fps=max(fps, 1e-3))
         self.log = JsonlSink(folder / f"{stem}-predictions.jsonl")
-        self.rows = 0
+        self.record = FrameRecord(log=self.log, video=self.video, picture=True, **record)
         self.closed = False
         self.number = 0     # the session's run number (order asked for)
 
-    def write(self, frame: Frame, result, truth: str | None, picture: np.ndarray) -> None:
-        """Record one processed frame: its JSONL row and its annotated picture."""
-        self.log.write(prediction_row(frame, result, truth))
-        self.video.write(picture, frame.timestamp)
-        self.rows += 1
+    @property
+    def rows(self) -> int:
+        return self.record.rows
+
+    def write(self, step: Any) -> np.ndarray:
+        """Record one processed frame (a `pipeline.Step`) with the run's one per-frame record
+        (`app.record.FrameRecord`: counts, JSONL row, MP4 frame); its annotated picture."""
+        return self.record.write(step)
 
     def finish(self) -> list[str]:
         """Close both files; their paths (none when no frame was processed)."""
@@ -111,15 +121,16 @@ class Downloads:
         """The newest run being written (None when none is)."""
         return self.running[-1] if self.running else None
 
-    def start(self, name: str, fps: float) -> Recording:
-        """A new run's recording, in a folder of its own under the session's."""
+    def start(self, name: str, fps: float, **record: Any) -> Recording:
+        """A new run's recording, in a folder of its own under the session's; `record` are the
+        `FrameRecord`'s options (counts, mark, bank_limit)."""
         with self._lock:
             if self.folder is None:
                 self.folder = Path(tempfile.mkdtemp(prefix="session-", dir=self.root or downloads_root()))
             self._runs += 1
             run_folder = self.folder / f"run-{self._runs}"
             run_folder.mkdir()
-            rec = Recording(run_folder, safe_stem(name), fps)
+            rec = Recording(run_folder, safe_stem(name), fps, **record)
             rec.number = self._runs
             self.running.append(rec)
             return rec

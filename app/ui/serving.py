@@ -16,7 +16,6 @@ from typing import Any
 
 from mstta.errors import UserError
 
-from ..frames import MAX_PIXELS, parse_max_pixels
 from ..session import DEFAULT_BANK_SIZE
 from .state import DEFAULT_CONCURRENCY, DEFAULT_MAX_SESSIONS, SESSION_BANK_LIMIT, SESSION_TTL_S
 
@@ -101,36 +100,20 @@ def ui_config(args: argparse.Namespace):
     _check_range(_opt(args, "queue_size", DEFAULT_QUEUE_SIZE), "--queue-size", 1, 10_000)
     _check_range(_opt(args, "max_sessions", DEFAULT_MAX_SESSIONS), "--max-sessions", 1, MAX_SESSIONS_LIMIT)
     _check_range(_opt(args, "session_ttl", SESSION_TTL_S), "--session-ttl", *TTL_RANGE_S, number=float)
-    bank = _opt(args, "bank_size", DEFAULT_BANK_SIZE)
+    bank = _opt(args, "bank_size") if _opt(args, "bank_size") is not None else DEFAULT_BANK_SIZE
     if isinstance(bank, int) and not isinstance(bank, bool) and bank > SESSION_BANK_LIMIT:
         if bank != DEFAULT_BANK_SIZE:   # the engine's default is larger than the UI's bound: lowered quietly
             raise UserError(f"--bank-size {bank}: the browser UI keeps at most {SESSION_BANK_LIMIT:,} features per "
                             "session (each session has its own bank); lower it")
         bank = SESSION_BANK_LIMIT
     video = _opt(args, "video")
-    cfg = pipeline.DemoConfig(
-        video=video, camera=None, labels=_opt(args, "labels"),
-        template=_opt(args, "template"), model=_opt(args, "model", "ViT-B-16"),
-        pretrained=_opt(args, "pretrained", "openai"), precision=_opt(args, "precision"),
-        device=_opt(args, "device", "auto"), views=_opt(args, "views", 1),
-        views_on=_opt(args, "views_on", "auto"), method=_race(args)[0], methods=_race(args),
-        overrides=list(_opt(args, "set", None) or []), bank_size=bank, every=_opt(args, "every"),
-        max_frames=_opt(args, "max_frames"), truth=_opt(args, "truth"), topk=_opt(args, "topk", 3),
-        max_pixels=parse_max_pixels(_opt(args, "max_pixels", MAX_PIXELS)))
+    cfg = pipeline.config_from_args(args, camera=None, out=None, log=None, bank_size=bank, progress=False)
     prep = pipeline.prepare(cfg)   # labels and the source may be absent: the UI starts empty
     if video is not None:
         from .video import open_video
 
         open_video(video, cfg.max_pixels).close()    # readable now, or a one-line error before the model loads
     return cfg, prep
-
-
-def _race(args: argparse.Namespace) -> list[str]:
-    """--methods (the first is the Method box, the rest the race box) or the one --method."""
-    from ..session import check_methods
-
-    methods = _opt(args, "methods")
-    return check_methods(methods) if methods else [_opt(args, "method", "ms-tta")]
 
 
 def run_ui(args: argparse.Namespace) -> int:

@@ -186,13 +186,29 @@ class UISession:
         self.session_hash: str | None = None
         self.truth_state = "none"            # the ground truth of the run shown: "none", "loaded" or "off"
         self.downloads = Downloads()         # the last run's annotated MP4 and JSONL log
+        self.active = 0                      # events of this session being handled now
+        self._active_lock = threading.Lock()
+        self.webcam_ended: dict | None = None   # a webcam run the server ended (its page, for the page's timer)
 
     def __deepcopy__(self, memo: dict) -> "UISession":
         return UISession()
 
     @property
     def busy(self) -> bool:
-        return self.runs > 0 or time.monotonic() - self.webcam_last < 10.0
+        """A video run going, or an event (a webcam frame, Apply, ...) being handled right now: such a
+        session is not dropped by the cap. A webcam between two frames is idle (the cap holds in bursts)."""
+        return self.runs > 0 or self.active > 0
+
+    @contextlib.contextmanager
+    def handling(self) -> Iterator[None]:
+        """`with ui.handling(): ...` around one event of this session (it is busy meanwhile)."""
+        with self._active_lock:
+            self.active += 1
+        try:
+            yield
+        finally:
+            with self._active_lock:
+                self.active -= 1
 
     def restart_history(self, source: str | None = None) -> None:
         """Plots start over (new video, new settings, Reset); the engine is not touched."""
@@ -206,6 +222,9 @@ class UISession:
         with self.lock:
             self.stream = None
             self.history.clear()
+            self.webcam_recording = None     # closed and deleted with the session's folder below
+            self.webcam_ended = None
+            self.source = None
             self.downloads.close()
             self.expired = expired
             self.closed = not expired
@@ -240,6 +259,11 @@ class Sessions:
         for other in victims:
             other.close(expired=True)
             log.info("session dropped: more than %d live sessions (the oldest idle one goes)", self.limit)
+
+    def live(self) -> list[UISession]:
+        """The live sessions now (a copy)."""
+        with self._lock:
+            return list(self._live.values())
 
     def forget(self, key: str | None, ui: UISession | None = None) -> None:
         """The page closed or the state's time to live ran out: free the session, stop counting it."""

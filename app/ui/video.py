@@ -25,7 +25,7 @@ from ..sampling import Sampler, default_every
 from ..truth import Truth
 from . import plots
 from .handlers import Context, fresh_or_kept
-from .page import EXPIRED, check_truth, message, offered, picture, render, upload_message, warn
+from .page import EXPIRED, check_truth, message, offered, record_options, render, upload_message, warn
 from .state import UISession, apply_settings, int_control
 
 log = logging.getLogger(__name__)
@@ -98,7 +98,7 @@ def process_video(ctx: Context, ui: UISession, form: Mapping[str, Any], autostar
                 prefix = (note + " ") if note else fresh_or_kept(ui, bool(form.get("keep")))
                 ui.restart_history(f"video:{name}")
                 ui.truth_state = "off" if problem else ("loaded" if truth is not None else "none")
-                recording = ui.downloads.start(name, fps=source.fps / every)
+                recording = ui.downloads.start(name, fps=source.fps / every, **record_options(ui))
             try:
                 if problem:
                     prefix = warn("Accuracy off: " + problem) + " " + prefix
@@ -177,10 +177,7 @@ def _run(ctx: Context, ui: UISession, source, name: str, every: int, truth: Trut
             with ui.lock:   # never held across a yield: the next frame may run on another thread
                 if ui.stream is not session or run.replaced:   # closed, dropped, or a newer run took over
                     break
-                ui.history.update(st.result, st.truth_label,
-                                  plots.thumbnail(st.frame.image) if st.result.disagree else None)
-                image = picture(ui, st.frame.image, st.result, st.truth_label)
-                recording.write(st.frame, st.result, st.truth_label, image)
+                image = recording.write(st)   # the one per-frame record: history, JSONL, MP4, picture
                 last = (st, image)
                 if run.due():
                     page, last = run.page(st, run.status(st.processed), image), None
