@@ -29,8 +29,10 @@ browser: install
 test: install browser
 	$(PY) -m pytest -q
 
-# Static checks (rules in pyproject.toml, [tool.ruff]): unused/undefined names, likely bugs, import order.
+# Static checks (rules in pyproject.toml, [tool.ruff]): the layout (`ruff format`, line length 120),
+# unused/undefined names, likely bugs, import order. `$(VENV)/bin/ruff format .` applies the layout.
 lint: install
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
 
 # The README's screenshot of the UI (assets/ui.png), made by the browser tests' tooling at 1280x720.

@@ -8,6 +8,7 @@ picture, so no frame of it can pass for a real model's predictions.
 `annotate(image, result)` is a pure function: it returns a new RGB uint8 image with even width
 and height (what H.264 needs) and never changes its input.
 """
+
 from __future__ import annotations
 
 import functools
@@ -18,15 +19,15 @@ from PIL import Image, ImageDraw, ImageFont
 from . import palette
 from .session import FrameResult, Scored, method_title
 
-MIN_WIDTH = 480                  # narrower frames are scaled up so the panel text stays legible
+MIN_WIDTH = 480  # narrower frames are scaled up so the panel text stays legible
 BG = (22, 24, 28)
 FG = (235, 235, 235)
 DIM = (150, 155, 165)
-CLIP_COLOR = palette.rgb(palette.CLIP)             # one palette with the page's charts (app.palette)
+CLIP_COLOR = palette.rgb(palette.CLIP)  # one palette with the page's charts (app.palette)
 TTA_COLOR = palette.rgb(palette.method_color(0))
 AGREE_COLOR = palette.rgb(palette.AGREE)
 DISAGREE_COLOR = palette.rgb(palette.DISAGREE)
-MARK_COLOR = palette.rgb(palette.MARK)             # the random-weights banner: black text on this yellow
+MARK_COLOR = palette.rgb(palette.MARK)  # the random-weights banner: black text on this yellow
 RANDOM_WEIGHTS_MARK = "RANDOM WEIGHTS: predictions are meaningless"
 
 
@@ -55,23 +56,36 @@ def _fit_text(draw: ImageDraw.ImageDraw, text: str, font, width: int) -> str:
 
 def status_line(result: FrameResult, fps: float | None = None, bank_limit: int | None = None) -> str:
     """'12.5 fps  ·  cache 4/9  ·  bank 12/4096  ·  CLIP entropy 0.80 nats' (parts without data left out)."""
-    parts = [f"{fps:.1f} fps" if fps is not None else None,
-             f"cache {result.cache_size}/{result.cache_capacity}" if result.cache_capacity else None,
-             f"bank {result.bank_rows}" + (f"/{bank_limit}" if bank_limit else "") if result.bank_rows else None,
-             f"CLIP entropy {result.entropy:.2f} nats"]
+    parts = [
+        f"{fps:.1f} fps" if fps is not None else None,
+        f"cache {result.cache_size}/{result.cache_capacity}" if result.cache_capacity else None,
+        f"bank {result.bank_rows}" + (f"/{bank_limit}" if bank_limit else "") if result.bank_rows else None,
+        f"CLIP entropy {result.entropy:.2f} nats",
+    ]
     return "  ·  ".join(p for p in parts if p)
 
 
 def truth_line(result: FrameResult, truth: str) -> str:
     """'true label: cat  ·  CLIP right, MS-TTA wrong'."""
+
     def mark(label: str) -> str:
         return "right" if label == truth else "wrong"
 
-    return f"true label: {truth}  ·  CLIP {mark(result.clip_label)}, {method_title(result.method)} {mark(result.tta_label)}"
+    title = method_title(result.method)
+    return f"true label: {truth}  ·  CLIP {mark(result.clip_label)}, {title} {mark(result.tta_label)}"
 
 
-def _column(draw: ImageDraw.ImageDraw, x: int, y: int, width: int, line: int, font, title: str,
-            items: list[Scored], color: tuple[int, int, int]) -> None:
+def _column(
+    draw: ImageDraw.ImageDraw,
+    x: int,
+    y: int,
+    width: int,
+    line: int,
+    font,
+    title: str,
+    items: list[Scored],
+    color: tuple[int, int, int],
+) -> None:
     draw.text((x, y), title, fill=color, font=font)
     pct_w = int(draw.textlength("100%", font=font)) + 4
     bar_max = max(8, width // 3)
@@ -102,9 +116,16 @@ def draw_mark(draw: ImageDraw.ImageDraw, width: int, text: str) -> None:
     draw.text((max(4, int(round(8 * scale))), 2), _fit_text(draw, text, font, width - 8), fill=(0, 0, 0), font=font)
 
 
-def annotate(image: np.ndarray, result: FrameResult, *, fps: float | None = None,
-             bank_limit: int | None = None, truth: str | None = None, mark: str | None = None,
-             min_width: int = MIN_WIDTH) -> np.ndarray:
+def annotate(
+    image: np.ndarray,
+    result: FrameResult,
+    *,
+    fps: float | None = None,
+    bank_limit: int | None = None,
+    truth: str | None = None,
+    mark: str | None = None,
+    min_width: int = MIN_WIDTH,
+) -> np.ndarray:
     """The frame with both predictions drawn below it; RGB uint8 [H', W', 3], even sizes.
 
     `truth` (the frame's class from a truth file) adds a line: the true label, and whether each
@@ -150,6 +171,10 @@ def annotate(image: np.ndarray, result: FrameResult, *, fps: float | None = None
     draw.text((pad, y_status), status, fill=DIM, font=font)
     draw.text((out_w - pad - badge_w, y_status), badge, fill=color, font=font)
     if truth is not None:
-        draw.text((pad, y_status + line), _fit_text(draw, truth_line(result, truth), font, out_w - 2 * pad),
-                  fill=FG, font=font)
+        draw.text(
+            (pad, y_status + line),
+            _fit_text(draw, truth_line(result, truth), font, out_w - 2 * pad),
+            fill=FG,
+            font=font,
+        )
     return np.asarray(canvas, dtype=np.uint8).copy()

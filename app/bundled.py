@@ -12,6 +12,7 @@ explicit `--model`/`--pretrained` replaces the model part, an explicit `--video`
 clip part (with the user's own `--labels`/`--truth`). A missing asset is a one-line `UserError`
 naming it and the command that makes it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,17 +32,26 @@ class BundledDemo:
     """A model and the bundled clip it plays (file names under `assets/`)."""
 
     model: str
-    pretrained: str            # the pretrained tag it loads with
+    pretrained: str  # the pretrained tag it loads with
     video: str
     labels: str
     truth: str
-    make: str                  # the command that (re)makes these assets
-    checkpoint: str | None = None   # a checkpoint the project ships under assets/ (None: open_clip's cache)
+    make: str  # the command that (re)makes these assets
+    checkpoint: str | None = None  # a checkpoint the project ships under assets/ (None: open_clip's cache)
 
 
-CLIP_DEMO = BundledDemo(DEFAULT_MODEL, DEFAULT_TAG, "demo.mp4", "labels.txt", "truth.csv", "python assets/make_assets.py")
-DIGITS_DEMO = BundledDemo("mstta-digits", "bundled", "digits.mp4", "digits_labels.txt", "digits_truth.csv",
-                          "python assets/make_digits.py", checkpoint="mstta-digits.pt")
+CLIP_DEMO = BundledDemo(
+    DEFAULT_MODEL, DEFAULT_TAG, "demo.mp4", "labels.txt", "truth.csv", "python assets/make_assets.py"
+)
+DIGITS_DEMO = BundledDemo(
+    "mstta-digits",
+    "bundled",
+    "digits.mp4",
+    "digits_labels.txt",
+    "digits_truth.csv",
+    "python assets/make_digits.py",
+    checkpoint="mstta-digits.pt",
+)
 
 
 def choose_demo() -> BundledDemo:
@@ -67,8 +77,10 @@ def _check_model(demo: BundledDemo, assets: Path) -> None:
 
     path = assets / demo.checkpoint
     if demo.model not in models.list_models() or not path.is_file():
-        raise UserError(f"{FLAG}: the bundled model {demo.model} is missing (its config, and its checkpoint "
-                        f"{_shown(path)}); make it with: {demo.make}")
+        raise UserError(
+            f"{FLAG}: the bundled model {demo.model} is missing (its config, and its checkpoint "
+            f"{_shown(path)}); make it with: {demo.make}"
+        )
 
 
 def apply_bundled(args: argparse.Namespace, assets: Path | None = None) -> str | None:
@@ -92,5 +104,7 @@ def apply_bundled(args: argparse.Namespace, assets: Path | None = None) -> str |
     if demo is CLIP_DEMO:
         return None
     played = "its clip " + _shown(Path(args.video)) if not clip_given else "your source"
-    return (f"{CLIP_DEMO.model} ({CLIP_DEMO.pretrained}) weights are not in the local cache: playing the bundled "
-            f"digits demo instead ({args.model} on {played})")
+    return (
+        f"{CLIP_DEMO.model} ({CLIP_DEMO.pretrained}) weights are not in the local cache: playing the bundled "
+        f"digits demo instead ({args.model} on {played})"
+    )

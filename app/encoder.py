@@ -10,6 +10,7 @@ many-view frame between chunks. `views_on`: where extra views are made, as `mstt
 --views-on`: `device` makes them from the frame tensor on the model's device
 (`mstta.tensor_views`, the same parameters), `cpu` with PIL; `auto` (default) is device on CUDA.
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -25,7 +26,7 @@ from mstta.tensor_views import TensorViewMaker
 from mstta.views import ViewMaker, split_preprocess, to_pixels
 
 __all__ = ["MAX_VIEWS", "VIEW_CHUNK", "FrameEncoder", "check_views"]
-VIEW_CHUNK = 32     # views per encoder forward
+VIEW_CHUNK = 32  # views per encoder forward
 
 
 def check_views(views: Any) -> int:
@@ -46,7 +47,7 @@ class FrameEncoder:
         self.maker = ViewMaker(geometry, size, views=self.views, augment="crop", seed=seed)
         self.device = clip.device
         self.views_on = resolve_views_on(views_on, self.device) if self.views > 1 else "cpu"
-        self._count = 0          # frames encoded since the last reset: the views' random stream
+        self._count = 0  # frames encoded since the last reset: the views' random stream
         self._tensor: TensorViewMaker | None = None
 
     def reset(self, seed: int | None = None) -> None:
@@ -63,8 +64,10 @@ class FrameEncoder:
         out = []
         for i, img in enumerate(images):
             if not isinstance(img, np.ndarray) or img.dtype != np.uint8 or img.ndim != 3 or img.shape[2] != 3:
-                raise UserError(f"frame {i}: expected an RGB uint8 image [H, W, 3], got "
-                                f"{getattr(img, 'dtype', type(img).__name__)} {getattr(img, 'shape', '')}")
+                raise UserError(
+                    f"frame {i}: expected an RGB uint8 image [H, W, 3], got "
+                    f"{getattr(img, 'dtype', type(img).__name__)} {getattr(img, 'shape', '')}"
+                )
             if self.views_on == "device":
                 frame = torch.from_numpy(np.ascontiguousarray(img)).to(self.device).permute(2, 0, 1)
                 if self._tensor is None or self._tensor.maker is not self.maker:
@@ -83,8 +86,12 @@ class FrameEncoder:
     def encode(self, images: Sequence[np.ndarray]) -> torch.Tensor:
         """Frames -> unit-norm features [B, d] (views == 1) or [B, V, d] (float32)."""
         views = self.views_of(images)
-        feats = torch.cat([self.clip.encode_images(to_pixels(chunk, self.mean, self.std, self.device))
-                           for chunk in views.split(VIEW_CHUNK)])
+        feats = torch.cat(
+            [
+                self.clip.encode_images(to_pixels(chunk, self.mean, self.std, self.device))
+                for chunk in views.split(VIEW_CHUNK)
+            ]
+        )
         return feats if self.views == 1 else feats.view(len(images), self.views, -1)
 
     def encode_one(self, image: np.ndarray) -> torch.Tensor:

@@ -10,6 +10,7 @@
   files that do not decode are skipped and counted, and a folder none of whose images decodes is a
   one-line `UserError` once it has been read through.
 """
+
 from __future__ import annotations
 
 import logging
@@ -28,9 +29,9 @@ from .source_base import FALLBACK_FPS, Frame, Source, check_declared, cv2, to_rg
 
 log = logging.getLogger(__name__)
 
-IMAGE_EXTENSIONS = tuple(sorted(COMMON_IMAGE_EXTENSIONS))   # the engine's list (one list), in a fixed order
-FOLDER_FPS = 5.0             # an image folder is played at this many images per second
-MAX_CONSECUTIVE_FAILS = 30   # a file whose decoder fails this often in a row has ended
+IMAGE_EXTENSIONS = tuple(sorted(COMMON_IMAGE_EXTENSIONS))  # the engine's list (one list), in a fixed order
+FOLDER_FPS = 5.0  # an image folder is played at this many images per second
+MAX_CONSECUTIVE_FAILS = 30  # a file whose decoder fails this often in a row has ended
 
 
 class VideoFileSource(Source):
@@ -42,8 +43,10 @@ class VideoFileSource(Source):
         cap = cv2.VideoCapture(path)
         if not cap.isOpened():
             cap.release()
-            raise UserError(f"--video {path}: not a video OpenCV can read (wrong format, unsupported codec "
-                            "or a damaged file); pass a video file, an image folder or a stream URL")
+            raise UserError(
+                f"--video {path}: not a video OpenCV can read (wrong format, unsupported codec "
+                "or a damaged file); pass a video file, an image folder or a stream URL"
+            )
         try:  # the container's declared frame size, before any frame is decoded
             check_declared(cap, max_pixels, f"--video {path}")
         except UserError:
@@ -52,10 +55,14 @@ class VideoFileSource(Source):
         declared = cap.get(cv2.CAP_PROP_FPS)
         fps = usable_fps(declared)
         if fps is None:
-            log.warning("%s declares no usable frame rate (%s); playing it at %.0f fps, frames numbered in order",
-                        path, f"{declared:g} fps" if declared and math.isfinite(declared) else "none", FALLBACK_FPS)
+            log.warning(
+                "%s declares no usable frame rate (%s); playing it at %.0f fps, frames numbered in order",
+                path,
+                f"{declared:g} fps" if declared and math.isfinite(declared) else "none",
+                FALLBACK_FPS,
+            )
         super().__init__(path, fps or FALLBACK_FPS, max_pixels)
-        self.timed = fps is not None   # the container's timestamps are usable for indices and times
+        self.timed = fps is not None  # the container's timestamps are usable for indices and times
         count = cap.get(cv2.CAP_PROP_FRAME_COUNT)
         self.frame_count = int(count) if self.timed and count and math.isfinite(count) and count > 0 else None
         self.length = self.frame_count
@@ -78,7 +85,7 @@ class VideoFileSource(Source):
             fails += 1
             pos = self._cap.get(cv2.CAP_PROP_POS_FRAMES)
             at_end = self.frame_count is not None and pos >= self.frame_count
-            if at_end or fails >= MAX_CONSECUTIVE_FAILS:   # the end of the file, not unreadable frames
+            if at_end or fails >= MAX_CONSECUTIVE_FAILS:  # the end of the file, not unreadable frames
                 return None
 
     def __iter__(self) -> Iterator[Frame]:
@@ -102,8 +109,12 @@ class VideoFileSource(Source):
             item = self._next_decoded()
         if self.frame_count is not None and last + 1 < self.frame_count:
             self.stats.ended_early = True
-            log.warning("%s ended at frame %d of %d announced (truncated or damaged file?)",
-                        self.spec, last + 1, self.frame_count)
+            log.warning(
+                "%s ended at frame %d of %d announced (truncated or damaged file?)",
+                self.spec,
+                last + 1,
+                self.frame_count,
+            )
 
     def close(self) -> None:
         if self._cap is not None:
@@ -121,8 +132,11 @@ class ImageFolderSource(Source):
     kind = "folder"
 
     def __init__(self, path: str, max_pixels: int = MAX_PIXELS):
-        files = [p for p in Path(path).iterdir()
-                 if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in IMAGE_EXTENSIONS]
+        files = [
+            p
+            for p in Path(path).iterdir()
+            if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in IMAGE_EXTENSIONS
+        ]
         if not files:
             raise UserError(f"--video {path}: the folder holds no images ({', '.join(IMAGE_EXTENSIONS)})")
         super().__init__(path, FOLDER_FPS, max_pixels)
@@ -143,8 +157,10 @@ class ImageFolderSource(Source):
             self.stats.read += 1
             yield Frame(i, i / self.fps, shrink(rgb), str(f))
         if self.stats.read == 0 and self.stats.received == len(self.files):
-            raise UserError(f"--video {self.spec}: none of its {len(self.files)} image files could be decoded "
-                            "(damaged, or not images); pass a folder of readable images")
+            raise UserError(
+                f"--video {self.spec}: none of its {len(self.files)} image files could be decoded "
+                "(damaged, or not images); pass a folder of readable images"
+            )
 
 
 class IterableSource(Source):

@@ -11,6 +11,7 @@ scale its shorter side up to the model's size, GBs). Video
 containers declare their frame size too (`sources.VideoFileSource`, `sources.LiveSource`). The
 UI calls the same functions for uploaded frames.
 """
+
 from __future__ import annotations
 
 import io
@@ -23,10 +24,10 @@ import numpy as np
 
 from mstta.errors import UserError
 
-MAX_PIXELS = 4096 * 4096     # default --max-pixels: a 4096 x 4096 frame
-MAX_SIDE = 1280              # frames with a longer side are scaled down right after decoding
-MAX_ASPECT = 16              # longer side / shorter side: beyond, a frame is refused (CLIP's views resize the
-                             # shorter side to the model's size, so a 1 x 100,000 frame would become GBs)
+MAX_PIXELS = 4096 * 4096  # default --max-pixels: a 4096 x 4096 frame
+MAX_SIDE = 1280  # frames with a longer side are scaled down right after decoding
+MAX_ASPECT = 16  # longer side / shorter side: beyond, a frame is refused (CLIP's views resize the
+# shorter side to the model's size, so a 1 x 100,000 frame would become GBs)
 
 
 def parse_max_pixels(text: str | int) -> int:
@@ -38,8 +39,9 @@ def parse_max_pixels(text: str | int) -> int:
         sides = [0]
     if any(side < 1 for side in sides):
         shown = str(text) if len(str(text)) <= 40 else f"{str(text)[:20]}..."
-        raise UserError(f"--max-pixels {shown}: expected WIDTHxHEIGHT (e.g. 4096x4096) or a pixel count, "
-                        "each number >= 1")
+        raise UserError(
+            f"--max-pixels {shown}: expected WIDTHxHEIGHT (e.g. 4096x4096) or a pixel count, each number >= 1"
+        )
     return sides[0] * sides[-1] if len(sides) == 2 else sides[0]
 
 
@@ -49,11 +51,15 @@ def check_frame_size(width: int, height: int, limit: int = MAX_PIXELS, what: str
     if width < 1 or height < 1:
         raise UserError(f"{what}: has no pixels ({width}x{height})")
     if max(width, height) > MAX_ASPECT * min(width, height):
-        raise UserError(f"{what}: {width}x{height} is {max(width, height) / min(width, height):,.0f} times longer "
-                        f"than wide, above the limit of {MAX_ASPECT}:1 (refused, not resized); crop it")
+        raise UserError(
+            f"{what}: {width}x{height} is {max(width, height) / min(width, height):,.0f} times longer "
+            f"than wide, above the limit of {MAX_ASPECT}:1 (refused, not resized); crop it"
+        )
     if width * height > limit:
-        raise UserError(f"{what}: {width}x{height} is {width * height:,} pixels, above the limit of {limit:,}; "
-                        "scale it down or raise --max-pixels")
+        raise UserError(
+            f"{what}: {width}x{height} is {width * height:,} pixels, above the limit of {limit:,}; "
+            "scale it down or raise --max-pixels"
+        )
 
 
 def decode_image(data: str | os.PathLike | bytes, limit: int = MAX_PIXELS, what: str | None = None) -> np.ndarray:
@@ -65,13 +71,13 @@ def decode_image(data: str | os.PathLike | bytes, limit: int = MAX_PIXELS, what:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            with Image.open(source) as img:     # reads the header only
+            with Image.open(source) as img:  # reads the header only
                 check_frame_size(img.width, img.height, limit, what)
                 img.draft("RGB", (img.width, img.height))
                 rgb = img.convert("RGB")
     except UserError:
         raise
-    except Image.DecompressionBombError as exc:   # PIL's own guard (2 x MAX_IMAGE_PIXELS) fired first
+    except Image.DecompressionBombError as exc:  # PIL's own guard (2 x MAX_IMAGE_PIXELS) fired first
         found = re.search(r"\((\d+) pixels\)", str(exc))
         size = f"{int(found.group(1)):,} pixels" if found else "its size"
         raise UserError(f"{what}: {size}, above the limit of {limit:,}; scale it down or raise --max-pixels") from None

@@ -7,6 +7,7 @@ refused before a byte is read. The file is opened without blocking (O_NONBLOCK: 
 not wait for a writer), checked to be a regular file on the open descriptor (no race with a rename),
 and read up to its bound, so a file that grows while it is read is refused too.
 """
+
 from __future__ import annotations
 
 import os

@@ -7,6 +7,7 @@ both line numbers are reported), with control characters (a NUL byte, an escape)
 are not UTF-8 is a one-line `UserError`; so is a path that is not a regular file of at most
 `MAX_LABELS_BYTES` (`/dev/zero`, a FIFO).
 """
+
 from __future__ import annotations
 
 import unicodedata
@@ -17,15 +18,17 @@ from mstta.errors import UserError
 from .inputs import read_small_file
 
 MIN_CLASSES = 2
-MAX_LABELS_BYTES = 1 << 20    # 1 MiB: some 50,000 class names; a labels file is small text
+MAX_LABELS_BYTES = 1 << 20  # 1 MiB: some 50,000 class names; a labels file is small text
 LABELS_EXPECTED = "a text file with one class name per line"
 
 
 def _check_characters(name: str, number: int, where: str) -> None:
     bad = next((c for c in name if unicodedata.category(c) == "Cc"), None)
     if bad is not None:
-        raise UserError(f"{where}: line {number} holds a control character (U+{ord(bad):04X}); "
-                        "class names are plain text, one per line")
+        raise UserError(
+            f"{where}: line {number} holds a control character (U+{ord(bad):04X}); "
+            "class names are plain text, one per line"
+        )
 
 
 def parse_labels(text: str | bytes, where: str = "labels") -> list[str]:
@@ -34,8 +37,9 @@ def parse_labels(text: str | bytes, where: str = "labels") -> list[str]:
         try:
             text = text.decode("utf-8-sig")
         except UnicodeDecodeError as exc:
-            raise UserError(f"{where}: not UTF-8 text (byte 0x{text[exc.start]:02x} at offset {exc.start}); "
-                            "save the file as UTF-8") from None
+            raise UserError(
+                f"{where}: not UTF-8 text (byte 0x{text[exc.start]:02x} at offset {exc.start}); save the file as UTF-8"
+            ) from None
     text = text.removeprefix("\ufeff")
     names: list[str] = []
     first_line: dict[str, int] = {}
@@ -46,8 +50,9 @@ def parse_labels(text: str | bytes, where: str = "labels") -> list[str]:
         _check_characters(name, number, where)
         key = name.casefold()
         if key in first_line:
-            raise UserError(f"{where}: duplicate class name '{name}' on lines {first_line[key]} and {number}; "
-                            "list each class once")
+            raise UserError(
+                f"{where}: duplicate class name '{name}' on lines {first_line[key]} and {number}; list each class once"
+            )
         first_line[key] = number
         names.append(name)
     if not names:
@@ -70,4 +75,3 @@ def prompt_templates(template: str | None) -> list[str]:
     if template is not None:
         return check_templates([template], "--template")
     return list(DEFAULT_TEMPLATES)
-

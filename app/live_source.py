@@ -5,6 +5,7 @@ A slow consumer never builds a queue: every frame overwritten before use is coun
 back-off, then the iteration ends cleanly. A frame above `max_pixels` ends the stream with a
 one-line `UserError`.
 """
+
 from __future__ import annotations
 
 import logging
@@ -31,9 +32,18 @@ class LiveSource(Source):
 
     live = True
 
-    def __init__(self, spec: str, opener: Callable[[], Any], *, kind: str = "stream", flag: str | None = None,
-                 retries: int = 3, backoff: float = 0.5, connect_timeout: float = 10.0,
-                 max_pixels: int = MAX_PIXELS):
+    def __init__(
+        self,
+        spec: str,
+        opener: Callable[[], Any],
+        *,
+        kind: str = "stream",
+        flag: str | None = None,
+        retries: int = 3,
+        backoff: float = 0.5,
+        connect_timeout: float = 10.0,
+        max_pixels: int = MAX_PIXELS,
+    ):
         self.kind = kind
         self._flag = flag or spec
         self._opener = opener
@@ -42,8 +52,11 @@ class LiveSource(Source):
         cap = opener()
         if not cap.isOpened():
             cap.release()
-            what = "the camera could not be opened (no such device, or in use)" if kind == "camera" \
+            what = (
+                "the camera could not be opened (no such device, or in use)"
+                if kind == "camera"
                 else "could not connect to the stream (check the URL and that the server is up)"
+            )
             raise UserError(f"{self._flag}: {what}")
         try:
             check_declared(cap, max_pixels, self._flag)
@@ -68,8 +81,10 @@ class LiveSource(Source):
             self.close()
             if self._error:
                 raise UserError(self._error)
-            raise UserError(f"{self._flag}: opened, but no frame arrived within {connect_timeout:g} s; "
-                            "check that the source is sending video")
+            raise UserError(
+                f"{self._flag}: opened, but no frame arrived within {connect_timeout:g} s; "
+                "check that the source is sending video"
+            )
 
     def _reader(self) -> None:
         attempts = 0
@@ -82,19 +97,25 @@ class LiveSource(Source):
                         with self._cond:
                             self.stats.received += 1
                             self.stats.unreadable += 1
-                            self._error = (f"{self._flag}: a {bgr.shape[1]}x{bgr.shape[0]} frame is above the "
-                                           f"limit of {self.max_pixels:,} pixels; raise --max-pixels or send smaller frames")
+                            self._error = (
+                                f"{self._flag}: a {bgr.shape[1]}x{bgr.shape[0]} frame is above the "
+                                f"limit of {self.max_pixels:,} pixels; raise --max-pixels or send smaller frames"
+                            )
                         break
                     self._publish(bgr)
                     continue
                 if attempts >= self._retries:
-                    log.warning("%s: no frames after %d reconnect attempts; ending the stream",
-                                self.spec, attempts)
+                    log.warning("%s: no frames after %d reconnect attempts; ending the stream", self.spec, attempts)
                     break
-                delay = self._backoff * (2 ** attempts)
+                delay = self._backoff * (2**attempts)
                 attempts += 1
-                log.warning("%s: stream stopped; reconnecting in %.1f s (attempt %d of %d)",
-                            self.spec, delay, attempts, self._retries)
+                log.warning(
+                    "%s: stream stopped; reconnecting in %.1f s (attempt %d of %d)",
+                    self.spec,
+                    delay,
+                    attempts,
+                    self._retries,
+                )
                 if self._stop.wait(delay):
                     break
                 self._reopen()
@@ -152,7 +173,7 @@ class LiveSource(Source):
             return
         self._stop.set()
         with self._cond:
-            if self._slot is not None:   # received but never used: dropped
+            if self._slot is not None:  # received but never used: dropped
                 self._slot = None
                 self.stats.dropped += 1
         if self._thread.is_alive() and self._thread is not threading.current_thread():

@@ -9,6 +9,7 @@ next frame is due; a consumer that is late (the engine is slower than the video)
 frame already due, and every older one is skipped and counted, so the run never falls behind the
 video. `realtime=False` hands every frame on at once (as fast as possible, for benchmarking).
 """
+
 from __future__ import annotations
 
 import time
@@ -16,18 +17,24 @@ from typing import Callable, Iterable, Iterator
 
 from .sources import Frame
 
-MAX_NAP_S = 0.1   # a wait is slept in slices this long, so `stopped()` is seen within one slice
+MAX_NAP_S = 0.1  # a wait is slept in slices this long, so `stopped()` is seen within one slice
 
 
 class Pacer:
     """Paces frames by their timestamps (`realtime`) or not at all; counts what it skips."""
 
-    def __init__(self, realtime: bool = True, *, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep, stopped: Callable[[], bool] = lambda: False):
+    def __init__(
+        self,
+        realtime: bool = True,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        stopped: Callable[[], bool] = lambda: False,
+    ):
         self.realtime = realtime
         self.clock, self.sleep, self.stopped = clock, sleep, stopped
-        self.skipped = 0          # frames dropped because a newer one was already due
-        self.late_s = 0.0         # how far behind the video the last frame handed on was (s)
+        self.skipped = 0  # frames dropped because a newer one was already due
+        self.late_s = 0.0  # how far behind the video the last frame handed on was (s)
 
     def __call__(self, frames: Iterable[Frame]) -> Iterator[Frame]:
         if not self.realtime:
@@ -45,7 +52,7 @@ class Pacer:
         while pending is not None:
             following = next(it, None)
             while following is not None and due(following) <= self.clock():
-                self.skipped += 1                 # the engine is late: the newer frame replaces it
+                self.skipped += 1  # the engine is late: the newer frame replaces it
                 pending, following = following, next(it, None)
             self._wait_until(due(pending))
             if self.stopped():

@@ -10,6 +10,7 @@ Cheap checks come first (labels, template, truth, hyperparameters, output paths,
 itself), then the model loads, then frames flow one way through the stages. Ctrl-C ends the run
 early: the sinks finalise what was written and the summary says `"interrupted": true`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -48,30 +49,30 @@ log = logging.getLogger(__name__)
 class DemoConfig:
     """Everything one headless run needs (the `mstta-demo` flags, same names and defaults)."""
 
-    video: str | None = None            # file, image folder or stream URL
-    camera: int | None = None           # webcam index (instead of video)
-    labels: str | None = None           # labels file: one class name per line
-    template: str | None = None         # prompt template with one {}; None = default ensemble
-    model: str = DEFAULT_MODEL          # mstta.models' defaults (named once)
+    video: str | None = None  # file, image folder or stream URL
+    camera: int | None = None  # webcam index (instead of video)
+    labels: str | None = None  # labels file: one class name per line
+    template: str | None = None  # prompt template with one {}; None = default ensemble
+    model: str = DEFAULT_MODEL  # mstta.models' defaults (named once)
     pretrained: str = DEFAULT_TAG
-    precision: str | None = None        # fp32 / fp16 / bf16; None = fp16 on GPU, fp32 on CPU
+    precision: str | None = None  # fp32 / fp16 / bf16; None = fp16 on GPU, fp32 on CPU
     device: str = "auto"
-    views: int = 1                      # images per frame fed to CLIP (1 = the frame only)
-    views_on: str = "auto"              # where the extra views are made: auto | cpu | device
+    views: int = 1  # images per frame fed to CLIP (1 = the frame only)
+    views_on: str = "auto"  # where the extra views are made: auto | cpu | device
     method: str = "ms-tta"
-    methods: list[str] | None = None    # methods raced on the same frames (up to 4; None = [method])
-    overrides: list[str] = field(default_factory=list)   # --set KEY=VALUE onto EngineConfig
+    methods: list[str] | None = None  # methods raced on the same frames (up to 4; None = [method])
+    overrides: list[str] = field(default_factory=list)  # --set KEY=VALUE onto EngineConfig
     bank_size: int = DEFAULT_BANK_SIZE  # bound of the mean-shift feature bank
-    every: int | None = None            # files/folders: process every N-th frame; None = ~5 per second
-    max_frames: int | None = None       # stop after this many processed frames
-    out: str | None = None              # annotated video (.mp4)
-    log: str | None = None              # JSONL predictions
-    truth: str | None = None            # CSV start_frame,end_frame,label
+    every: int | None = None  # files/folders: process every N-th frame; None = ~5 per second
+    max_frames: int | None = None  # stop after this many processed frames
+    out: str | None = None  # annotated video (.mp4)
+    log: str | None = None  # JSONL predictions
+    truth: str | None = None  # CSV start_frame,end_frame,label
     topk: int = 3
-    retries: int = 3                    # live sources: reconnect attempts when a stream stops
-    backoff: float = 0.5                # live sources: first reconnect delay (s), doubled each time
-    max_pixels: int = MAX_PIXELS        # frames larger than this (width x height) are refused
-    progress: bool = False              # progress bar / lines on stderr (the CLI's default; --quiet: off)
+    retries: int = 3  # live sources: reconnect attempts when a stream stops
+    backoff: float = 0.5  # live sources: first reconnect delay (s), doubled each time
+    max_pixels: int = MAX_PIXELS  # frames larger than this (width x height) are refused
+    progress: bool = False  # progress bar / lines on stderr (the CLI's default; --quiet: off)
 
 
 def config_from_args(args: Any, **changes: Any) -> DemoConfig:
@@ -87,13 +88,29 @@ def config_from_args(args: Any, **changes: Any) -> DemoConfig:
     methods = check_methods(args.methods) if getattr(args, "methods", None) is not None else [opt("method")]
     max_pixels = getattr(args, "max_pixels", None)
     cfg = DemoConfig(
-        video=opt("video"), camera=opt("camera"), labels=opt("labels"), template=opt("template"), model=opt("model"),
-        pretrained=opt("pretrained"), precision=opt("precision"), device=opt("device"), views=opt("views"),
-        views_on=opt("views_on"), method=methods[0], methods=methods, overrides=list(getattr(args, "set", None) or []),
-        bank_size=opt("bank_size"), every=opt("every"), max_frames=opt("max_frames"), out=opt("out"), log=opt("log"),
-        truth=opt("truth"), topk=opt("topk"),
+        video=opt("video"),
+        camera=opt("camera"),
+        labels=opt("labels"),
+        template=opt("template"),
+        model=opt("model"),
+        pretrained=opt("pretrained"),
+        precision=opt("precision"),
+        device=opt("device"),
+        views=opt("views"),
+        views_on=opt("views_on"),
+        method=methods[0],
+        methods=methods,
+        overrides=list(getattr(args, "set", None) or []),
+        bank_size=opt("bank_size"),
+        every=opt("every"),
+        max_frames=opt("max_frames"),
+        out=opt("out"),
+        log=opt("log"),
+        truth=opt("truth"),
+        topk=opt("topk"),
         max_pixels=base.max_pixels if max_pixels is None else parse_max_pixels(max_pixels),
-        progress=not getattr(args, "quiet", True))
+        progress=not getattr(args, "quiet", True),
+    )
     return dataclasses.replace(cfg, **changes)
 
 
@@ -120,8 +137,10 @@ def with_model_scale(engine_cfg: EngineConfig, clip: Any, overrides: list[str]) 
     try:
         return dataclasses.replace(engine_cfg, logit_scale=scale)
     except UserError as exc:
-        raise UserError(f"--model {clip.name} --pretrained {clip.pretrained}: the checkpoint's logit scale {scale:g} "
-                        f"is out of bounds ({exc}); pass --set logit_scale=100") from None
+        raise UserError(
+            f"--model {clip.name} --pretrained {clip.pretrained}: the checkpoint's logit scale {scale:g} "
+            f"is out of bounds ({exc}); pass --set logit_scale=100"
+        ) from None
 
 
 DEVICE_RE = re.compile(r"auto|cpu|cuda(:\d{1,3})?")
@@ -178,7 +197,7 @@ def prepare(cfg: DemoConfig) -> Prepared:
     if cfg.log and cfg.log != STDOUT:
         check_output(cfg.log, "--log")
     for out in {Path(p).parent for p in (cfg.out, cfg.log) if p and p != STDOUT}:
-        sweep_stale(out)   # a killed run's hidden .part files
+        sweep_stale(out)  # a killed run's hidden .part files
     return Prepared(labels, engine_cfg, truth)
 
 
@@ -196,14 +215,19 @@ class Step:
 
     frame: Frame
     result: FrameResult
-    truth_label: str | None      # the truth file's class for this frame (None: no truth or unlabelled)
-    fps: float | None            # processing rate over the last frames (None before the second)
-    processed: int               # frames processed so far, this one included
+    truth_label: str | None  # the truth file's class for this frame (None: no truth or unlabelled)
+    fps: float | None  # processing rate over the last frames (None before the second)
+    processed: int  # frames processed so far, this one included
 
 
-def iter_steps(frames: Iterable[Frame], session: StreamSession, *, truth: Truth | None = None,
-               max_frames: int | None = None,
-               model_slot: Callable[[], ContextManager[Any]] | None = None) -> Iterator[Step]:
+def iter_steps(
+    frames: Iterable[Frame],
+    session: StreamSession,
+    *,
+    truth: Truth | None = None,
+    max_frames: int | None = None,
+    model_slot: Callable[[], ContextManager[Any]] | None = None,
+) -> Iterator[Step]:
     """The one frame loop under the headless run and the UI: encode + adapt each frame, yield a Step.
 
     `session.process` runs inside `with model_slot():` when given, so concurrent streams share the
@@ -221,8 +245,15 @@ def iter_steps(frames: Iterable[Frame], session: StreamSession, *, truth: Truth 
             return
 
 
-def step_once(frame: Frame, session: StreamSession, *, truth: Truth | None = None, meter: FpsMeter,
-              processed: int, model_slot: Callable[[], ContextManager[Any]] | None = None) -> Step:
+def step_once(
+    frame: Frame,
+    session: StreamSession,
+    *,
+    truth: Truth | None = None,
+    meter: FpsMeter,
+    processed: int,
+    model_slot: Callable[[], ContextManager[Any]] | None = None,
+) -> Step:
     """One frame through the engine (encode + adapt), as a Step: `iter_steps`' body, and the webcam's
     step (its frames come one request at a time; `meter` and `processed` are its run's)."""
     if model_slot is None:
@@ -254,15 +285,15 @@ class _Run:
     clip: Any
     session: StreamSession
     sampler: Sampler
-    scale_from: str              # where the engine's logit_scale came from: "checkpoint" or "--set"
-    mark: str | None             # drawn on every annotated frame (random weights)
-    video: VideoSink | None = None   # the annotated video, once `_stream` opened it
+    scale_from: str  # where the engine's logit_scale came from: "checkpoint" or "--set"
+    mark: str | None  # drawn on every annotated frame (random weights)
+    video: VideoSink | None = None  # the annotated video, once `_stream` opened it
 
 
 def _open_run(cfg: DemoConfig, clip: Any, source: Source | None, stack: ExitStack) -> _Run:
     """Checks first, then the source, then the model (each closed by `stack`); one-line UserErrors."""
     if source is not None:
-        stack.enter_context(source)   # a given source is closed here too, even on a bad config
+        stack.enter_context(source)  # a given source is closed here too, even on a bad config
         cfg = dataclasses.replace(cfg, video=source.spec, camera=None)
     if cfg.labels is None:
         raise UserError("--labels is required: a text file with one class name per line")
@@ -271,22 +302,40 @@ def _open_run(cfg: DemoConfig, clip: Any, source: Source | None, stack: ExitStac
     prep = prepare(cfg)
     if source is None:
         spec = cfg.video if cfg.video is not None else cfg.camera
-        source = stack.enter_context(open_source(spec, retries=cfg.retries, backoff=cfg.backoff,
-                                                 max_pixels=cfg.max_pixels))
+        source = stack.enter_context(
+            open_source(spec, retries=cfg.retries, backoff=cfg.backoff, max_pixels=cfg.max_pixels)
+        )
     if clip is None:
         from mstta.models import load_clip
 
         clip = load_clip(cfg.model, cfg.pretrained, device=cfg.device, precision=cfg.precision)
     engine_cfg = with_model_scale(prep.engine_cfg, clip, cfg.overrides)
-    session = StreamSession(clip, prep.labels, template=cfg.template, method=cfg.method, methods=cfg.methods,
-                            config=engine_cfg, views=cfg.views, views_on=cfg.views_on, topk=cfg.topk)
+    session = StreamSession(
+        clip,
+        prep.labels,
+        template=cfg.template,
+        method=cfg.method,
+        methods=cfg.methods,
+        config=engine_cfg,
+        views=cfg.views,
+        views_on=cfg.views_on,
+        topk=cfg.topk,
+    )
     every = 1 if source.live else (cfg.every or default_every(source.fps))
     if source.live and cfg.every not in (None, 1):
         log.warning("--every applies to files and folders; a live source keeps only its newest frame")
     scale_from = "--set" if "logit_scale" in parse_overrides(cfg.overrides) else "checkpoint"
-    log.info("model %s (%s), logit scale %.4g (%s); source %s (%s, %.1f fps), processing every %d frame(s)",
-             clip.name, clip.pretrained, engine_cfg.logit_scale, scale_from, source.spec, source.kind, source.fps,
-             every)
+    log.info(
+        "model %s (%s), logit scale %.4g (%s); source %s (%s, %.1f fps), processing every %d frame(s)",
+        clip.name,
+        clip.pretrained,
+        engine_cfg.logit_scale,
+        scale_from,
+        source.spec,
+        source.kind,
+        source.fps,
+        every,
+    )
     mark = RANDOM_WEIGHTS_MARK if random_weights(clip) else None
     return _Run(cfg, prep, source, clip, session, Sampler(every), scale_from, mark)
 
@@ -300,17 +349,28 @@ def _stream(run: _Run, summary: RunSummary, on_frame: Callable[[Frame, FrameResu
         if cfg.out:
             video = run.video = sinks.enter_context(VideoSink(cfg.out, fps=run.source.fps / run.sampler.every))
         jsonl = sinks.enter_context(JsonlSink(cfg.log)) if cfg.log else None
-        record = FrameRecord(counts=lambda st: summary.update(st.frame, st.result, st.truth_label), log=jsonl,
-                             video=video, mark=run.mark, bank_limit=run.session.config.bank_size, draw_fps=True)
+        record = FrameRecord(
+            counts=lambda st: summary.update(st.frame, st.result, st.truth_label),
+            log=jsonl,
+            video=video,
+            mark=run.mark,
+            bank_limit=run.session.config.bank_size,
+            draw_fps=True,
+        )
         for step in iter_steps(run.sampler(run.source), run.session, truth=run.prep.truth, max_frames=cfg.max_frames):
-            record.write(step)   # a frame is recorded in the summary and every output, or in none
+            record.write(step)  # a frame is recorded in the summary and every output, or in none
             progress.update(step.processed, step.fps)
             if on_frame is not None:
                 on_frame(step.frame, step.result)
 
 
-def run_pipeline(cfg: DemoConfig, *, clip: Any = None, source: Source | None = None,
-                 on_frame: Callable[[Frame, FrameResult], None] | None = None) -> dict[str, Any]:
+def run_pipeline(
+    cfg: DemoConfig,
+    *,
+    clip: Any = None,
+    source: Source | None = None,
+    on_frame: Callable[[Frame, FrameResult], None] | None = None,
+) -> dict[str, Any]:
     """Run the demo headless and return the summary dict (see `summary.RunSummary.finish`).
 
     `clip` reuses a loaded ClipModel (else `cfg.model`/`cfg.pretrained` are loaded); `source`
@@ -325,15 +385,29 @@ def run_pipeline(cfg: DemoConfig, *, clip: Any = None, source: Source | None = N
             _stream(run, summary, on_frame)
         except KeyboardInterrupt:
             interrupted = True
-            log.warning("interrupted after %d processed %s; outputs finalised",
-                        summary.processed, plural(summary.processed, "frame"))
+            log.warning(
+                "interrupted after %d processed %s; outputs finalised",
+                summary.processed,
+                plural(summary.processed, "frame"),
+            )
     cfg, engine, video = run.cfg, run.session.config, run.video
     out = str(video.path) if video is not None and video.frames else None
     return summary.finish(
-        run.source.stats, skipped=run.sampler.skipped, interrupted=interrupted,
-        source=str(run.source.spec), source_kind=run.source.kind, model=run.clip.name, pretrained=run.clip.pretrained,
-        random_weights=run.mark is not None, logit_scale=round(float(engine.logit_scale), 4),
-        logit_scale_from=run.scale_from, method=run.session.method.name,
-        method_title=method_title(run.session.method.name), methods=run.session.method_names,
-        every=run.sampler.every, classes=len(run.prep.labels), out=out, log=str(cfg.log) if cfg.log else None,
+        run.source.stats,
+        skipped=run.sampler.skipped,
+        interrupted=interrupted,
+        source=str(run.source.spec),
+        source_kind=run.source.kind,
+        model=run.clip.name,
+        pretrained=run.clip.pretrained,
+        random_weights=run.mark is not None,
+        logit_scale=round(float(engine.logit_scale), 4),
+        logit_scale_from=run.scale_from,
+        method=run.session.method.name,
+        method_title=method_title(run.session.method.name),
+        methods=run.session.method_names,
+        every=run.sampler.every,
+        classes=len(run.prep.labels),
+        out=out,
+        log=str(cfg.log) if cfg.log else None,
     )

@@ -7,14 +7,15 @@
 `total` is the number of frames that will be processed when the source says how long it is
 (files, folders), else None (streams, webcams): the bar then shows frames and fps but no ETA.
 """
+
 from __future__ import annotations
 
 import sys
 import time
 from typing import Callable, TextIO
 
-PLAIN_INTERVAL_S = 3.0   # a non-terminal stderr (a log file, CI) gets one line this often
-CLOCK: Callable[[], float] = time.monotonic   # the default clock (tests put a fake one here)
+PLAIN_INTERVAL_S = 3.0  # a non-terminal stderr (a log file, CI) gets one line this often
+CLOCK: Callable[[], float] = time.monotonic  # the default clock (tests put a fake one here)
 
 
 def _clock(seconds: float) -> str:
@@ -28,8 +29,16 @@ class Progress:
 
     `clock()` gives the time in seconds (default `CLOCK`, the monotonic clock)."""
 
-    def __init__(self, total: int | None = None, *, enabled: bool = True, stream: TextIO | None = None,
-                 prog: str = "mstta-demo", interval: float | None = None, clock: Callable[[], float] | None = None):
+    def __init__(
+        self,
+        total: int | None = None,
+        *,
+        enabled: bool = True,
+        stream: TextIO | None = None,
+        prog: str = "mstta-demo",
+        interval: float | None = None,
+        clock: Callable[[], float] | None = None,
+    ):
         self.total = total
         self.stream = stream if stream is not None else sys.stderr
         self.prog = prog
@@ -43,8 +52,9 @@ class Progress:
         if enabled and _isatty(self.stream):
             from tqdm import tqdm
 
-            self._bar = tqdm(total=total, unit="frame", file=self.stream, desc=prog, dynamic_ncols=True,
-                             leave=True, smoothing=0.1)
+            self._bar = tqdm(
+                total=total, unit="frame", file=self.stream, desc=prog, dynamic_ncols=True, leave=True, smoothing=0.1
+            )
 
     def update(self, processed: int, fps: float | None = None) -> None:
         """`processed` frames are done so far; `fps` is the recent processing rate."""

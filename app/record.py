@@ -9,6 +9,7 @@ Which outputs a run has is the only difference between them: the headless run dr
 the frame (`draw_fps`), the UI keeps the picture for the page (`picture=True`) and counts into its
 `History` (with a thumbnail of frames where CLIP and the method disagree).
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -22,17 +23,31 @@ from .sinks import JsonlSink, VideoSink, prediction_row, shield_interrupts
 class FrameRecord:
     """A run's per-frame outputs; `write(step)` records one processed frame in each of them."""
 
-    def __init__(self, *, counts: Callable[[Any], None] | None = None, log: JsonlSink | None = None,
-                 video: VideoSink | None = None, picture: bool = False, mark: str | None = None,
-                 bank_limit: int | None = None, draw_fps: bool = False):
+    def __init__(
+        self,
+        *,
+        counts: Callable[[Any], None] | None = None,
+        log: JsonlSink | None = None,
+        video: VideoSink | None = None,
+        picture: bool = False,
+        mark: str | None = None,
+        bank_limit: int | None = None,
+        draw_fps: bool = False,
+    ):
         self.counts, self.log, self.video = counts, log, video
         self.picture, self.mark, self.bank_limit, self.draw_fps = picture, mark, bank_limit, draw_fps
         self.rows = 0
 
     def draw(self, step: Any) -> np.ndarray:
         """The annotated frame (as the page shows it and the MP4 holds it)."""
-        return annotate(step.frame.image, step.result, fps=step.fps if self.draw_fps else None,
-                        bank_limit=self.bank_limit, truth=step.truth_label, mark=self.mark)
+        return annotate(
+            step.frame.image,
+            step.result,
+            fps=step.fps if self.draw_fps else None,
+            bank_limit=self.bank_limit,
+            truth=step.truth_label,
+            mark=self.mark,
+        )
 
     def write(self, step: Any) -> np.ndarray | None:
         """Record `step` (a `pipeline.Step`): counts, JSONL row and MP4 frame, all or none (Ctrl-C

@@ -4,6 +4,7 @@ Files and folders: every `every`-th frame by source index (index % every == 0), 
 deterministic and frames the decoder skipped do not shift the choice. Live sources pace
 themselves (the newest frame wins, see `sources.LiveSource`), so they are not subsampled.
 """
+
 from __future__ import annotations
 
 from typing import Iterable, Iterator
@@ -12,7 +13,7 @@ from mstta.errors import UserError
 
 from .sources import Frame
 
-TARGET_FPS = 5.0   # the default stride gives about this many processed frames per second of video
+TARGET_FPS = 5.0  # the default stride gives about this many processed frames per second of video
 
 
 def default_every(fps: float, target: float = TARGET_FPS) -> int:

@@ -9,6 +9,7 @@ The CLIP model is shared (load it once, pass it to every session); a session hol
 classifier, its encoder settings and one `mstta.Engine`, so a UI keeps one session per user.
 Zero-shot CLIP and the adapted prediction come from the same features of the same frame.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,10 +29,19 @@ from mstta.methods import get_method
 from .encoder import FrameEncoder
 from .labels import prompt_templates
 
-__all__ = ["DEFAULT_BANK_SIZE", "MAX_METHODS", "FrameResult", "MethodResult", "Scored", "StreamSession",
-           "build_classifier", "check_methods", "method_title"]
+__all__ = [
+    "DEFAULT_BANK_SIZE",
+    "MAX_METHODS",
+    "FrameResult",
+    "MethodResult",
+    "Scored",
+    "StreamSession",
+    "build_classifier",
+    "check_methods",
+    "method_title",
+]
 
-MAX_METHODS = 4   # methods raced on one stream: one encoder pass per frame, one engine step per method
+MAX_METHODS = 4  # methods raced on one stream: one encoder pass per frame, one engine step per method
 
 
 def method_title(method: str) -> str:
@@ -78,7 +88,7 @@ class MethodResult:
 
     method: str
     topk: list[Scored]
-    ms: float                        # this method's engine step (ms); the encoder pass is shared
+    ms: float  # this method's engine step (ms); the encoder pass is shared
 
     @property
     def label(self) -> str:
@@ -93,17 +103,17 @@ class MethodResult:
 class FrameResult:
     """What `StreamSession.process` returns for one frame."""
 
-    clip_topk: list[Scored]          # zero-shot CLIP, best first
-    tta_topk: list[Scored]           # the adapted method (MS-TTA by default), best first
-    entropy: float                   # CLIP's prediction entropy (nats)
-    cache_size: int                  # entries in the positive cache, all classes
-    cache_capacity: int              # classes x capacity
-    bank_rows: int                   # features in the mean-shift bank now (at most EngineConfig.bank_size)
-    latency_ms: float                # encode + adapt time for this frame
+    clip_topk: list[Scored]  # zero-shot CLIP, best first
+    tta_topk: list[Scored]  # the adapted method (MS-TTA by default), best first
+    entropy: float  # CLIP's prediction entropy (nats)
+    cache_size: int  # entries in the positive cache, all classes
+    cache_capacity: int  # classes x capacity
+    bank_rows: int  # features in the mean-shift bank now (at most EngineConfig.bank_size)
+    latency_ms: float  # encode + adapt time for this frame
     method: str = "ms-tta"
     cache_per_class: list[int] = field(default_factory=list)
-    methods: list[MethodResult] = field(default_factory=list)   # every raced method, the first = tta_topk
-    encode_ms: float = 0.0           # the shared encoder pass (ms)
+    methods: list[MethodResult] = field(default_factory=list)  # every raced method, the first = tta_topk
+    encode_ms: float = 0.0  # the shared encoder pass (ms)
 
     @property
     def clip_label(self) -> str:
@@ -122,8 +132,9 @@ class FrameResult:
         return dataclasses.asdict(self) | {"disagree": self.disagree}
 
 
-def build_classifier(clip: Any, labels: Sequence[str], template: str | None = None,
-                     cache_dir: str | Path | None = None) -> torch.Tensor:
+def build_classifier(
+    clip: Any, labels: Sequence[str], template: str | None = None, cache_dir: str | Path | None = None
+) -> torch.Tensor:
     """Zero-shot text classifier [C, d] for `labels` with `template` (or the default ensemble)."""
     from mstta.models import build_text_classifier
 
@@ -133,10 +144,21 @@ def build_classifier(clip: Any, labels: Sequence[str], template: str | None = No
 class StreamSession:
     """Classifier + encoder + engine for one stream; `process(rgb)` adapts and predicts one frame."""
 
-    def __init__(self, clip: Any, labels: Sequence[str], *, template: str | None = None,
-                 method: str = "ms-tta", config: EngineConfig | None = None, views: int = 1,
-                 views_on: str = "auto", topk: int = 3, seed: int = 0, cache_dir: str | Path | None = None,
-                 methods: Sequence[str] | None = None):
+    def __init__(
+        self,
+        clip: Any,
+        labels: Sequence[str],
+        *,
+        template: str | None = None,
+        method: str = "ms-tta",
+        config: EngineConfig | None = None,
+        views: int = 1,
+        views_on: str = "auto",
+        topk: int = 3,
+        seed: int = 0,
+        cache_dir: str | Path | None = None,
+        methods: Sequence[str] | None = None,
+    ):
         if isinstance(topk, bool) or not isinstance(topk, int) or topk < 1:
             raise UserError(f"--topk {topk!r}: expected an integer >= 1")
         self.clip = clip
@@ -170,8 +192,9 @@ class StreamSession:
     def method_names(self) -> list[str]:
         return [m.name for m in self.methods]
 
-    def configure(self, method: str | None = None, config: EngineConfig | None = None,
-                  methods: Sequence[str] | None = None) -> None:
+    def configure(
+        self, method: str | None = None, config: EngineConfig | None = None, methods: Sequence[str] | None = None
+    ) -> None:
         """Switch method(s) and/or hyperparameters; every engine starts afresh."""
         if methods is not None or method is not None:
             self.methods = [get_method(m) for m in check_methods(methods if methods is not None else [method])]
@@ -180,8 +203,9 @@ class StreamSession:
         self._new_engine()
 
     def _new_engine(self) -> None:
-        self.engines = [Engine(self.text, method=m.name, config=self.config, device=self.clip.device)
-                        for m in self.methods]
+        self.engines = [
+            Engine(self.text, method=m.name, config=self.config, device=self.clip.device) for m in self.methods
+        ]
         self.encoder.reset(self.seed)
 
     @property

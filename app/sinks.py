@@ -12,6 +12,7 @@ The video goes through PyAV (libx264, yuv420p, faststart), which browsers play; 
 cannot encode H.264. Frame times come from the source's timestamps (millisecond pts), so a live
 stream with an uneven rate plays back at its real pace.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -80,8 +81,10 @@ def check_output(path: str | Path, flag: str, suffixes: tuple[str, ...] | None =
 def write_failed(flag: str, path: Path, exc: BaseException, done: int) -> UserError:
     """The one-line error of an output that could not be written whole (its temp file is gone)."""
     reason = getattr(exc, "strerror", None) or str(exc) or exc.__class__.__name__
-    return UserError(f"{flag} {path}: writing failed after {done} {plural(done, 'frame')} ({reason}); nothing was "
-                     "kept under that name; check the free disk space or pass another path")
+    return UserError(
+        f"{flag} {path}: writing failed after {done} {plural(done, 'frame')} ({reason}); nothing was "
+        "kept under that name; check the free disk space or pass another path"
+    )
 
 
 def _temp_beside(path: Path) -> Path:
@@ -115,10 +118,15 @@ class VideoSink:
         import av
 
         self._tmp = _temp_beside(self.path)
-        self._container = av.open(str(self._tmp), mode="w", format=VIDEO_SUFFIXES[self.path.suffix.lower()],
-                                  options={"movflags": "+faststart"})
-        stream = self._container.add_stream("libx264", rate=Fraction(max(self.fps, 1e-3)).limit_denominator(1000),
-                                            options=self.options)
+        self._container = av.open(
+            str(self._tmp),
+            mode="w",
+            format=VIDEO_SUFFIXES[self.path.suffix.lower()],
+            options={"movflags": "+faststart"},
+        )
+        stream = self._container.add_stream(
+            "libx264", rate=Fraction(max(self.fps, 1e-3)).limit_denominator(1000), options=self.options
+        )
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
         stream.time_base = TIME_BASE
         stream.codec_context.time_base = TIME_BASE
@@ -137,7 +145,7 @@ class VideoSink:
         nw, nh = max(1, int(w * scale)), max(1, int(h * scale))
         out = np.zeros((th, tw, 3), np.uint8)
         top, left = (th - nh) // 2, (tw - nw) // 2
-        out[top:top + nh, left:left + nw] = cv2.resize(image, (nw, nh), interpolation=cv2.INTER_AREA)
+        out[top : top + nh, left : left + nw] = cv2.resize(image, (nw, nh), interpolation=cv2.INTER_AREA)
         return out
 
     def write(self, image: np.ndarray, timestamp: float | None = None) -> None:
@@ -154,7 +162,7 @@ class VideoSink:
             frame.pts, frame.time_base = pts, TIME_BASE
             for packet in self._stream.encode(frame):
                 self._container.mux(packet)
-        except (OSError, av.FFmpegError) as exc:   # disk full, a file size limit: the file is not whole
+        except (OSError, av.FFmpegError) as exc:  # disk full, a file size limit: the file is not whole
             self._discard()
             raise write_failed("--out", self.path, exc, self.frames) from None
         self._last_pts = pts
@@ -210,10 +218,16 @@ def prediction_row(frame: Frame, result: FrameResult, truth: str | None = None) 
         "disagree": result.disagree,
         "entropy": _round(result.entropy),
         "cache_size": result.cache_size,
-        "bank_size": result.bank_rows,   # the key users know; a count of rows, not the limit
+        "bank_size": result.bank_rows,  # the key users know; a count of rows, not the limit
         "latency_ms": _round(result.latency_ms, 2),
-        "methods": [{"method": m.method, "topk": [{"label": s.label, "prob": _round(s.prob)} for s in m.topk],
-                     "ms": _round(m.ms, 2)} for m in result.methods],
+        "methods": [
+            {
+                "method": m.method,
+                "topk": [{"label": s.label, "prob": _round(s.prob)} for s in m.topk],
+                "ms": _round(m.ms, 2),
+            }
+            for m in result.methods
+        ],
     }
     if truth is not None:
         row["truth"] = truth
@@ -252,7 +266,7 @@ class JsonlSink:
         elif self._fh is not None:
             try:
                 self._fh.write(line)
-            except OSError as exc:         # part of a line may be on disk: the file is not whole
+            except OSError as exc:  # part of a line may be on disk: the file is not whole
                 self._discard()
                 raise write_failed("--log", self.path, exc, self.rows) from None
         self.rows += 1

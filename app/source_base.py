@@ -5,6 +5,7 @@ OpenCV is imported here once, quiet: FFmpeg's and OpenCV's own console messages 
 (failures come back as one-line `UserError`s); set OPENCV_FFMPEG_LOGLEVEL / OPENCV_LOG_LEVEL to
 see them.
 """
+
 from __future__ import annotations
 
 import math
@@ -24,7 +25,7 @@ import cv2  # after the environment defaults above (ruff's E402 is not selected)
 if "OPENCV_LOG_LEVEL" not in os.environ:
     cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
 
-FALLBACK_FPS = 30.0          # when a file or stream reports no usable frame rate
+FALLBACK_FPS = 30.0  # when a file or stream reports no usable frame rate
 FPS_RANGE = (1 / 60, 1000.0)  # a usable declared rate: one frame a minute (time-lapse) .. 1000 fps
 
 
@@ -42,11 +43,11 @@ class Frame:
 class SourceStats:
     """What a source saw: `received = read + dropped + unreadable`."""
 
-    read: int = 0           # frames decoded and handed on
-    dropped: int = 0        # live: frames replaced by a newer one (or left at the end) before they were used
-    unreadable: int = 0     # frames that failed to decode or were too large / image files that did not decode
-    received: int = 0       # every frame the source delivered or tried to (live: since it was opened)
-    reconnects: int = 0     # live: successful reopenings after the stream stopped
+    read: int = 0  # frames decoded and handed on
+    dropped: int = 0  # live: frames replaced by a newer one (or left at the end) before they were used
+    unreadable: int = 0  # frames that failed to decode or were too large / image files that did not decode
+    received: int = 0  # every frame the source delivered or tried to (live: since it was opened)
+    reconnects: int = 0  # live: successful reopenings after the stream stopped
     ended_early: bool = False  # file: ended before the frame count its container announced
 
 
@@ -55,7 +56,7 @@ class Source:
 
     kind = "source"
     live = False
-    length: int | None = None   # frames the source will yield, when it knows (files, folders)
+    length: int | None = None  # frames the source will yield, when it knows (files, folders)
 
     def __init__(self, spec: str, fps: float, max_pixels: int = MAX_PIXELS):
         self.spec = spec

@@ -16,6 +16,7 @@
 Every source is a context manager with `close()`; BGR->RGB happens at this boundary, and bad or
 unreachable sources are one-line `UserError`s (`source_base` holds what the sources share).
 """
+
 from __future__ import annotations
 
 import functools
@@ -29,20 +30,33 @@ from .frames import MAX_PIXELS
 from .live_source import LiveSource
 from .source_base import FALLBACK_FPS, Frame, Source, SourceStats, cv2
 
-__all__ = ["FALLBACK_FPS", "IMAGE_EXTENSIONS", "MAX_CAMERA_INDEX", "STREAM_SCHEMES", "Frame", "ImageFolderSource",
-           "IterableSource", "LiveSource", "Source", "SourceStats", "VideoFileSource", "classify_source",
-           "open_source"]
+__all__ = [
+    "FALLBACK_FPS",
+    "IMAGE_EXTENSIONS",
+    "MAX_CAMERA_INDEX",
+    "STREAM_SCHEMES",
+    "Frame",
+    "ImageFolderSource",
+    "IterableSource",
+    "LiveSource",
+    "Source",
+    "SourceStats",
+    "VideoFileSource",
+    "classify_source",
+    "open_source",
+]
 
 STREAM_SCHEMES = ("rtsp", "rtsps", "rtmp", "rtmps", "http", "https", "udp", "tcp", "srt")
-MAX_CAMERA_INDEX = 1023      # webcam indices are small (OpenCV's V4L2 backend: /dev/video0 ..)
+MAX_CAMERA_INDEX = 1023  # webcam indices are small (OpenCV's V4L2 backend: /dev/video0 ..)
 
 
 def _camera(index: int, flag: str, shown: str | None = None) -> tuple[str, int]:
     if not 0 <= index <= MAX_CAMERA_INDEX:
         shown = shown if shown is not None else str(index)
         shown = shown if len(shown) <= 24 else f"{shown[:10]}...({len(shown)} digits)"
-        raise UserError(f"{flag} {shown}: a camera index is an integer from 0 to {MAX_CAMERA_INDEX} "
-                        "(0 is the first webcam)")
+        raise UserError(
+            f"{flag} {shown}: a camera index is an integer from 0 to {MAX_CAMERA_INDEX} (0 is the first webcam)"
+        )
     return "camera", index
 
 
@@ -59,7 +73,7 @@ def classify_source(spec: str | int | Path) -> tuple[str, str | int]:
     if scheme:
         name = scheme.group(1).lower()
         if name == "file":
-            text = text[len("file://"):]
+            text = text[len("file://") :]
         elif name in STREAM_SCHEMES:
             return "stream", text
         else:
@@ -71,12 +85,20 @@ def classify_source(spec: str | int | Path) -> tuple[str, str | int]:
         return "file", str(path)
     if text.isdigit() and text.isascii():
         return _camera(int(text) if len(text) <= 6 else MAX_CAMERA_INDEX + 1, "--video", shown=text)
-    raise UserError(f"--video {text}: no such file or folder; pass a video file, an image folder, "
-                    "a stream URL (rtsp://, http://) or --camera INDEX")
+    raise UserError(
+        f"--video {text}: no such file or folder; pass a video file, an image folder, "
+        "a stream URL (rtsp://, http://) or --camera INDEX"
+    )
 
 
-def open_source(spec: str | int | Path, *, retries: int = 3, backoff: float = 0.5,
-                connect_timeout: float = 10.0, max_pixels: int = MAX_PIXELS) -> Source:
+def open_source(
+    spec: str | int | Path,
+    *,
+    retries: int = 3,
+    backoff: float = 0.5,
+    connect_timeout: float = 10.0,
+    max_pixels: int = MAX_PIXELS,
+) -> Source:
     """Open `spec` (see the module doc); bad or unreachable sources raise a one-line UserError.
 
     `retries`/`backoff` (s, doubled each try) apply to live sources that stop mid-run;
@@ -89,11 +111,25 @@ def open_source(spec: str | int | Path, *, retries: int = 3, backoff: float = 0.
     if kind == "folder":
         return ImageFolderSource(str(value), max_pixels=max_pixels)
     if kind == "camera":
-        return LiveSource(f"camera {value}", functools.partial(cv2.VideoCapture, int(value)), kind="camera",
-                          flag=f"--camera {value}", retries=retries, backoff=backoff,
-                          connect_timeout=connect_timeout, max_pixels=max_pixels)
+        return LiveSource(
+            f"camera {value}",
+            functools.partial(cv2.VideoCapture, int(value)),
+            kind="camera",
+            flag=f"--camera {value}",
+            retries=retries,
+            backoff=backoff,
+            connect_timeout=connect_timeout,
+            max_pixels=max_pixels,
+        )
     timeout_ms = int(connect_timeout * 1000)
     params = [cv2.CAP_PROP_OPEN_TIMEOUT_MSEC, timeout_ms, cv2.CAP_PROP_READ_TIMEOUT_MSEC, timeout_ms]
-    return LiveSource(str(value), functools.partial(cv2.VideoCapture, str(value), cv2.CAP_FFMPEG, params),
-                      kind="stream", flag=f"--video {value}", retries=retries, backoff=backoff,
-                      connect_timeout=connect_timeout, max_pixels=max_pixels)
+    return LiveSource(
+        str(value),
+        functools.partial(cv2.VideoCapture, str(value), cv2.CAP_FFMPEG, params),
+        kind="stream",
+        flag=f"--video {value}",
+        retries=retries,
+        backoff=backoff,
+        connect_timeout=connect_timeout,
+        max_pixels=max_pixels,
+    )

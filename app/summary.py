@@ -9,6 +9,7 @@ unreadable), processing fps, latency percentiles, agreement, switches per minute
 and accuracy. Percentages are in 0..100. Memory stays flat on an endless stream: counters only,
 and latency percentiles from a bounded uniform sample.
 """
+
 from __future__ import annotations
 
 import random
@@ -22,8 +23,8 @@ from .progress import plural
 from .session import FrameResult, MethodResult, method_title
 from .sources import Frame, SourceStats
 
-LATENCY_SAMPLES = 10_000   # latency percentiles from a uniform sample of this many frames (flat memory)
-SIDES = ("clip", "tta")    # zero-shot CLIP, the adapted method
+LATENCY_SAMPLES = 10_000  # latency percentiles from a uniform sample of this many frames (flat memory)
+SIDES = ("clip", "tta")  # zero-shot CLIP, the adapted method
 
 
 class Racer:
@@ -58,7 +59,7 @@ class Tally:
         self.labelled = 0
         self.racers: dict[str, Racer] = {}
         self.clip_ms = 0.0
-        self.model_ms = 0.0      # every frame's encoder pass + all raced steps (FrameResult.latency_ms)
+        self.model_ms = 0.0  # every frame's encoder pass + all raced steps (FrameResult.latency_ms)
         self._prev: tuple[int, int] | None = None
 
     def add(self, result: FrameResult, truth: str | None = None) -> None:
@@ -86,20 +87,37 @@ class Tally:
         """CLIP and every raced method, best accuracy first where frames are labelled (else in the
         order raced): accuracy (%), agreement with CLIP (%), fixed / broke, ms per frame (the
         encoder pass plus the method's own step: what running it alone costs)."""
+
         def pct(n: int, of: int) -> float | None:
             return round(100.0 * n / of, 2) if of else None
 
-        rows = [{"method": "clip", "title": "CLIP (reference)", "marks": [],
-                 "accuracy": pct(self.correct["clip"], self.labelled), "agreement": 100.0 if self.processed else None,
-                 "fixed": 0, "broke": 0,
-                 "ms_per_frame": round(self.clip_ms / self.processed, 2) if self.processed else None}]
+        rows = [
+            {
+                "method": "clip",
+                "title": "CLIP (reference)",
+                "marks": [],
+                "accuracy": pct(self.correct["clip"], self.labelled),
+                "agreement": 100.0 if self.processed else None,
+                "fixed": 0,
+                "broke": 0,
+                "ms_per_frame": round(self.clip_ms / self.processed, 2) if self.processed else None,
+            }
+        ]
         for r in self.racers.values():
-            rows.append({"method": r.method, "title": method_title(r.method), "marks": method_marks(r.method),
-                         "accuracy": pct(r.correct, self.labelled), "agreement": pct(r.agree, r.frames),
-                         "fixed": r.fixed, "broke": r.broke,
-                         "ms_per_frame": round(r.ms / r.frames, 2) if r.frames else None})
+            rows.append(
+                {
+                    "method": r.method,
+                    "title": method_title(r.method),
+                    "marks": method_marks(r.method),
+                    "accuracy": pct(r.correct, self.labelled),
+                    "agreement": pct(r.agree, r.frames),
+                    "fixed": r.fixed,
+                    "broke": r.broke,
+                    "ms_per_frame": round(r.ms / r.frames, 2) if r.frames else None,
+                }
+            )
         if self.labelled:
-            rows.sort(key=lambda row: -(row["accuracy"] or 0.0))   # stable: ties keep the raced order
+            rows.sort(key=lambda row: -(row["accuracy"] or 0.0))  # stable: ties keep the raced order
         return rows
 
     @property
@@ -123,7 +141,7 @@ def method_marks(method: str) -> list[str]:
 
     try:
         return list(get_method(method).marks)
-    except Exception:   # an unknown name (a result file of another version): no marks to show
+    except Exception:  # an unknown name (a result file of another version): no marks to show
         return []
 
 
@@ -146,7 +164,7 @@ class RunSummary:
 
     def __init__(self) -> None:
         self.tally = Tally()
-        self.latencies: list[float] = []       # a uniform reservoir sample of per-frame latencies
+        self.latencies: list[float] = []  # a uniform reservoir sample of per-frame latencies
         self._rng = random.Random(0)
         self.first_ts: float | None = None
         self.last_ts: float | None = None
@@ -172,8 +190,7 @@ class RunSummary:
         self.last_ts = frame.timestamp
         self.last = result
 
-    def finish(self, stats: SourceStats, skipped: int = 0, interrupted: bool = False,
-               **extra: Any) -> dict[str, Any]:
+    def finish(self, stats: SourceStats, skipped: int = 0, interrupted: bool = False, **extra: Any) -> dict[str, Any]:
         """The summary dict; `extra` (source, method, outputs...) is merged in first."""
         seconds = time.perf_counter() - self._start if self.processed else 0.0
         span_min = ((self.last_ts or 0.0) - (self.first_ts or 0.0)) / 60.0
@@ -187,30 +204,32 @@ class RunSummary:
             return round(n / span_min, 2) if span_min > 0 else None
 
         out = dict(extra)
-        out.update({
-            "frames_received": stats.received,
-            "frames_read": stats.read,
-            "frames_processed": self.processed,
-            "frames_skipped": skipped,
-            "frames_dropped": stats.dropped,
-            "frames_unreadable": stats.unreadable,
-            "reconnects": stats.reconnects,
-            "ended_early": stats.ended_early,
-            "seconds": round(seconds, 3),
-            "fps": round(self.processed / seconds, 2) if seconds > 0 else None,
-            "latency_ms_p50": round(float(np.percentile(lat, 50)), 2) if lat is not None else None,
-            "latency_ms_p95": round(float(np.percentile(lat, 95)), 2) if lat is not None else None,
-            "agreement": pct(t.agreement),
-            "switches_per_min_clip": per_min(t.switches["clip"]),
-            "switches_per_min_tta": per_min(t.switches["tta"]),
-            "labelled_frames": t.labelled if t.labelled else None,
-            "accuracy_clip": pct(t.accuracy("clip")),
-            "accuracy_tta": pct(t.accuracy("tta")),
-            "leaderboard": t.leaderboard(),
-            "cache_size": self.last.cache_size if self.last else 0,
-            "bank_size": self.last.bank_rows if self.last else 0,
-            "interrupted": interrupted,
-        })
+        out.update(
+            {
+                "frames_received": stats.received,
+                "frames_read": stats.read,
+                "frames_processed": self.processed,
+                "frames_skipped": skipped,
+                "frames_dropped": stats.dropped,
+                "frames_unreadable": stats.unreadable,
+                "reconnects": stats.reconnects,
+                "ended_early": stats.ended_early,
+                "seconds": round(seconds, 3),
+                "fps": round(self.processed / seconds, 2) if seconds > 0 else None,
+                "latency_ms_p50": round(float(np.percentile(lat, 50)), 2) if lat is not None else None,
+                "latency_ms_p95": round(float(np.percentile(lat, 95)), 2) if lat is not None else None,
+                "agreement": pct(t.agreement),
+                "switches_per_min_clip": per_min(t.switches["clip"]),
+                "switches_per_min_tta": per_min(t.switches["tta"]),
+                "labelled_frames": t.labelled if t.labelled else None,
+                "accuracy_clip": pct(t.accuracy("clip")),
+                "accuracy_tta": pct(t.accuracy("tta")),
+                "leaderboard": t.leaderboard(),
+                "cache_size": self.last.cache_size if self.last else 0,
+                "bank_size": self.last.bank_rows if self.last else 0,
+                "interrupted": interrupted,
+            }
+        )
         return out
 
 
@@ -218,8 +237,10 @@ def format_summary(summary: dict[str, Any]) -> str:
     """The one-line human summary printed at the end of a run."""
     s = summary
     title = s.get("method_title", "adapted")
-    parts = [f"{count(s['frames_processed'], 'frame')} processed of {s['frames_received']} received "
-             f"({s['frames_skipped']} skipped, {s['frames_dropped']} dropped, {s['frames_unreadable']} unreadable)"]
+    parts = [
+        f"{count(s['frames_processed'], 'frame')} processed of {s['frames_received']} received "
+        f"({s['frames_skipped']} skipped, {s['frames_dropped']} dropped, {s['frames_unreadable']} unreadable)"
+    ]
     if s.get("fps"):
         parts.append(f"{s['fps']:.1f} fps (p50 {s['latency_ms_p50']:.1f} ms, p95 {s['latency_ms_p95']:.1f} ms)")
     if s.get("agreement") is not None:
@@ -227,10 +248,12 @@ def format_summary(summary: dict[str, Any]) -> str:
     if s.get("switches_per_min_clip") is not None:
         parts.append(f"switches/min CLIP {s['switches_per_min_clip']:.1f}, {title} {s['switches_per_min_tta']:.1f}")
     if s.get("accuracy_clip") is not None:
-        parts.append(f"accuracy CLIP {s['accuracy_clip']:.1f}%, {title} {s['accuracy_tta']:.1f}% "
-                     f"on {count(s['labelled_frames'], 'labelled frame')}")
+        parts.append(
+            f"accuracy CLIP {s['accuracy_clip']:.1f}%, {title} {s['accuracy_tta']:.1f}% "
+            f"on {count(s['labelled_frames'], 'labelled frame')}"
+        )
     board = s.get("leaderboard") or []
-    if len(board) > 2:   # more than one method raced: every method's line
+    if len(board) > 2:  # more than one method raced: every method's line
         parts.append("leaderboard: " + ", ".join(leaderboard_entry(row) for row in board))
     outputs = [p for p in (s.get("out"), s.get("log")) if p]
     if outputs:

@@ -12,6 +12,7 @@
 - The file is a regular file of at most `MAX_TRUTH_BYTES`; a field longer than the csv module's
   limit (131,072 characters) is a one-line `UserError` naming the line, as every other mistake.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -25,8 +26,8 @@ from mstta.errors import UserError
 from .inputs import read_small_file
 
 HEADER = ("start_frame", "end_frame", "label")
-MAX_TRUTH_BYTES = 16 << 20   # 16 MiB: some 500,000 ranges
-MAX_FRAME = 2**53           # frame numbers beyond this are no video's (and lose precision as floats)
+MAX_TRUTH_BYTES = 16 << 20  # 16 MiB: some 500,000 ranges
+MAX_FRAME = 2**53  # frame numbers beyond this are no video's (and lose precision as floats)
 TRUTH_EXPECTED = "a CSV of start_frame,end_frame,label lines"
 
 
@@ -51,7 +52,7 @@ class Truth:
 def parse_truth(text: str, classnames: Sequence[str], where: str = "truth") -> Truth:
     """Parse the CSV text (see the module doc); errors name the line and the fix."""
     index = {name.casefold(): i for i, name in enumerate(classnames)}
-    ranges: list[tuple[int, int, int, int]] = []   # start, end, class, line
+    ranges: list[tuple[int, int, int, int]] = []  # start, end, class, line
     for number, row in _rows(text, where):
         cells = [c.strip() for c in row]
         if not cells or not any(cells) or cells[0].startswith("#"):
@@ -63,11 +64,14 @@ def parse_truth(text: str, classnames: Sequence[str], where: str = "truth") -> T
         try:
             start, end = int(cells[0]), int(cells[1])
         except ValueError:
-            raise UserError(f"{where} line {number}: frame numbers must be integers, got "
-                            f"{_show(cells[0])} and {_show(cells[1])}") from None
+            raise UserError(
+                f"{where} line {number}: frame numbers must be integers, got {_show(cells[0])} and {_show(cells[1])}"
+            ) from None
         if max(abs(start), abs(end)) > MAX_FRAME:
-            raise UserError(f"{where} line {number}: frame numbers are at most {MAX_FRAME:,}; got {_show(cells[0])} "
-                            f"and {_show(cells[1])}")
+            raise UserError(
+                f"{where} line {number}: frame numbers are at most {MAX_FRAME:,}; got {_show(cells[0])} "
+                f"and {_show(cells[1])}"
+            )
         if start < 0 or end < start:
             raise UserError(f"{where} line {number}: bad range {start}..{end}; need 0 <= start_frame <= end_frame")
         label = " ".join(cells[2].split())
@@ -97,9 +101,10 @@ def _rows(text: str, where: str) -> Iterator[tuple[int, list[str]]]:
             row = next(reader)
         except StopIteration:
             return
-        except csv.Error as exc:   # a field over csv.field_size_limit(), a NUL byte, an open quote at the end
-            raise UserError(f"{where} line {reader.line_num}: not valid CSV ({exc}); write lines like "
-                            "0,149,label") from None
+        except csv.Error as exc:  # a field over csv.field_size_limit(), a NUL byte, an open quote at the end
+            raise UserError(
+                f"{where} line {reader.line_num}: not valid CSV ({exc}); write lines like 0,149,label"
+            ) from None
         yield reader.line_num, row
 
 

@@ -22,6 +22,7 @@ Parts:
 Every part can be switched off: `--parts` picks a subset, `--long-frames 0` skips the memory part,
 `--models ''` the speed part. On CUDA every timing synchronises the device first.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,7 +56,7 @@ BANK = 4096
 TARGET_RATIO = 0.95
 TARGET_GROWTH_MB = 50.0
 PARTS = ("speed", "engine", "memory", "race")
-RACE = ("ms-tta", "tda", "zero-shot", "tda+ms")   # the race part: 1 method vs these 4 on the same frames
+RACE = ("ms-tta", "tda", "zero-shot", "tda+ms")  # the race part: 1 method vs these 4 on the same frames
 
 
 def _sync(device: str) -> None:
@@ -107,11 +108,12 @@ def generated_video(path: Path, n: int) -> list[np.ndarray]:
 
 
 def _session(clip, method: str, views: int = 1, views_on: str = "auto") -> StreamSession:
-    session = StreamSession(clip, LABELS, template="a photo of a {}.", method=method, config=EngineConfig(bank_size=BANK),
-                            views=views)
-    if views_on != "auto":                 # StreamSession builds the default (auto) encoder; swap in the asked one
+    session = StreamSession(
+        clip, LABELS, template="a photo of a {}.", method=method, config=EngineConfig(bank_size=BANK), views=views
+    )
+    if views_on != "auto":  # StreamSession builds the default (auto) encoder; swap in the asked one
         session.encoder = FrameEncoder(clip, views=views, seed=session.seed, views_on=views_on)
-    if session.engine.method.mean_shift:   # steady state of a long stream: bank full, cache full
+    if session.engine.method.mean_shift:  # steady state of a long stream: bank full, cache full
         g = torch.Generator().manual_seed(0)
         feats = torch.nn.functional.normalize(torch.randn(BANK, session.engine.dim, generator=g), dim=-1)
         for f in feats.to(session.engine.device):
@@ -119,12 +121,15 @@ def _session(clip, method: str, views: int = 1, views_on: str = "auto") -> Strea
     return session
 
 
-def speed(model: str, frames: list[np.ndarray], rounds: int, device: str, views: int = 1,
-          views_on: str = "auto") -> dict:
+def speed(
+    model: str, frames: list[np.ndarray], rounds: int, device: str, views: int = 1, views_on: str = "auto"
+) -> dict:
     clip = load_clip(model, "none", device=device)
-    sessions = {"zero_shot": _session(clip, "zero-shot", views, views_on),
-                "ms_tta": _session(clip, "ms-tta", views, views_on)}
-    for s in sessions.values():                       # warm-up (allocator, kernels)
+    sessions = {
+        "zero_shot": _session(clip, "zero-shot", views, views_on),
+        "ms_tta": _session(clip, "ms-tta", views, views_on),
+    }
+    for s in sessions.values():  # warm-up (allocator, kernels)
         for img in frames[:3]:
             s.process(img)
     # Frame by frame, both modes back to back in alternating order: slow drifts in machine load
@@ -144,14 +149,23 @@ def speed(model: str, frames: list[np.ndarray], rounds: int, device: str, views:
                 total[name] += elapsed
                 lat[name].append(elapsed * 1000)
     fps = {k: len(frames) * rounds / total[k] for k in sessions}
-    out: dict = {"model": model, "pretrained": "none (random weights)", "device": str(clip.device),
-                 "frames": len(frames), "rounds": rounds, "bank_size": BANK, "views": views,
-                 "views_on": sessions["ms_tta"].encoder.views_on,
-                 "ms_tta_bank_filled": sessions["ms_tta"].engine.bank_len}
+    out: dict = {
+        "model": model,
+        "pretrained": "none (random weights)",
+        "device": str(clip.device),
+        "frames": len(frames),
+        "rounds": rounds,
+        "bank_size": BANK,
+        "views": views,
+        "views_on": sessions["ms_tta"].encoder.views_on,
+        "ms_tta_bank_filled": sessions["ms_tta"].engine.bank_len,
+    }
     for name in sessions:
-        out[name] = {"fps": round(fps[name], 2),
-                     "latency_ms_p50": round(float(np.percentile(lat[name], 50)), 2),
-                     "latency_ms_p95": round(float(np.percentile(lat[name], 95)), 2)}
+        out[name] = {
+            "fps": round(fps[name], 2),
+            "latency_ms_p50": round(float(np.percentile(lat[name], 50)), 2),
+            "latency_ms_p95": round(float(np.percentile(lat[name], 95)), 2),
+        }
     out["fps_ratio"] = round(out["ms_tta"]["fps"] / out["zero_shot"]["fps"], 3)
     out["target_ratio"] = TARGET_RATIO
     out["meets_target"] = out["fps_ratio"] >= TARGET_RATIO
@@ -166,32 +180,45 @@ def race(rounds: int, device: str, limit: int = 120) -> dict:
     from app.sampling import Sampler, default_every
 
     clip = load_clip("mstta-digits", "bundled", device=device)
-    labels = [ln.strip() for ln in (ROOT / "assets" / "digits_labels.txt").read_text().splitlines()
-              if ln.strip() and not ln.startswith("#")]
+    labels = [
+        ln.strip()
+        for ln in (ROOT / "assets" / "digits_labels.txt").read_text().splitlines()
+        if ln.strip() and not ln.startswith("#")
+    ]
     with open_source(str(ROOT / "assets" / "digits.mp4")) as src:
         every, fps = default_every(src.fps), src.fps
         frames = [f.image for _, f in zip(range(limit), Sampler(every)(src))]
-    sessions = {"1": StreamSession(clip, labels, methods=[RACE[0]]), str(len(RACE)): StreamSession(clip, labels, methods=RACE)}
+    sessions = {
+        "1": StreamSession(clip, labels, methods=[RACE[0]]),
+        str(len(RACE)): StreamSession(clip, labels, methods=RACE),
+    }
     for s in sessions.values():
         for img in frames[:3]:
             s.process(img)
     lat: dict[str, list[float]] = {k: [] for k in sessions}
     for r in range(rounds):
         for i, img in enumerate(frames):
-            for name in (list(sessions) if (r + i) % 2 == 0 else list(sessions)[::-1]):
+            for name in list(sessions) if (r + i) % 2 == 0 else list(sessions)[::-1]:
                 _sync(device)
                 start = time.perf_counter()
                 sessions[name].process(img)
                 _sync(device)
                 lat[name].append((time.perf_counter() - start) * 1000)
     budget = 1000.0 * every / fps
-    out: dict = {"model": "mstta-digits (bundled)", "video": "assets/digits.mp4", "frames": len(frames),
-                 "every": every, "real_time_budget_ms": round(budget, 1), "methods": list(RACE)}
+    out: dict = {
+        "model": "mstta-digits (bundled)",
+        "video": "assets/digits.mp4",
+        "frames": len(frames),
+        "every": every,
+        "real_time_budget_ms": round(budget, 1),
+        "methods": list(RACE),
+    }
     for name, values in lat.items():
         out[f"{name}_method{'s' if name != '1' else ''}"] = {
             "ms_per_frame_p50": round(float(np.percentile(values, 50)), 2),
             "ms_per_frame_p95": round(float(np.percentile(values, 95)), 2),
-            "real_time": bool(np.percentile(values, 95) < budget)}
+            "real_time": bool(np.percentile(values, 95) < budget),
+        }
     return out
 
 
@@ -208,9 +235,15 @@ def engine_step(dim: int, steps: int, device: str) -> dict:
         engine.step(f)
         _sync(device)
         times.append((time.perf_counter() - start) * 1000)
-    return {"dim": dim, "bank_size": BANK, "bank_filled": engine.bank_len, "steps": steps,
-            "cuda_graph": engine.cuda_graph,
-            "ms_p50": round(float(np.percentile(times, 50)), 3), "ms_p95": round(float(np.percentile(times, 95)), 3)}
+    return {
+        "dim": dim,
+        "bank_size": BANK,
+        "bank_filled": engine.bank_len,
+        "steps": steps,
+        "cuda_graph": engine.cuda_graph,
+        "ms_p50": round(float(np.percentile(times, 50)), 3),
+        "ms_p95": round(float(np.percentile(times, 95)), 3),
+    }
 
 
 def memory_pipeline(n: int, tmp: Path) -> dict:
@@ -219,7 +252,7 @@ def memory_pipeline(n: int, tmp: Path) -> dict:
     base = [scene(i, 96, 72) for i in range(90)]
 
     def frames():
-        for i in range(n):                            # a fresh array per frame, like a decoder
+        for i in range(n):  # a fresh array per frame, like a decoder
             yield base[i % 90] + rng.integers(0, 8, (72, 96, 3), dtype=np.uint8) // 2
 
     samples: list[tuple[int, float]] = []
@@ -229,14 +262,26 @@ def memory_pipeline(n: int, tmp: Path) -> dict:
             samples.append((frame.index, rss_mb()))
 
     clip = load_clip("mstta-tiny", "none", device="cpu")
-    cfg = DemoConfig(labels=str(tmp / "labels.txt"), log=str(tmp / "long.jsonl"), bank_size=BANK, every=1,
-                     model="mstta-tiny", pretrained="none")
+    cfg = DemoConfig(
+        labels=str(tmp / "labels.txt"),
+        log=str(tmp / "long.jsonl"),
+        bank_size=BANK,
+        every=1,
+        model="mstta-tiny",
+        pretrained="none",
+    )
     (tmp / "labels.txt").write_text("\n".join(LABELS) + "\n", encoding="utf-8")
     start = time.perf_counter()
-    summary = run_pipeline(cfg, clip=clip, source=IterableSource(frames(), fps=30, name="<generated>"),
-                           on_frame=on_frame)
-    return _growth("pipeline (mstta-tiny, d=64, JSONL log)", samples, summary["frames_processed"],
-                   time.perf_counter() - start, summary["bank_size"])
+    summary = run_pipeline(
+        cfg, clip=clip, source=IterableSource(frames(), fps=30, name="<generated>"), on_frame=on_frame
+    )
+    return _growth(
+        "pipeline (mstta-tiny, d=64, JSONL log)",
+        samples,
+        summary["frames_processed"],
+        time.perf_counter() - start,
+        summary["bank_size"],
+    )
 
 
 def memory_engine(n: int, dim: int, device: str) -> dict:
@@ -247,7 +292,7 @@ def memory_engine(n: int, dim: int, device: str) -> dict:
     samples = []
     start = time.perf_counter()
     for i in range(n):
-        f = protos[i % len(LABELS)] + 0.5 * torch.randn(dim, generator=g) / dim ** 0.5
+        f = protos[i % len(LABELS)] + 0.5 * torch.randn(dim, generator=g) / dim**0.5
         engine.step(f.to(device))
         if i % 250 == 0:
             samples.append((i, rss_mb()))
@@ -260,10 +305,19 @@ def _growth(what: str, samples: list[tuple[int, float]], frames: int, seconds: f
     warm = [r for i, r in samples if i >= 1000] or [r for _, r in samples]
     base = warm[0]
     peak = max(r for _, r in samples)
-    return {"what": what, "frames": frames, "seconds": round(seconds, 1), "bank_size": BANK, "bank_final": bank,
-            "rss_mb_after_1000_frames": round(base, 1), "rss_mb_peak_sampled": round(peak, 1),
-            "rss_mb_last": round(samples[-1][1], 1), "growth_mb": round(peak - base, 1),
-            "target_growth_mb": TARGET_GROWTH_MB, "meets_target": peak - base <= TARGET_GROWTH_MB}
+    return {
+        "what": what,
+        "frames": frames,
+        "seconds": round(seconds, 1),
+        "bank_size": BANK,
+        "bank_final": bank,
+        "rss_mb_after_1000_frames": round(base, 1),
+        "rss_mb_peak_sampled": round(peak, 1),
+        "rss_mb_last": round(samples[-1][1], 1),
+        "growth_mb": round(peak - base, 1),
+        "target_growth_mb": TARGET_GROWTH_MB,
+        "meets_target": peak - base <= TARGET_GROWTH_MB,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -272,13 +326,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=2, help="passes over the frames (default 2)")
     p.add_argument("--models", default="ViT-B-16,mstta-tiny", help="comma-separated architectures (random weights)")
     p.add_argument("--views", type=int, default=1, help="views per frame in the speed part, 1..256 (default 1)")
-    p.add_argument("--views-on", default="auto", choices=("auto", "cpu", "device"),
-                   help="where the speed part makes extra views (default auto: the GPU under CUDA, else PIL)")
-    p.add_argument("--long-frames", type=int, default=20000,
-                   help="length of the memory stream (default 20000; 0 skips the memory part)")
+    p.add_argument(
+        "--views-on",
+        default="auto",
+        choices=("auto", "cpu", "device"),
+        help="where the speed part makes extra views (default auto: the GPU under CUDA, else PIL)",
+    )
+    p.add_argument(
+        "--long-frames",
+        type=int,
+        default=20000,
+        help="length of the memory stream (default 20000; 0 skips the memory part)",
+    )
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda or cuda:N")
-    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice); 1 is steadier on a busy machine")
-    p.add_argument("--parts", default=",".join(PARTS), help="comma-separated parts to run: speed, engine, memory (default all)")
+    p.add_argument(
+        "--threads", type=int, help="torch CPU threads (default: torch's choice); 1 is steadier on a busy machine"
+    )
+    p.add_argument(
+        "--parts", default=",".join(PARTS), help="comma-separated parts to run: speed, engine, memory (default all)"
+    )
     p.add_argument("--out", type=Path, help="also write the JSON here")
     args = p.parse_args(argv)
     parts = {x for x in args.parts.split(",") if x}
@@ -298,11 +364,17 @@ def main(argv: list[str] | None = None) -> int:
         p.error(str(exc))
     if args.threads:
         torch.set_num_threads(args.threads)
-    result: dict = {"benchmark": "stream", "mstta": __version__, "torch": torch.__version__,
-                    "device": device, "cpu": platform.processor() or platform.machine(),
-                    "cpu_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
-                    "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
-                    "gpu": torch.cuda.get_device_name(0) if device.startswith("cuda") else None}
+    result: dict = {
+        "benchmark": "stream",
+        "mstta": __version__,
+        "torch": torch.__version__,
+        "device": device,
+        "cpu": platform.processor() or platform.machine(),
+        "cpu_threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        "gpu": torch.cuda.get_device_name(0) if device.startswith("cuda") else None,
+    }
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
         if "speed" in parts and models and args.frames > 0:

@@ -9,6 +9,7 @@ assets/digits_truth.csv` for another model and clip.
 Nothing here touches the network beyond 127.0.0.1: the model is the random-weight `mstta-tiny`,
 videos are generated, Gradio's and the client's analytics are off.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -29,11 +30,16 @@ from helpers_video import LABELS, scene
 
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
-CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--no-first-run"]
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
 FAKE_CAMERA_FLAGS = ["--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream"]
 LOOPBACK = re.compile(r"^(https?|wss?)://(127\.0\.0\.1|localhost)(:\d+)?/")
-SHOTS_DIR = Path("/tmp/mstta_ui_shots")      # screenshots are copied here for people to look at
+SHOTS_DIR = Path("/tmp/mstta_ui_shots")  # screenshots are copied here for people to look at
 SETTINGS = ["ms-tta", 2, 0.8, 1.0, 3, 4096, []]  # method, k, alpha, lam, Q, bank size, raced methods (the UI defaults)
 
 
@@ -67,37 +73,64 @@ def named(outputs: Sequence[Any]) -> dict[str, Any]:
     """One handler output tuple (as gradio_client returns it: no State) by output name."""
     from app.ui import OUTPUTS
 
-    names = [n for n in OUTPUTS if n not in ("state", "drop_truth")]   # no State, no button value
+    names = [n for n in OUTPUTS if n not in ("state", "drop_truth")]  # no State, no button value
     assert len(outputs) == len(names), f"expected {len(names)} outputs, got {len(outputs)}"
-    def value(v):   # an update (value and visibility) by its value
+
+    def value(v):  # an update (value and visibility) by its value
         return v.get("value") if isinstance(v, dict) and v.get("__type__") == "update" else v
+
     return {name: value(v) for name, v in zip(names, outputs)}
 
 
 def series_points(chart_html: str) -> dict[str, int]:
     """A server-drawn line chart's series -> how many points it draws (its `data-points`)."""
-    return {html.unescape(name): int(n)
-            for name, n in re.findall(r'data-series="([^"]*)" data-points="(\d+)"', chart_html or "")}
+    return {
+        html.unescape(name): int(n)
+        for name, n in re.findall(r'data-series="([^"]*)" data-points="(\d+)"', chart_html or "")
+    }
 
 
 def bar_values(chart_html: str) -> dict[str, float]:
     """A server-drawn bar chart's class -> value (its `data-value`)."""
-    return {html.unescape(name): float(v)
-            for name, v in re.findall(r'data-class="([^"]*)" data-value="([^"]*)"', chart_html or "")}
+    return {
+        html.unescape(name): float(v)
+        for name, v in re.findall(r'data-class="([^"]*)" data-value="([^"]*)"', chart_html or "")
+    }
 
 
-def video_args(video: str | Path | None, labels: Sequence[str] = LABELS, *, truth: str | Path | None = None,
-               every: int = 1, keep: bool = False, realtime: bool = False, template: str = "",
-               settings: Sequence[Any] = SETTINGS) -> list[Any]:
+def video_args(
+    video: str | Path | None,
+    labels: Sequence[str] = LABELS,
+    *,
+    truth: str | Path | None = None,
+    every: int = 1,
+    keep: bool = False,
+    realtime: bool = False,
+    template: str = "",
+    settings: Sequence[Any] = SETTINGS,
+) -> list[Any]:
     """Positional inputs of /process_video (as fast as possible unless `realtime`)."""
     from gradio_client import handle_file
 
-    return [handle_file(str(video)) if video else None, handle_file(str(truth)) if truth else None, every, keep,
-            realtime, "\n".join(labels), template, *settings]
+    return [
+        handle_file(str(video)) if video else None,
+        handle_file(str(truth)) if truth else None,
+        every,
+        keep,
+        realtime,
+        "\n".join(labels),
+        template,
+        *settings,
+    ]
 
 
-def settings_args(labels: Sequence[str] | str = LABELS, *, template: str = "",
-                  settings: Sequence[Any] = SETTINGS, truth: str | Path | None = None) -> list[Any]:
+def settings_args(
+    labels: Sequence[str] | str = LABELS,
+    *,
+    template: str = "",
+    settings: Sequence[Any] = SETTINGS,
+    truth: str | Path | None = None,
+) -> list[Any]:
     """Positional inputs of /apply_settings (the labels box may be given as raw text)."""
     from gradio_client import handle_file
 
@@ -105,8 +138,9 @@ def settings_args(labels: Sequence[str] | str = LABELS, *, template: str = "",
     return [handle_file(str(truth)) if truth else None, text, template, *settings]
 
 
-def frame_args(image: str | Path, labels: Sequence[str] = LABELS, *, keep: bool = False,
-               settings: Sequence[Any] = SETTINGS) -> list[Any]:
+def frame_args(
+    image: str | Path, labels: Sequence[str] = LABELS, *, keep: bool = False, settings: Sequence[Any] = SETTINGS
+) -> list[Any]:
     """Positional inputs of /process_frame (an image file)."""
     from gradio_client import handle_file
 
@@ -161,7 +195,8 @@ sys.exit(run_cli("mstta-demo", lambda argv: run_ui(parser.parse_args(argv)), sys
 """
 
 # The loader stubbed to claim real weights (none exist here): the page must then show no random-weights banner.
-STUB_WEIGHTS_SCRIPT = """
+STUB_WEIGHTS_SCRIPT = (
+    """
 import mstta.models as models
 real = models.load_clip
 def load_clip(name, pretrained, **kw):
@@ -169,7 +204,9 @@ def load_clip(name, pretrained, **kw):
     clip.pretrained = "openai"   # as if real weights had loaded
     return clip
 models.load_clip = load_clip
-""" + UI_SCRIPT
+"""
+    + UI_SCRIPT
+)
 
 # `run_ui` reads only the flags it is given (the rest default): the UI with no labels and no video.
 EMPTY_UI_SCRIPT = """
@@ -184,17 +221,26 @@ class UIProcess:
 
     URL_LINE = re.compile(r"UI running at (http://\S+)")
 
-    def __init__(self, args: Sequence[str], timeout: float = 120.0, gradio_tmp: Path | None = None,
-                 script: str = UI_SCRIPT):
+    def __init__(
+        self, args: Sequence[str], timeout: float = 120.0, gradio_tmp: Path | None = None, script: str = UI_SCRIPT
+    ):
         env = dict(os.environ, PYTHONUNBUFFERED="1", GRADIO_ANALYTICS_ENABLED="False")
-        if gradio_tmp is not None:   # uploads and shown frames land there, not in /tmp/gradio
+        if gradio_tmp is not None:  # uploads and shown frames land there, not in /tmp/gradio
             env["GRADIO_TEMP_DIR"] = str(gradio_tmp)
-        self.proc = subprocess.Popen([sys.executable, "-c", script, *args], cwd=REPO, env=env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", script, *args],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         self.stdout: list[str] = []
         self.stderr: list[str] = []
-        self._threads = [threading.Thread(target=self._pump, args=(self.proc.stdout, self.stdout), daemon=True),
-                         threading.Thread(target=self._pump, args=(self.proc.stderr, self.stderr), daemon=True)]
+        self._threads = [
+            threading.Thread(target=self._pump, args=(self.proc.stdout, self.stdout), daemon=True),
+            threading.Thread(target=self._pump, args=(self.proc.stderr, self.stderr), daemon=True),
+        ]
         for t in self._threads:
             t.start()
         self.url = self._wait_for_url(timeout)
@@ -212,9 +258,11 @@ class UIProcess:
                 if m:
                     return m.group(1)
             if self.proc.poll() is not None:
-                time.sleep(0.2)   # let the pumps catch the last lines
-                raise AssertionError(f"the UI exited with {self.proc.returncode} before printing its URL:\n"
-                                     + "\n".join(self.stdout + self.stderr))
+                time.sleep(0.2)  # let the pumps catch the last lines
+                raise AssertionError(
+                    f"the UI exited with {self.proc.returncode} before printing its URL:\n"
+                    + "\n".join(self.stdout + self.stderr)
+                )
             time.sleep(0.1)
         self.stop()
         raise AssertionError(f"the UI printed no URL within {timeout:.0f} s:\n{self.log()}")
@@ -255,9 +303,11 @@ def find_chromium() -> str | None:
         return None
 
 
-NO_BROWSER = ("no Chromium found (PATH, $MSTTA_CHROMIUM or Playwright's own): install one to run the browser "
-              "tests, e.g. `sudo apt-get install chromium` (Debian/Ubuntu), `brew install --cask chromium`, or "
-              "`.venv/bin/python -m playwright install chromium`")
+NO_BROWSER = (
+    "no Chromium found (PATH, $MSTTA_CHROMIUM or Playwright's own): install one to run the browser "
+    "tests, e.g. `sudo apt-get install chromium` (Debian/Ubuntu), `brew install --cask chromium`, or "
+    "`.venv/bin/python -m playwright install chromium`"
+)
 
 
 def require_chromium() -> str:
@@ -274,8 +324,9 @@ def require_chromium() -> str:
 
 
 @contextlib.contextmanager
-def chromium(tmp_path: Path, *, camera: str | None = None, camera_file: Path | None = None,
-             width: int = 1400, height: int = 1500):
+def chromium(
+    tmp_path: Path, *, camera: str | None = None, camera_file: Path | None = None, width: int = 1400, height: int = 1500
+):
     """A headless Chromium with a fresh profile. `camera`: None (no camera), "granted" (Chromium's
     fake webcam, allowed; fed `camera_file` if given) or "denied" (a fake webcam the page may not use).
 
@@ -289,13 +340,18 @@ def chromium(tmp_path: Path, *, camera: str | None = None, camera_file: Path | N
         flags += FAKE_CAMERA_FLAGS
         if camera_file is not None:
             flags.append(f"--use-file-for-fake-video-capture={camera_file}")
-    elif camera == "denied":   # a device, but no permission and no auto-accept: getUserMedia is refused
+    elif camera == "denied":  # a device, but no permission and no auto-accept: getUserMedia is refused
         flags.append("--use-fake-device-for-media-stream")
     profile = tmp_path / f"chromium-profile-{time.monotonic_ns()}"
     with sync_playwright() as pw:
         context = pw.chromium.launch_persistent_context(
-            str(profile), executable_path=find_chromium() or require_chromium(), headless=True, args=flags,
-            viewport={"width": width, "height": height}, permissions=["camera"] if camera == "granted" else [])
+            str(profile),
+            executable_path=find_chromium() or require_chromium(),
+            headless=True,
+            args=flags,
+            viewport={"width": width, "height": height},
+            permissions=["camera"] if camera == "granted" else [],
+        )
         external: list[str] = []
 
         def guard(route) -> None:
@@ -341,14 +397,18 @@ def page_series(page, selector: str) -> dict[str, int]:
     """The series a chart on the page draws right now -> points, read from the rendered SVG."""
     return page.evaluate(
         """(sel) => Object.fromEntries(Array.from(document.querySelectorAll(`${sel} .series`))
-             .map(e => [e.getAttribute('data-series'), Number(e.getAttribute('data-points'))]))""", selector)
+             .map(e => [e.getAttribute('data-series'), Number(e.getAttribute('data-points'))]))""",
+        selector,
+    )
 
 
 def page_bars(page, selector: str) -> dict[str, float]:
     """The bars a chart on the page shows right now: class -> value, with their drawn width (%)."""
     return page.evaluate(
         """(sel) => Object.fromEntries(Array.from(document.querySelectorAll(`${sel} .bar`))
-             .map(e => [e.getAttribute('data-class'), Number(e.getAttribute('data-value'))]))""", selector)
+             .map(e => [e.getAttribute('data-class'), Number(e.getAttribute('data-value'))]))""",
+        selector,
+    )
 
 
 def drawn_lines(page, selector: str) -> int:
@@ -356,7 +416,9 @@ def drawn_lines(page, selector: str) -> int:
     return page.evaluate(
         """(sel) => Array.from(document.querySelectorAll(`${sel} polyline.series`))
              .filter(p => (p.getAttribute('points') || '').trim().split(/\\s+/).length >= 2
-                          && !(p.getAttribute('points') || '').includes('NaN')).length""", selector)
+                          && !(p.getAttribute('points') || '').includes('NaN')).length""",
+        selector,
+    )
 
 
 def colour_pixels(png: bytes, rgb: tuple[int, int, int], tolerance: int = 40) -> int:
@@ -377,10 +439,19 @@ def fake_frame(i: int = 0, size: tuple[int, int] = (96, 64)) -> np.ndarray:
 ASSETS = REPO / "assets"
 
 
-def make_screenshot(out: Path, *, model: str = "mstta-tiny", pretrained: str = "none",
-                    video: Path = ASSETS / "demo.mp4", labels: Path = ASSETS / "labels.txt",
-                    truth: Path | None = ASSETS / "truth.csv", every: int | None = None, settle: float = 1.0,
-                    width: int = 1280, height: int = 720) -> Path:
+def make_screenshot(
+    out: Path,
+    *,
+    model: str = "mstta-tiny",
+    pretrained: str = "none",
+    video: Path = ASSETS / "demo.mp4",
+    labels: Path = ASSETS / "labels.txt",
+    truth: Path | None = ASSETS / "truth.csv",
+    every: int | None = None,
+    settle: float = 1.0,
+    width: int = 1280,
+    height: int = 720,
+) -> Path:
     """The UI at width x height on a video (by default the bundled demo clip on the random-weight
     `mstta-tiny`), screenshot after the run (real time: the clip takes its own length)."""
     import tempfile
@@ -397,7 +468,7 @@ def make_screenshot(out: Path, *, model: str = "mstta-tiny", pretrained: str = "
                 page = context.new_page()
                 page.goto(server.url, wait_until="load")
                 wait_for_text(page, "#mstta-status", rf"Done: {re.escape(Path(video).name)}", timeout=600)
-                time.sleep(settle)   # the last page's picture
+                time.sleep(settle)  # the last page's picture
                 part = out.with_name(f".{out.name}.{os.getpid()}.png")
                 page.screenshot(path=str(part))
                 os.replace(part, out)
@@ -412,17 +483,31 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="make the README's UI screenshot with the browser tests' tooling")
     parser.add_argument("--screenshot", type=Path, required=True, metavar="PNG")
     parser.add_argument("--model", default="mstta-tiny", help="model name, e.g. mstta-digits (default mstta-tiny)")
-    parser.add_argument("--pretrained", default=None,
-                        help="weights tag (default: none for mstta-tiny, the model's own otherwise)")
+    parser.add_argument(
+        "--pretrained", default=None, help="weights tag (default: none for mstta-tiny, the model's own otherwise)"
+    )
     parser.add_argument("--video", type=Path, default=ASSETS / "demo.mp4")
     parser.add_argument("--labels", type=Path, default=ASSETS / "labels.txt")
-    parser.add_argument("--truth", type=Path, default=None, help="ground truth CSV (default: assets/truth.csv "
-                        "with the demo clip, none otherwise)")
+    parser.add_argument(
+        "--truth",
+        type=Path,
+        default=None,
+        help="ground truth CSV (default: assets/truth.csv with the demo clip, none otherwise)",
+    )
     parser.add_argument("--every", type=int, default=None, help="process every N-th frame (default: ~5 per second)")
     args = parser.parse_args()
     if find_chromium() is None:
         sys.exit(f"helpers_ui.py: error: {NO_BROWSER}")
     truth = args.truth if args.truth else (ASSETS / "truth.csv" if args.video == ASSETS / "demo.mp4" else None)
     pretrained = args.pretrained if args.pretrained is not None else ("none" if args.model == "mstta-tiny" else "")
-    print(make_screenshot(args.screenshot, model=args.model, pretrained=pretrained, video=args.video,
-                          labels=args.labels, truth=truth, every=args.every))
+    print(
+        make_screenshot(
+            args.screenshot,
+            model=args.model,
+            pretrained=pretrained,
+            video=args.video,
+            labels=args.labels,
+            truth=truth,
+            every=args.every,
+        )
+    )

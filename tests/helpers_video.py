@@ -1,5 +1,6 @@
 """Generated test media for the app tests: small videos written by OpenCV, damaged copies, image
 folders, labels files, and the shared tiny CLIP model (random weights, no network)."""
+
 from __future__ import annotations
 
 import functools
@@ -32,8 +33,9 @@ def scene(i: int, w: int = 96, h: int = 64, label: str | None = None) -> np.ndar
     return img
 
 
-def write_video(path: str | Path, n: int = 30, size: tuple[int, int] = (96, 64), fps: float = 30.0,
-                fourcc: str = "MJPG") -> Path:
+def write_video(
+    path: str | Path, n: int = 30, size: tuple[int, int] = (96, 64), fps: float = 30.0, fourcc: str = "MJPG"
+) -> Path:
     """Write `n` scene frames with OpenCV (MJPG .avi by default: every frame its own JPEG)."""
     path = Path(path)
     w, h = size
@@ -66,8 +68,9 @@ def truncate(path: str | Path, keep: float) -> Path:
     return path
 
 
-def write_image_folder(folder: str | Path, n: int = 12, size: tuple[int, int] = (80, 60),
-                       broken: Sequence[int] = ()) -> Path:
+def write_image_folder(
+    folder: str | Path, n: int = 12, size: tuple[int, int] = (80, 60), broken: Sequence[int] = ()
+) -> Path:
     """`frame1.png ... frameN.png` (natural order differs from string order), some broken on request."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

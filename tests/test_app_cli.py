@@ -1,5 +1,6 @@
 """`mstta-demo`: flags, the summary line, every bad input as one line with exit 2, and Ctrl-C in a
 real process (exit 130 with valid outputs)."""
+
 from __future__ import annotations
 
 import json
@@ -19,15 +20,41 @@ from mstta.config import DEFAULT_BANK_SIZE
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--model", "mstta-tiny", "--pretrained", "none"]
-FLAGS = ["--video", "--camera", "--labels", "--template", "--model", "--pretrained", "--precision", "--device",
-         "--views", "--views-on", "--method", "--set", "--bank-size", "--every", "--max-frames", "--headless", "--out", "--log",
-         "--truth", "--json", "--topk", "--max-pixels", "--quiet", "--bundled-demo"]
+FLAGS = [
+    "--video",
+    "--camera",
+    "--labels",
+    "--template",
+    "--model",
+    "--pretrained",
+    "--precision",
+    "--device",
+    "--views",
+    "--views-on",
+    "--method",
+    "--set",
+    "--bank-size",
+    "--every",
+    "--max-frames",
+    "--headless",
+    "--out",
+    "--log",
+    "--truth",
+    "--json",
+    "--topk",
+    "--max-pixels",
+    "--quiet",
+    "--bundled-demo",
+]
 
 
 @pytest.fixture
 def media(tmp_path):
-    return {"video": str(write_video(tmp_path / "clip.avi", n=60)), "labels": str(write_labels(tmp_path / "labels.txt")),
-            "dir": tmp_path}
+    return {
+        "video": str(write_video(tmp_path / "clip.avi", n=60)),
+        "labels": str(write_labels(tmp_path / "labels.txt")),
+        "dir": tmp_path,
+    }
 
 
 def test_help_documents_every_flag(capsys):
@@ -38,17 +65,38 @@ def test_help_documents_every_flag(capsys):
     for flag in FLAGS:
         assert flag in text
     defaults = parse_args(["--labels", "x"])
-    assert (defaults.model, defaults.pretrained, defaults.method, defaults.bank_size, defaults.topk) == \
-        ("ViT-B-16", "openai", "ms-tta", DEFAULT_BANK_SIZE, 3)
-    headless = parse_args(["--headless", "--labels", "x"])     # parsed without the UI's flags
+    assert (defaults.model, defaults.pretrained, defaults.method, defaults.bank_size, defaults.topk) == (
+        "ViT-B-16",
+        "openai",
+        "ms-tta",
+        DEFAULT_BANK_SIZE,
+        3,
+    )
+    headless = parse_args(["--headless", "--labels", "x"])  # parsed without the UI's flags
     assert (headless.model, headless.pretrained) == ("ViT-B-16", "openai") and not hasattr(headless, "port")
     assert parse_args(["--headless", "--port", "9"]).port == 9  # a UI flag with --headless is still accepted
 
 
 def test_headless_run_prints_one_summary_line(media, capsys):
     out, log = media["dir"] / "a.mp4", media["dir"] / "p.jsonl"
-    rc = main(["--video", media["video"], "--labels", media["labels"], "--headless", "--out", str(out),
-               "--log", str(log), *TINY, "--set", "k=3", "--bank-size", "64"])
+    rc = main(
+        [
+            "--video",
+            media["video"],
+            "--labels",
+            media["labels"],
+            "--headless",
+            "--out",
+            str(out),
+            "--log",
+            str(log),
+            *TINY,
+            "--set",
+            "k=3",
+            "--bank-size",
+            "64",
+        ]
+    )
     captured = capsys.readouterr()
     assert rc == 0
     lines = captured.out.strip().splitlines()
@@ -58,8 +106,23 @@ def test_headless_run_prints_one_summary_line(media, capsys):
 
 
 def test_json_summary(media, capsys):
-    rc = main(["--video", media["video"], "--labels", media["labels"], "--headless", "--json", "--every", "5",
-               "--max-frames", "4", "--topk", "1", *TINY])
+    rc = main(
+        [
+            "--video",
+            media["video"],
+            "--labels",
+            media["labels"],
+            "--headless",
+            "--json",
+            "--every",
+            "5",
+            "--max-frames",
+            "4",
+            "--topk",
+            "1",
+            *TINY,
+        ]
+    )
     assert rc == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["frames_processed"] == 4 and summary["every"] == 5 and summary["model"] == "mstta-tiny"
@@ -93,8 +156,10 @@ def _bad_inputs(media) -> list[tuple[list[str], str]]:
         (["--video", v, "--labels", lab, "--headless", "--every", "x"], "invalid int value"),
         (["--video", v, "--labels", lab, "--headless", "--truth", str(d / "none.csv")], "no such file"),
         (["--video", v, "--labels", lab, "--headless", "--template", "no slot"], "exactly one"),
-        (["--video", v, "--labels", lab, "--headless", "--model", "mstta-tiny", "--pretrained", str(d / "w.pt")],
-         "checkpoint file not found"),
+        (
+            ["--video", v, "--labels", lab, "--headless", "--model", "mstta-tiny", "--pretrained", str(d / "w.pt")],
+            "checkpoint file not found",
+        ),
         (["--video", v, "--labels", lab, "--headless", "--model", "NoSuchNet"], "unknown architecture"),
         (["--labels", lab, "--headless"], "no source"),
         (["--video", v, "--camera", "0", "--labels", lab, "--headless"], "either --video or --camera"),
@@ -117,11 +182,32 @@ def test_ctrl_c_finalises_outputs_and_exits_130(tmp_path):
     labels = write_labels(tmp_path / "labels.txt")
     out, log = tmp_path / "o" / "a.mp4", tmp_path / "o" / "p.jsonl"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "--video", str(video), "--labels", str(labels),
-                             "--headless", "--every", "1", "--out", str(out), "--log", str(log), *TINY],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "app.cli",
+            "--video",
+            str(video),
+            "--labels",
+            str(labels),
+            "--headless",
+            "--every",
+            "1",
+            "--out",
+            str(out),
+            "--log",
+            str(log),
+            *TINY,
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:   # wait until frames are flowing (the temp log has content)
+    while time.monotonic() < deadline:  # wait until frames are flowing (the temp log has content)
         parts = list(log.parent.glob(".p.*")) if log.parent.exists() else []
         if parts and parts[0].stat().st_size > 0:
             break
@@ -159,13 +245,32 @@ def test_the_demo_names_the_engines_default_model_extensions_and_random_weights_
     assert (pipeline.DemoConfig().model, pipeline.DemoConfig().pretrained) == (DEFAULT_MODEL, DEFAULT_TAG)
     assert (bundled.CLIP_DEMO.model, bundled.CLIP_DEMO.pretrained) == (DEFAULT_MODEL, DEFAULT_TAG)
     assert file_sources.IMAGE_EXTENSIONS == tuple(sorted(IMAGE_EXTENSIONS))
-    for tag, random in ((None, True), ("", True), ("none", True), ("None", True), ("openai", False),
-                        ("bundled", False)):
+    for tag, random in (
+        (None, True),
+        ("", True),
+        ("none", True),
+        ("None", True),
+        ("openai", False),
+        ("bundled", False),
+    ):
         assert random_weights(argparse.Namespace(pretrained=tag)) is random, tag
     # one args -> DemoConfig mapping: the UI's config is the headless one with the UI's own fields
-    args = argparse.Namespace(model="mstta-tiny", pretrained="none", methods=["tda", "ms-tta"], every=3, topk=2,
-                              views=2, set=["k=4"], max_pixels="64x64", bank_size=512)
+    args = argparse.Namespace(
+        model="mstta-tiny",
+        pretrained="none",
+        methods=["tda", "ms-tta"],
+        every=3,
+        topk=2,
+        views=2,
+        set=["k=4"],
+        max_pixels="64x64",
+        bank_size=512,
+    )
     headless, (ui, _) = pipeline.config_from_args(args), ui_config(args)
     assert ui == pipeline.config_from_args(args, camera=None, out=None, log=None, progress=False)
-    assert (headless.method, headless.methods, headless.max_pixels, headless.overrides) == \
-        ("tda", ["tda", "ms-tta"], 64 * 64, ["k=4"])
+    assert (headless.method, headless.methods, headless.max_pixels, headless.overrides) == (
+        "tda",
+        ["tda", "ms-tta"],
+        64 * 64,
+        ["k=4"],
+    )

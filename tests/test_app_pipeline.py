@@ -1,5 +1,6 @@
 """The headless pipeline end to end with the tiny CLIP: complete outputs, the JSONL schema, summary
 numbers that agree with the log, damaged and live sources, and interruption."""
+
 from __future__ import annotations
 
 import json
@@ -24,7 +25,18 @@ from app.pipeline import DemoConfig, demo_engine_config, run_pipeline, with_mode
 from app.sources import IterableSource, LiveSource
 from mstta.errors import UserError
 
-ROW_KEYS = {"frame", "timestamp", "clip", "tta", "method", "disagree", "entropy", "cache_size", "bank_size", "latency_ms"}
+ROW_KEYS = {
+    "frame",
+    "timestamp",
+    "clip",
+    "tta",
+    "method",
+    "disagree",
+    "entropy",
+    "cache_size",
+    "bank_size",
+    "latency_ms",
+}
 
 
 @pytest.fixture
@@ -32,14 +44,22 @@ def media(tmp_path):
     labels = write_labels(tmp_path / "labels.txt")
     video = write_video(tmp_path / "clip.avi", n=90, fps=30)
     truth = tmp_path / "truth.csv"
-    truth.write_text("start_frame,end_frame,label\n0,9,red circle\n10,19,green square\n20,29,blue triangle\n"
-                     "30,59,red circle\n", encoding="utf-8")
+    truth.write_text(
+        "start_frame,end_frame,label\n0,9,red circle\n10,19,green square\n20,29,blue triangle\n30,59,red circle\n",
+        encoding="utf-8",
+    )
     return {"labels": str(labels), "video": str(video), "truth": str(truth), "dir": tmp_path}
 
 
 def _cfg(media, **kw) -> DemoConfig:
-    base = dict(video=media["video"], labels=media["labels"], out=str(media["dir"] / "out" / "a.mp4"),
-                log=str(media["dir"] / "out" / "p.jsonl"), model="mstta-tiny", pretrained="none")
+    base = dict(
+        video=media["video"],
+        labels=media["labels"],
+        out=str(media["dir"] / "out" / "a.mp4"),
+        log=str(media["dir"] / "out" / "p.jsonl"),
+        model="mstta-tiny",
+        pretrained="none",
+    )
     return DemoConfig(**{**base, **kw})
 
 
@@ -61,8 +81,10 @@ def test_outputs_complete_and_summary_matches_the_log(tiny_clip, media):
     assert s["every"] == 6 and s["frames_read"] == 90
     assert s["frames_processed"] == len(rows) == len(frames) == 15
     assert s["frames_read"] == s["frames_processed"] + s["frames_skipped"] + s["frames_dropped"]
-    assert s["frames_received"] == s["frames_processed"] + s["frames_skipped"] + s["frames_dropped"] \
-        + s["frames_unreadable"]
+    assert (
+        s["frames_received"]
+        == s["frames_processed"] + s["frames_skipped"] + s["frames_dropped"] + s["frames_unreadable"]
+    )
     assert [r["frame"] for r in rows] == list(range(0, 90, 6))
     assert times == pytest.approx([r["timestamp"] for r in rows], abs=2e-3)
 
@@ -85,9 +107,13 @@ def test_outputs_complete_and_summary_matches_the_log(tiny_clip, media):
     assert s["switches_per_min_clip"] == pytest.approx(_switches(clip_top) / minutes, abs=0.01)
     assert s["switches_per_min_tta"] == pytest.approx(_switches(tta_top) / minutes, abs=0.01)
     labelled = [r for r in rows if "truth" in r]
-    assert s["labelled_frames"] == len(labelled) == 10   # frames 0..59, every 6th
-    assert s["accuracy_clip"] == pytest.approx(100 * np.mean([r["clip"][0]["label"] == r["truth"] for r in labelled]), abs=0.01)
-    assert s["accuracy_tta"] == pytest.approx(100 * np.mean([r["tta"][0]["label"] == r["truth"] for r in labelled]), abs=0.01)
+    assert s["labelled_frames"] == len(labelled) == 10  # frames 0..59, every 6th
+    assert s["accuracy_clip"] == pytest.approx(
+        100 * np.mean([r["clip"][0]["label"] == r["truth"] for r in labelled]), abs=0.01
+    )
+    assert s["accuracy_tta"] == pytest.approx(
+        100 * np.mean([r["tta"][0]["label"] == r["truth"] for r in labelled]), abs=0.01
+    )
     assert s["fps"] > 0 and s["latency_ms_p50"] <= s["latency_ms_p95"]
     assert s["out"] == cfg.out and s["log"] == cfg.log and not s["interrupted"]
     assert json.loads(json.dumps(s)) == s
@@ -103,7 +129,7 @@ def test_corrupt_frames_are_counted_not_fatal(tiny_clip, media):
     video = corrupt_mjpeg_frames(write_video(media["dir"] / "bad.avi", n=30), [3, 4, 20])
     s = run_pipeline(_cfg(media, video=str(video), every=2), clip=tiny_clip)
     assert s["frames_unreadable"] == 3 and s["frames_read"] == 27
-    assert s["frames_processed"] == 13   # even indices 0..28 minus 4 and 20
+    assert s["frames_processed"] == 13  # even indices 0..28 minus 4 and 20
     assert s["frames_read"] == s["frames_processed"] + s["frames_skipped"]
     assert s["frames_received"] == 30 == s["frames_read"] + s["frames_unreadable"]
 
@@ -158,26 +184,29 @@ def test_memory_source_and_other_methods(tiny_clip, media):
     assert s["frames_processed"] == 10 and s["method"] == "tda"
 
 
-@pytest.mark.parametrize("kw, match", [
-    ({"labels": None}, "--labels is required"),
-    ({"video": None}, "give a source"),
-    ({"camera": 0}, "either --video or --camera"),
-    ({"views": 257}, "--views 257: expected an integer from 1 to 256"),
-    ({"max_pixels": 0}, "--max-pixels"),
-    ({"method": "nope"}, "unknown method 'nope'"),
-    ({"overrides": ["nope=1"]}, "unknown key 'nope'"),
-    ({"overrides": ["k=-1"]}, "bad value for 'k'"),
-    ({"overrides": ["k"]}, "expected KEY=VALUE"),
-    ({"bank_size": 0}, "--bank-size"),
-    ({"every": 0}, "--every"),
-    ({"max_frames": 0}, "--max-frames"),
-    ({"topk": 0}, "--topk"),
-    ({"views": 0}, "--views"),
-    ({"views": 3, "views_on": "gpu"}, "--views-on gpu: choose one of auto, cpu, device"),
-    ({"template": "no braces"}, "--template"),
-    ({"out": "x.avi"}, "--out x.avi: must end in"),
-    ({"truth": "missing.csv"}, "--truth missing.csv: no such file"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        ({"labels": None}, "--labels is required"),
+        ({"video": None}, "give a source"),
+        ({"camera": 0}, "either --video or --camera"),
+        ({"views": 257}, "--views 257: expected an integer from 1 to 256"),
+        ({"max_pixels": 0}, "--max-pixels"),
+        ({"method": "nope"}, "unknown method 'nope'"),
+        ({"overrides": ["nope=1"]}, "unknown key 'nope'"),
+        ({"overrides": ["k=-1"]}, "bad value for 'k'"),
+        ({"overrides": ["k"]}, "expected KEY=VALUE"),
+        ({"bank_size": 0}, "--bank-size"),
+        ({"every": 0}, "--every"),
+        ({"max_frames": 0}, "--max-frames"),
+        ({"topk": 0}, "--topk"),
+        ({"views": 0}, "--views"),
+        ({"views": 3, "views_on": "gpu"}, "--views-on gpu: choose one of auto, cpu, device"),
+        ({"template": "no braces"}, "--template"),
+        ({"out": "x.avi"}, "--out x.avi: must end in"),
+        ({"truth": "missing.csv"}, "--truth missing.csv: no such file"),
+    ],
+)
 def test_bad_config_fails_before_any_work(tiny_clip, media, kw, match):
     start = time.perf_counter()
     with pytest.raises(UserError, match=match):
@@ -213,8 +242,10 @@ def test_summary_memory_is_bounded(monkeypatch):
     s = summary_mod.RunSummary()
     top = [Scored("a", 0, 0.9), Scored("b", 1, 0.1)]
     for i in range(1000):
-        s.update(Frame(i, i / 10, np.zeros((2, 2, 3), np.uint8), "x"),
-                 FrameResult(top, top, 0.1, 0, 0, 0, latency_ms=float(i % 100)))
+        s.update(
+            Frame(i, i / 10, np.zeros((2, 2, 3), np.uint8), "x"),
+            FrameResult(top, top, 0.1, 0, 0, 0, latency_ms=float(i % 100)),
+        )
     out = s.finish(SourceStats(read=1000, received=1000))
     assert len(s.latencies) == 50 and 20 <= out["latency_ms_p50"] <= 80
     assert out["agreement"] == 100.0 and out["switches_per_min_clip"] == 0.0
@@ -243,9 +274,10 @@ def test_demo_assets_match_their_labels_and_truth(monkeypatch):
     assert size == (384, 288) and fps == pytest.approx(24) and 30 <= frames / fps <= 60
     import av
 
-    with av.open(str(video)) as container:   # H.264, which browsers play
+    with av.open(str(video)) as container:  # H.264, which browsers play
         assert container.streams.video[0].codec_context.name == "h264"
     import make_assets  # the generator's class list is the labels file
+
     assert labels == list(make_assets.PHOTOS)
     assert truth.ranges[0][0] == 0 and truth.ranges[-1][1] == frames - 1
     assert {labels[c] for _, _, c in truth.ranges} == set(labels)
@@ -277,7 +309,7 @@ def test_iter_steps_yields_each_processed_frame_inside_the_model_slot(tiny_clip,
 
     steps = []
     for step in iter_steps(frames(), session, truth=truth, max_frames=25, model_slot=slot):
-        events.append("step")          # the slot is released before the step reaches the consumer
+        events.append("step")  # the slot is released before the step reaches the consumer
         steps.append(step)
     assert [s.processed for s in steps] == list(range(1, 26))
     assert events[:8] == ["frame 0", "acquire", "release", "step", "frame 1", "acquire", "release", "step"]
@@ -297,7 +329,9 @@ def test_iter_steps_matches_the_headless_run(tiny_clip, media):
     cfg = _cfg(media, every=3, out=None)
     run_pipeline(cfg, clip=tiny_clip)
     logged = [(r["frame"], r["clip"][0]["label"], r["tta"][0]["label"]) for r in _rows(cfg.log)]
-    session = StreamSession(tiny_clip, LABELS, config=with_model_scale(demo_engine_config(cfg.bank_size, []), tiny_clip, []))
+    session = StreamSession(
+        tiny_clip, LABELS, config=with_model_scale(demo_engine_config(cfg.bank_size, []), tiny_clip, [])
+    )
     with open_source(media["video"]) as src:
         ours = [(s.frame.index, s.result.clip_label, s.result.tta_label) for s in iter_steps(Sampler(3)(src), session)]
     assert ours == logged and len(ours) == 30
@@ -320,9 +354,25 @@ def _run_cli_in_process(media, capsys, monkeypatch, frames, *extra):
     from app.cli import main
 
     monkeypatch.setattr(progress_mod, "PLAIN_INTERVAL_S", 3.0)
-    monkeypatch.setattr(progress_mod, "CLOCK", _FakeClock(0.5))   # read once per frame: a line every ~6 frames
-    code = main(["--headless", "--video", media["video"], "--labels", media["labels"], "--model", "mstta-tiny",
-                 "--pretrained", "none", "--every", "1", "--max-frames", str(frames), *extra])
+    monkeypatch.setattr(progress_mod, "CLOCK", _FakeClock(0.5))  # read once per frame: a line every ~6 frames
+    code = main(
+        [
+            "--headless",
+            "--video",
+            media["video"],
+            "--labels",
+            media["labels"],
+            "--model",
+            "mstta-tiny",
+            "--pretrained",
+            "none",
+            "--every",
+            "1",
+            "--max-frames",
+            str(frames),
+            *extra,
+        ]
+    )
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -332,10 +382,12 @@ def test_progress_lines_on_a_non_tty_stderr_and_quiet_silences_them(tiny_clip, m
 
     code, out, err = _run_cli_in_process(media, capsys, monkeypatch, 24)
     assert code == 0 and "24 frames processed" in out
-    lines = [line for line in err.splitlines() if re.fullmatch(r"mstta-demo: \d+/24 frames, [\d.]+ fps, ETA \d+:\d\d", line)]
+    lines = [
+        line for line in err.splitlines() if re.fullmatch(r"mstta-demo: \d+/24 frames, [\d.]+ fps, ETA \d+:\d\d", line)
+    ]
     counts = [int(re.search(r"(\d+)/24", line).group(1)) for line in lines]
-    assert counts == [6, 12, 18, 24], err             # one line per 3 s of the fake clock: every 6 frames of 0.5 s
-    assert "\r" not in err                            # no bar redraws on a non-terminal
+    assert counts == [6, 12, 18, 24], err  # one line per 3 s of the fake clock: every 6 frames of 0.5 s
+    assert "\r" not in err  # no bar redraws on a non-terminal
 
     code, out, err = _run_cli_in_process(media, capsys, monkeypatch, 12, "--quiet")
     assert code == 0 and "12 frames processed" in out
@@ -357,7 +409,7 @@ def test_progress_bar_on_a_terminal(monkeypatch):
         p.update(i, 5.0)
     p.close()
     text = stream.getvalue()
-    assert "10/10" in text and "frame" in text and "\r" in text     # tqdm's bar, redrawn in place
+    assert "10/10" in text and "frame" in text and "\r" in text  # tqdm's bar, redrawn in place
     silent = Tty()
     q = Progress(total=10, stream=silent, enabled=False)
     q.update(5, 1.0)

@@ -1,6 +1,7 @@
 """Several methods racing on one stream (issue 24, item 3): one encoder pass per frame, one engine
 step per method, each method's predictions equal to running it alone; the headless `--methods`
 log and leaderboard; every registered method (and one added later, with its marks)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,7 +25,7 @@ def _frames(n: int = 10) -> list[np.ndarray]:
 
 
 def _groups(names: list[str], size: int = MAX_METHODS) -> list[list[str]]:
-    return [names[i:i + size] for i in range(0, len(names), size)]
+    return [names[i : i + size] for i in range(0, len(names), size)]
 
 
 @pytest.mark.parametrize("group", _groups(list_methods()), ids=lambda g: ",".join(g))
@@ -58,12 +59,15 @@ def test_one_encoder_pass_per_frame_whatever_the_number_of_methods(tiny_clip):
     assert len(calls) == 5 and steps == {0: 5, 1: 5, 2: 5, 3: 5}
 
 
-@pytest.mark.parametrize("spec, why", [
-    ("ms-tta,tda,zero-shot,tda+ms,baseline", "at most 4"),
-    ("ms-tta,ms-tta", "named twice"),
-    ("ms-tta,nope", "unknown method 'nope'"),
-    (" , ", "name at least one"),
-])
+@pytest.mark.parametrize(
+    "spec, why",
+    [
+        ("ms-tta,tda,zero-shot,tda+ms,baseline", "at most 4"),
+        ("ms-tta,ms-tta", "named twice"),
+        ("ms-tta,nope", "unknown method 'nope'"),
+        (" , ", "name at least one"),
+    ],
+)
 def test_bad_method_lists_are_one_line(spec, why):
     with pytest.raises(UserError, match=why) as info:
         check_methods(spec)
@@ -73,8 +77,21 @@ def test_bad_method_lists_are_one_line(spec, why):
 def test_cli_refuses_a_bad_method_list_with_exit_2(tmp_path, capsys):
     labels = write_labels(tmp_path / "l.txt")
     video = write_video(tmp_path / "v.avi", n=6)
-    code = main(["--headless", "--video", str(video), "--labels", str(labels), "--model", "mstta-tiny",
-                 "--pretrained", "none", "--methods", "ms-tta,tda,ms-tta"])
+    code = main(
+        [
+            "--headless",
+            "--video",
+            str(video),
+            "--labels",
+            str(labels),
+            "--model",
+            "mstta-tiny",
+            "--pretrained",
+            "none",
+            "--methods",
+            "ms-tta,tda,ms-tta",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "named twice" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
@@ -91,8 +108,17 @@ def media(tmp_path):
 def test_headless_race_logs_every_method_and_prints_the_leaderboard(tiny_clip, media, capsys):
     names = ["ms-tta", "tda", "zero-shot"]
     log = media["dir"] / "p.jsonl"
-    cfg = DemoConfig(video=media["video"], labels=media["labels"], truth=media["truth"], log=str(log), every=1,
-                     model="mstta-tiny", pretrained="none", method=names[0], methods=names)
+    cfg = DemoConfig(
+        video=media["video"],
+        labels=media["labels"],
+        truth=media["truth"],
+        log=str(log),
+        every=1,
+        model="mstta-tiny",
+        pretrained="none",
+        method=names[0],
+        methods=names,
+    )
     s = run_pipeline(cfg, clip=tiny_clip)
     rows = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
     assert len(rows) == s["frames_processed"] == 40 and s["methods"] == names
@@ -112,17 +138,24 @@ def test_headless_race_logs_every_method_and_prints_the_leaderboard(tiny_clip, m
         assert board[name]["broke"] == sum(c and not r for r, c in zip(right, clip_right))
         assert board[name]["ms_per_frame"] > 0
     accuracies = [r["accuracy"] for r in s["leaderboard"]]
-    assert accuracies == sorted(accuracies, reverse=True)   # best first
+    assert accuracies == sorted(accuracies, reverse=True)  # best first
     line = format_summary(s)
     assert "leaderboard: " in line and all(get_method(n).title in line for n in names)
 
 
 def test_a_method_added_later_races_with_its_marks(tiny_clip, media, monkeypatch):
-    late = dataclasses.replace(get_method("zero-shot"), name="late-arrival", title="Late arrival",
-                               training_free=False)
+    late = dataclasses.replace(get_method("zero-shot"), name="late-arrival", title="Late arrival", training_free=False)
     monkeypatch.setitem(registry._METHODS, late.name, late)
-    cfg = DemoConfig(video=media["video"], labels=media["labels"], truth=media["truth"], every=4,
-                     model="mstta-tiny", pretrained="none", method="ms-tta", methods=["ms-tta", "late-arrival"])
+    cfg = DemoConfig(
+        video=media["video"],
+        labels=media["labels"],
+        truth=media["truth"],
+        every=4,
+        model="mstta-tiny",
+        pretrained="none",
+        method="ms-tta",
+        methods=["ms-tta", "late-arrival"],
+    )
     s = run_pipeline(cfg, clip=tiny_clip)
     board = {r["method"]: r for r in s["leaderboard"]}
     assert board["late-arrival"]["marks"] == ["not training-free"]

@@ -1,4 +1,5 @@
 """The encoder and the per-stream session with the tiny random-weight CLIP (no network)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -19,7 +20,7 @@ def test_batched_preprocessing_matches_clip_preprocess(tiny_clip, size):
     ours = FrameEncoder(tiny_clip).pixels([img])
     ref = tiny_clip.preprocess(Image.fromarray(img)).unsqueeze(0)
     assert ours.shape == ref.shape
-    assert torch.allclose(ours, ref, atol=1e-5)   # the model's own open_clip transform, not a look-alike
+    assert torch.allclose(ours, ref, atol=1e-5)  # the model's own open_clip transform, not a look-alike
 
 
 def test_encoder_batches_mixed_sizes_and_views(tiny_clip):
@@ -28,7 +29,7 @@ def test_encoder_batches_mixed_sizes_and_views(tiny_clip):
     assert feats.shape == (3, 3, 64)
     assert torch.allclose(feats.norm(dim=-1), torch.ones(3, 3), atol=1e-4)
     single = FrameEncoder(tiny_clip).encode([scene(1, 80, 60)])[0]
-    assert torch.allclose(feats[1, 0], single, atol=1e-5)    # view 0 is the plain frame
+    assert torch.allclose(feats[1, 0], single, atol=1e-5)  # view 0 is the plain frame
     enc.reset(1)
     assert torch.allclose(enc.encode([scene(0, 96, 64), scene(1, 80, 60), scene(2, 96, 64)]), feats)
 

@@ -1,5 +1,6 @@
 """Sinks and annotation: valid H.264 files, atomic writes, valid outputs after an interruption,
 the JSONL row schema, and the annotated frame layout."""
+
 from __future__ import annotations
 
 import json
@@ -24,7 +25,12 @@ def _result(clip=("cat", "dog", "bird"), tta=("cat", "dog", "bird")) -> FrameRes
     return FrameResult(
         clip_topk=[Scored(n, names.index(n), p) for n, p in zip(clip, probs)],
         tta_topk=[Scored(n, names.index(n), p) for n, p in zip(tta, probs)],
-        entropy=0.8, cache_size=4, cache_capacity=9, bank_rows=12, latency_ms=3.25)
+        entropy=0.8,
+        cache_size=4,
+        cache_capacity=9,
+        bank_rows=12,
+        latency_ms=3.25,
+    )
 
 
 def _leftovers(folder):
@@ -46,7 +52,7 @@ def test_video_sink_writes_browser_playable_h264(tmp_path):
     assert times == pytest.approx([i * 0.2 for i in range(10)], abs=2e-3)
     assert _leftovers(path.parent) == []
     data = path.read_bytes()
-    assert data.index(b"moov") < data.index(b"mdat")   # faststart: playable while downloading
+    assert data.index(b"moov") < data.index(b"mdat")  # faststart: playable while downloading
 
 
 def test_odd_sizes_are_padded_and_later_sizes_letterboxed(tmp_path):
@@ -94,10 +100,13 @@ def test_file_appears_only_when_complete(tmp_path):
     assert path.exists()
 
 
-@pytest.mark.parametrize("name, suffixes, match", [
-    ("out.avi", (".mp4",), "must end in .mp4"),
-    ("dir", None, "is a folder"),
-])
+@pytest.mark.parametrize(
+    "name, suffixes, match",
+    [
+        ("out.avi", (".mp4",), "must end in .mp4"),
+        ("dir", None, "is a folder"),
+    ],
+)
 def test_check_output_errors(tmp_path, name, suffixes, match):
     (tmp_path / "dir").mkdir()
     with pytest.raises(UserError, match=match):
@@ -108,11 +117,19 @@ def test_check_output_errors(tmp_path, name, suffixes, match):
 def test_prediction_row_schema():
     row = prediction_row(Frame(12, 0.4, scene(0), "x"), _result(tta=("dog", "cat", "bird")), truth="cat")
     assert row == {
-        "frame": 12, "timestamp": 0.4,
+        "frame": 12,
+        "timestamp": 0.4,
         "clip": [{"label": "cat", "prob": 0.7}, {"label": "dog", "prob": 0.2}, {"label": "bird", "prob": 0.1}],
         "tta": [{"label": "dog", "prob": 0.7}, {"label": "cat", "prob": 0.2}, {"label": "bird", "prob": 0.1}],
-        "method": "ms-tta", "disagree": True, "entropy": 0.8, "cache_size": 4, "bank_size": 12,
-        "latency_ms": 3.25, "methods": [], "truth": "cat"}
+        "method": "ms-tta",
+        "disagree": True,
+        "entropy": 0.8,
+        "cache_size": 4,
+        "bank_size": 12,
+        "latency_ms": 3.25,
+        "methods": [],
+        "truth": "cat",
+    }
 
 
 def test_a_non_finite_number_is_logged_as_null_never_as_nan(tmp_path):
@@ -152,7 +169,7 @@ def test_annotate_is_pure_and_even_sized():
     out = annotate(img, _result(), fps=12.5, bank_limit=4096)
     assert np.array_equal(img, before)
     assert out.dtype == np.uint8 and out.shape[0] % 2 == 0 and out.shape[1] % 2 == 0
-    assert out.shape[1] == 480 and out.shape[0] > 480 * 63 / 95   # scaled up, panel below
+    assert out.shape[1] == 480 and out.shape[0] > 480 * 63 / 95  # scaled up, panel below
 
 
 def test_annotate_marks_disagreement():
@@ -197,7 +214,7 @@ def test_annotate_spells_out_entropy_and_shows_the_truth():
     assert truth_line(r, "cat") == "true label: cat  ·  CLIP right, MS-TTA wrong"
     plain = annotate(scene(0, 480, 320), r)
     with_truth = annotate(scene(0, 480, 320), r, truth="cat")
-    assert with_truth.shape[0] > plain.shape[0]                  # one more line in the panel
-    assert np.array_equal(with_truth[:plain.shape[0] - 40], plain[:plain.shape[0] - 40])
-    extra = with_truth[plain.shape[0] - 4:]
+    assert with_truth.shape[0] > plain.shape[0]  # one more line in the panel
+    assert np.array_equal(with_truth[: plain.shape[0] - 40], plain[: plain.shape[0] - 40])
+    extra = with_truth[plain.shape[0] - 4 :]
     assert (extra == np.array(FG, np.uint8)).all(axis=-1).any()  # text drawn on the new line

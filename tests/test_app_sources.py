@@ -1,5 +1,6 @@
 """Sources and sampling on generated media: files (whole, truncated, with corrupt frames), image
 folders, live sources (newest frame wins, drops counted, reconnect with back-off), bad inputs."""
+
 from __future__ import annotations
 
 import contextlib
@@ -35,10 +36,16 @@ def _free_port() -> int:
 
 
 # ---------------------------------------------------------------------------- classification
-@pytest.mark.parametrize("spec, kind", [
-    (0, "camera"), ("2", "camera"), ("rtsp://cam.local/live", "stream"), ("HTTP://host/x.mjpg", "stream"),
-    ("udp://239.0.0.1:1234", "stream"),
-])
+@pytest.mark.parametrize(
+    "spec, kind",
+    [
+        (0, "camera"),
+        ("2", "camera"),
+        ("rtsp://cam.local/live", "stream"),
+        ("HTTP://host/x.mjpg", "stream"),
+        ("udp://239.0.0.1:1234", "stream"),
+    ],
+)
 def test_classify(spec, kind):
     assert classify_source(spec)[0] == kind
 
@@ -51,12 +58,15 @@ def test_classify_paths(tmp_path):
     assert classify_source(tmp_path) == ("folder", str(tmp_path))
 
 
-@pytest.mark.parametrize("spec, match", [
-    ("/no/such/video.mp4", "no such file or folder"),
-    ("ftp://host/x.mp4", "unsupported URL scheme 'ftp'"),
-    ("", "empty source"),
-    (-1, "camera index"),
-])
+@pytest.mark.parametrize(
+    "spec, match",
+    [
+        ("/no/such/video.mp4", "no such file or folder"),
+        ("ftp://host/x.mp4", "unsupported URL scheme 'ftp'"),
+        ("", "empty source"),
+        (-1, "camera index"),
+    ],
+)
 def test_classify_errors(spec, match):
     with pytest.raises(UserError, match=match):
         classify_source(spec)
@@ -101,10 +111,13 @@ def test_truncated_file_ends_cleanly(tmp_path):
     assert src.stats.ended_early
 
 
-@pytest.mark.parametrize("content, match", [
-    (b"this is not a video at all", "not a video OpenCV can read"),
-    (b"", "not a video OpenCV can read"),
-])
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        (b"this is not a video at all", "not a video OpenCV can read"),
+        (b"", "not a video OpenCV can read"),
+    ],
+)
 def test_not_a_video(tmp_path, content, match):
     f = tmp_path / "fake.mp4"
     f.write_bytes(content)
@@ -186,15 +199,16 @@ def test_live_newest_frame_wins_and_drops_are_counted():
 
 
 def test_live_reconnects_with_backoff_then_ends():
-    src = LiveSource("fake", opener(FakeCapture(5, period=0.002), FakeCapture(5, period=0.002, start=100)),
-                     retries=2, backoff=0.02)
+    src = LiveSource(
+        "fake", opener(FakeCapture(5, period=0.002), FakeCapture(5, period=0.002, start=100)), retries=2, backoff=0.02
+    )
     start = time.monotonic()
     with src:
         frames = list(src)
     assert src.stats.reconnects == 1
     assert len(frames) == src.stats.read and src.stats.read + src.stats.dropped == src.stats.received == 10
     values = [int(f.image[0, 0, 0]) for f in frames]
-    assert any(v >= 100 for v in values)   # frames after the reconnect arrived
+    assert any(v >= 100 for v in values)  # frames after the reconnect arrived
     assert time.monotonic() - start >= 0.02 + 0.02 + 0.04  # back-off 0.02, then 0.02, 0.04 before giving up
 
 
@@ -281,14 +295,14 @@ def test_image_bomb_is_refused_from_its_header(tmp_path):
     assert bomb.stat().st_size < 200_000
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     with pytest.raises(UserError, match="bomb.png: 400,000,000 pixels, above the limit of 16,777,216"):
-        decode_image(bomb)                     # PIL's own guard fires first at this size
-    mid = _bomb_png(tmp_path / "mid.png", side=8000)   # below PIL's guard: ours reads the header
+        decode_image(bomb)  # PIL's own guard fires first at this size
+    mid = _bomb_png(tmp_path / "mid.png", side=8000)  # below PIL's guard: ours reads the header
     with pytest.raises(UserError, match="mid.png: 8000x8000 is 64,000,000 pixels, above the limit of 1,000,000"):
         decode_image(mid, limit=1_000_000)
     with pytest.raises(UserError, match="above the limit"):
         decode_image(bomb.read_bytes(), what="upload")
     grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
-    assert grown_mb < 100                      # never decoded (1.2 GB as RGB)
+    assert grown_mb < 100  # never decoded (1.2 GB as RGB)
     ok = decode_image(_bomb_png(tmp_path / "small.png", side=64), limit=64 * 64)
     assert ok.shape == (64, 64, 3) and ok.dtype == np.uint8
     (tmp_path / "junk.png").write_bytes(b"not an image")
@@ -306,7 +320,7 @@ def test_folder_refuses_a_bomb_and_shrinks_large_images(tmp_path):
     Image.fromarray(scene(0, 2000, 1000)).save(folder / "a.png")
     with open_source(str(folder)) as src:
         (frame,) = list(src)
-    assert frame.image.shape == (MAX_SIDE // 2, MAX_SIDE, 3)     # scaled down at once, aspect kept
+    assert frame.image.shape == (MAX_SIDE // 2, MAX_SIDE, 3)  # scaled down at once, aspect kept
     _bomb_png(folder / "b.png")
     with open_source(str(folder)) as src, pytest.raises(UserError, match="b.png: 400,000,000 pixels, above the limit"):
         list(src)
@@ -345,13 +359,26 @@ def test_live_stream_above_the_pixel_limit_is_refused_and_counted():
     with pytest.raises(UserError, match="--video big: 8000x8000 is 64,000,000 pixels, above the limit"):
         LiveSource("big", opener(_DeclaredCapture(3, (8000, 8000))), flag="--video big", retries=0)
     # a stream that does not declare its size: its first oversized frame ends it with one line
-    src = LiveSource("liar", opener(_DeclaredCapture(1, (40, 30), declare=False),), flag="--video liar",
-                     retries=0, max_pixels=40 * 30)
+    src = LiveSource(
+        "liar",
+        opener(
+            _DeclaredCapture(1, (40, 30), declare=False),
+        ),
+        flag="--video liar",
+        retries=0,
+        max_pixels=40 * 30,
+    )
     with src:
         assert len(list(src)) == 1
     with pytest.raises(UserError, match="--video liar2: a 50x40 frame is above the limit of 1,200 pixels"):
-        LiveSource("liar2", opener(_DeclaredCapture(2, (50, 40), declare=False)), flag="--video liar2",
-                   retries=0, max_pixels=1200, connect_timeout=2)
+        LiveSource(
+            "liar2",
+            opener(_DeclaredCapture(2, (50, 40), declare=False)),
+            flag="--video liar2",
+            retries=0,
+            max_pixels=1200,
+            connect_timeout=2,
+        )
 
 
 def test_large_live_frames_are_shrunk_on_arrival():

@@ -7,6 +7,7 @@ anonymous client would. Each case checks the answer, that the server's peak memo
 /proc/<pid>/status) grew by less than a bound, and that a refusal left one server line and no
 traceback. The table is the regression suite: CASES lists what it tries.
 """
+
 from __future__ import annotations
 
 import base64
@@ -28,16 +29,17 @@ from helpers_video import write_labels
 pytestmark = pytest.mark.slow
 
 MAX_SESSIONS = 4
-GROWTH_MB = 150          # a refused bomb must not cost the server more than this (they would cost 0.4-1.2 GB)
+GROWTH_MB = 150  # a refused bomb must not cost the server more than this (they would cost 0.4-1.2 GB)
 
 
 # ---------------------------------------------------------------------------- crafted inputs
 def png_bomb(width: int, height: int, bit_depth: int = 8) -> bytes:
     """A valid grayscale PNG of width x height zeros, compressed as it is streamed (never held whole)."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
 
-    row = b"\x00" * (1 + (width * bit_depth + 7) // 8)   # filter byte + packed pixels
+    row = b"\x00" * (1 + (width * bit_depth + 7) // 8)  # filter byte + packed pixels
     z, parts = zlib.compressobj(9), []
     for _ in range(height // 100):
         parts.append(z.compress(row * 100))
@@ -54,7 +56,7 @@ def jpeg_declaring(width: int, height: int) -> bytes:
     Image.new("RGB", (16, 16), (90, 120, 200)).save(buf, "JPEG")
     data = bytearray(buf.getvalue())
     sof = data.index(b"\xff\xc0")
-    data[sof + 5:sof + 9] = struct.pack(">HH", height, width)
+    data[sof + 5 : sof + 9] = struct.pack(">HH", height, width)
     return bytes(data)
 
 
@@ -70,10 +72,20 @@ def small_png(width: int = 96, height: int = 64) -> bytes:
 def upload(url: str, name: str, data: bytes) -> str:
     """POST a file to Gradio's upload route; returns its server path."""
     boundary = uuid.uuid4().hex
-    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"{name}\"\r\n"
-            "Content-Type: application/octet-stream\r\n\r\n").encode() + data + f"\r\n--{boundary}--\r\n".encode()
-    req = urllib.request.Request(f"{url}gradio_api/upload", data=body, method="POST",
-                                 headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+    body = (
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="files"; filename="{name}"\r\n'
+            "Content-Type: application/octet-stream\r\n\r\n"
+        ).encode()
+        + data
+        + f"\r\n--{boundary}--\r\n".encode()
+    )
+    req = urllib.request.Request(
+        f"{url}gradio_api/upload",
+        data=body,
+        method="POST",
+        headers={"Content-Type": f"multipart/form-data; boundary={boundary}"},
+    )
     with urllib.request.urlopen(req, timeout=60) as r:
         return json.loads(r.read())[0]
 
@@ -85,8 +97,12 @@ def file_data(path: str, name: str) -> dict:
 def call(url: str, api: str, data: list, session_hash: str | None = None) -> tuple[str, object]:
     """One anonymous call of a named endpoint: ("complete", outputs) or ("error", message)."""
     body = {"data": data} | ({"session_hash": session_hash} if session_hash else {})
-    req = urllib.request.Request(f"{url}gradio_api/call/{api}", data=json.dumps(body).encode(),
-                                 method="POST", headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"{url}gradio_api/call/{api}",
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=60) as r:
         event_id = json.loads(r.read())["event_id"]
     with urllib.request.urlopen(f"{url}gradio_api/call/{api}/{event_id}", timeout=120) as r:
@@ -115,11 +131,28 @@ def peak_mb(pid: int) -> float:
 def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("bad-inputs-ui")
     labels = write_labels(root / "labels.txt")
-    ui = UIProcess(["--labels", str(labels), "--model", "mstta-tiny", "--pretrained", "none", "--port", "0",
-                    "--max-sessions", str(MAX_SESSIONS), "--session-ttl", "10", "--max-upload-mb", "5", "-v"],
-                   gradio_tmp=root / "gradio")
+    ui = UIProcess(
+        [
+            "--labels",
+            str(labels),
+            "--model",
+            "mstta-tiny",
+            "--pretrained",
+            "none",
+            "--port",
+            "0",
+            "--max-sessions",
+            str(MAX_SESSIONS),
+            "--session-ttl",
+            "10",
+            "--max-upload-mb",
+            "5",
+            "-v",
+        ],
+        gradio_tmp=root / "gradio",
+    )
     status, outputs = frame_call(ui.url, file_data(upload(ui.url, "warm.png", small_png()), "warm.png"))
-    assert status == "complete" and "Webcam: frame 1 processed" in status_of(outputs), outputs   # warmed up
+    assert status == "complete" and "Webcam: frame 1 processed" in status_of(outputs), outputs  # warmed up
     yield ui
     assert ui.stop() == 0, ui.log()
     assert "Traceback" not in ui.log(), ui.log()
@@ -131,16 +164,26 @@ def refused_lines(ui: UIProcess) -> int:
 
 # Frames sent to /process_frame (the webcam's per-frame handler for API clients).
 BOMBS = {
-    "png_10000x10000_gray": lambda: png_bomb(10_000, 10_000),        # ~100 KB, 100 MP (300 MB as RGB)
-    "png_20000x20000_1bit": lambda: png_bomb(20_000, 20_000, 1),     # ~50 KB, 400 MP (1.2 GB as RGB)
-    "mjpeg_frame_8000x8000": lambda: jpeg_declaring(8_000, 8_000),   # 64 MP (192 MB as RGB)
+    "png_10000x10000_gray": lambda: png_bomb(10_000, 10_000),  # ~100 KB, 100 MP (300 MB as RGB)
+    "png_20000x20000_1bit": lambda: png_bomb(20_000, 20_000, 1),  # ~50 KB, 400 MP (1.2 GB as RGB)
+    "mjpeg_frame_8000x8000": lambda: jpeg_declaring(8_000, 8_000),  # 64 MP (192 MB as RGB)
 }
 
-CASES = [*(f"upload:{n}" for n in BOMBS), *(f"inline:{n}" for n in BOMBS), "garbage_bytes", "empty_file",
-         "upload_above_max_upload_mb",
-         "large_but_allowed_3000x3000", "inline_not_base64", "apply_bank_65536_x40", "apply_valid_x40_capped",
-         "expired_session_told_to_reset", "video_declaring_5000x4000", "bank_bound_in_the_control",
-         "state_freed_after_ttl"]
+CASES = [
+    *(f"upload:{n}" for n in BOMBS),
+    *(f"inline:{n}" for n in BOMBS),
+    "garbage_bytes",
+    "empty_file",
+    "upload_above_max_upload_mb",
+    "large_but_allowed_3000x3000",
+    "inline_not_base64",
+    "apply_bank_65536_x40",
+    "apply_valid_x40_capped",
+    "expired_session_told_to_reset",
+    "video_declaring_5000x4000",
+    "bank_bound_in_the_control",
+    "state_freed_after_ttl",
+]
 
 
 @pytest.mark.parametrize("name", list(BOMBS))
@@ -150,9 +193,12 @@ def test_decompression_bombs_are_refused_from_their_header(server, name):
         before, lines = peak_mb(server.proc.pid), refused_lines(server)
         if how == "upload":
             image = file_data(upload(server.url, f"{name}.png", data), f"{name}.png")
-        else:   # how the browser's webcam sends a frame: a data: URL in the request
-            image = {"url": "data:image/png;base64," + base64.b64encode(data).decode(), "path": None,
-                     "meta": {"_type": "gradio.FileData"}}
+        else:  # how the browser's webcam sends a frame: a data: URL in the request
+            image = {
+                "url": "data:image/png;base64," + base64.b64encode(data).decode(),
+                "path": None,
+                "meta": {"_type": "gradio.FileData"},
+            }
         status, outputs = frame_call(server.url, image)
         assert status == "complete", (how, outputs)
         text = status_of(outputs)
@@ -161,10 +207,13 @@ def test_decompression_bombs_are_refused_from_their_header(server, name):
         assert refused_lines(server) == lines + 1, "one server line per refusal"
 
 
-@pytest.mark.parametrize("name, data, message", [
-    ("garbage_bytes", b"this is not an image" * 50, "not a readable image"),
-    ("empty_file", b"", "not a readable image"),
-])
+@pytest.mark.parametrize(
+    "name, data, message",
+    [
+        ("garbage_bytes", b"this is not an image" * 50, "not a readable image"),
+        ("empty_file", b"", "not a readable image"),
+    ],
+)
 def test_unreadable_frames_get_one_line(server, name, data, message):
     status, outputs = frame_call(server.url, file_data(upload(server.url, f"{name}.png", data), f"{name}.png"))
     assert status == "complete" and message in status_of(outputs), outputs
@@ -175,7 +224,7 @@ def test_an_upload_above_the_size_limit_is_refused(server):
 
     before = peak_mb(server.proc.pid)
     with pytest.raises(urllib.error.HTTPError) as caught:
-        upload(server.url, "big.bin", b"\0" * (6 * 1024 * 1024))   # --max-upload-mb 5
+        upload(server.url, "big.bin", b"\0" * (6 * 1024 * 1024))  # --max-upload-mb 5
     assert caught.value.code == 413
     assert peak_mb(server.proc.pid) - before < GROWTH_MB
     assert "Traceback" not in server.log()
@@ -246,10 +295,12 @@ def test_a_video_declaring_frames_above_the_limit_is_refused(server, tmp_path):
     writer.release()
     before = peak_mb(server.proc.pid)
     video = file_data(upload(server.url, "huge.avi", path.read_bytes()), "huge.avi")
-    status, outputs = call(server.url, "process_video", [video, None, 1, False, False, "\n".join(LABELS), "",
-                                                         *SETTINGS])
-    assert status == "complete" and "5000x4000" in status_of(outputs) and "above the limit" in status_of(outputs), \
+    status, outputs = call(
+        server.url, "process_video", [video, None, 1, False, False, "\n".join(LABELS), "", *SETTINGS]
+    )
+    assert status == "complete" and "5000x4000" in status_of(outputs) and "above the limit" in status_of(outputs), (
         outputs
+    )
     assert peak_mb(server.proc.pid) - before < GROWTH_MB
 
 
@@ -264,7 +315,7 @@ def test_an_anonymous_sessions_state_is_freed_after_its_time_to_live(server):
     status, _ = call(server.url, "apply_settings", [None, "\n".join(LABELS), "", *SETTINGS], session_hash=mine)
     assert status == "complete"
     started = time.monotonic()
-    deadline = started + 30   # --session-ttl 10, checked every second by Gradio
+    deadline = started + 30  # --session-ttl 10, checked every second by Gradio
     while not any(f"session {mine} freed" in line for line in server.stderr) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert any(f"session {mine} freed" in line for line in server.stderr), "not freed after its time to live"
@@ -276,19 +327,26 @@ L = "\n".join(LABELS)
 REPO_FILE = str(Path(__file__).resolve().parent.parent / "app" / "cli.py")
 
 
-def apply_with(*, truth=None, labels=L, template="", method="ms-tta", k=2, alpha=0.8, lam=1.0, q=3, bank=4096,
-               race=()):
+def apply_with(*, truth=None, labels=L, template="", method="ms-tta", k=2, alpha=0.8, lam=1.0, q=3, bank=4096, race=()):
     return [truth, labels, template, method, k, alpha, lam, q, bank, list(race)]
 
 
 # name -> (endpoint, data, what the client is told: "status" (a page whose status says it) or "error")
 GRADIO_CASES = {
-    "arity_too_few": ("apply_settings", [None, L], "error",
-                      "expected 10 input values (truth, labels, template, method, k, alpha, lam, capacity, bank, race)"),
+    "arity_too_few": (
+        "apply_settings",
+        [None, L],
+        "error",
+        "expected 10 input values (truth, labels, template, method, k, alpha, lam, capacity, bank, race)",
+    ),
     "arity_too_many": ("apply_settings", apply_with() + [1, 2], "error", "expected 10 input values"),
     "arity_none": ("process_frame", [], "error", "expected 11 input values (image, keep, labels"),
-    "race_five": ("apply_settings", apply_with(race=["tda", "zero-shot", "tda+ms", "baseline"]), "status",
-                  "at most 3 race beside the method"),
+    "race_five": (
+        "apply_settings",
+        apply_with(race=["tda", "zero-shot", "tda+ms", "baseline"]),
+        "status",
+        "at most 3 race beside the method",
+    ),
     "race_unknown": ("apply_settings", apply_with(race=["no-such"]), "error", "Race against"),
     "race_not_a_list": ("apply_settings", apply_with(race=[3]), "error", "Race against"),
     "k_abc": ("apply_settings", apply_with(k="abc"), "status", "k (mean-shift neighbours): 'abc' is not a number"),
@@ -307,16 +365,32 @@ GRADIO_CASES = {
     "labels_list": ("apply_settings", apply_with(labels=["a", "b"]), "status", "Labels: only one class name"),
     "method_unknown": ("apply_settings", apply_with(method="nope"), "error", "Method"),
     "method_list": ("apply_settings", apply_with(method=["ms-tta"]), "status", "Method: expected text, got list"),
-    "file_etc_passwd": ("apply_settings", apply_with(truth=file_data("/etc/passwd", "passwd")), "error",
-                        "/etc/passwd was not uploaded here"),
-    "file_dotdot_hostname": ("apply_settings", apply_with(truth=file_data("../../etc/hostname", "hostname")), "error",
-                             "was not uploaded here"),
-    "file_project_source": ("process_video", [file_data(REPO_FILE, "cli.py"), None, 1, False, False, L, "",
-                                              *SETTINGS], "error", "cli.py was not uploaded here"),
+    "file_etc_passwd": (
+        "apply_settings",
+        apply_with(truth=file_data("/etc/passwd", "passwd")),
+        "error",
+        "/etc/passwd was not uploaded here",
+    ),
+    "file_dotdot_hostname": (
+        "apply_settings",
+        apply_with(truth=file_data("../../etc/hostname", "hostname")),
+        "error",
+        "was not uploaded here",
+    ),
+    "file_project_source": (
+        "process_video",
+        [file_data(REPO_FILE, "cli.py"), None, 1, False, False, L, "", *SETTINGS],
+        "error",
+        "cli.py was not uploaded here",
+    ),
     "file_not_filedata": ("apply_settings", apply_with(truth={"path": 3}), "error", "a file input must be a FileData"),
     "file_a_string": ("apply_settings", apply_with(truth="/etc/passwd"), "error", "a file input must be a FileData"),
-    "frame_etc_shadow": ("process_frame", [file_data("/etc/shadow", "x.png"), False, L, "", *SETTINGS], "error",
-                         "was not uploaded here"),
+    "frame_etc_shadow": (
+        "process_frame",
+        [file_data("/etc/shadow", "x.png"), False, L, "", *SETTINGS],
+        "error",
+        "was not uploaded here",
+    ),
 }
 HTTP_CASES = ["unknown_api_name", "bogus_event_id", "dropped_upload", "json_not_json", "data_not_a_list"]
 CSV_CASES = ["truth_field_200kb", "truth_field_5kb", "truth_nul_bytes", "truth_binary"]
@@ -327,9 +401,9 @@ def test_gradio_level_bad_requests_are_one_line_and_a_clear_message(server, name
     api, data, kind, message = GRADIO_CASES[name]
     lines, before = refused_lines(server), len(server.stderr)
     status, outputs = call(server.url, api, data)
-    if kind == "status":   # reached the handler: a page whose status names the control
+    if kind == "status":  # reached the handler: a page whose status names the control
         assert status == "complete" and status_of(outputs).startswith("⚠️") and message in status_of(outputs), outputs
-    else:                  # refused before the handler: the client gets the one line as its error
+    else:  # refused before the handler: the client gets the one line as its error
         assert status == "error" and message in str(outputs.get("error")), outputs
     time.sleep(0.3)
     assert refused_lines(server) == lines + 1, f"one server line per refusal: {server.stderr[before:]}"
@@ -351,9 +425,11 @@ def dropped_upload(url: str) -> tuple[int, str]:
 
     host, port = url.split("//")[1].rstrip("/").split(":")
     with socket.create_connection((host, int(port)), timeout=10) as s:
-        s.sendall(b"POST /gradio_api/upload HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=XX"
-                  b"\r\nContent-Length: 1000000\r\n\r\n--XX\r\nContent-Disposition: form-data; name=\"files\"; "
-                  b'filename="a.png"\r\n\r\n' + b"x" * 5000)
+        s.sendall(
+            b"POST /gradio_api/upload HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=XX"
+            b'\r\nContent-Length: 1000000\r\n\r\n--XX\r\nContent-Disposition: form-data; name="files"; '
+            b'filename="a.png"\r\n\r\n' + b"x" * 5000
+        )
     return 0, "dropped"
 
 
@@ -361,8 +437,9 @@ def dropped_upload(url: str) -> tuple[int, str]:
 def test_http_level_bad_requests_answer_and_log_without_traceback(server, name):
     before = len(server.stderr)
     if name == "unknown_api_name":
-        code, text = raw(server.url, "POST", "gradio_api/call/no_such_api", b'{"data": []}',
-                         {"Content-Type": "application/json"})
+        code, text = raw(
+            server.url, "POST", "gradio_api/call/no_such_api", b'{"data": []}', {"Content-Type": "application/json"}
+        )
         assert code == 404 and "no such API endpoint" in text, (code, text)
     elif name == "bogus_event_id":
         code, text = raw(server.url, "GET", "gradio_api/call/apply_settings/not-an-event")
@@ -385,10 +462,12 @@ def test_http_level_bad_requests_answer_and_log_without_traceback(server, name):
 
 @pytest.mark.parametrize("name", CSV_CASES)
 def test_bad_truth_files_are_one_line_never_internal_error(server, name):
-    data = {"truth_field_200kb": b"0,10," + b"a" * 200_000 + b"\n",       # over the csv module's 131,072 limit
-            "truth_field_5kb": b"0,10," + b"a" * 5_000 + b"\n",           # within it, but no class name is that long
-            "truth_nul_bytes": b"0,10,red\x00circle\n",
-            "truth_binary": bytes(range(256)) * 20}[name]
+    data = {
+        "truth_field_200kb": b"0,10," + b"a" * 200_000 + b"\n",  # over the csv module's 131,072 limit
+        "truth_field_5kb": b"0,10," + b"a" * 5_000 + b"\n",  # within it, but no class name is that long
+        "truth_nul_bytes": b"0,10,red\x00circle\n",
+        "truth_binary": bytes(range(256)) * 20,
+    }[name]
     truth = file_data(upload(server.url, f"{name}.csv", data), f"{name}.csv")
     lines = refused_lines(server)
     status, outputs = call(server.url, "apply_settings", apply_with(truth=truth))
@@ -398,7 +477,7 @@ def test_bad_truth_files_are_one_line_never_internal_error(server, name):
     assert refused_lines(server) == lines + 1 or "missing from the labels" in text
 
 
-# ---------------------------------------------------------------------------- file data Gradio would register (issue 25)
+# ------------------------------------------------------------------------ file data Gradio would register (issue 25)
 def test_file_data_naming_a_folder_or_a_wrong_type_is_refused_before_gradio_registers_it(capfd):
     """In-process, so Gradio's temp-file sets can be read: a refused path is never registered (a
     registered folder stops Gradio's periodic cleanup for good), and the log holds no traceback."""
@@ -410,15 +489,17 @@ def test_file_data_naming_a_folder_or_a_wrong_type_is_refused_before_gradio_regi
 
     demo = build_app(tiny_clip(), labels=LABELS, offer_demo_clip=False)
     with launched(demo) as url:
-        uploaded = upload(url, "f.png", small_png())          # a real upload: its folder is Gradio's
-        cases = {"folder": (file_data(str(Path(uploaded).parent), "clip.mp4"), "is a folder"),
-                 "extension": (file_data(uploaded, "f.png"), "not one of the accepted file types")}
+        uploaded = upload(url, "f.png", small_png())  # a real upload: its folder is Gradio's
+        cases = {
+            "folder": (file_data(str(Path(uploaded).parent), "clip.mp4"), "is a folder"),
+            "extension": (file_data(uploaded, "f.png"), "not one of the accepted file types"),
+        }
         for name, (data, message) in cases.items():
             status, outputs = call(url, "process_video", [data, None, 1, False, False, L, "", *SETTINGS])
             assert status == "error" and message in str(outputs.get("error")), (name, outputs)
         registered = [f for files in demo.temp_file_sets for f in files]
         assert not [f for f in registered if Path(f).is_dir()], registered
-        delete_files_created_by_app(demo, age=None)             # Gradio's cleanup runs through
+        delete_files_created_by_app(demo, age=None)  # Gradio's cleanup runs through
         assert not Path(uploaded).exists()
     err = capfd.readouterr().err
     assert "Traceback" not in err and sum("refused Bad request to process_video" in x for x in err.splitlines()) <= 2
@@ -428,7 +509,7 @@ def test_gradio_patches_name_the_major_version_they_were_written_for():
     from app.ui.gradio_patches import GRADIO_MAJOR, check_gradio
     from mstta.errors import UserError
 
-    check_gradio()                                  # the installed one
+    check_gradio()  # the installed one
     check_gradio(f"{GRADIO_MAJOR}.0.1")
     for other in (f"{GRADIO_MAJOR + 1}.0.0", f"{GRADIO_MAJOR - 1}.44.1", "dev"):
         with pytest.raises(UserError, match=f"written for gradio {GRADIO_MAJOR}.x"):
@@ -459,11 +540,12 @@ def test_sixty_sessions_in_a_burst_hold_the_bound_and_leave_nothing_once_dropped
     with launched(demo, concurrency=2) as url:
         clip = write_h264(tmp_path / "clip.mp4", n=8)
         video = file_data(upload(url, "clip.mp4", clip.read_bytes()), "clip.mp4")
-        status, outputs = call(url, "process_video", [video, None, 1, False, False, L, "", *SETTINGS],
-                               session_hash="first")
+        status, outputs = call(
+            url, "process_video", [video, None, 1, False, False, L, "", *SETTINGS], session_hash="first"
+        )
         assert status == "complete", outputs
         offered = outputs[OUTPUTS.index("downloads")]
-        offered = offered.get("value") if isinstance(offered, dict) else offered   # an update: its value
+        offered = offered.get("value") if isinstance(offered, dict) else offered  # an update: its value
         assert offered, outputs[0]
         link = f"{url}gradio_api/file={offered[0]['path']}"
         with urllib.request.urlopen(link, timeout=30) as r:
@@ -479,17 +561,17 @@ def test_sixty_sessions_in_a_burst_hold_the_bound_and_leave_nothing_once_dropped
         assert all(s == "complete" for s, _ in answers), [a for a in answers if a[0] != "complete"][:2]
         assert len(ctx.sessions) <= 8
         assert len(mine("session-*")) <= 8 and len(mine("**/*.part*")) <= 2 * 8, (mine("session-*"), mine("**/*.part*"))
-        with pytest.raises(urllib.error.HTTPError) as gone:   # "first" was dropped: its files went with it
+        with pytest.raises(urllib.error.HTTPError) as gone:  # "first" was dropped: its files went with it
             urllib.request.urlopen(link, timeout=30)
         assert gone.value.code in (403, 404)
 
-        deadline = time.monotonic() + 20   # webcam_end 0.5 s, swept every second: the runs end by themselves
+        deadline = time.monotonic() + 20  # webcam_end 0.5 s, swept every second: the runs end by themselves
         while mine("**/*.part*") and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not mine("**/*.part*"), "API webcam runs did not end on the server's clock"
         assert all(ui.source == "webcam-done" for ui in ctx.sessions.live())
 
-        for ui in ctx.sessions.live():        # their pages close (or their time to live runs out)
+        for ui in ctx.sessions.live():  # their pages close (or their time to live runs out)
             ctx.sessions.forget(ui.session_hash, ui)
         assert len(ctx.sessions) == 0 and not mine("session-*")
 
@@ -498,7 +580,7 @@ def test_sixty_sessions_in_a_burst_hold_the_bound_and_leave_nothing_once_dropped
 @pytest.mark.parametrize("size", [(1, 100_000), (100_000, 1), (4000, 100)])
 def test_a_frame_of_an_extreme_aspect_ratio_is_refused_in_one_line_without_memory(server, size):
     width, height = size
-    data = png_bomb(width, height)          # a few hundred bytes
+    data = png_bomb(width, height)  # a few hundred bytes
     before, lines = peak_mb(server.proc.pid), len(server.stderr)
     status, outputs = frame_call(server.url, file_data(upload(server.url, "thin.png", data), "thin.png"))
     text = status_of(outputs) if status == "complete" else str((outputs or {}).get("error"))

@@ -3,6 +3,7 @@
 SIGTERM mid-write and mid-run: exit 130 with one line, no temp file, no partial output, the
 input unchanged. kill -9 mid-write leaves a pid-tagged temp that the next run sweeps away.
 Each test is bounded in time (the waits fail rather than hang)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -18,7 +19,7 @@ import numpy as np
 import pytest
 from helpers_cli import run_bench
 
-N = 400_000   # rows of the stream: writing its CSV takes seconds, so SIGTERM lands mid-write
+N = 400_000  # rows of the stream: writing its CSV takes seconds, so SIGTERM lands mid-write
 
 
 @pytest.fixture(scope="module")
@@ -26,8 +27,12 @@ def big(tmp_path_factory) -> Path:
     g = np.random.default_rng(0)
     p = tmp_path_factory.mktemp("big") / "f.npz"
     with open(p, "wb") as fh:
-        np.savez(fh, features=g.standard_normal((N, 8)).astype(np.float16),
-                 text=g.standard_normal((3, 8)).astype(np.float32), labels=g.integers(0, 3, N))
+        np.savez(
+            fh,
+            features=g.standard_normal((N, 8)).astype(np.float16),
+            text=g.standard_normal((3, 8)).astype(np.float32),
+            labels=g.integers(0, 3, N),
+        )
     return p
 
 
@@ -36,8 +41,12 @@ def _sha(p: Path) -> str:
 
 
 def _start(*argv) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "mstta.cli", "replay", *map(str, argv)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "mstta.cli", "replay", *map(str, argv)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _wait_for(pred, proc: subprocess.Popen, what: str, timeout: float = 120.0):
@@ -81,7 +90,7 @@ def test_sigterm_mid_write_leaves_nothing(big, tmp_path):
     assert temp.exists()
     proc.send_signal(signal.SIGTERM)
     _assert_interrupted(proc)
-    assert list(out.iterdir()) == []           # no temp, no half-written p.csv
+    assert list(out.iterdir()) == []  # no temp, no half-written p.csv
     assert _sha(big) == before
 
 
@@ -89,7 +98,7 @@ def test_sigterm_mid_run_leaves_nothing(big, tmp_path):
     before = _sha(big)
     proc = _start("--features", big, "--method", "ms-tta", "--online", "--out", tmp_path / "p.csv")
     _wait_for(lambda: _sigterm_caught(proc.pid), proc, "the SIGTERM handler")
-    time.sleep(0.5)                            # inside the load or the (minutes-long) online replay
+    time.sleep(0.5)  # inside the load or the (minutes-long) online replay
     proc.send_signal(signal.SIGTERM)
     _assert_interrupted(proc)
     assert list(tmp_path.iterdir()) == []
@@ -102,8 +111,8 @@ def test_kill_9_leftover_is_swept_by_the_next_run(big, tmp_path, capsys):
     (temp,) = _wait_for(lambda: _temps(tmp_path, proc.pid), proc, "the temp file")
     proc.kill()
     proc.wait(timeout=60)
-    assert temp.exists() and not (tmp_path / "p.csv").exists()   # kill -9 cannot clean up
-    keep = tmp_path / f".p.csv.{os.getppid()}-0badc0de.tmp"       # a live process's temp: kept
+    assert temp.exists() and not (tmp_path / "p.csv").exists()  # kill -9 cannot clean up
+    keep = tmp_path / f".p.csv.{os.getppid()}-0badc0de.tmp"  # a live process's temp: kept
     keep.write_text("in flight")
     small = tmp_path / "small.npz"
     with open(small, "wb") as fh:

@@ -6,6 +6,7 @@ are read as the browser renders them (the SVG/HTML in the page, and screenshot p
 the server's answer. Every test saves screenshots under its tmp_path, copied to /tmp/mstta_ui_shots/.
 Requests to anything but 127.0.0.1 are blocked and must not happen.
 """
+
 from __future__ import annotations
 
 import re
@@ -32,8 +33,8 @@ from helpers_video import write_labels, write_video
 
 pytestmark = pytest.mark.slow
 
-PRELOADED_FRAMES = 30      # the preloaded clip; --every 2 -> 15 processed frames
-ORANGE = (245, 158, 11)    # the adapted method's colour in the plots
+PRELOADED_FRAMES = 30  # the preloaded clip; --every 2 -> 15 processed frames
+ORANGE = (245, 158, 11)  # the adapted method's colour in the plots
 LINE_PLOTS = ("#mstta-confidence", "#mstta-agreement", "#mstta-switches")
 
 
@@ -44,9 +45,26 @@ def ui(tmp_path_factory):
     labels = write_labels(root / "labels.txt")
     video = write_h264(root / "preloaded.mp4", n=PRELOADED_FRAMES)
     truth = write_truth(root / "truth.csv", n=PRELOADED_FRAMES)
-    server = UIProcess(["--labels", str(labels), "--video", str(video), "--truth", str(truth), "--every", "2",
-                        "--model", "mstta-tiny", "--pretrained", "none", "--port", "0", "-v"],
-                       gradio_tmp=root / "gradio")
+    server = UIProcess(
+        [
+            "--labels",
+            str(labels),
+            "--video",
+            str(video),
+            "--truth",
+            str(truth),
+            "--every",
+            "2",
+            "--model",
+            "mstta-tiny",
+            "--pretrained",
+            "none",
+            "--port",
+            "0",
+            "-v",
+        ],
+        gradio_tmp=root / "gradio",
+    )
     yield server
     assert server.stop() == 0, server.log()
     assert "Traceback" not in server.log(), server.log()
@@ -150,7 +168,7 @@ def assert_plots_empty(page) -> None:
 
 
 def test_preloaded_video_then_an_upload_then_reset_and_apply_empty_the_plots(ui, tmp_path):
-    upload = write_video(tmp_path / "upload.avi", n=120, size=(160, 120))   # MJPG: no browser could play it
+    upload = write_video(tmp_path / "upload.avi", n=120, size=(160, 120))  # MJPG: no browser could play it
     with chromium(tmp_path) as context:
         page = open_page(context, ui.url)
         # `mstta-demo --video ... --labels ...` processes the preloaded clip as soon as the page opens
@@ -187,7 +205,7 @@ def test_preloaded_video_then_an_upload_then_reset_and_apply_empty_the_plots(ui,
         save_shot(page, tmp_path, "ui_03_after_reset.png")
 
         tab(page, "Video")
-        page.click("#mstta-run")   # fill the plots again, then Apply a changed setting
+        page.click("#mstta-run")  # fill the plots again, then Apply a changed setting
         wait_for_text(page, "#mstta-status", r"Done: upload\.avi, 120 frames processed", timeout=90)
         wait_for_plots(page, frames=120)
         tab(page, "Settings")
@@ -257,10 +275,12 @@ def test_method_dropdown_titles_and_unused_controls_are_disabled(ui, tmp_path):
     with chromium(tmp_path) as context:
         page = open_page(context, ui.url, preloaded=False)
         tab(page, "Settings")
-        assert "kNN mean shift" in page.inner_text("#mstta-method")   # the description of MS-TTA
+        assert "kNN mean shift" in page.inner_text("#mstta-method")  # the description of MS-TTA
         page.locator("#mstta-method input").click()
         options = page.locator("ul[role=listbox] li").all_inner_texts()
-        assert {"MS-TTA", "TDA", "BoostAdapter", "CLIP (zero-shot)"} <= {o.replace("✓", "").strip() for o in options}, options
+        assert {"MS-TTA", "TDA", "BoostAdapter", "CLIP (zero-shot)"} <= {o.replace("✓", "").strip() for o in options}, (
+            options
+        )
         page.get_by_role("option", name="TDA", exact=True).click()
         wait_for_text(page, "#mstta-method", r"positive \+ negative caches")
         page.wait_for_function("() => document.querySelector('#mstta-k input').disabled")
@@ -310,7 +330,7 @@ def test_the_demo_clip_button_loads_clip_labels_and_truth(ui, tmp_path):
 
 
 def test_plots_never_blank_while_streaming_then_stop(ui, tmp_path):
-    long_video = write_video(tmp_path / "long.avi", n=10000, size=(32, 24))   # long enough to sample and stop
+    long_video = write_video(tmp_path / "long.avi", n=10000, size=(32, 24))  # long enough to sample and stop
     with chromium(tmp_path) as context:
         page = open_page(context, ui.url)
         upload_video(page, long_video)
@@ -326,7 +346,7 @@ def test_plots_never_blank_while_streaming_then_stop(ui, tmp_path):
         samples = []
         for i in range(8):
             for sel in LINE_PLOTS:
-                shot = page.locator(f"{sel} svg").screenshot()   # the drawing, not the legend
+                shot = page.locator(f"{sel} svg").screenshot()  # the drawing, not the legend
                 colour = (139, 92, 246) if sel == "#mstta-agreement" else ORANGE
                 samples.append((i, sel, drawn_lines(page, sel), colour_pixels(shot, colour)))
             time.sleep(0.35)
@@ -377,7 +397,7 @@ def test_webcam_denied_shows_why(ui, tmp_path):
         message.wait_for(state="visible", timeout=30_000)
         assert "Webcam unavailable: the browser (or you) denied access to the camera" in message.inner_text()
         save_shot(page, tmp_path, "ui_11_webcam_denied.png")
-        assert_clean(page, context, expected_errors=("Permission denied",))   # Gradio's own unhandled rejection
+        assert_clean(page, context, expected_errors=("Permission denied",))  # Gradio's own unhandled rejection
 
 
 def test_first_screen_at_1280x720_and_the_random_weights_banner(ui, tmp_path):
@@ -392,12 +412,24 @@ def test_first_screen_at_1280x720_and_the_random_weights_banner(ui, tmp_path):
         banner = page.locator("#mstta-random-weights")
         assert banner.is_visible() and "Random weights — predictions are meaningless" in banner.inner_text()
         assert page.evaluate("() => [window.scrollX, window.scrollY]") == [0, 0]
-        for sel in ("#mstta-frame img", "#mstta-stats", "#mstta-verdict", "#mstta-leaderboard", "#mstta-gain",
-                    "#mstta-accuracy", "#mstta-random-weights", "#mstta-status", "#mstta-run", "#mstta-realtime",
-                    "#mstta-explain"):
+        for sel in (
+            "#mstta-frame img",
+            "#mstta-stats",
+            "#mstta-verdict",
+            "#mstta-leaderboard",
+            "#mstta-gain",
+            "#mstta-accuracy",
+            "#mstta-random-weights",
+            "#mstta-status",
+            "#mstta-run",
+            "#mstta-realtime",
+            "#mstta-explain",
+        ):
             box = page.locator(sel).bounding_box()
             assert box and box["x"] >= 0 and box["y"] >= 0, f"{sel}: {box}"
-            assert box["x"] + box["width"] <= 1280 and box["y"] + box["height"] <= 720, f"{sel} not in the first screen: {box}"
+            assert box["x"] + box["width"] <= 1280 and box["y"] + box["height"] <= 720, (
+                f"{sel} not in the first screen: {box}"
+            )
         frame = page.locator("#mstta-frame img").bounding_box()
         assert frame["width"] >= 480, f"the frame is {frame['width']:.0f} px wide"
         assert "15 frames" in page.inner_text("#mstta-stats")
@@ -411,8 +443,9 @@ def test_first_screen_at_1280x720_and_the_random_weights_banner(ui, tmp_path):
         labels = page.locator("#mstta-frame label, #mstta-frame [data-testid=block-label]")
         for i in range(labels.count()):
             box = labels.nth(i).bounding_box()
-            assert not box or not labels.nth(i).is_visible() or box["y"] > frame["y"] + 40, \
+            assert not box or not labels.nth(i).is_visible() or box["y"] > frame["y"] + 40, (
                 f"a label over the frame's random-weights mark: {box}"
+            )
         assert drawn_lines(page, "#mstta-agreement") == 1 and drawn_lines(page, "#mstta-accuracy") == 2
         sizes = page.evaluate("""() => Array.from(document.querySelectorAll('#mstta-gain svg text, #mstta-accuracy svg text'))
             .map(e => e.getBoundingClientRect().height)""")
@@ -465,8 +498,10 @@ def test_digits_model_demo_clip_and_its_disagreement_strip(tmp_path):
     require_chromium()
     if not (ASSETS / DIGITS_DEMO.checkpoint).is_file() or not (ASSETS / DIGITS_DEMO.video).is_file():
         pytest.fail(f"assets/{DIGITS_DEMO.checkpoint} or assets/{DIGITS_DEMO.video} is missing: {DIGITS_DEMO.make}")
-    server = UIProcess(["--model", DIGITS_DEMO.model, "--pretrained", DIGITS_DEMO.pretrained, "--port", "0"],
-                       gradio_tmp=tmp_path / "gradio")
+    server = UIProcess(
+        ["--model", DIGITS_DEMO.model, "--pretrained", DIGITS_DEMO.pretrained, "--port", "0"],
+        gradio_tmp=tmp_path / "gradio",
+    )
     try:
         with chromium(tmp_path) as context:
             page = open_page(context, server.url, preloaded=False)
@@ -481,8 +516,12 @@ def test_digits_model_demo_clip_and_its_disagreement_strip(tmp_path):
             wait_for_text(page, "#mstta-status", r"Done: digits\.mp4", timeout=180)
             items = page.locator("#mstta-disagreements .item")
             assert items.count() > 0, page.inner_text("#mstta-leaderboard")
-            frames = [int(x) for x in page.evaluate(
-                "() => Array.from(document.querySelectorAll('#mstta-disagreements .item')).map(e => e.dataset.frame)")]
+            frames = [
+                int(x)
+                for x in page.evaluate(
+                    "() => Array.from(document.querySelectorAll('#mstta-disagreements .item')).map(e => e.dataset.frame)"
+                )
+            ]
             assert frames == sorted(frames, reverse=True), "newest first"
             text = items.first.inner_text()
             assert "CLIP" in text and "MS-TTA" in text and "truth" in text, text
@@ -529,8 +568,11 @@ def test_no_banner_with_real_weights(tmp_path):
     """The loader stubbed to report real weights: the page shows no random-weights banner."""
     require_chromium()
     labels = write_labels(tmp_path / "labels.txt")
-    server = UIProcess(["--labels", str(labels), "--model", "mstta-tiny", "--pretrained", "openai", "--port", "0"],
-                       script=STUB_WEIGHTS_SCRIPT, gradio_tmp=tmp_path / "gradio")
+    server = UIProcess(
+        ["--labels", str(labels), "--model", "mstta-tiny", "--pretrained", "openai", "--port", "0"],
+        script=STUB_WEIGHTS_SCRIPT,
+        gradio_tmp=tmp_path / "gradio",
+    )
     try:
         with chromium(tmp_path) as context:
             page = open_page(context, server.url, preloaded=False)
@@ -594,10 +636,14 @@ def test_notes_match_the_method_after_every_method_change(ui, tmp_path):
                        const box = document.querySelector('#mstta-' + n);
                        return box && box.innerText.includes(note) && box.querySelector('input').disabled === off
                            && (off ? box.getAttribute('title') === note : !box.getAttribute('title'));
-                   })""", arg=[expected, summary], timeout=10_000)
+                   })""",
+                arg=[expected, summary],
+                timeout=10_000,
+            )
             texts = {n: page.inner_text(f"#mstta-{n}") for n in notes}
-            stale = [n for n in notes if any(other[n][0] != notes[n][0] and other[n][0] in texts[n]
-                                             for other in other_notes)]
+            stale = [
+                n for n in notes if any(other[n][0] != notes[n][0] and other[n][0] in texts[n] for other in other_notes)
+            ]
             assert not stale, f"{before} -> {after}: stale notes on {stale}"
             seen.add((before, after))
         assert len(seen) == len(names) * (len(names) - 1), "every change between two methods"
@@ -608,11 +654,11 @@ def test_notes_match_the_method_after_every_method_change(ui, tmp_path):
 def test_real_time_playback_and_as_fast_as_possible(ui, tmp_path):
     """A 10 s clip takes 9-12 s in real time (watchable: the page refreshes >= 4 times a second) and
     less than half that as fast as possible."""
-    clip = write_h264(tmp_path / "ten.mp4", n=100, size=(160, 120), fps=10.0)   # 10 s
+    clip = write_h264(tmp_path / "ten.mp4", n=100, size=(160, 120), fps=10.0)  # 10 s
     with chromium(tmp_path) as context:
         page = open_page(context, ui.url)
         upload_video(page, clip)
-        set_every(page, 0)   # about 5 frames per second of video
+        set_every(page, 0)  # about 5 frames per second of video
         page.evaluate("""() => { window.__frames = []; let last = null; setInterval(() => {   // what the plot shows
             const s = document.querySelector('#mstta-agreement .series');
             const n = s ? s.getAttribute('data-points') : null;
@@ -642,7 +688,7 @@ def test_downloads_give_a_playable_mp4_and_the_jsonl_of_the_run(ui, tmp_path):
     import av
 
     with chromium(tmp_path) as context:
-        page = open_page(context, ui.url)   # the preloaded run: 15 processed frames
+        page = open_page(context, ui.url)  # the preloaded run: 15 processed frames
         processed = frames_done(page)
         box = page.locator("#mstta-downloads")
         box.wait_for(state="visible", timeout=10_000)
@@ -666,11 +712,13 @@ def test_downloads_give_a_playable_mp4_and_the_jsonl_of_the_run(ui, tmp_path):
             assert sum(1 for _ in container.decode(stream)) == processed == 15
         rows = [json.loads(line) for line in files["preloaded-predictions.jsonl"].read_text().splitlines()]
         assert len(rows) == processed and all({"frame", "clip", "tta", "truth"} <= set(r) for r in rows)
-        video_ok = page.evaluate("""async (href) => { const v = document.createElement('video'); v.muted = true;
+        video_ok = page.evaluate(
+            """async (href) => { const v = document.createElement('video'); v.muted = true;
             v.src = href; try { await new Promise((ok, no) => { v.onloadeddata = ok; v.onerror = no;
             setTimeout(no, 10000); }); return [v.videoWidth, v.videoHeight, v.duration]; } catch (e) { return null; } }""",
-                                 by_name["preloaded-annotated.mp4"])
-        assert video_ok is None or video_ok[0] > 0, video_ok   # Chromium without proprietary codecs may not decode H.264
+            by_name["preloaded-annotated.mp4"],
+        )
+        assert video_ok is None or video_ok[0] > 0, video_ok  # Chromium without proprietary codecs may not decode H.264
         assert_clean(page, context)
 
 

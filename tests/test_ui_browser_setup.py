@@ -1,4 +1,5 @@
 """Which Chromium the browser tests drive, and what happens without one (no browser started here)."""
+
 from __future__ import annotations
 
 import helpers_ui

@@ -2,6 +2,7 @@
 
 Generated videos, the random-weight `mstta-tiny` model; each client is its own browser session.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -103,8 +104,10 @@ def test_two_clients_at_once_keep_separate_adaptation(app, video):
     def run(name, c, labels):
         results[name] = run_video(c, *video_args(video, labels, every=2))
 
-    threads = [threading.Thread(target=run, args=("a", a, LABELS)),
-               threading.Thread(target=run, args=("b", b, OTHER_LABELS))]
+    threads = [
+        threading.Thread(target=run, args=("a", a, LABELS)),
+        threading.Thread(target=run, args=("b", b, OTHER_LABELS)),
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -120,17 +123,20 @@ def test_two_clients_at_once_keep_separate_adaptation(app, video):
     assert named(b.predict(api_name="/reset"))["status"].startswith("Adaptation state cleared")
     assert last_result(a, video, keep=True)["result"]["bank_rows"] == 36
     assert last_result(b, video, keep=True)["result"]["bank_rows"] == 12
-    live = app.demo.mstta_context.sessions._live   # one engine per browser session, none shared
+    live = app.demo.mstta_context.sessions._live  # one engine per browser session, none shared
     assert len({id(s) for s in live.values()}) == len(live) >= 2
 
 
-@pytest.mark.parametrize("labels_text, message", [
-    ("\n".join(f"class {i}" for i in range(1001)), "1001 class names; the UI takes at most 1000"),
-    ("cat\ndog\ncat", "duplicate class name 'cat' on lines 1 and 3"),
-    ("", "no class names found"),
-    ("   \n# only a comment\n", "no class names found"),
-    ("cat", "only one class name"),
-])
+@pytest.mark.parametrize(
+    "labels_text, message",
+    [
+        ("\n".join(f"class {i}" for i in range(1001)), "1001 class names; the UI takes at most 1000"),
+        ("cat\ndog\ncat", "duplicate class name 'cat' on lines 1 and 3"),
+        ("", "no class names found"),
+        ("   \n# only a comment\n", "no class names found"),
+        ("cat", "only one class name"),
+    ],
+)
 def test_bad_labels_show_a_message_and_leave_the_session_alone(app_url, video, labels_text, message):
     c = client(app_url)
     assert last_result(c, video)["result"]["bank_rows"] == 12
@@ -138,26 +144,31 @@ def test_bad_labels_show_a_message_and_leave_the_session_alone(app_url, video, l
     assert out["status"].startswith("⚠️") and message in out["status"], out["status"]
     outs = run_video(c, *video_args(video, [], every=2)[:5], labels_text, "", *SETTINGS)
     assert len(outs) == 1 and message in outs[0]["status"], "no frame processed with bad labels"
-    again = last_result(c, video, keep=True)   # the good labels again: same classifier, the engine went on
+    again = last_result(c, video, keep=True)  # the good labels again: same classifier, the engine went on
     assert again["result"]["bank_rows"] == 24
     assert list(bar_values(again["cache"])) == LABELS
 
 
-@pytest.mark.parametrize("settings, message", [
-    (["ms-tta", 2.5, 0.8, 1.0, 3, 4096], "⚠️ k (mean-shift neighbours): 2.5 is not a whole number"),
-    (["ms-tta", 2, 1.5, 1.0, 3, 4096], "⚠️ α (mean-shift weight): 1.5 is out of range; enter a number from 0 to 1"),
-    (["ms-tta", 2, 0.8, 100, 3, 4096], "⚠️ λ (cache weight): 100 is out of range"),   # refused, never clamped
-    (["ms-tta", 2, 0.8, 1.0, 3, 0], "⚠️ Bank size (features): 0 is out of range"),
-    (["ms-tta", 2, 0.8, 1.0, 3, -5], "⚠️ Bank size (features): -5 is out of range"),
-    (["ms-tta", 2, 0.8, 1.0, 3, 20000], "⚠️ Bank size (features): 20000 is out of range; enter a whole number "
-                                        "from 1 to 16,384"),   # the UI's per-session bound
-    (["ms-tta", 2, 0.8, 1.0, 3, 10**9], "⚠️ Bank size (features): 1e+09 is out of range"),
-    (["tda", "abc", 0.8, 1.0, 3, 4096], "⚠️ k (mean-shift neighbours): 'abc' is not a number"),
-    (["tda", 2, "NaN", 1.0, 3, 4096], "⚠️ α (mean-shift weight): 'NaN' is not a finite number"),
-    (["tda", 2, 0.8, None, 3, 4096], "⚠️ λ (cache weight): enter a number"),
-    (["tda", 2, 0.8, 1.0, [3], 4096], "⚠️ Q (cache size per class): expected a number, got list"),
-    (["tda", 16, 0.0, 0.0, 16, 16384], None),   # extreme but valid
-])
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (["ms-tta", 2.5, 0.8, 1.0, 3, 4096], "⚠️ k (mean-shift neighbours): 2.5 is not a whole number"),
+        (["ms-tta", 2, 1.5, 1.0, 3, 4096], "⚠️ α (mean-shift weight): 1.5 is out of range; enter a number from 0 to 1"),
+        (["ms-tta", 2, 0.8, 100, 3, 4096], "⚠️ λ (cache weight): 100 is out of range"),  # refused, never clamped
+        (["ms-tta", 2, 0.8, 1.0, 3, 0], "⚠️ Bank size (features): 0 is out of range"),
+        (["ms-tta", 2, 0.8, 1.0, 3, -5], "⚠️ Bank size (features): -5 is out of range"),
+        (
+            ["ms-tta", 2, 0.8, 1.0, 3, 20000],
+            "⚠️ Bank size (features): 20000 is out of range; enter a whole number from 1 to 16,384",
+        ),  # the UI's per-session bound
+        (["ms-tta", 2, 0.8, 1.0, 3, 10**9], "⚠️ Bank size (features): 1e+09 is out of range"),
+        (["tda", "abc", 0.8, 1.0, 3, 4096], "⚠️ k (mean-shift neighbours): 'abc' is not a number"),
+        (["tda", 2, "NaN", 1.0, 3, 4096], "⚠️ α (mean-shift weight): 'NaN' is not a finite number"),
+        (["tda", 2, 0.8, None, 3, 4096], "⚠️ λ (cache weight): enter a number"),
+        (["tda", 2, 0.8, 1.0, [3], 4096], "⚠️ Q (cache size per class): expected a number, got list"),
+        (["tda", 16, 0.0, 0.0, 16, 16384], None),  # extreme but valid
+    ],
+)
 def test_settings_are_checked_by_the_handler_and_name_the_control(app_url, settings, message):
     out = named(client(app_url).predict(*settings_args(settings=settings), api_name="/apply_settings"))
     if message is None:
@@ -170,8 +181,9 @@ def test_a_method_not_among_the_choices_is_refused_in_one_line(app_url):
     from gradio_client.exceptions import AppError
 
     with pytest.raises(AppError, match="Method: .*no-such-method"):
-        client(app_url).predict(*settings_args(settings=["no-such-method", 2, 0.8, 1.0, 3, 4096]),
-                                api_name="/apply_settings")
+        client(app_url).predict(
+            *settings_args(settings=["no-such-method", 2, 0.8, 1.0, 3, 4096]), api_name="/apply_settings"
+        )
 
 
 def test_bad_template_and_settings_changes(app_url, video):
@@ -181,15 +193,15 @@ def test_bad_template_and_settings_changes(app_url, video):
     ready = named(c.predict(*settings_args(), api_name="/apply_settings"))
     assert ready["status"] == "Ready: 3 classes, MS-TTA."
     run_video(c, *video_args(video, every=2))
-    same = named(c.predict(*settings_args(), api_name="/apply_settings"))   # Apply always starts over (docs/ui.md)
+    same = named(c.predict(*settings_args(), api_name="/apply_settings"))  # Apply always starts over (docs/ui.md)
     assert same["status"] == "Same labels and settings: the adaptation started afresh (empty cache and bank)."
     assert set(series_points(same["confidence"]).values()) == {0} and set(bar_values(same["cache"]).values()) == {0}
     tda = ["tda", 3, 0.5, 2.0, 4, 64]
     changed = named(c.predict(*settings_args(settings=tda), api_name="/apply_settings"))
     assert changed["status"] == "New TDA settings: the adaptation started afresh."
     assert "TDA: top-3" in changed["tta_topk"]
-    r = run_video(c, *video_args(video, every=2, settings=tda))[-1]["result"]   # the controls of a run win
-    assert r["method"] == "tda" and r["cache_capacity"] == 3 * 4 and r["bank_rows"] == 0   # tda: no bank
+    r = run_video(c, *video_args(video, every=2, settings=tda))[-1]["result"]  # the controls of a run win
+    assert r["method"] == "tda" and r["cache_capacity"] == 3 * 4 and r["bank_rows"] == 0  # tda: no bank
 
 
 def test_unreadable_video_and_bad_truth_give_messages(app_url, video, tmp_path):
@@ -201,12 +213,12 @@ def test_unreadable_video_and_bad_truth_give_messages(app_url, video, tmp_path):
     status = outs[0]["status"]
     assert "'broken.mp4': not a video OpenCV can read" in status and "Traceback" not in status, status
     truth = tmp_path / "truth.csv"
-    truth.write_text("0,10,zebra\n", encoding="utf-8")   # a class the labels lack: the run goes on, no accuracy
+    truth.write_text("0,10,zebra\n", encoding="utf-8")  # a class the labels lack: the run goes on, no accuracy
     outs = run_video(c, *video_args(video, truth=truth))
     assert "Accuracy off" in outs[0]["status"] and "'zebra'" in outs[0]["status"], outs[0]["status"]
     assert outs[-1]["status"].startswith("⚠️ Accuracy off") and "Done: **clip.avi**" in outs[-1]["status"]
     assert series_points(outs[-1]["accuracy"]) == {"CLIP zero-shot": 0, "MS-TTA": 0}
-    truth.write_text("0,10,red circle\n5,12,blue triangle\n", encoding="utf-8")   # overlapping ranges
+    truth.write_text("0,10,red circle\n5,12,blue triangle\n", encoding="utf-8")  # overlapping ranges
     outs = run_video(c, *video_args(video, truth=truth))
     assert "Ground truth: 'truth.csv': ranges on lines 1 and 2 overlap" in outs[0]["status"], outs[0]["status"]
     outs = run_video(c, *video_args(None))
@@ -255,7 +267,7 @@ def test_single_frames_go_through_the_webcam_handler(app_url, tmp_path):
         cv2.imwrite(path, cv2.cvtColor(fake_frame(i), cv2.COLOR_RGB2BGR))
         results.append(named(c.predict(*frame_args(path), api_name="/process_frame")))
     assert [r["result"]["frame"] for r in results] == [0, 1, 2]
-    assert results[0]["status"] == "Webcam: frame 1 processed."   # a new session: nothing to empty
+    assert results[0]["status"] == "Webcam: frame 1 processed."  # a new session: nothing to empty
     assert results[-1]["status"] == "Webcam: frame 3 processed."
     assert results[-1]["result"]["bank_rows"] == 3
     assert series_points(results[-1]["confidence"]) == {"CLIP zero-shot": 3, "MS-TTA": 3}
@@ -272,7 +284,7 @@ def test_a_new_source_starts_a_fresh_stream_unless_kept(app_url, video, tmp_path
     assert kept["status"].startswith("Kept adapting across sources") and kept["result"]["bank_rows"] == 24
     path = str(tmp_path / "frame.png")
     cv2.imwrite(path, cv2.cvtColor(fake_frame(0), cv2.COLOR_RGB2BGR))
-    cam = named(c.predict(*frame_args(path), api_name="/process_frame"))   # switching source: fresh again
+    cam = named(c.predict(*frame_args(path), api_name="/process_frame"))  # switching source: fresh again
     assert cam["status"].startswith("Fresh stream") and cam["result"]["bank_rows"] == 1
     cam = named(c.predict(*frame_args(path, keep=True), api_name="/process_frame"))
     assert cam["status"] == "Webcam: frame 2 processed." and cam["result"]["bank_rows"] == 2
@@ -282,9 +294,10 @@ def test_reset_and_apply_after_a_run_empty_every_plot(app_url, video):
     c = client(app_url)
     done = last_result(c, video)
     assert sum(bar_values(done["cache"]).values()) > 0 and series_points(done["confidence"])["MS-TTA"] == 12
-    for page in (named(c.predict(api_name="/reset")),
-                 named(c.predict(*settings_args(settings=["ms-tta", 3, 0.8, 1.0, 3, 4096]),
-                                 api_name="/apply_settings"))):
+    for page in (
+        named(c.predict(api_name="/reset")),
+        named(c.predict(*settings_args(settings=["ms-tta", 3, 0.8, 1.0, 3, 4096]), api_name="/apply_settings")),
+    ):
         assert set(bar_values(page["cache"]).values()) == {0.0}, page["cache"]
         for name in ("confidence", "agreement", "switches", "accuracy"):
             assert set(series_points(page[name]).values()) == {0}, (name, page[name])
@@ -317,8 +330,11 @@ def test_light_actions_answer_while_another_session_streams(tmp_path):
             time.sleep(0.05)
         assert not job.done(), "A's run must still be going"
         events = []
-        for args, api in ((settings_args(settings=["ms-tta", 3, 0.8, 1.0, 3, 4096]), "/apply_settings"),
-                          ((), "/reset"), (settings_args(OTHER_LABELS), "/apply_settings")):
+        for args, api in (
+            (settings_args(settings=["ms-tta", 3, 0.8, 1.0, 3, 4096]), "/apply_settings"),
+            ((), "/reset"),
+            (settings_args(OTHER_LABELS), "/apply_settings"),
+        ):
             status = named(b.predict(*args, api_name=api))["status"]
             events.append((api, status, job.done()))
         job.result(timeout=300)
@@ -361,8 +377,11 @@ def test_upload_limit_and_only_the_demos_files_are_served(tmp_path):
         assert big.stat().st_size > 0.01 * 1024 * 1024
         with pytest.raises(Exception, match="(?i)size|large|413"):
             client(url).predict(*video_args(big), api_name="/process_video")
-        for path, allowed in ((ASSETS_DIR / "labels.txt", True), ("/etc/passwd", False),
-                              (ASSETS_DIR.parent / "pyproject.toml", False)):
+        for path, allowed in (
+            (ASSETS_DIR / "labels.txt", True),
+            ("/etc/passwd", False),
+            (ASSETS_DIR.parent / "pyproject.toml", False),
+        ):
             try:
                 with urllib.request.urlopen(f"{url}gradio_api/file={path}", timeout=10) as r:
                     status = r.status
@@ -376,7 +395,7 @@ def ui_args(**kw) -> argparse.Namespace:
     from app.cli import build_parser
     from app.ui import add_ui_arguments
 
-    parser = add_ui_arguments(add_ui_arguments(build_parser()))   # adding twice is harmless
+    parser = add_ui_arguments(add_ui_arguments(build_parser()))  # adding twice is harmless
     argv = ["--labels", str(kw.pop("labels")), "--model", "mstta-tiny", "--pretrained", "none"]
     for key, value in kw.items():
         argv += [f"--{key.replace('_', '-')}"] + ([] if value is True else [str(value)])
@@ -389,16 +408,19 @@ def test_ui_flags_defaults(tmp_path):
     assert args.max_upload_mb > 0 and args.queue_size > 0
 
 
-@pytest.mark.parametrize("extra, message", [
-    ({"camera": 0}, "--camera is for --headless runs"),
-    ({"out": "x.mp4"}, "--out is for --headless runs"),
-    ({"concurrency": 0}, "--concurrency 0: expected a whole number from 1 to 64"),
-    ({"max_sessions": 0}, "--max-sessions 0: expected a whole number from 1 to 1000"),
-    ({"session_ttl": 1}, "--session-ttl 1.0: expected a number from 10 to 86400"),
-    ({"bank_size": 20000}, "--bank-size 20000: the browser UI keeps at most 16,384 features per session"),
-    ({"video": "/no/such/clip.mp4"}, "no such file or folder"),
-    ({"truth": "/no/such/truth.csv"}, "no such file"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ({"camera": 0}, "--camera is for --headless runs"),
+        ({"out": "x.mp4"}, "--out is for --headless runs"),
+        ({"concurrency": 0}, "--concurrency 0: expected a whole number from 1 to 64"),
+        ({"max_sessions": 0}, "--max-sessions 0: expected a whole number from 1 to 1000"),
+        ({"session_ttl": 1}, "--session-ttl 1.0: expected a number from 10 to 86400"),
+        ({"bank_size": 20000}, "--bank-size 20000: the browser UI keeps at most 16,384 features per session"),
+        ({"video": "/no/such/clip.mp4"}, "no such file or folder"),
+        ({"truth": "/no/such/truth.csv"}, "no such file"),
+    ],
+)
 def test_run_ui_rejects_bad_flags_before_loading_the_model(tmp_path, extra, message):
     from app.ui import run_ui
 
@@ -421,8 +443,23 @@ def test_mstta_demo_ui_process_prints_its_url_and_serves(tmp_path):
     """The UI as `mstta-demo` starts it: model loaded once, loopback, URL on one line, SIGTERM stops it."""
     labels = write_labels(tmp_path / "labels.txt")
     video = write_video(tmp_path / "clip.avi", n=12, size=(96, 64))
-    ui = UIProcess(["--labels", str(labels), "--video", str(video), "--model", "mstta-tiny", "--pretrained", "none",
-                    "--port", "0", "--every", "3"], gradio_tmp=tmp_path / "gradio")
+    ui = UIProcess(
+        [
+            "--labels",
+            str(labels),
+            "--video",
+            str(video),
+            "--model",
+            "mstta-tiny",
+            "--pretrained",
+            "none",
+            "--port",
+            "0",
+            "--every",
+            "3",
+        ],
+        gradio_tmp=tmp_path / "gradio",
+    )
     try:
         assert ui.url.startswith("http://127.0.0.1:"), ui.url
         assert sum("UI running at" in line for line in ui.stdout) == 1

@@ -1,4 +1,5 @@
 """Real-time pacing (app/pacing.py) on a fake clock: no real sleeping."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -31,7 +32,7 @@ def frames(n: int, fps: float = 10.0):
 def test_a_fast_consumer_sees_every_frame_at_its_own_time():
     clock = FakeClock()
     pacer = Pacer(True, clock=clock, sleep=clock.sleep)
-    seen = [(f.index, round(clock() - 100.0, 6)) for f in pacer(frames(100))]   # a 10 s clip
+    seen = [(f.index, round(clock() - 100.0, 6)) for f in pacer(frames(100))]  # a 10 s clip
     assert [i for i, _ in seen] == list(range(100)) and pacer.skipped == 0
     assert all(abs(t - i / 10) < 1e-6 for i, t in seen), "each frame handed on when it is due"
     assert abs(clock.slept - 9.9) < 1e-6
@@ -41,7 +42,7 @@ def test_a_slow_consumer_gets_the_newest_frame_and_the_rest_are_counted():
     clock = FakeClock()
     pacer = Pacer(True, clock=clock, sleep=clock.sleep)
     seen, late = [], []
-    for f in pacer(frames(100)):          # the engine takes 0.35 s a frame: 3.5 video frames
+    for f in pacer(frames(100)):  # the engine takes 0.35 s a frame: 3.5 video frames
         seen.append(f.index)
         late.append(pacer.late_s)
         clock.now += 0.35
@@ -62,7 +63,9 @@ def test_as_fast_as_possible_never_waits_or_skips():
 def test_stop_ends_a_wait_within_one_nap():
     clock = FakeClock()
     stop = {"at": None}
-    pacer = Pacer(True, clock=clock, sleep=clock.sleep, stopped=lambda: stop["at"] is not None and clock() >= stop["at"])
+    pacer = Pacer(
+        True, clock=clock, sleep=clock.sleep, stopped=lambda: stop["at"] is not None and clock() >= stop["at"]
+    )
     long_gap = [Frame(0, 0.0, np.zeros((2, 2, 3), np.uint8), "c"), Frame(1, 3600.0, np.zeros((2, 2, 3), np.uint8), "c")]
     seen = []
     for f in pacer(long_gap):

@@ -1,4 +1,5 @@
 """The UI's server-drawn charts and page text (app/ui/plots.py): pure functions, no Gradio, no browser."""
+
 from __future__ import annotations
 
 import re
@@ -16,8 +17,18 @@ LABELS = ["cat", "dog", "bird"]
 def result(clip: int, tta: int, prob: float = 0.6, fill=(0, 0, 0)) -> FrameResult:
     def top(i):
         return [Scored(LABELS[i], i, prob), Scored(LABELS[(i + 1) % 3], (i + 1) % 3, 1 - prob)]
-    return FrameResult(clip_topk=top(clip), tta_topk=top(tta), entropy=0.5, cache_size=sum(fill),
-                       cache_capacity=9, bank_rows=1, latency_ms=1.0, method="ms-tta", cache_per_class=list(fill))
+
+    return FrameResult(
+        clip_topk=top(clip),
+        tta_topk=top(tta),
+        entropy=0.5,
+        cache_size=sum(fill),
+        cache_capacity=9,
+        bank_rows=1,
+        latency_ms=1.0,
+        method="ms-tta",
+        cache_per_class=list(fill),
+    )
 
 
 def test_history_keeps_a_bounded_window_but_counts_everything():
@@ -27,14 +38,17 @@ def test_history_keeps_a_bounded_window_but_counts_everything():
     assert len(h.points) == 5 and h.processed == 12 and [p.x for p in h.points] == [8, 9, 10, 11, 12]
 
 
-@pytest.mark.parametrize("low, high, integer, expected", [
-    (0, 1, False, [0, 0.25, 0.5, 0.75, 1]),
-    (0, 100, False, [0, 25, 50, 75, 100]),
-    (0, 3, True, [0, 1, 2, 3]),
-    (0, 1, True, [0, 1]),
-    (1, 30, True, [10, 20, 30]),
-    (0, 7, True, [0, 2, 4, 6]),
-])
+@pytest.mark.parametrize(
+    "low, high, integer, expected",
+    [
+        (0, 1, False, [0, 0.25, 0.5, 0.75, 1]),
+        (0, 100, False, [0, 25, 50, 75, 100]),
+        (0, 3, True, [0, 1, 2, 3]),
+        (0, 1, True, [0, 1]),
+        (1, 30, True, [10, 20, 30]),
+        (0, 7, True, [0, 2, 4, 6]),
+    ],
+)
 def test_nice_ticks(low, high, integer, expected):
     assert plots.nice_ticks(low, high, 5, integer) == expected
 
@@ -53,7 +67,7 @@ def test_line_charts_carry_their_data_and_axis_titles():
     assert series_points(chart) == {"CLIP zero-shot": 10, "MS-TTA": 10}
     points = re.search(r'data-series="MS-TTA" data-points="10" points="([^"]+)"', chart).group(1).split()
     assert len(points) == 10 and "NaN" not in chart
-    assert 'stroke-dasharray' in chart.split('data-series="CLIP zero-shot"')[1].split("/>")[0], "CLIP dashed"
+    assert "stroke-dasharray" in chart.split('data-series="CLIP zero-shot"')[1].split("/>")[0], "CLIP dashed"
     agreement = plots.agreement_chart(h, "MS-TTA")
     assert series_points(agreement) == {"agreement": 10} and plots.AGREEMENT_COLOR in agreement
     assert plots.ADAPTED_COLOR not in agreement, "agreement has a colour of its own"

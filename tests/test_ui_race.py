@@ -1,6 +1,7 @@
 """Racing methods in the browser UI's server (gradio_client, loopback, `mstta-tiny`): the race box,
 the live leaderboard, every method's running accuracy on one plot, the gain plot with its fixed ·
 broke counts, per-class accuracy and the strip of disagreement frames."""
+
 from __future__ import annotations
 
 import re
@@ -22,15 +23,21 @@ def app(tmp_path_factory):
     demo = build_app(tiny_clip(), labels=LABELS, update_interval=0, offer_demo_clip=False)
     folder = tmp_path_factory.mktemp("race")
     with launched(demo) as url:
-        yield SimpleNamespace(demo=demo, url=url, video=write_video(folder / "clip.avi", n=24, size=(96, 64)),
-                              truth=write_truth(folder / "truth.csv", n=24))
+        yield SimpleNamespace(
+            demo=demo,
+            url=url,
+            video=write_video(folder / "clip.avi", n=24, size=(96, 64)),
+            truth=write_truth(folder / "truth.csv", n=24),
+        )
 
 
 def _run(app, race, truth=True):
     c = client(app.url)
     settings = [*SETTINGS[:-1], race]
-    job = c.submit(*video_args(app.video, truth=app.truth if truth else None, every=2, settings=settings),
-                   api_name="/process_video")
+    job = c.submit(
+        *video_args(app.video, truth=app.truth if truth else None, every=2, settings=settings),
+        api_name="/process_video",
+    )
     job.result(timeout=180)
     return [named(o) for o in job.outputs()]
 
@@ -50,7 +57,7 @@ def test_a_race_of_four_shows_every_method_live(app):
     assert set(points) == {"CLIP zero-shot", *titles} and all(v == 12 for v in points.values())
     assert "fixed" in last["gain"] and series_points(last["gain"]) == {"MS-TTA − CLIP": 12}
     rows = re.findall(r"<td>([\d.]+)%</td>", last["leaderboard"])
-    assert len(rows) >= 2 * len(names)    # accuracy and agreement for every method
+    assert len(rows) >= 2 * len(names)  # accuracy and agreement for every method
     assert "Per-class accuracy" in last["per_class"] and 'data-class="red circle · CLIP' in last["per_class"]
 
 
@@ -65,13 +72,15 @@ def test_the_disagreement_strip_is_newest_first_with_the_truth(app):
     from app.ui.state import History
 
     h = History()
+
     def result(clip, tta):
         top = [Scored(clip, LABELS.index(clip), 0.9)]
         other = [Scored(tta, LABELS.index(tta), 0.9)]
         return FrameResult(top, other, 0.1, 0, 0, 0, 1.0, methods=[MethodResult("ms-tta", other, 0.5)])
-    h.update(result(LABELS[0], LABELS[1]), LABELS[1], "data:image/jpeg;base64,AA==")   # fixed
-    h.update(result(LABELS[0], LABELS[0]), LABELS[0])                                  # agree: not in the strip
-    h.update(result(LABELS[0], LABELS[2]), LABELS[0], "data:image/jpeg;base64,AA==")   # broke
+
+    h.update(result(LABELS[0], LABELS[1]), LABELS[1], "data:image/jpeg;base64,AA==")  # fixed
+    h.update(result(LABELS[0], LABELS[0]), LABELS[0])  # agree: not in the strip
+    h.update(result(LABELS[0], LABELS[2]), LABELS[0], "data:image/jpeg;base64,AA==")  # broke
     strip = plots.disagreement_strip(h, "MS-TTA")
     assert re.findall(r'class="item ?(\w*)" data-frame="(\d+)"', strip) == [("broke", "3"), ("fixed", "1")]
     assert strip.count('tabindex="0"') == 2 and f"truth <b>{LABELS[1]}</b>" in strip

@@ -1,6 +1,7 @@
 """A video run as the handlers drive it (no server, no browser): Stop before an auto-started run
 begins, a second run in the session replacing the first, the empty stride box, the demo clip per
 model, a bad upload reported at upload. The random-weight `mstta-tiny`, generated videos."""
+
 from __future__ import annotations
 
 import json
@@ -17,14 +18,37 @@ def context(**kw):
     from app.ui.handlers import Context
     from app.ui.state import ModelSlots, Sessions
 
-    return Context(clip=tiny_clip(), base=EngineConfig(bank_size=256), slots=ModelSlots(1), sessions=Sessions(4),
-                   update_interval=0, **kw)
+    return Context(
+        clip=tiny_clip(),
+        base=EngineConfig(bank_size=256),
+        slots=ModelSlots(1),
+        sessions=Sessions(4),
+        update_interval=0,
+        **kw,
+    )
 
 
 def form(video, **kw):
     method, k, alpha, lam, capacity, bank, race = SETTINGS
-    return dict(video=str(video), truth=None, every=1, keep=False, realtime=False, labels="\n".join(LABELS),
-                template="", method=method, k=k, alpha=alpha, lam=lam, capacity=capacity, bank=bank, race=race) | kw
+    return (
+        dict(
+            video=str(video),
+            truth=None,
+            every=1,
+            keep=False,
+            realtime=False,
+            labels="\n".join(LABELS),
+            template="",
+            method=method,
+            k=k,
+            alpha=alpha,
+            lam=lam,
+            capacity=capacity,
+            bank=bank,
+            race=race,
+        )
+        | kw
+    )
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +78,7 @@ def test_stop_while_the_run_opens_its_video_stops_it(clip):
     ctx, ui = context(), UISession()
     run = video.process_video(ctx, ui, form(clip))
     assert ui.runs == 0
-    first = next(run)      # the run has begun: it counts as going
+    first = next(run)  # the run has begun: it counts as going
     assert ui.runs == 1 and "Processing" in first["status"]
     assert handlers.stop(ui) == {"state": ui}
     last = list(run)[-1]
@@ -71,7 +95,7 @@ def test_a_second_run_replaces_the_first_and_each_offers_its_own_files(clip, tmp
     other = write_video(tmp_path / "other.avi", n=8, size=(64, 48))
     ctx, ui = context(), UISession()
     first = video.process_video(ctx, ui, form(clip))
-    next(first), next(first)        # two frames of the first video
+    next(first), next(first)  # two frames of the first video
     second = list(video.process_video(ctx, ui, form(other)))
     rest = list(first)
     assert rest[-1]["status"].startswith("Replaced by a newer run after 2 frames"), rest[-1]["status"]

@@ -1,4 +1,5 @@
 """The UI's shared state (app/ui/state.py): fair model slots, the session cap, controls as Settings."""
+
 from __future__ import annotations
 
 import threading
@@ -34,7 +35,7 @@ def test_model_slots_bound_concurrency_and_serve_in_arrival_order():
     while not order:
         time.sleep(0.001)
     waiters = []
-    for i in range(5):   # queue up one by one, so arrival order is known
+    for i in range(5):  # queue up one by one, so arrival order is known
         t = threading.Thread(target=work, args=(f"w{i}",))
         t.start()
         waiters.append(t)
@@ -51,20 +52,19 @@ def test_model_slots_bound_concurrency_and_serve_in_arrival_order():
 def test_sessions_beyond_the_cap_drop_the_oldest_idle_one():
     sessions = Sessions(limit=2)
     a, b, c = UISession(), UISession(), UISession()
-    a.stream = b.stream = c.stream = object()   # stand-ins for engines
-    b.runs = 1                                 # b is streaming: never dropped while busy
+    a.stream = b.stream = c.stream = object()  # stand-ins for engines
+    b.runs = 1  # b is streaming: never dropped while busy
     for key, ui in (("a", a), ("b", b), ("c", c)):
         sessions.touch(ui, key)
     assert len(sessions) == 2 and a.expired and a.stream is None and not b.expired and not c.expired
-    sessions.touch(a, "a")                     # an expired session is not live again until Reset
+    sessions.touch(a, "a")  # an expired session is not live again until Reset
     assert len(sessions) == 2 and a.expired
     sessions.forget("c")
     assert c.stream is None and c.closed and len(sessions) == 1
 
 
 def form(**changes):
-    return dict(labels="cat\ndog", template="", method="ms-tta", k=2, alpha=0.5, lam=1.0, capacity=3,
-                bank=16) | changes
+    return dict(labels="cat\ndog", template="", method="ms-tta", k=2, alpha=0.5, lam=1.0, capacity=3, bank=16) | changes
 
 
 def test_settings_bound_the_bank_and_name_the_control():
@@ -73,31 +73,37 @@ def test_settings_bound_the_bank_and_name_the_control():
     assert ok.labels == ("cat", "dog") and ok.config.bank_size == SESSION_BANK_LIMIT
     assert SESSION_BANK_LIMIT < MAX_BANK_SIZE, "the UI's own, smaller bound"
     for bank in (0, -5, 20000, SESSION_BANK_LIMIT + 1):
-        with pytest.raises(UserError, match=rf"^Bank size \(features\): {bank} is out of range; enter a whole "
-                                            r"number from 1 to 16,384$"):
+        with pytest.raises(
+            UserError,
+            match=rf"^Bank size \(features\): {bank} is out of range; enter a whole "
+            r"number from 1 to 16,384$",
+        ):
             Settings.from_controls(form(bank=bank), base)
 
 
-@pytest.mark.parametrize("name, value, message", [
-    ("lam", 100, r"λ \(cache weight\): 100 is out of range; enter a number from 0 to 10"),   # refused, not clamped
-    ("lam", -0.5, r"λ \(cache weight\): -0.5 is out of range"),
-    ("lam", None, r"λ \(cache weight\): enter a number"),
-    ("k", "abc", r"k \(mean-shift neighbours\): 'abc' is not a number"),
-    ("k", 2.5, r"k \(mean-shift neighbours\): 2.5 is not a whole number"),
-    ("k", 17, r"k \(mean-shift neighbours\): 17 is out of range; enter a whole number from 1 to 16"),
-    ("k", True, r"k \(mean-shift neighbours\): expected a number, got bool"),
-    ("alpha", "NaN", r"α \(mean-shift weight\): 'NaN' is not a finite number"),
-    ("alpha", "inf", r"α \(mean-shift weight\): 'inf' is not a finite number"),
-    ("alpha", 1.5, r"α \(mean-shift weight\): 1.5 is out of range"),
-    ("capacity", [3], r"Q \(cache size per class\): expected a number, got list"),
-    ("capacity", {"a": 1}, r"Q \(cache size per class\): expected a number, got dict"),
-    ("capacity", "1e400", r"Q \(cache size per class\): '1e400' is not a finite number"),
-    ("bank", "", r"Bank size \(features\): enter a number"),
-    ("labels", 5, r"Labels: expected text, got int"),
-    ("template", ["a {}"], r"Prompt template: expected text, got list"),
-    ("method", "nope", r"unknown method 'nope'"),
-    ("method", None, r"unknown method ''"),
-])
+@pytest.mark.parametrize(
+    "name, value, message",
+    [
+        ("lam", 100, r"λ \(cache weight\): 100 is out of range; enter a number from 0 to 10"),  # refused, not clamped
+        ("lam", -0.5, r"λ \(cache weight\): -0.5 is out of range"),
+        ("lam", None, r"λ \(cache weight\): enter a number"),
+        ("k", "abc", r"k \(mean-shift neighbours\): 'abc' is not a number"),
+        ("k", 2.5, r"k \(mean-shift neighbours\): 2.5 is not a whole number"),
+        ("k", 17, r"k \(mean-shift neighbours\): 17 is out of range; enter a whole number from 1 to 16"),
+        ("k", True, r"k \(mean-shift neighbours\): expected a number, got bool"),
+        ("alpha", "NaN", r"α \(mean-shift weight\): 'NaN' is not a finite number"),
+        ("alpha", "inf", r"α \(mean-shift weight\): 'inf' is not a finite number"),
+        ("alpha", 1.5, r"α \(mean-shift weight\): 1.5 is out of range"),
+        ("capacity", [3], r"Q \(cache size per class\): expected a number, got list"),
+        ("capacity", {"a": 1}, r"Q \(cache size per class\): expected a number, got dict"),
+        ("capacity", "1e400", r"Q \(cache size per class\): '1e400' is not a finite number"),
+        ("bank", "", r"Bank size \(features\): enter a number"),
+        ("labels", 5, r"Labels: expected text, got int"),
+        ("template", ["a {}"], r"Prompt template: expected text, got list"),
+        ("method", "nope", r"unknown method 'nope'"),
+        ("method", None, r"unknown method ''"),
+    ],
+)
 def test_every_control_is_checked_by_name_and_never_clamped(name, value, message):
     with pytest.raises(UserError, match=message):
         Settings.from_controls(form(**{name: value}), EngineConfig(bank_size=4096))
@@ -130,6 +136,7 @@ def test_history_counts_like_the_headless_summary():
     def result(clip, tta):
         def top(i):
             return [Scored(labels[i], i, 0.6), Scored(labels[(i + 1) % 3], (i + 1) % 3, 0.4)]
+
         return FrameResult(top(clip), top(tta), 0.5, 0, 9, 1, 1.0)
 
     h, s = History(), RunSummary()
@@ -139,9 +146,9 @@ def test_history_counts_like_the_headless_summary():
     assert vars(h.tally) == vars(s.tally)
     t = h.tally
     assert t.processed == 4 and t.agree == 2 and h.agreement == 50.0
-    assert t.switches == {"clip": 2, "tta": 1}                        # CLIP 0->1->1->2, adapted 0->0->1->1
-    assert t.labelled == 3 and t.correct == {"clip": 1, "tta": 3}     # cat/cat/dog
-    assert [p.x for p in h.points] == [1, 2, 3, 4]                    # x = processed frames, 1-based
+    assert t.switches == {"clip": 2, "tta": 1}  # CLIP 0->1->1->2, adapted 0->0->1->1
+    assert t.labelled == 3 and t.correct == {"clip": 1, "tta": 3}  # cat/cat/dog
+    assert [p.x for p in h.points] == [1, 2, 3, 4]  # x = processed frames, 1-based
     out = s.finish(__import__("app.sources", fromlist=["SourceStats"]).SourceStats(read=4, received=4))
     assert out["agreement"] == 50.0 and out["accuracy_tta"] == 100.0 and out["accuracy_clip"] == round(100 / 3, 2)
     h.clear()
@@ -206,7 +213,7 @@ def test_two_overlapping_runs_of_one_session_never_share_a_file(tmp_path):
     downloads = Downloads(tmp_path)
     first, second = downloads.start("clip.mp4", fps=5.0), downloads.start("clip.mp4", fps=5.0)
     image = np.zeros((16, 16, 3), np.uint8)
-    for i in range(4):   # interleaved, as two runs' frames arrive
+    for i in range(4):  # interleaved, as two runs' frames arrive
         first.write(Step(Frame(100 + i, i / 5, image, "x"), _frame_result(i), None, None, i + 1))
         second.write(Step(Frame(i, i / 5, image, "x"), _frame_result(i), None, None, i + 1))
     second_files = downloads.finish(second)
@@ -226,8 +233,14 @@ def test_every_session_makes_its_views_where_the_demo_was_told(tiny_clip, views_
     """`mstta-demo --views 3 --views-on ...` in the UI: each new stream's encoder makes its views there."""
     from app.ui.handlers import Context
 
-    ctx = Context(clip=tiny_clip, base=EngineConfig(bank_size=64), slots=ModelSlots(1), sessions=Sessions(2),
-                  views=3, views_on=views_on)
+    ctx = Context(
+        clip=tiny_clip,
+        base=EngineConfig(bank_size=64),
+        slots=ModelSlots(1),
+        sessions=Sessions(2),
+        views=3,
+        views_on=views_on,
+    )
     enc = ctx.new_stream(Settings(("cat", "dog"), None, "ms-tta", EngineConfig(bank_size=64))).encoder
     assert (enc.views, enc.views_on) == (3, views_on)
 
@@ -244,10 +257,22 @@ def test_an_api_webcam_run_ends_on_the_servers_clock_and_its_page_is_shown_once(
 
     buf = io.BytesIO()
     Image.new("RGB", (64, 48), (120, 30, 30)).save(buf, "PNG")
-    form = {"image": buf.getvalue(), "keep": False, "labels": "cat\ndog", "template": "", "method": "ms-tta",
-            "k": 2, "alpha": 0.8, "lam": 1.0, "capacity": 3, "bank": 64, "race": []}
-    ctx = Context(clip=tiny_clip, base=EngineConfig(bank_size=64), slots=ModelSlots(1), sessions=Sessions(4),
-                  webcam_end=0.0)
+    form = {
+        "image": buf.getvalue(),
+        "keep": False,
+        "labels": "cat\ndog",
+        "template": "",
+        "method": "ms-tta",
+        "k": 2,
+        "alpha": 0.8,
+        "lam": 1.0,
+        "capacity": 3,
+        "bank": 64,
+        "race": [],
+    }
+    ctx = Context(
+        clip=tiny_clip, base=EngineConfig(bank_size=64), slots=ModelSlots(1), sessions=Sessions(4), webcam_end=0.0
+    )
     ui = UISession()
     ctx.sessions.touch(ui, "api")
     for _ in range(3):
@@ -257,17 +282,32 @@ def test_an_api_webcam_run_ends_on_the_servers_clock_and_its_page_is_shown_once(
     assert ui.webcam_recording is None and len(ui.downloads.files) == 2
     page = handlers.webcam_tick(ctx, ui)
     assert page["status"].startswith("Webcam ended") and handlers.webcam_tick(ctx, ui) is None
-    handlers.process_frame(ctx, ui, form)     # a new run
-    assert ui.source == "webcam" and ui.webcam_frames == 1 and handlers.webcam_stop(ctx, ui)["status"].startswith(
-        "Webcam stopped")                      # its own summary, not the run before's
+    handlers.process_frame(ctx, ui, form)  # a new run
+    assert (
+        ui.source == "webcam"
+        and ui.webcam_frames == 1
+        and handlers.webcam_stop(ctx, ui)["status"].startswith("Webcam stopped")
+    )  # its own summary, not the run before's
 
 
 def test_a_session_is_busy_only_while_it_handles_an_event():
     ui = UISession()
-    ui.webcam_last = time.monotonic()          # a frame a moment ago: idle between frames
+    ui.webcam_last = time.monotonic()  # a frame a moment ago: idle between frames
     assert not ui.busy
     with ui.handling():
         assert ui.busy
     assert not ui.busy
     ui.runs = 1
     assert ui.busy
+
+
+def test_a_rows_marks_follow_its_summary_in_the_method_list():
+    """The method list's note carries a row's marks (DPE is not training-free), the others none."""
+    from app.ui.handlers import method_info
+    from mstta.methods import get_method, list_methods
+
+    for name in list_methods():
+        summary, _ = method_info(name)
+        m = get_method(name)
+        assert summary.startswith(m.summary) and all(f"[{mark}]" in summary for mark in m.marks)
+    assert "[not training-free]" in method_info("dpe")[0] and "[" not in method_info("tda")[0]

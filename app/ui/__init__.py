@@ -17,13 +17,14 @@ components, as one `Components`), `events` (`build_app`: layout + wiring by conc
 against its major version) and `serving` (flags, launch options, serving).
 Gradio is imported only when the UI is built, so the headless demo and `--help` stay fast.
 """
+
 from .serving import add_ui_arguments, launch_options, resolve_port, run_ui
 
 __all__ = ["OUTPUTS", "add_ui_arguments", "build_app", "launch_options", "resolve_port", "run_ui"]
 
 
 def __getattr__(name: str):
-    if name == "OUTPUTS":   # the page's output names, in order (gradio_client users get them so)
+    if name == "OUTPUTS":  # the page's output names, in order (gradio_client users get them so)
         from .page import OUTPUTS
 
         return OUTPUTS

@@ -7,6 +7,7 @@ Gradio's queue holds the rest); Apply, Reset, Stop, the demo-clip button and the
 controls run at once (no queue limit). Every model call, in any of them, takes one of the
 `concurrency` shared model slots (`state.ModelSlots`), a video run frame by frame.
 """
+
 import json
 import logging
 from typing import Any, Callable, Iterator, Sequence
@@ -37,11 +38,11 @@ from .state import (
 
 log = logging.getLogger(__name__)
 
-UPDATE_INTERVAL_S = 0.15         # a run refreshes the frame, bars and plots at most every 0.15 s (>= 4 a second
-                                 # when frames come that often: 5 per second by default)
-WEBCAM_EVERY_S = 0.2             # webcam: a frame to the server every 0.2 s
-WEBCAM_TIME_LIMIT_S = 600        # webcam: one stream lasts at most this long
-CACHE_CLEANUP_S = (300, 900)     # every 5 min, delete uploads and shown frames older than 15 min
+UPDATE_INTERVAL_S = 0.15  # a run refreshes the frame, bars and plots at most every 0.15 s (>= 4 a second
+# when frames come that often: 5 per second by default)
+WEBCAM_EVERY_S = 0.2  # webcam: a frame to the server every 0.2 s
+WEBCAM_TIME_LIMIT_S = 600  # webcam: one stream lasts at most this long
+CACHE_CLEANUP_S = (300, 900)  # every 5 min, delete uploads and shown frames older than 15 min
 
 # Runs in the page at load: the webcam component stays silent when the browser refuses the camera,
 # so getUserMedia is wrapped to show why (and what to do) in the webcam tab.
@@ -96,15 +97,34 @@ TOOLTIP_JS = """
 """
 
 
-def build_app(clip: Any, *, labels: Sequence[str] | None = None, video: str | None = None,
-              truth: str | None = None, template: str | None = None, method: str = "ms-tta", race: Sequence[str] = (),
-              config: EngineConfig | None = None, every: int | None = None, topk: int = 3, views: int = 1,
-              views_on: str = "auto", max_frames: int | None = None, autostart: bool | None = None, realtime: bool = True,
-              concurrency: int = DEFAULT_CONCURRENCY, streams: int | None = None,
-              max_sessions: int = DEFAULT_MAX_SESSIONS, session_ttl: float = SESSION_TTL_S,
-              max_pixels: int = MAX_PIXELS, update_interval: float = UPDATE_INTERVAL_S,
-              webcam_every: float = WEBCAM_EVERY_S, webcam_time_limit: float = WEBCAM_TIME_LIMIT_S,
-              offer_demo_clip: bool = True, webcam_end: float = handlers.WEBCAM_END_S) -> gr.Blocks:
+def build_app(
+    clip: Any,
+    *,
+    labels: Sequence[str] | None = None,
+    video: str | None = None,
+    truth: str | None = None,
+    template: str | None = None,
+    method: str = "ms-tta",
+    race: Sequence[str] = (),
+    config: EngineConfig | None = None,
+    every: int | None = None,
+    topk: int = 3,
+    views: int = 1,
+    views_on: str = "auto",
+    max_frames: int | None = None,
+    autostart: bool | None = None,
+    realtime: bool = True,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    streams: int | None = None,
+    max_sessions: int = DEFAULT_MAX_SESSIONS,
+    session_ttl: float = SESSION_TTL_S,
+    max_pixels: int = MAX_PIXELS,
+    update_interval: float = UPDATE_INTERVAL_S,
+    webcam_every: float = WEBCAM_EVERY_S,
+    webcam_time_limit: float = WEBCAM_TIME_LIMIT_S,
+    offer_demo_clip: bool = True,
+    webcam_end: float = handlers.WEBCAM_END_S,
+) -> gr.Blocks:
     """The UI as a `gr.Blocks` (not launched) around the shared `clip`.
 
     `labels` fill the labels box; `video` (a file) and `truth` (its CSV) are preloaded, and with
@@ -122,34 +142,64 @@ def build_app(clip: Any, *, labels: Sequence[str] | None = None, video: str | No
     base = config if config is not None else EngineConfig(bank_size=DEFAULT_BANK_SIZE)
     method = get_method(method).name
     autostart = bool(video and labels) if autostart is None else autostart
-    ctx = Context(clip=clip, base=base, slots=ModelSlots(concurrency), sessions=Sessions(max_sessions), views=views,
-                  views_on=views_on, topk=topk, max_frames=max_frames, max_pixels=max_pixels, update_interval=update_interval,
-                  demo_clip=handlers.demo_clip(getattr(clip, "name", None)) if offer_demo_clip else None,
-                  webcam_end=webcam_end)
+    ctx = Context(
+        clip=clip,
+        base=base,
+        slots=ModelSlots(concurrency),
+        sessions=Sessions(max_sessions),
+        views=views,
+        views_on=views_on,
+        topk=topk,
+        max_frames=max_frames,
+        max_pixels=max_pixels,
+        update_interval=update_interval,
+        demo_clip=handlers.demo_clip(getattr(clip, "name", None)) if offer_demo_clip else None,
+        webcam_end=webcam_end,
+    )
 
-    def state_deleted(ui: Any) -> None:   # Gradio's time to live ran out (or its own capacity)
+    def state_deleted(ui: Any) -> None:  # Gradio's time to live ran out (or its own capacity)
         if isinstance(ui, UISession):
             ctx.sessions.forget(ui.session_hash, ui)
 
-    with gr.Blocks(title="MS-TTA live: CLIP vs test-time adaptation", analytics_enabled=False,
-                   delete_cache=CACHE_CLEANUP_S, fill_width=True) as demo:
-        c = build_layout(title_md=_title(clip, views), random_weights=random_weights(clip), labels=labels, video=video, truth=truth, template=template, method=method,
-                         race=list(race), base=base, every=every, realtime=realtime, hello=_hello(ctx, video, autostart),
-                         demo_clip=ctx.demo_clip is not None, session_ttl=session_ttl, on_state_deleted=state_deleted)
+    with gr.Blocks(
+        title="MS-TTA live: CLIP vs test-time adaptation",
+        analytics_enabled=False,
+        delete_cache=CACHE_CLEANUP_S,
+        fill_width=True,
+    ) as demo:
+        c = build_layout(
+            title_md=_title(clip, views),
+            random_weights=random_weights(clip),
+            labels=labels,
+            video=video,
+            truth=truth,
+            template=template,
+            method=method,
+            race=list(race),
+            base=base,
+            every=every,
+            realtime=realtime,
+            hello=_hello(ctx, video, autostart),
+            demo_clip=ctx.demo_clip is not None,
+            session_ttl=session_ttl,
+            on_state_deleted=state_deleted,
+        )
         wiring = Wiring(c, ctx)
         wiring.video(demo, autostart=autostart, streams=streams or 4 * concurrency)
         wiring.webcam(streams=streams or 4 * concurrency, every=webcam_every, time_limit=webcam_time_limit)
         wiring.controls(demo)
-    patch_app(demo, state_factory=UISession)   # every patch of Gradio's internals (checked for its version)
-    demo.mstta_context = ctx        # the live sessions and slots (for tests and debugging)
-    handlers.watch(ctx)             # the server's own clock: idle webcam runs end without the page's timer
+    patch_app(demo, state_factory=UISession)  # every patch of Gradio's internals (checked for its version)
+    demo.mstta_context = ctx  # the live sessions and slots (for tests and debugging)
+    handlers.watch(ctx)  # the server's own clock: idle webcam runs end without the page's timer
     return demo
 
 
 def _title(clip: Any, views: int) -> str:
     shown = f", {views} views per frame" if views > 1 else ""
-    return (f"**MS-TTA live** · zero-shot CLIP vs test-time adaptation · model **{getattr(clip, 'name', '?')}** "
-            f"({getattr(clip, 'pretrained', '?')}) on {getattr(clip, 'device', '?')}{shown}")
+    return (
+        f"**MS-TTA live** · zero-shot CLIP vs test-time adaptation · model **{getattr(clip, 'name', '?')}** "
+        f"({getattr(clip, 'pretrained', '?')}) on {getattr(clip, 'device', '?')}{shown}"
+    )
 
 
 def _hello(ctx: Context, video: str | None, autostart: bool) -> str:
@@ -157,8 +207,11 @@ def _hello(ctx: Context, video: str | None, autostart: bool) -> str:
         return "Processing the preloaded video…"
     if video:
         return "A video is loaded: press **Process video**, or open the **Webcam** tab."
-    return ("Upload a video" + (" (or use the demo clip)" if ctx.demo_clip else "")
-            + " and press **Process video**, or open the **Webcam** tab.")
+    return (
+        "Upload a video"
+        + (" (or use the demo clip)" if ctx.demo_clip else "")
+        + " and press **Process video**, or open the **Webcam** tab."
+    )
 
 
 class Wiring:
@@ -182,16 +235,20 @@ class Wiring:
 
     def refused(self, ui: UISession, exc: Exception) -> dict[Any, Any]:
         text = one_line(exc)
-        log.info("refused (session %s): %s", ui.session_hash, text)   # one server line, no traceback
-        return self.page(message(ui, warn(text)))   # in the status line only: a toast would repeat it
+        log.info("refused (session %s): %s", ui.session_hash, text)  # one server line, no traceback
+        return self.page(message(ui, warn(text)))  # in the status line only: a toast would repeat it
 
     def crashed(self, fn: Callable, exc: Exception) -> dict[Any, Any]:
         log.exception("UI handler %s failed", fn.__name__)
-        return {self.c.status: warn(f"Internal error ({type(exc).__name__}: {one_line(exc)[:200]}); details are "
-                                    "in the server log.")}
+        return {
+            self.c.status: warn(
+                f"Internal error ({type(exc).__name__}: {one_line(exc)[:200]}); details are in the server log."
+            )
+        }
 
     def guarded(self, fn: Callable) -> Callable:
         """fn(ui, form) -> page, with the session looked up and errors shown as one status line."""
+
         def run(request: gr.Request, **form: Any) -> dict[Any, Any]:
             ui = self.session_of(form.pop("state", None), request)
             try:
@@ -201,6 +258,7 @@ class Wiring:
                 return self.refused(ui, exc)
             except Exception as exc:  # logged with its traceback, shown as one line
                 return self.crashed(fn, exc)
+
         run.__name__ = fn.__name__
         return run
 
@@ -215,6 +273,7 @@ class Wiring:
                 yield self.refused(ui, exc)
             except Exception as exc:  # logged with its traceback, shown as one line
                 yield self.crashed(fn, exc)
+
         run.__name__ = fn.__name__
         return run
 
@@ -233,16 +292,27 @@ class Wiring:
         stream = dict(concurrency_limit=streams, concurrency_id="mstta-streams", show_progress="hidden")
         c.run.click(run, None, self.out, inputs_kwargs=form, api_name="process_video", **stream)
         if autostart:
-            demo.load(self.guarded_stream(process_preloaded), None, self.out, inputs_kwargs=form, api_name=False,
-                      **stream)
+            demo.load(
+                self.guarded_stream(process_preloaded), None, self.out, inputs_kwargs=form, api_name=False, **stream
+            )
         # Stop is a flag the video loop reads after each frame, not an event cancel: the run then ends
         # with a last, complete page (summary, downloads) instead of being cut off between two updates.
-        c.stop.click(self.guarded(lambda ui, form: handlers.stop(ui, autostart)), None, self.out,
-                     inputs_kwargs={"state": c.state}, api_name="stop", queue=False)
-        c.video.upload(self.guarded(lambda ui, form: handlers.video_changed(ui, form["video"], form["truth"],
-                                                                          ctx.max_pixels)), None, self.out,
-                       inputs_kwargs={"video": c.video, "truth": c.truth, "state": c.state}, api_name=False,
-                       queue=False)
+        c.stop.click(
+            self.guarded(lambda ui, form: handlers.stop(ui, autostart)),
+            None,
+            self.out,
+            inputs_kwargs={"state": c.state},
+            api_name="stop",
+            queue=False,
+        )
+        c.video.upload(
+            self.guarded(lambda ui, form: handlers.video_changed(ui, form["video"], form["truth"], ctx.max_pixels)),
+            None,
+            self.out,
+            inputs_kwargs={"video": c.video, "truth": c.truth, "state": c.state},
+            api_name=False,
+            queue=False,
+        )
         if ctx.demo_clip is not None:
             c.demo_clip.click(lambda: ctx.demo_clip, None, [c.video, c.labels, c.truth], api_name=False, queue=False)
 
@@ -255,7 +325,7 @@ class Wiring:
 
         def webcam(ui, form):
             result = handlers.process_frame(ctx, ui, form)
-            if ui.webcam_frames == 1 and ui.source == "webcam":   # a run starts: watch for its end
+            if ui.webcam_frames == 1 and ui.source == "webcam":  # a run starts: watch for its end
                 result = result | {"timer": gr.Timer(active=True)}
             return result
 
@@ -263,36 +333,80 @@ class Wiring:
             def run(ui, form):
                 result = how(ctx, ui)
                 return result | {"timer": gr.Timer(active=False)} if result is not None else {"timer": gr.skip()}
+
             run.__name__ = how.__name__
             return run
 
-        c.webcam.stream(self.guarded(webcam), None, timer_out,
-                        inputs_kwargs=c.form(image=c.webcam, keep=c.keep), api_name="webcam",
-                        stream_every=every, time_limit=time_limit, **stream)
-        c.webcam_stop.click(self.guarded(ended(handlers.webcam_stop)), None, timer_out,
-                            inputs_kwargs={"state": c.state}, api_name=False, concurrency_limit=None,
-                            show_progress="hidden")
-        c.webcam_timer.tick(self.guarded(ended(handlers.webcam_tick)), None, timer_out,
-                            inputs_kwargs={"state": c.state}, api_name=False, concurrency_limit=None,
-                            show_progress="hidden")
-        c.api_button.click(self.guarded(lambda ui, form: handlers.process_frame(ctx, ui, form)), None,
-                           self.out, inputs_kwargs=c.form(image=c.api_frame, keep=c.keep), api_name="process_frame",
-                           **stream)
+        c.webcam.stream(
+            self.guarded(webcam),
+            None,
+            timer_out,
+            inputs_kwargs=c.form(image=c.webcam, keep=c.keep),
+            api_name="webcam",
+            stream_every=every,
+            time_limit=time_limit,
+            **stream,
+        )
+        c.webcam_stop.click(
+            self.guarded(ended(handlers.webcam_stop)),
+            None,
+            timer_out,
+            inputs_kwargs={"state": c.state},
+            api_name=False,
+            concurrency_limit=None,
+            show_progress="hidden",
+        )
+        c.webcam_timer.tick(
+            self.guarded(ended(handlers.webcam_tick)),
+            None,
+            timer_out,
+            inputs_kwargs={"state": c.state},
+            api_name=False,
+            concurrency_limit=None,
+            show_progress="hidden",
+        )
+        c.api_button.click(
+            self.guarded(lambda ui, form: handlers.process_frame(ctx, ui, form)),
+            None,
+            self.out,
+            inputs_kwargs=c.form(image=c.api_frame, keep=c.keep),
+            api_name="process_frame",
+            **stream,
+        )
 
     def controls(self, demo: gr.Blocks) -> None:
         """Apply, Reset, dropping the truth file, the method's notes on the controls, page close."""
         c, ctx = self.c, self.ctx
         light = dict(concurrency_limit=None, show_progress="minimal", show_progress_on=[c.status])
-        c.apply.click(self.guarded(lambda ui, form: handlers.apply(ctx, ui, form)), None, self.out,
-                      inputs_kwargs=c.form(truth=c.truth), api_name="apply_settings", **light)
-        c.reset.click(self.guarded(lambda ui, form: handlers.reset(ctx, ui)), None, self.out,
-                      inputs_kwargs={"state": c.state}, api_name="reset", **light)
-        c.drop_truth.click(self.guarded(lambda ui, form: handlers.drop_truth(ui)), None, self.out,
-                           inputs_kwargs={"state": c.state}, api_name=False, **light)
+        c.apply.click(
+            self.guarded(lambda ui, form: handlers.apply(ctx, ui, form)),
+            None,
+            self.out,
+            inputs_kwargs=c.form(truth=c.truth),
+            api_name="apply_settings",
+            **light,
+        )
+        c.reset.click(
+            self.guarded(lambda ui, form: handlers.reset(ctx, ui)),
+            None,
+            self.out,
+            inputs_kwargs={"state": c.state},
+            api_name="reset",
+            **light,
+        )
+        c.drop_truth.click(
+            self.guarded(lambda ui, form: handlers.drop_truth(ui)),
+            None,
+            self.out,
+            inputs_kwargs={"state": c.state},
+            api_name=False,
+            **light,
+        )
         numbers = [getattr(c, name) for name in CONTROLS]
         reasons = gr.Textbox(_reasons(c.method.value), visible=False)
-        c.method.change(_method_changed, [c.method], [c.method, *numbers, reasons], api_name=False,
-                        queue=False).then(None, [reasons], None, js=TOOLTIP_JS)
+        c.method.change(_method_changed, [c.method], [c.method, *numbers, reasons], api_name=False, queue=False).then(
+            None, [reasons], None, js=TOOLTIP_JS
+        )
         demo.load(None, [reasons], None, js=TOOLTIP_JS)
 
         def on_unload(request: gr.Request) -> None:

@@ -15,6 +15,7 @@ What it changes on a built `gr.Blocks` (nothing global, nothing in Gradio's modu
 And one thing read from Gradio: `served_folder()`, its upload folder (files there are served in
 place; the run downloads live there so that deleting them ends their URLs).
 """
+
 from __future__ import annotations
 
 import functools
@@ -30,7 +31,7 @@ from .guard import first_line
 
 log = logging.getLogger(__name__)
 
-GRADIO_MAJOR = 6   # the major version these patches were written against (pyproject: gradio>=6,<7)
+GRADIO_MAJOR = 6  # the major version these patches were written against (pyproject: gradio>=6,<7)
 
 
 def check_gradio(version: str | None = None) -> None:
@@ -41,8 +42,10 @@ def check_gradio(version: str | None = None) -> None:
         version = gradio.__version__
     head = str(version).split(".")[0]
     if not head.isdigit() or int(head) != GRADIO_MAJOR:
-        raise UserError(f"gradio {version} is installed; the browser UI is written for gradio {GRADIO_MAJOR}.x "
-                        f"(pip install 'gradio>={GRADIO_MAJOR},<{GRADIO_MAJOR + 1}')")
+        raise UserError(
+            f"gradio {version} is installed; the browser UI is written for gradio {GRADIO_MAJOR}.x "
+            f"(pip install 'gradio>={GRADIO_MAJOR},<{GRADIO_MAJOR + 1}')"
+        )
 
 
 def served_folder() -> Path:
@@ -108,7 +111,7 @@ def check_file_input(block: Any, payload: dict) -> str | None:
     try:
         mode = os.stat(path).st_mode
     except (OSError, ValueError):
-        return None   # absent (or unreadable): Gradio refuses it as not uploaded here
+        return None  # absent (or unreadable): Gradio refuses it as not uploaded here
     if stat.S_ISDIR(mode):
         return f"{shown} is a folder; send a file (upload it through /gradio_api/upload first)"
     if not stat.S_ISREG(mode):
@@ -130,12 +133,16 @@ def _wrap_process_api(demo: Any) -> None:
         inputs = kwargs.get("inputs", args[1] if len(args) > 1 else None)
         wanted = list(getattr(block_fn, "inputs", None) or [])
         batch = getattr(block_fn, "batch", False)
-        if (isinstance(inputs, list) and kwargs.get("iterator") is None and not batch
-                and len(inputs) != len(wanted)):   # Gradio refuses too few with a long message, ignores too many
+        if (
+            isinstance(inputs, list) and kwargs.get("iterator") is None and not batch and len(inputs) != len(wanted)
+        ):  # Gradio refuses too few with a long message, ignores too many
             names = [n for n in getattr(block_fn, "input_keyword_names", None) or [] if n != "state"]
             shown = len([w for w in wanted if not isinstance(w, gr.State)])
-            raise _refuse(f"Bad request to {_name(block_fn)}: expected {shown} input values"
-                          + (f" ({', '.join(names)})" if names else "") + f", got {len(inputs)}")
+            raise _refuse(
+                f"Bad request to {_name(block_fn)}: expected {shown} input values"
+                + (f" ({', '.join(names)})" if names else "")
+                + f", got {len(inputs)}"
+            )
         if isinstance(inputs, list) and not batch:
             for block, value in zip(wanted, inputs):
                 for payload in _file_payloads(value):

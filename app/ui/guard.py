@@ -7,6 +7,7 @@ wording of Gradio's own input checks (`first_line`; `gradio_patches` refuses tho
 Each refusal is one server log line (`refused ...`) and a short message to the client, never a
 traceback; the server stays up and the session is left as it was.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,14 +22,22 @@ log = logging.getLogger(__name__)
 
 # Gradio's long messages for the usual bad requests, said in one short line
 _SHORTER = (
-    (re.compile(r"didn't receive enough input values \(needed: (\d+), got: (\d+)\)"),
-     r"expected \1 input values, got \2"),
-    (re.compile(r"Cannot move (.+?) to the gradio cache dir because it was not uploaded by a user"),
-     r"\1 was not uploaded here; send files through /gradio_api/upload first"),
-    (re.compile(r"Cannot move (.+?) to the gradio cache dir because it is located in one of the blocked_paths"),
-     r"\1 may not be read"),
-    (re.compile(r"validation error for FileData"),
-     "a file input must be a FileData object ({path, meta: {_type: gradio.FileData}}) of an uploaded file"),
+    (
+        re.compile(r"didn't receive enough input values \(needed: (\d+), got: (\d+)\)"),
+        r"expected \1 input values, got \2",
+    ),
+    (
+        re.compile(r"Cannot move (.+?) to the gradio cache dir because it was not uploaded by a user"),
+        r"\1 was not uploaded here; send files through /gradio_api/upload first",
+    ),
+    (
+        re.compile(r"Cannot move (.+?) to the gradio cache dir because it is located in one of the blocked_paths"),
+        r"\1 may not be read",
+    ),
+    (
+        re.compile(r"validation error for FileData"),
+        "a file input must be a FileData object ({path, meta: {_type: gradio.FileData}}) of an uploaded file",
+    ),
 )
 
 
@@ -66,15 +75,23 @@ class QuietErrors:
             await self.app(scope, receive, tracked)
         except Exception as exc:  # any request's failure: one line, no traceback
             status, text = _classify(exc, scope.get("path", ""))
-            log.info("refused %s %s: %s (%s)", scope.get("method", "?"), scope.get("path", "?")[:200], text,
-                     first_line(exc))
+            log.info(
+                "refused %s %s: %s (%s)", scope.get("method", "?"), scope.get("path", "?")[:200], text, first_line(exc)
+            )
             if not started:
                 body = json.dumps({"error": text}).encode()
-                await send({"type": "http.response.start", "status": status,
-                            "headers": [(b"content-type", b"application/json"),
-                                        (b"content-length", str(len(body)).encode())]})
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": status,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()),
+                        ],
+                    }
+                )
                 await send({"type": "http.response.body", "body": body})
-            elif not finished:   # a stream (server-sent events) already going: end it with an error event
+            elif not finished:  # a stream (server-sent events) already going: end it with an error event
                 event = f"event: error\ndata: {json.dumps(text)}\n\n".encode()
                 await send({"type": "http.response.body", "body": event, "more_body": False})
 

@@ -8,6 +8,7 @@ Light actions (apply, reset, stop, drop_truth, webcam_stop, webcam_tick) touch o
 session, under its lock; every encoder call (text or image) takes one of the shared model slots.
 A `UserError` becomes a status line; the session is left as it was.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -38,8 +39,8 @@ from .state import CONTROLS, ModelSlots, Sessions, Settings, UISession, apply_se
 log = logging.getLogger(__name__)
 
 ASSETS_DIR = Path(__file__).resolve().parent.parent.parent / "assets"
-WEBCAM_END_S = 5.0               # without Stop, the webcam run has ended when no frame came for this long
-WEBCAM_LATE_S = 2.0              # frames still in flight this long after Stop are dropped (not a new run)
+WEBCAM_END_S = 5.0  # without Stop, the webcam run has ended when no frame came for this long
+WEBCAM_LATE_S = 2.0  # frames still in flight this long after Stop are dropped (not a new run)
 
 
 @dataclasses.dataclass
@@ -55,23 +56,33 @@ class Context:
     topk: int = 3
     max_frames: int | None = None
     max_pixels: int = MAX_PIXELS
-    update_interval: float = 0.15    # a run refreshes the frame, bars and plots at most this often (s)
-    demo_clip: tuple[str, str, str | None] | None = None   # (video, labels text, truth CSV)
-    webcam_end: float = WEBCAM_END_S   # a webcam run without a Stop ends this long after its last frame
+    update_interval: float = 0.15  # a run refreshes the frame, bars and plots at most this often (s)
+    demo_clip: tuple[str, str, str | None] | None = None  # (video, labels text, truth CSV)
+    webcam_end: float = WEBCAM_END_S  # a webcam run without a Stop ends this long after its last frame
 
     def new_stream(self, s: Settings) -> StreamSession:
-        return StreamSession(self.clip, list(s.labels), template=s.template, methods=s.methods, config=s.config,
-                             views=self.views, views_on=self.views_on, topk=self.topk)
+        return StreamSession(
+            self.clip,
+            list(s.labels),
+            template=s.template,
+            methods=s.methods,
+            config=s.config,
+            views=self.views,
+            views_on=self.views_on,
+            topk=self.topk,
+        )
 
     def settings(self, form: Mapping[str, Any]) -> Settings:
         return Settings.from_controls(form, self.base)
 
     def model_and(self, ui: UISession) -> Callable[[], ContextManager[None]]:
         """A model slot, then the session's lock (always in this order: no deadlock)."""
+
         @contextlib.contextmanager
         def both() -> Iterator[None]:
             with self.slots(), ui.lock:
                 yield
+
         return both
 
 
@@ -121,27 +132,37 @@ def stop(ui: UISession, autostart: bool = False) -> dict[str, Any]:
     if not ui.runs and not (autostart and not ui.autostarted):
         return message(ui, "Nothing to stop: no video is being processed.")
     ui.stop_at = time.monotonic()
-    return {"state": ui}   # a message here could land after the run's last page and hide it
+    return {"state": ui}  # a message here could land after the run's last page and hide it
 
 
 def drop_truth(ui: UISession) -> dict[str, Any]:
     """Forget the ground-truth file (its classes do not match the labels)."""
-    return message(ui, "Ground-truth file dropped: runs show no accuracy until you load one that matches the labels.",
-                   truth=None, drop_truth=shown(False))
+    return message(
+        ui,
+        "Ground-truth file dropped: runs show no accuracy until you load one that matches the labels.",
+        truth=None,
+        drop_truth=shown(False),
+    )
 
 
-def video_changed(ui: UISession, video: str | None, truth: str | None, max_pixels: int = MAX_PIXELS
-                  ) -> dict[str, Any]:
+def video_changed(ui: UISession, video: str | None, truth: str | None, max_pixels: int = MAX_PIXELS) -> dict[str, Any]:
     """A new video was uploaded: it is opened at once (a file no decoder reads is reported now, not
     at Process); a ground-truth file belongs to one video, so it is dropped, saying so."""
     if video:
         from .video import open_video
 
-        open_video(str(video), max_pixels).close()   # a one-line UserError naming the upload
+        open_video(str(video), max_pixels).close()  # a one-line UserError naming the upload
     if not truth:
-        return message(ui, f"Video '{Path(str(video)).name}' loaded: press **Process video**.") if video else {"state": ui}
-    return message(ui, f"New video: the ground-truth file '{Path(str(truth)).name}' belonged to the previous one "
-                   "and was dropped; add this video's CSV to see accuracy.", truth=None, drop_truth=shown(False))
+        return (
+            message(ui, f"Video '{Path(str(video)).name}' loaded: press **Process video**.") if video else {"state": ui}
+        )
+    return message(
+        ui,
+        f"New video: the ground-truth file '{Path(str(truth)).name}' belonged to the previous one "
+        "and was dropped; add this video's CSV to see accuracy.",
+        truth=None,
+        drop_truth=shown(False),
+    )
 
 
 def method_info(method: str) -> tuple[str, dict[str, tuple[str, bool]]]:
@@ -154,7 +175,7 @@ def method_info(method: str) -> tuple[str, dict[str, tuple[str, bool]]]:
         used = m.cache if needs_cache else m.mean_shift
         why = f"Unused: {m.title} keeps no cache" if needs_cache else f"Unused: {m.title} has no mean shift"
         notes[name] = (f"{'whole number, ' if whole else ''}{low:,g} to {high:,g}" if used else why, used)
-    return m.summary, notes
+    return m.summary + "".join(f" [{mark}]" for mark in m.marks), notes
 
 
 def read_frame(data: str | bytes | None, max_pixels: int) -> np.ndarray:
@@ -169,7 +190,7 @@ def _webcam_start(ctx: Context, ui: UISession, keep: bool, note: str | None) -> 
     """The first frame of a webcam run (under the session's lock): fresh stream, history, recording."""
     prefix = (note + " ") if note else fresh_or_kept(ui, keep)
     ui.restart_history("webcam")
-    ui.webcam_ended = None               # a page of the run before, never shown for this one
+    ui.webcam_ended = None  # a page of the run before, never shown for this one
     ui.truth_state = "webcam"
     ui.webcam_started = time.monotonic()
     ui.webcam_recording = ui.downloads.start("webcam", fps=5.0, **record_options(ui))
@@ -181,7 +202,7 @@ def process_frame(ctx: Context, ui: UISession, form: Mapping[str, Any]) -> dict[
     if ui.expired:
         return message(ui, warn(EXPIRED))
     if not form.get("image") or (ui.source == "webcam-done" and time.monotonic() - ui.webcam_stopped < WEBCAM_LATE_S):
-        return {"state": ui}   # nothing sent, or a frame still in flight after Stop
+        return {"state": ui}  # nothing sent, or a frame still in flight after Stop
     image = read_frame(form["image"], ctx.max_pixels)
     settings = ctx.settings(form)
     with ctx.model_and(ui)():
@@ -191,24 +212,33 @@ def process_frame(ctx: Context, ui: UISession, form: Mapping[str, Any]) -> dict[
         else:
             prefix = (note + " ") if note else ""
         frame = Frame(ui.webcam_frames, time.monotonic() - ui.webcam_started, image, "webcam")
-        step = step_once(frame, ui.stream, meter=ui.meter, processed=ui.webcam_frames + 1)   # the one frame step
-        record = ui.webcam_recording.record if ui.webcam_recording is not None else \
-            FrameRecord(picture=True, **record_options(ui))
-        shown_image = record.write(step)   # the one per-frame record: history, JSONL, MP4, picture
+        step = step_once(frame, ui.stream, meter=ui.meter, processed=ui.webcam_frames + 1)  # the one frame step
+        record = (
+            ui.webcam_recording.record
+            if ui.webcam_recording is not None
+            else FrameRecord(picture=True, **record_options(ui))
+        )
+        shown_image = record.write(step)  # the one per-frame record: history, JSONL, MP4, picture
         ui.webcam_frames += 1
         ui.webcam_last = time.monotonic()
         result, index = step.result, ui.webcam_frames
-        page = render(ui, f"{prefix}Webcam: frame {index} processed.", image=shown_image, result=result,
-                      fps=step.fps, views=ctx.views)
+        page = render(
+            ui,
+            f"{prefix}Webcam: frame {index} processed.",
+            image=shown_image,
+            result=result,
+            fps=step.fps,
+            views=ctx.views,
+        )
     if index == 1:
-        page["downloads"] = offered(None)   # the last run's files are gone: this run's come at its end
+        page["downloads"] = offered(None)  # the last run's files are gone: this run's come at its end
     return page | {"result": result.to_dict() | {"frame": index - 1}}
 
 
 def _webcam_end(ctx: Context, ui: UISession, how: str) -> dict[str, Any]:
     """The webcam run's summary and downloads (under the session's lock)."""
     text = plots.run_summary(ui.history, max(ui.webcam_last - ui.webcam_started, 1e-3), ui.stream.method.title)
-    ui.source = "webcam-done"   # reported once; the next frame (after WEBCAM_LATE_S) starts a new run
+    ui.source = "webcam-done"  # reported once; the next frame (after WEBCAM_LATE_S) starts a new run
     files = ui.downloads.finish(ui.webcam_recording) if ui.webcam_recording is not None else []
     ui.webcam_recording = None
     return render(ui, f"{how}: {text}", result=ui.history.last, views=ctx.views) | {"downloads": offered(files)}
@@ -219,7 +249,7 @@ def webcam_stop(ctx: Context, ui: UISession) -> dict[str, Any] | None:
     with ui.lock:
         ui.webcam_stopped = time.monotonic()
         if ui.source != "webcam" or not ui.webcam_frames or ui.stream is None:
-            page, ui.webcam_ended = ui.webcam_ended, None   # the server ended it first: its page now
+            page, ui.webcam_ended = ui.webcam_ended, None  # the server ended it first: its page now
             return page
         return _webcam_end(ctx, ui, "Webcam stopped")
 
@@ -250,7 +280,7 @@ def sweep(ctx: Context) -> int:
     idle webcam runs end. The number ended."""
     ended = 0
     for ui in ctx.sessions.live():
-        if ui.source == "webcam" and ui.lock.acquire(blocking=False):   # a session mid-frame is not idle
+        if ui.source == "webcam" and ui.lock.acquire(blocking=False):  # a session mid-frame is not idle
             try:
                 ended += end_idle_webcam(ctx, ui)
             except Exception:  # one session's failure must not stop the clock
@@ -287,8 +317,9 @@ def demo_clip(model: str | None = None) -> tuple[str, str, str | None] | None:
     demo = DIGITS_DEMO if model == DIGITS_DEMO.model else CLIP_DEMO
     video, labels, truth = (ASSETS_DIR / name for name in (demo.video, demo.labels, demo.truth))
     if not (video.is_file() and labels.is_file()):
-        log.warning("not offering the demo clip: %s or %s is missing (make it with: %s)", video.name, labels.name,
-                    demo.make)
+        log.warning(
+            "not offering the demo clip: %s or %s is missing (make it with: %s)", video.name, labels.name, demo.make
+        )
         return None
     try:
         names = read_labels(labels)

@@ -5,6 +5,7 @@ downloads under it; in the middle the agreement banner, the annotated frame and 
 right both top-k charts and the running agreement and accuracy. The other plots over time follow
 below the fold.
 """
+
 from __future__ import annotations
 
 import base64
@@ -182,13 +183,14 @@ class Components:
 
 # Gradio writes a .pyi stub beside any module that subclasses a component, so the two adaptations
 # below wrap a component instance's `preprocess` instead.
-MAX_INLINE_FRAME = 16 * 1024 * 1024   # bytes of one inline frame (a webcam JPEG is ~50 KB)
+MAX_INLINE_FRAME = 16 * 1024 * 1024  # bytes of one inline frame (a webcam JPEG is ~50 KB)
 
 
 def frame_input(image: gr.Image) -> gr.Image:
     """`image` hands the handler the frame undecoded: the uploaded file's path, or the bytes of an
     inline `data:` URL (how the browser's webcam sends frames). The handler reads the header first
     and refuses frames above the pixel limit (`frames.decode_image`)."""
+
     def preprocess(payload):  # Gradio's ImageData
         if payload is None:
             return None
@@ -256,66 +258,154 @@ def _header(title_md: str, random_weights: bool) -> None:
 def _video_tab(video: str | None, truth: str | None, every: int | None, realtime: bool, demo_clip: bool) -> dict:
     with gr.Tab("Video", id="video-tab", elem_id="mstta-video-tab"):
         with gr.Row():
-            c = dict(run=gr.Button("▶ Process video", variant="primary", elem_id="mstta-run", scale=2, min_width=150,
-                                   size="md"),
-                     stop=gr.Button("■ Stop", variant="stop", elem_id="mstta-stop", scale=1, min_width=70, size="md"))
-        c["demo_clip"] = (gr.Button("Use the demo clip (with labels and ground truth)", size="sm",
-                                    elem_id="mstta-demo-clip") if demo_clip else None)
+            c = dict(
+                run=gr.Button(
+                    "▶ Process video", variant="primary", elem_id="mstta-run", scale=2, min_width=150, size="md"
+                ),
+                stop=gr.Button("■ Stop", variant="stop", elem_id="mstta-stop", scale=1, min_width=70, size="md"),
+            )
+        c["demo_clip"] = (
+            gr.Button("Use the demo clip (with labels and ground truth)", size="sm", elem_id="mstta-demo-clip")
+            if demo_clip
+            else None
+        )
         c |= dict(
-            video=gr.File(value=video, label="Video file (mp4, avi, mov, mkv, webm, ...)", file_types=list(VIDEO_TYPES),
-                          height=128, elem_id="mstta-video", elem_classes=["mstta-file"]),
-            truth=quiet(gr.File(value=truth, label="Ground truth CSV (adds accuracy)",
-                                file_types=[".csv", ".txt"], height=128, elem_id="mstta-truth",
-                                elem_classes=["mstta-file"])),
+            video=gr.File(
+                value=video,
+                label="Video file (mp4, avi, mov, mkv, webm, ...)",
+                file_types=list(VIDEO_TYPES),
+                height=128,
+                elem_id="mstta-video",
+                elem_classes=["mstta-file"],
+            ),
+            truth=quiet(
+                gr.File(
+                    value=truth,
+                    label="Ground truth CSV (adds accuracy)",
+                    file_types=[".csv", ".txt"],
+                    height=128,
+                    elem_id="mstta-truth",
+                    elem_classes=["mstta-file"],
+                )
+            ),
             drop_truth=gr.Button("Drop the ground-truth file", size="sm", visible=False, elem_id="mstta-drop-truth"),
-            realtime=quiet(gr.Checkbox(realtime, label="Real time (off: as fast as possible)",
-                                       info="Plays at the video's own rate; frames the model cannot keep up with "
-                                            "are skipped and counted", elem_id="mstta-realtime")),
-            every=Number(value=every or 0, precision=0, label="Process every N-th frame",
-                         info="0 = about 5 frames per second of video", elem_id="mstta-every"))
+            realtime=quiet(
+                gr.Checkbox(
+                    realtime,
+                    label="Real time (off: as fast as possible)",
+                    info="Plays at the video's own rate; frames the model cannot keep up with are skipped and counted",
+                    elem_id="mstta-realtime",
+                )
+            ),
+            every=Number(
+                value=every or 0,
+                precision=0,
+                label="Process every N-th frame",
+                info="0 = about 5 frames per second of video",
+                elem_id="mstta-every",
+            ),
+        )
     return c
 
 
 def _webcam_tab() -> dict:
     with gr.Tab("Webcam", id="webcam-tab", elem_id="mstta-webcam-tab"):
-        webcam = frame_input(gr.Image(
-            sources=["webcam"], streaming=True, type="filepath", image_mode=None, label="Webcam",
-            height=240, elem_id="mstta-webcam", webcam_options=gr.WebcamOptions(mirror=False)))
-        gr.HTML('<div id="mstta-camera-message" role="alert" style="display:none;padding:10px 12px;'
-                'border-radius:8px;background:#fee2e2;color:#991b1b;font-weight:600"></div>',
-                elem_id="mstta-camera-error")
-        gr.Markdown("Click the camera, allow access, then press **Record**: frames stream to the model while it "
-                    "records; **Stop** ends the run with its summary and downloads. If the browser blocked the "
-                    "camera, allow it from the address bar and reload the page.")
+        webcam = frame_input(
+            gr.Image(
+                sources=["webcam"],
+                streaming=True,
+                type="filepath",
+                image_mode=None,
+                label="Webcam",
+                height=240,
+                elem_id="mstta-webcam",
+                webcam_options=gr.WebcamOptions(mirror=False),
+            )
+        )
+        gr.HTML(
+            '<div id="mstta-camera-message" role="alert" style="display:none;padding:10px 12px;'
+            'border-radius:8px;background:#fee2e2;color:#991b1b;font-weight:600"></div>',
+            elem_id="mstta-camera-error",
+        )
+        gr.Markdown(
+            "Click the camera, allow access, then press **Record**: frames stream to the model while it "
+            "records; **Stop** ends the run with its summary and downloads. If the browser blocked the "
+            "camera, allow it from the address bar and reload the page."
+        )
         stop = gr.Button("webcam stopped", elem_id="mstta-webcam-stop", elem_classes=["mstta-hidden"])
     return dict(webcam=webcam, webcam_stop=stop)
 
 
-def _settings_tab(labels: Sequence[str] | None, template: str | None, method: str, race: Sequence[str],
-                  base: EngineConfig) -> dict:
+def _settings_tab(
+    labels: Sequence[str] | None, template: str | None, method: str, race: Sequence[str], base: EngineConfig
+) -> dict:
     summary, notes = method_info(method)
-    values = dict(k=base.k, alpha=base.alpha, lam=base.lam, capacity=base.capacity,
-                  bank=min(base.bank_size or SESSION_BANK_LIMIT, SESSION_BANK_LIMIT))
+    values = dict(
+        k=base.k,
+        alpha=base.alpha,
+        lam=base.lam,
+        capacity=base.capacity,
+        bank=min(base.bank_size or SESSION_BANK_LIMIT, SESSION_BANK_LIMIT),
+    )
     with gr.Tab("Settings", id="settings-tab", elem_id="mstta-settings-tab"):
         c = dict(
-            keep=quiet(gr.Checkbox(False, label="Keep adapting across videos", elem_id="mstta-keep",
-                                   info="Off: each new video or source starts a fresh stream (empty cache and bank)")),
-            labels=quiet(gr.Textbox(value="\n".join(labels or []), lines=4, max_lines=12, elem_id="mstta-labels",
-                                    label="Labels (one class per line)", placeholder="cat\ndog\nbird")),
-            template=quiet(gr.Textbox(value=template or "", label="Prompt template (empty: built-in ensemble)",
-                                      placeholder="a photo of a {}.", elem_id="mstta-template")),
+            keep=quiet(
+                gr.Checkbox(
+                    False,
+                    label="Keep adapting across videos",
+                    elem_id="mstta-keep",
+                    info="Off: each new video or source starts a fresh stream (empty cache and bank)",
+                )
+            ),
+            labels=quiet(
+                gr.Textbox(
+                    value="\n".join(labels or []),
+                    lines=4,
+                    max_lines=12,
+                    elem_id="mstta-labels",
+                    label="Labels (one class per line)",
+                    placeholder="cat\ndog\nbird",
+                )
+            ),
+            template=quiet(
+                gr.Textbox(
+                    value=template or "",
+                    label="Prompt template (empty: built-in ensemble)",
+                    placeholder="a photo of a {}.",
+                    elem_id="mstta-template",
+                )
+            ),
             method=Dropdown(method_choices(), value=method, label="Method", info=summary, elem_id="mstta-method"),
-            race=Dropdown(method_choices(), value=list(race), multiselect=True, max_choices=MAX_METHODS - 1, label=RACE_LABEL,
-                          info="Each one adapts on the same features of the same frames (one encoder pass); "
-                               "the leaderboard and the accuracy plot show them all", elem_id="mstta-race"))
+            race=Dropdown(
+                method_choices(),
+                value=list(race),
+                multiselect=True,
+                max_choices=MAX_METHODS - 1,
+                label=RACE_LABEL,
+                info="Each one adapts on the same features of the same frames (one encoder pass); "
+                "the leaderboard and the accuracy plot show them all",
+                elem_id="mstta-race",
+            ),
+        )
         with gr.Row():
             for name in ("k", "alpha", "lam", "capacity"):
                 note, used = notes[name]
-                c[name] = Number(value=values[name], label=CONTROLS[name][0], info=note, interactive=used,
-                                 elem_id=f"mstta-{name}", min_width=120)
+                c[name] = Number(
+                    value=values[name],
+                    label=CONTROLS[name][0],
+                    info=note,
+                    interactive=used,
+                    elem_id=f"mstta-{name}",
+                    min_width=120,
+                )
         note, used = notes["bank"]
-        c["bank"] = Number(value=values["bank"], label=f"Bank size (features; at most {SESSION_BANK_LIMIT:,} per "
-                           "session)", info=note, interactive=used, elem_id="mstta-bank")
+        c["bank"] = Number(
+            value=values["bank"],
+            label=f"Bank size (features; at most {SESSION_BANK_LIMIT:,} per session)",
+            info=note,
+            interactive=used,
+            elem_id="mstta-bank",
+        )
         with gr.Row():
             c["apply"] = gr.Button("Apply labels and settings", elem_id="mstta-apply")
             c["reset"] = gr.Button("↺ Reset adaptation", elem_id="mstta-reset")
@@ -325,10 +415,19 @@ def _settings_tab(labels: Sequence[str] | None, template: str | None, method: st
 def _results(first: dict[str, Any]) -> dict:
     """The middle (banner, frame, numbers) and right (top-k, agreement, accuracy) columns."""
     with gr.Column(scale=5, min_width=480, elem_id="mstta-middle"):
-        c = dict(verdict=gr.HTML(first["verdict"], elem_id="mstta-verdict"),
-                 frame=gr.Image(label="Current frame, both predictions drawn", show_label=False, type="numpy",
-                                format="jpeg", interactive=False, height=500, elem_id="mstta-frame"),
-                 stats=gr.Markdown("", elem_id="mstta-stats"))
+        c = dict(
+            verdict=gr.HTML(first["verdict"], elem_id="mstta-verdict"),
+            frame=gr.Image(
+                label="Current frame, both predictions drawn",
+                show_label=False,
+                type="numpy",
+                format="jpeg",
+                interactive=False,
+                height=500,
+                elem_id="mstta-frame",
+            ),
+            stats=gr.Markdown("", elem_id="mstta-stats"),
+        )
     with gr.Column(scale=4, min_width=340, elem_id="mstta-right"):
         for name in ("leaderboard", "gain", "accuracy", "clip_topk", "tta_topk"):
             c[name] = gr.HTML(first[name], elem_id=f"mstta-{name.replace('_', '-')}", padding=False)
@@ -354,10 +453,24 @@ def _below(first: dict[str, Any]) -> dict:
     return c
 
 
-def build_layout(*, title_md: str, random_weights: bool, labels: Sequence[str] | None, video: str | None,
-                 truth: str | None, template: str | None, method: str, race: Sequence[str], base: EngineConfig,
-                 every: int | None,
-                 realtime: bool, hello: str, demo_clip: bool, session_ttl: float, on_state_deleted) -> Components:
+def build_layout(
+    *,
+    title_md: str,
+    random_weights: bool,
+    labels: Sequence[str] | None,
+    video: str | None,
+    truth: str | None,
+    template: str | None,
+    method: str,
+    race: Sequence[str],
+    base: EngineConfig,
+    every: int | None,
+    realtime: bool,
+    hello: str,
+    demo_clip: bool,
+    session_ttl: float,
+    on_state_deleted,
+) -> Components:
     """Create and place every component (inside an open `gr.Blocks`)."""
     c: dict[str, Any] = {"state": gr.State(UISession, time_to_live=session_ttl, delete_callback=on_state_deleted)}
     first = empty_page(status=hello)
@@ -365,14 +478,19 @@ def build_layout(*, title_md: str, random_weights: bool, labels: Sequence[str] |
     c["status"] = gr.Markdown(hello, elem_id="mstta-status", container=True)
     with gr.Row(equal_height=False):
         with gr.Column(scale=0, min_width=290, elem_id="mstta-side"):
-            with gr.Tabs(overflow_behavior="wrap"):   # all three tabs always shown (never behind a "..." menu)
+            with gr.Tabs(overflow_behavior="wrap"):  # all three tabs always shown (never behind a "..." menu)
                 c |= _video_tab(video, truth, every, realtime, demo_clip)
                 c |= _webcam_tab()
                 c |= _settings_tab(labels, template, method, race, base)
             # under the tabs: a run's files never push the Video tab's controls down
-            c["downloads"] = gr.File(label="Downloads: the last run's annotated video and log",
-                                     file_count="multiple", interactive=False, height=110, visible=False,
-                                     elem_id="mstta-downloads")
+            c["downloads"] = gr.File(
+                label="Downloads: the last run's annotated video and log",
+                file_count="multiple",
+                interactive=False,
+                height=110,
+                visible=False,
+                elem_id="mstta-downloads",
+            )
         c |= _results(first)
     c |= _below(first)
     return Components(**c)

@@ -4,6 +4,7 @@ values; a name left out keeps what the browser shows), drawn from one session's 
     page = render(ui, "Ready.", clear_frame=True)     # status, verdict, charts, stats, plots...
     page = message(ui, warn("Bank size: ..."))        # only the status line changes
 """
+
 from __future__ import annotations
 
 import csv
@@ -21,11 +22,32 @@ from . import plots
 from .state import UISession
 
 # Every output a handler may set, in the order of the components (gradio_client users get them so).
-OUTPUTS = ("status", "verdict", "frame", "clip_topk", "tta_topk", "stats", "confidence", "agreement", "switches",
-           "cache", "accuracy", "leaderboard", "gain", "per_class", "disagreements", "result", "downloads",
-           "drop_truth", "truth", "state")
-EXPIRED = ("Session expired: the server keeps a bounded number of sessions and dropped this idle one. "
-           "Press **Reset** to start again.")
+OUTPUTS = (
+    "status",
+    "verdict",
+    "frame",
+    "clip_topk",
+    "tta_topk",
+    "stats",
+    "confidence",
+    "agreement",
+    "switches",
+    "cache",
+    "accuracy",
+    "leaderboard",
+    "gain",
+    "per_class",
+    "disagreements",
+    "result",
+    "downloads",
+    "drop_truth",
+    "truth",
+    "state",
+)
+EXPIRED = (
+    "Session expired: the server keeps a bounded number of sessions and dropped this idle one. "
+    "Press **Reset** to start again."
+)
 
 
 def shown(visible: bool) -> Any:
@@ -53,15 +75,29 @@ def record_options(ui: UISession) -> dict[str, Any]:
     s = ui.stream
 
     def count(step) -> None:
-        ui.history.update(step.result, step.truth_label,
-                          plots.thumbnail(step.frame.image) if step.result.disagree else None)
+        ui.history.update(
+            step.result, step.truth_label, plots.thumbnail(step.frame.image) if step.result.disagree else None
+        )
 
-    return dict(counts=count, mark=RANDOM_WEIGHTS_MARK if s is not None and random_weights(s.clip) else None,
-                bank_limit=s.config.bank_size if s is not None else None)
+    return dict(
+        counts=count,
+        mark=RANDOM_WEIGHTS_MARK if s is not None and random_weights(s.clip) else None,
+        bank_limit=s.config.bank_size if s is not None else None,
+    )
 
 
-def render(ui: UISession, status: str, *, image: np.ndarray | None = None, result=None, fps: float | None = None,
-           plots_too: bool = True, clear_frame: bool = False, views: int = 1, skipped: int = 0) -> dict[str, Any]:
+def render(
+    ui: UISession,
+    status: str,
+    *,
+    image: np.ndarray | None = None,
+    result=None,
+    fps: float | None = None,
+    plots_too: bool = True,
+    clear_frame: bool = False,
+    views: int = 1,
+    skipped: int = 0,
+) -> dict[str, Any]:
     """The page for the session's current state; `image` (already annotated) with `result` redraws the frame."""
     s, h = ui.stream, ui.history
     title = s.method.title if s is not None else "adapted"
@@ -69,10 +105,12 @@ def render(ui: UISession, status: str, *, image: np.ndarray | None = None, resul
     page: dict[str, Any] = {
         "status": status,
         "verdict": plots.verdict_html(result),
-        "clip_topk": plots.topk_chart("mstta-clip-topk", result.clip_topk if result else [], plots.CLIP_COLOR,
-                                      f"CLIP zero-shot: top-{topk}"),
-        "tta_topk": plots.topk_chart("mstta-tta-topk", result.tta_topk if result else [], plots.ADAPTED_COLOR,
-                                     f"{title}: top-{topk}"),
+        "clip_topk": plots.topk_chart(
+            "mstta-clip-topk", result.clip_topk if result else [], plots.CLIP_COLOR, f"CLIP zero-shot: top-{topk}"
+        ),
+        "tta_topk": plots.topk_chart(
+            "mstta-tta-topk", result.tta_topk if result else [], plots.ADAPTED_COLOR, f"{title}: top-{topk}"
+        ),
         "stats": plots.stats_markdown(h, s, fps, views, skipped),
         "result": result.to_dict() if result is not None else None,
         "state": ui,
@@ -87,10 +125,12 @@ def render(ui: UISession, status: str, *, image: np.ndarray | None = None, resul
             "confidence": plots.confidence_chart(h, title),
             "agreement": plots.agreement_chart(h, title),
             "switches": plots.switches_chart(h, title),
-            "cache": plots.cache_chart(s.labels if s else [], fill, s.config.capacity if s else None,
-                                       plots.cache_title(s)),
-            "accuracy": plots.accuracy_chart(h, title, ui.truth_state,
-                                             [m.title for m in s.methods] if s is not None else None),
+            "cache": plots.cache_chart(
+                s.labels if s else [], fill, s.config.capacity if s else None, plots.cache_title(s)
+            ),
+            "accuracy": plots.accuracy_chart(
+                h, title, ui.truth_state, [m.title for m in s.methods] if s is not None else None
+            ),
             "leaderboard": plots.leaderboard_html(h, s),
             "gain": plots.gain_chart(h, title),
             "per_class": plots.per_class_chart(h, title),
@@ -120,7 +160,7 @@ def upload_message(exc: BaseException, path: str | None = None) -> str:
     return text.replace("; pass a video file, an image folder or a stream URL", "; upload a video file")
 
 
-MAX_TRUTH_FIELD = 4096   # characters of one truth CSV field (a class name; the csv module's limit is 131,072)
+MAX_TRUTH_FIELD = 4096  # characters of one truth CSV field (a class name; the csv module's limit is 131,072)
 
 
 def truth_classes(path: str) -> list[str]:
@@ -133,15 +173,19 @@ def truth_classes(path: str) -> list[str]:
     try:
         for row in csv.reader(io.StringIO(text)):
             if any(len(field) > MAX_TRUTH_FIELD for field in row):
-                raise UserError(f"Ground truth: '{Path(path).name}' has a field over {MAX_TRUTH_FIELD:,} "
-                                "characters; a truth CSV holds start_frame,end_frame,label lines")
+                raise UserError(
+                    f"Ground truth: '{Path(path).name}' has a field over {MAX_TRUTH_FIELD:,} "
+                    "characters; a truth CSV holds start_frame,end_frame,label lines"
+                )
             if len(row) == 3 and not row[0].strip().startswith("#") and row[2].strip().lower() != "label":
                 name = " ".join(row[2].split())
                 if name and name not in names:
                     names.append(name)
     except csv.Error as exc:
-        raise UserError(f"Ground truth: '{Path(path).name}' is not a valid CSV ({one_line(exc)[:120]}); "
-                        "a truth CSV holds start_frame,end_frame,label lines") from None
+        raise UserError(
+            f"Ground truth: '{Path(path).name}' is not a valid CSV ({one_line(exc)[:120]}); "
+            "a truth CSV holds start_frame,end_frame,label lines"
+        ) from None
     return names
 
 
@@ -154,13 +198,16 @@ def check_truth(truth_file: str | None, labels: Sequence[str]) -> tuple[Truth | 
     missing = [n for n in truth_classes(str(truth_file)) if n.casefold() not in known]
     if missing:
         listed = ", ".join(f"'{n}'" for n in missing[:8]) + (" …" if len(missing) > 8 else "")
-        return None, (f"The ground-truth file names {len(missing)} "
-                      f"{'class' if len(missing) == 1 else 'classes'} missing from the labels: {listed}. "
-                      "Add them to the labels, or press **Drop the ground-truth file**.")
+        return None, (
+            f"The ground-truth file names {len(missing)} "
+            f"{'class' if len(missing) == 1 else 'classes'} missing from the labels: {listed}. "
+            "Add them to the labels, or press **Drop the ground-truth file**."
+        )
     try:
         return read_truth(truth_file, labels), None
     except UserError as exc:
         raise UserError("Ground truth: " + upload_message(exc, str(truth_file))) from None
-    except (csv.Error, ValueError, OverflowError) as exc:   # the reader's own limits, as one line
-        raise UserError(f"Ground truth: '{Path(str(truth_file)).name}' could not be read "
-                        f"({one_line(exc)[:120]})") from None
+    except (csv.Error, ValueError, OverflowError) as exc:  # the reader's own limits, as one line
+        raise UserError(
+            f"Ground truth: '{Path(str(truth_file)).name}' could not be read ({one_line(exc)[:120]})"
+        ) from None

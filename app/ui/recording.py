@@ -11,6 +11,7 @@ The sinks write hidden temp files and rename them into place when closed, so a d
 a whole file: a stopped run is finished like a completed one. The server's root folder is removed
 at exit.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -56,8 +57,8 @@ def safe_stem(name: str) -> str:
     return stem or "run"
 
 
-KEEP_FINISHED = 2   # finished runs whose files a session keeps: the one offered, and one before it (its
-                    # caller may still be fetching them when a newer run ends first)
+KEEP_FINISHED = 2  # finished runs whose files a session keeps: the one offered, and one before it (its
+# caller may still be fetching them when a newer run ends first)
 
 
 class Recording:
@@ -69,7 +70,7 @@ class Recording:
         self.log = JsonlSink(folder / f"{stem}-predictions.jsonl")
         self.record = FrameRecord(log=self.log, video=self.video, picture=True, **record)
         self.closed = False
-        self.number = 0     # the session's run number (order asked for)
+        self.number = 0  # the session's run number (order asked for)
 
     @property
     def rows(self) -> int:
@@ -111,7 +112,7 @@ class Downloads:
         self.folder: Path | None = None
         self.running: list[Recording] = []
         self.last: Recording | None = None
-        self.finished: list[Recording] = []   # the newest finished runs (the last one is offered)
+        self.finished: list[Recording] = []  # the newest finished runs (the last one is offered)
         self.files: list[str] = []
         self._runs = 0
         self._lock = threading.Lock()
@@ -142,7 +143,7 @@ class Downloads:
             rec = rec if rec is not None else self.current
             if rec is None:
                 return self.files
-            if rec.closed and rec not in self.running:   # finished before: the same files, once
+            if rec.closed and rec not in self.running:  # finished before: the same files, once
                 return rec.finish() if rec in self.finished else []
             if rec in self.running:
                 self.running.remove(rec)
@@ -154,10 +155,10 @@ class Downloads:
                 files = []
             if files:
                 self.finished = sorted([*self.finished, rec], key=lambda r: r.number)
-                for old in self.finished[:-KEEP_FINISHED]:   # an older run's files go once newer ones exist
+                for old in self.finished[:-KEEP_FINISHED]:  # an older run's files go once newer ones exist
                     old.delete()
                 self.finished = self.finished[-KEEP_FINISHED:]
-                self.last = self.finished[-1]   # the newest run asked for, not the one that ended last
+                self.last = self.finished[-1]  # the newest run asked for, not the one that ended last
                 self.files = self.last.finish()
             return files
 

@@ -10,6 +10,7 @@ once, the model slots every encoder call shares, and the controls validated into
 Light actions (Apply, Reset, Stop, label edits) touch only their own `UISession`, under its lock;
 only the model calls inside take a slot.
 """
+
 from __future__ import annotations
 
 import collections
@@ -32,13 +33,13 @@ from .recording import Downloads
 
 log = logging.getLogger(__name__)
 
-SESSION_BANK_LIMIT = 16384       # the UI's bound on a session's bank: [rows, d] floats (32 MB at d = 512)
-DEFAULT_CONCURRENCY = 2          # model calls running at once, all users together (one GPU)
-DEFAULT_MAX_SESSIONS = 16        # live sessions with an engine; beyond, the oldest idle one is dropped
-SESSION_TTL_S = 900              # a session's state is freed this long after its last event (or at page close)
-MAX_CLASSES = 1000               # classes in the labels box (ImageNet fits)
-HISTORY_POINTS = 600             # plotted frames kept per stream (the counters cover every frame)
-DISAGREEMENTS_KEPT = 8           # the newest disagreement frames kept per stream, for the strip
+SESSION_BANK_LIMIT = 16384  # the UI's bound on a session's bank: [rows, d] floats (32 MB at d = 512)
+DEFAULT_CONCURRENCY = 2  # model calls running at once, all users together (one GPU)
+DEFAULT_MAX_SESSIONS = 16  # live sessions with an engine; beyond, the oldest idle one is dropped
+SESSION_TTL_S = 900  # a session's state is freed this long after its last event (or at page close)
+MAX_CLASSES = 1000  # classes in the labels box (ImageNet fits)
+HISTORY_POINTS = 600  # plotted frames kept per stream (the counters cover every frame)
+DISAGREEMENTS_KEPT = 8  # the newest disagreement frames kept per stream, for the strip
 # The numeric controls: name -> (label, whole number, low, high). The page says each range.
 CONTROLS = {
     "k": ("k (mean-shift neighbours)", True, 1, 16),
@@ -47,7 +48,7 @@ CONTROLS = {
     "capacity": ("Q (cache size per class)", True, 1, 16),
     "bank": ("Bank size (features)", True, 1, SESSION_BANK_LIMIT),
 }
-FORM = ("labels", "template", "method", *CONTROLS, "race")   # the settings form, by name
+FORM = ("labels", "template", "method", *CONTROLS, "race")  # the settings form, by name
 
 
 class ModelSlots:
@@ -86,24 +87,24 @@ class Point:
     x: int
     clip_conf: float
     tta_conf: float
-    agreement: float               # running %, all frames so far
-    switches_clip: int             # running counts
+    agreement: float  # running %, all frames so far
+    switches_clip: int  # running counts
     switches_tta: int
-    accuracy_clip: float | None    # running %, labelled frames so far; None before the first
+    accuracy_clip: float | None  # running %, labelled frames so far; None before the first
     accuracy_tta: float | None
-    accuracy_methods: tuple[float | None, ...] = ()   # every raced method's running %, in race order
-    gain: float | None = None      # accuracy_tta - accuracy_clip, in points
+    accuracy_methods: tuple[float | None, ...] = ()  # every raced method's running %, in race order
+    gain: float | None = None  # accuracy_tta - accuracy_clip, in points
 
 
 @dataclasses.dataclass(frozen=True)
 class Disagreement:
     """A frame where CLIP and the (first) adapted method disagree, as the strip shows it."""
 
-    x: int                         # its number among processed frames
+    x: int  # its number among processed frames
     clip: str
     tta: str
     truth: str | None
-    thumbnail: Any = None          # a small RGB uint8 picture of the frame (None: not kept)
+    thumbnail: Any = None  # a small RGB uint8 picture of the frame (None: not kept)
 
 
 class History:
@@ -120,7 +121,7 @@ class History:
         self.tally = Tally()
         self.last: FrameResult | None = None
         self.disagreements: collections.deque[Disagreement] = collections.deque(maxlen=DISAGREEMENTS_KEPT)
-        self.per_class: dict[str, list[int]] = {}   # true class -> [labelled, CLIP right, first method right]
+        self.per_class: dict[str, list[int]] = {}  # true class -> [labelled, CLIP right, first method right]
 
     def update(self, result: FrameResult, truth: str | None = None, thumbnail: Any = None) -> None:
         """Add one processed frame (its result, its true class name when a truth file has one, and a
@@ -128,20 +129,31 @@ class History:
         t = self.tally
         t.add(result, truth)
         clip_acc, tta_acc = t.accuracy("clip"), t.accuracy("tta")
-        raced = tuple(100.0 * t.racers[m.method].correct / t.labelled if t.labelled else None
-                      for m in result.methods)
-        self.points.append(Point(t.processed, float(result.clip_topk[0].prob), float(result.tta_topk[0].prob),
-                                 self.agreement, t.switches["clip"], t.switches["tta"], clip_acc, tta_acc, raced,
-                                 tta_acc - clip_acc if t.labelled else None))
+        raced = tuple(100.0 * t.racers[m.method].correct / t.labelled if t.labelled else None for m in result.methods)
+        self.points.append(
+            Point(
+                t.processed,
+                float(result.clip_topk[0].prob),
+                float(result.tta_topk[0].prob),
+                self.agreement,
+                t.switches["clip"],
+                t.switches["tta"],
+                clip_acc,
+                tta_acc,
+                raced,
+                tta_acc - clip_acc if t.labelled else None,
+            )
+        )
         self.last = result
         if truth is not None:
             counts = self.per_class.setdefault(truth, [0, 0, 0])
             counts[0] += 1
             counts[1] += result.clip_label == truth
             counts[2] += result.tta_label == truth
-        if result.disagree:   # newest first
-            self.disagreements.appendleft(Disagreement(t.processed, result.clip_label, result.tta_label, truth,
-                                                       thumbnail))
+        if result.disagree:  # newest first
+            self.disagreements.appendleft(
+                Disagreement(t.processed, result.clip_label, result.tta_label, truth, thumbnail)
+            )
 
     @property
     def processed(self) -> int:
@@ -169,26 +181,26 @@ class UISession:
         self.history = History()
         self.lock = threading.RLock()
         self.meter = FpsMeter()
-        self.source: str | None = None       # what the history shows: "video:<name>" or "webcam"
+        self.source: str | None = None  # what the history shows: "video:<name>" or "webcam"
         self.webcam_frames = 0
-        self.webcam_started = 0.0            # monotonic time of the webcam run's first frame
-        self.webcam_last = 0.0               # ... and of its latest one (the run ends when they stop coming)
-        self.webcam_recording = None         # the webcam run's downloads being written
-        self.last_plots = 0.0                # when the webcam last redrew the plots over time
-        self.runs = 0                        # videos being processed (or asked for) now (normally 0 or 1)
-        self.run_id = 0                      # the newest video run asked for (an older one gives way to it)
-        self.created = time.monotonic()      # the page's load (an auto-started run counts from here)
-        self.autostarted = False             # the page's auto-started run has begun
-        self.stop_at = 0.0                   # when Stop was last pressed (monotonic clock)
-        self.webcam_stopped = 0.0            # when the webcam's Stop was pressed (frames in flight are dropped)
-        self.expired = False                 # dropped by the session cap: the user must press Reset
-        self.closed = False                  # the page closed or the state's time to live ran out
+        self.webcam_started = 0.0  # monotonic time of the webcam run's first frame
+        self.webcam_last = 0.0  # ... and of its latest one (the run ends when they stop coming)
+        self.webcam_recording = None  # the webcam run's downloads being written
+        self.last_plots = 0.0  # when the webcam last redrew the plots over time
+        self.runs = 0  # videos being processed (or asked for) now (normally 0 or 1)
+        self.run_id = 0  # the newest video run asked for (an older one gives way to it)
+        self.created = time.monotonic()  # the page's load (an auto-started run counts from here)
+        self.autostarted = False  # the page's auto-started run has begun
+        self.stop_at = 0.0  # when Stop was last pressed (monotonic clock)
+        self.webcam_stopped = 0.0  # when the webcam's Stop was pressed (frames in flight are dropped)
+        self.expired = False  # dropped by the session cap: the user must press Reset
+        self.closed = False  # the page closed or the state's time to live ran out
         self.session_hash: str | None = None
-        self.truth_state = "none"            # the ground truth of the run shown: "none", "loaded" or "off"
-        self.downloads = Downloads()         # the last run's annotated MP4 and JSONL log
-        self.active = 0                      # events of this session being handled now
+        self.truth_state = "none"  # the ground truth of the run shown: "none", "loaded" or "off"
+        self.downloads = Downloads()  # the last run's annotated MP4 and JSONL log
+        self.active = 0  # events of this session being handled now
         self._active_lock = threading.Lock()
-        self.webcam_ended: dict | None = None   # a webcam run the server ended (its page, for the page's timer)
+        self.webcam_ended: dict | None = None  # a webcam run the server ended (its page, for the page's timer)
 
     def __deepcopy__(self, memo: dict) -> "UISession":
         return UISession()
@@ -222,7 +234,7 @@ class UISession:
         with self.lock:
             self.stream = None
             self.history.clear()
-            self.webcam_recording = None     # closed and deleted with the session's folder below
+            self.webcam_recording = None  # closed and deleted with the session's folder below
             self.webcam_ended = None
             self.source = None
             self.downloads.close()
@@ -245,7 +257,7 @@ class Sessions:
     def touch(self, ui: UISession, key: str) -> None:
         """`ui` (session `key`) is in use now: (re)register it, drop the oldest idle ones beyond the limit."""
         ui.closed = False
-        if ui.expired:   # dropped: not live again until its user presses Reset
+        if ui.expired:  # dropped: not live again until its user presses Reset
             return
         with self._lock:
             self._live[key] = ui
@@ -282,7 +294,7 @@ class Settings:
     template: str | None
     method: str
     config: EngineConfig
-    methods: tuple[str, ...] = ()   # every raced method, `method` first
+    methods: tuple[str, ...] = ()  # every raced method, `method` first
 
     def __post_init__(self) -> None:
         if not self.methods:
@@ -305,7 +317,7 @@ class Settings:
         k, alpha, lam, capacity, bank = (number_control(form.get(name), name) for name in CONTROLS)
         try:
             config = dataclasses.replace(base, k=k, alpha=alpha, lam=lam, capacity=capacity, bank_size=bank)
-        except (TypeError, ValueError) as exc:   # the config's own bounds
+        except (TypeError, ValueError) as exc:  # the config's own bounds
             raise UserError(str(exc)) from None
         return cls(tuple(labels), template, method, config, methods)
 
@@ -364,13 +376,16 @@ def number_control(value: Any, name: str) -> int | float:
     label, whole, low, high = CONTROLS[name]
     number = int_control(value, label) if whole else _number(value, label)
     if not low <= number <= high:
-        raise UserError(f"{label}: {number:g} is out of range; enter {'a whole number' if whole else 'a number'} "
-                        f"from {low:,g} to {high:,g}")
+        raise UserError(
+            f"{label}: {number:g} is out of range; enter {'a whole number' if whole else 'a number'} "
+            f"from {low:,g} to {high:,g}"
+        )
     return number
 
 
-def apply_settings(ui: UISession, settings: Settings, new_stream: Callable[[Settings], StreamSession],
-                   restart: bool = False) -> str | None:
+def apply_settings(
+    ui: UISession, settings: Settings, new_stream: Callable[[Settings], StreamSession], restart: bool = False
+) -> str | None:
     """Bring the session in line with `settings`; returns a note when the engine restarted.
 
     `restart` (the Apply button) restarts the engine even when nothing changed. The new classifier

@@ -8,6 +8,7 @@ possible" processes every sampled frame at once. Every processed frame goes into
 downloads (annotated MP4 + JSONL); the page is refreshed at most every `ctx.update_interval` s
 (frame, bars and plots together), and the last page is always sent.
 """
+
 from __future__ import annotations
 
 import html
@@ -31,7 +32,7 @@ from .state import UISession, apply_settings, int_control
 log = logging.getLogger(__name__)
 
 VIDEO_TYPES = (".mp4", ".m4v", ".mov", ".avi", ".mkv", ".webm", ".mpg", ".mpeg", ".wmv", ".flv", ".ogv")
-UPLOAD_KEEP_MIN = 15             # uploads and shown frames are deleted after this many minutes
+UPLOAD_KEEP_MIN = 15  # uploads and shown frames are deleted after this many minutes
 
 
 def open_video(path: str, max_pixels: int = MAX_PIXELS):
@@ -40,8 +41,9 @@ def open_video(path: str, max_pixels: int = MAX_PIXELS):
 
     kind, _ = classify_source(path)
     if kind != "file":
-        raise UserError(f"--video {path}: the browser UI plays video files; use --headless for folders, "
-                        "streams and cameras")
+        raise UserError(
+            f"--video {path}: the browser UI plays video files; use --headless for folders, streams and cameras"
+        )
     try:
         return open_source(path, max_pixels=max_pixels)
     except UserError as exc:
@@ -52,13 +54,18 @@ def _checked(ctx: Context, form: Mapping[str, Any]) -> tuple[str, Any, int, Trut
     """The run's inputs checked before anything changes: video path, settings, stride, truth."""
     video = form.get("video")
     if not video:
-        raise UserError("No video yet: upload one" + (" or use the demo clip" if ctx.demo_clip else "")
-                        + ", then press Process video.")
+        raise UserError(
+            "No video yet: upload one"
+            + (" or use the demo clip" if ctx.demo_clip else "")
+            + ", then press Process video."
+        )
     if not Path(str(video)).exists():
-        raise UserError(f"'{Path(str(video)).name}' is no longer on the server (uploads are kept "
-                        f"{UPLOAD_KEEP_MIN} minutes); upload it again.")
+        raise UserError(
+            f"'{Path(str(video)).name}' is no longer on the server (uploads are kept "
+            f"{UPLOAD_KEEP_MIN} minutes); upload it again."
+        )
     settings = ctx.settings(form)
-    if form.get("every") in (None, ""):   # an emptied box is an error, never taken as 0
+    if form.get("every") in (None, ""):  # an emptied box is an error, never taken as 0
         raise UserError("Every N-th frame: the box is empty; enter a whole number (0 = about 5 frames per second)")
     step = int_control(form.get("every"), "Every N-th frame")
     if step < 0:
@@ -67,8 +74,9 @@ def _checked(ctx: Context, form: Mapping[str, Any]) -> tuple[str, Any, int, Trut
     return str(video), settings, step, truth, problem
 
 
-def process_video(ctx: Context, ui: UISession, form: Mapping[str, Any], autostart: bool = False
-                  ) -> Iterator[dict[str, Any]]:
+def process_video(
+    ctx: Context, ui: UISession, form: Mapping[str, Any], autostart: bool = False
+) -> Iterator[dict[str, Any]]:
     """Process a video file, streaming pages as frames are done.
 
     The run counts as going from the moment it is asked for (an auto-started one: from the page's
@@ -91,7 +99,7 @@ def process_video(ctx: Context, ui: UISession, form: Mapping[str, Any], autostar
         with open_video(video, ctx.max_pixels) as source:
             every = step or default_every(source.fps)
             with ctx.model_and(ui)():
-                if ui.run_id != run_id:   # a newer run was asked for meanwhile: it replaces this one
+                if ui.run_id != run_id:  # a newer run was asked for meanwhile: it replaces this one
                     yield message(ui, "Replaced by a newer run.")
                     return
                 note = apply_settings(ui, settings, ctx.new_stream)
@@ -102,8 +110,19 @@ def process_video(ctx: Context, ui: UISession, form: Mapping[str, Any], autostar
             try:
                 if problem:
                     prefix = warn("Accuracy off: " + problem) + " " + prefix
-                yield from _run(ctx, ui, source, name, every, truth, prefix, form.get("realtime", True) is not False,
-                                started=started, run_id=run_id, recording=recording)
+                yield from _run(
+                    ctx,
+                    ui,
+                    source,
+                    name,
+                    every,
+                    truth,
+                    prefix,
+                    form.get("realtime", True) is not False,
+                    started=started,
+                    run_id=run_id,
+                    recording=recording,
+                )
             finally:
                 with ui.lock:
                     ui.downloads.finish(recording)
@@ -115,8 +134,19 @@ def process_video(ctx: Context, ui: UISession, form: Mapping[str, Any], autostar
 class _Run:
     """What one video run shows while it goes: its name, stride, pacing and the page's timing."""
 
-    def __init__(self, ctx: Context, ui: UISession, name: str, every: int, expected: int | None, prefix: str,
-                 pacer: Pacer, started: float, run_id: int, recording):
+    def __init__(
+        self,
+        ctx: Context,
+        ui: UISession,
+        name: str,
+        every: int,
+        expected: int | None,
+        prefix: str,
+        pacer: Pacer,
+        started: float,
+        run_id: int,
+        recording,
+    ):
         self.ctx, self.ui, self.every, self.expected, self.prefix, self.pacer = ctx, ui, every, expected, prefix, pacer
         self.name, self.shown = name, html.escape(name)
         self.last_page = 0.0
@@ -140,15 +170,18 @@ class _Run:
 
     def status(self, processed: int) -> str:
         of = f" of ~{self.expected}" if self.expected else ""
-        return (f"{self.prefix}Processing **{self.shown}**: frame {processed}{of} ({self.mode()})"
-                f"{plots.progress_bar(processed, self.expected)}")
+        return (
+            f"{self.prefix}Processing **{self.shown}**: frame {processed}{of} ({self.mode()})"
+            f"{plots.progress_bar(processed, self.expected)}"
+        )
 
     def page(self, st: Step, status: str, image) -> dict[str, Any]:
-        page = render(self.ui, status, image=image, result=st.result, fps=st.fps, views=self.ctx.views,
-                      skipped=self.pacer.skipped)
+        page = render(
+            self.ui, status, image=image, result=st.result, fps=st.fps, views=self.ctx.views, skipped=self.pacer.skipped
+        )
         self.pages += 1
         if self.pages == 1:
-            page["downloads"] = offered(None)   # the last run's files are gone: this run's come at its end
+            page["downloads"] = offered(None)  # the last run's files are gone: this run's come at its end
         return page | {"result": st.result.to_dict() | {"frame": st.frame.index}}
 
     def due(self) -> bool:
@@ -159,25 +192,39 @@ class _Run:
         return True
 
 
-def _run(ctx: Context, ui: UISession, source, name: str, every: int, truth: Truth | None, prefix: str,
-         realtime: bool, *, started: float, run_id: int, recording) -> Iterator[dict[str, Any]]:
+def _run(
+    ctx: Context,
+    ui: UISession,
+    source,
+    name: str,
+    every: int,
+    truth: Truth | None,
+    prefix: str,
+    realtime: bool,
+    *,
+    started: float,
+    run_id: int,
+    recording,
+) -> Iterator[dict[str, Any]]:
     """The run: paced frames through `iter_steps`, recorded, pages at most every `update_interval` s."""
     session = ui.stream
     pacer = Pacer(realtime, stopped=lambda: run.stopped or run.replaced)
-    run = _Run(ctx, ui, name, every, expected_frames(source, every, ctx.max_frames), prefix, pacer, started, run_id,
-               recording)
+    run = _Run(
+        ctx, ui, name, every, expected_frames(source, every, ctx.max_frames), prefix, pacer, started, run_id, recording
+    )
     last: tuple[Step, Any] | None = None
-    if run.stopped:   # Stop came before the first frame (e.g. while the classifier was built)
+    if run.stopped:  # Stop came before the first frame (e.g. while the classifier was built)
         yield _final_page(run, None)
         return
     try:
-        for st in iter_steps(pacer(Sampler(every)(source)), session, truth=truth, max_frames=ctx.max_frames,
-                             model_slot=ctx.model_and(ui)):
+        for st in iter_steps(
+            pacer(Sampler(every)(source)), session, truth=truth, max_frames=ctx.max_frames, model_slot=ctx.model_and(ui)
+        ):
             page = None
-            with ui.lock:   # never held across a yield: the next frame may run on another thread
-                if ui.stream is not session or run.replaced:   # closed, dropped, or a newer run took over
+            with ui.lock:  # never held across a yield: the next frame may run on another thread
+                if ui.stream is not session or run.replaced:  # closed, dropped, or a newer run took over
                     break
-                image = recording.write(st)   # the one per-frame record: history, JSONL, MP4, picture
+                image = recording.write(st)  # the one per-frame record: history, JSONL, MP4, picture
                 last = (st, image)
                 if run.due():
                     page, last = run.page(st, run.status(st.processed), image), None
@@ -185,7 +232,7 @@ def _run(ctx: Context, ui: UISession, source, name: str, every: int, truth: Trut
                 yield page
             if run.stopped:
                 break
-    except OSError as exc:   # a decoder failing mid-file
+    except OSError as exc:  # a decoder failing mid-file
         failure = f"{name}: reading the video failed after {recording.rows} frames ({one_line(exc)[:200]})"
         log.warning("%s", failure)
         yield render(ui, warn(failure), result=ui.history.last, views=ctx.views)
@@ -194,8 +241,11 @@ def _run(ctx: Context, ui: UISession, source, name: str, every: int, truth: Trut
         with ui.lock:
             files = ui.downloads.finish(recording)
         log.info("%s: replaced after %d frames", name, recording.rows)
-        yield {"status": f"Replaced by a newer run after {plots.frames(recording.rows)} of **{run.shown}**.",
-               "downloads": offered(files), "state": ui}
+        yield {
+            "status": f"Replaced by a newer run after {plots.frames(recording.rows)} of **{run.shown}**.",
+            "downloads": offered(files),
+            "state": ui,
+        }
         return
     yield _final_page(run, last)
 
@@ -213,12 +263,14 @@ def _final_page(run: _Run, last) -> dict[str, Any]:
             return render(ui, text, clear_frame=True, views=run.ctx.views)
         summary = plots.run_summary(h, seconds, ui.stream.method.title, run.pacer.skipped)
         if stopped:
-            status = (f"Stopped after {plots.frames(h.processed)} of **{run.shown}**: {summary} The adaptation state is "
-                      "kept (**Reset** clears it).")
+            status = (
+                f"Stopped after {plots.frames(h.processed)} of **{run.shown}**: {summary} The adaptation state is "
+                "kept (**Reset** clears it)."
+            )
         else:
             status = f"{run.prefix}Done: **{run.shown}**, {summary} Processed {run.mode()}."
         if last is not None:
             page = run.page(last[0], status, last[1])
-        else:   # the last frame is on the page already: keep its picture, refresh the rest
+        else:  # the last frame is on the page already: keep its picture, refresh the rest
             page = render(ui, status, result=h.last, views=run.ctx.views, skipped=run.pacer.skipped)
     return page | {"downloads": offered(files)}
