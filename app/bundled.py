@@ -21,9 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mstta.errors import UserError
-from mstta.models import DEFAULT_MODEL, DEFAULT_TAG
+from mstta.models import ASSETS_DIR, DEFAULT_MODEL, DEFAULT_TAG
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
 FLAG = "--bundled-demo"
 
 
@@ -86,7 +85,7 @@ def _check_model(demo: BundledDemo, assets: Path) -> None:
 def apply_bundled(args: argparse.Namespace, assets: Path | None = None) -> str | None:
     """Fill in what the user left out from the chosen demo; the one line to print when the
     offline fallback (the digits demo) was taken, else None."""
-    assets = ASSETS if assets is None else assets
+    assets = ASSETS_DIR if assets is None else assets
     model_given = args.model is not None or args.pretrained is not None
     clip_given = args.video is not None or args.camera is not None
     if model_given and clip_given:

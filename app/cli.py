@@ -19,7 +19,7 @@ import sys
 from typing import Sequence
 
 from mstta.config import DEFAULT_BANK_SIZE
-from mstta.errors import EXIT_INTERRUPTED, UserError, run_cli
+from mstta.errors import EXIT_INTERRUPTED, OneLineParser, UserError, run_cli
 from mstta.extract_views import VIEWS_ON
 from mstta.methods import list_methods
 from mstta.models import DEFAULT_MODEL, DEFAULT_TAG
@@ -29,11 +29,6 @@ from .encoder import MAX_VIEWS
 
 PROG = "mstta-demo"
 DEFAULT_PRETRAINED = DEFAULT_TAG  # the model and its weights: named once, in mstta.models
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse's own errors: one line, exit 2
-        raise UserError(f"{message} (see {self.prog} --help)")
 
 
 def integer(text: str) -> int:
@@ -47,7 +42,7 @@ def integer(text: str) -> int:
 
 def build_parser(ui: bool = True, add_help: bool = True) -> argparse.ArgumentParser:
     """The `mstta-demo` parser; `ui=False` leaves out the browser UI's flags (and its imports)."""
-    p = _Parser(
+    p = OneLineParser(
         prog=PROG,
         add_help=add_help,
         description="Zero-shot CLIP vs MS-TTA, frame by frame, on a video, an image folder, a stream or a webcam.",

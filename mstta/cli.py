@@ -9,7 +9,7 @@ import logging
 import sys
 from typing import Sequence
 
-from .errors import UserError, run_cli
+from .errors import OneLineParser, UserError, run_cli
 
 PROG = "mstta-bench"
 SUBCOMMANDS = {
@@ -22,11 +22,6 @@ SUBCOMMANDS = {
 }
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse's own errors: one line, exit 2
-        raise UserError(f"{message} (see {self.prog} --help)")
-
-
 def _load(name: str):
     """The command's module, or the ImportError if a package it needs is missing (so one command's
     missing dependency never breaks the others)."""
@@ -37,9 +32,9 @@ def _load(name: str):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=PROG, description="MS-TTA benchmark: replay, extract, run, sweep, field, tsne.")
+    parser = OneLineParser(prog=PROG, description="MS-TTA benchmark: replay, extract, run, sweep, field, tsne.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     for name, help_text in SUBCOMMANDS.items():
         module = _load(name)
         if isinstance(module, ImportError):

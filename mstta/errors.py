@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import signal
 import sys
 import threading
 from typing import Callable, Sequence
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with its own errors as one `UserError` line (exit 2, no usage block): the parser of
+    `mstta-bench` and `mstta-demo`."""
+
+    def error(self, message: str) -> None:
+        raise UserError(f"{message} (see {self.prog} --help)")
+
 
 log = logging.getLogger(__name__)
 

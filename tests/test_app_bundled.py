@@ -53,7 +53,7 @@ def digits_assets(tmp_path, monkeypatch):
     write_labels(folder / "digits_labels.txt", ["red circle", "green square", "blue triangle"])
     (folder / "digits_truth.csv").write_text("0,5,red circle\n6,11,green square\n", encoding="utf-8")
     (folder / "mstta-digits.pt").write_bytes(b"a stand-in checkpoint")
-    monkeypatch.setattr(bundled, "ASSETS", folder)
+    monkeypatch.setattr(bundled, "ASSETS_DIR", folder)
     return folder
 
 

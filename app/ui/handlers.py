@@ -25,6 +25,7 @@ import numpy as np
 from mstta.config import EngineConfig
 from mstta.errors import UserError
 from mstta.methods import get_method
+from mstta.models import ASSETS_DIR
 
 from ..frames import MAX_PIXELS, decode_image, shrink
 from ..labels import read_labels
@@ -38,7 +39,6 @@ from .state import CONTROLS, ModelSlots, Sessions, Settings, UISession, apply_se
 
 log = logging.getLogger(__name__)
 
-ASSETS_DIR = Path(__file__).resolve().parent.parent.parent / "assets"
 WEBCAM_END_S = 5.0  # without Stop, the webcam run has ended when no frame came for this long
 WEBCAM_LATE_S = 2.0  # frames still in flight this long after Stop are dropped (not a new run)
 

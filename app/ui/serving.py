@@ -16,14 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from mstta.errors import UserError
+from mstta.models import ASSETS_DIR  # the demo's own files (served)
 
+from ..cli import PROG
 from ..session import DEFAULT_BANK_SIZE
 from .state import DEFAULT_CONCURRENCY, DEFAULT_MAX_SESSIONS, SESSION_BANK_LIMIT, SESSION_TTL_S
 
 log = logging.getLogger(__name__)
 
-PROG = "mstta-demo"
-ASSETS_DIR = Path(__file__).resolve().parent.parent.parent / "assets"  # the demo's own files (served)
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 7860
 DEFAULT_QUEUE_SIZE = 16  # events waiting beyond those running; more get "queue full"
