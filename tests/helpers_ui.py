@@ -40,7 +40,8 @@ CHROMIUM_FLAGS = [
 FAKE_CAMERA_FLAGS = ["--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream"]
 LOOPBACK = re.compile(r"^(https?|wss?)://(127\.0\.0\.1|localhost)(:\d+)?/")
 SHOTS_DIR = Path("/tmp/mstta_ui_shots")  # screenshots are copied here for people to look at
-SETTINGS = ["ms-tta", 2, 0.8, 1.0, 3, 4096, []]  # method, k, alpha, lam, Q, bank size, raced methods (the UI defaults)
+# method, k, alpha, lam, Q, bank size, raced methods, model ("": the server's own), views (the UI defaults)
+SETTINGS = ["ms-tta", 2, 0.8, 1.0, 3, 4096, [], "", 1]
 
 
 def free_port() -> int:

@@ -251,7 +251,7 @@ def test_inline_frames_must_be_base64(server):
 def test_anonymous_sessions_cannot_pile_up_engines(server):
     # a bank above the UI's bound is refused before any engine exists
     before = peak_mb(server.proc.pid)
-    big = ["ms-tta", 2, 0.8, 1.0, 3, 65536, []]
+    big = ["ms-tta", 2, 0.8, 1.0, 3, 65536, [], "", 1]
     for _ in range(40):
         status, outputs = call(server.url, "apply_settings", [None, "\n".join(LABELS), "", *big])
         assert status == "complete" and "Bank size (features): 65536 is out of range" in status_of(outputs), outputs
@@ -327,8 +327,22 @@ L = "\n".join(LABELS)
 REPO_FILE = str(Path(__file__).resolve().parent.parent / "app" / "cli.py")
 
 
-def apply_with(*, truth=None, labels=L, template="", method="ms-tta", k=2, alpha=0.8, lam=1.0, q=3, bank=4096, race=()):
-    return [truth, labels, template, method, k, alpha, lam, q, bank, list(race)]
+def apply_with(
+    *,
+    truth=None,
+    labels=L,
+    template="",
+    method="ms-tta",
+    k=2,
+    alpha=0.8,
+    lam=1.0,
+    q=3,
+    bank=4096,
+    race=(),
+    model="",
+    views=1,
+):
+    return [truth, labels, template, method, k, alpha, lam, q, bank, list(race), model, views]
 
 
 # name -> (endpoint, data, what the client is told: "status" (a page whose status says it) or "error")
@@ -337,10 +351,10 @@ GRADIO_CASES = {
         "apply_settings",
         [None, L],
         "error",
-        "expected 10 input values (truth, labels, template, method, k, alpha, lam, capacity, bank, race)",
+        "expected 12 input values (truth, labels, template, method, k, alpha, lam, capacity, bank, race, model, views)",
     ),
-    "arity_too_many": ("apply_settings", apply_with() + [1, 2], "error", "expected 10 input values"),
-    "arity_none": ("process_frame", [], "error", "expected 11 input values (image, keep, labels"),
+    "arity_too_many": ("apply_settings", apply_with() + [1, 2], "error", "expected 12 input values"),
+    "arity_none": ("process_frame", [], "error", "expected 13 input values (image, keep, labels"),
     "race_five": (
         "apply_settings",
         apply_with(race=["tda", "zero-shot", "tda+ms", "baseline"]),

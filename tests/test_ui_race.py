@@ -33,7 +33,7 @@ def app(tmp_path_factory):
 
 def _run(app, race, truth=True):
     c = client(app.url)
-    settings = [*SETTINGS[:-1], race]
+    settings = [*SETTINGS[:6], race, *SETTINGS[7:]]
     job = c.submit(
         *video_args(app.video, truth=app.truth if truth else None, every=2, settings=settings),
         api_name="/process_video",

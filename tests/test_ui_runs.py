@@ -29,7 +29,7 @@ def context(**kw):
 
 
 def form(video, **kw):
-    method, k, alpha, lam, capacity, bank, race = SETTINGS
+    method, k, alpha, lam, capacity, bank, race, model, views = SETTINGS
     return (
         dict(
             video=str(video),
@@ -46,6 +46,8 @@ def form(video, **kw):
             capacity=capacity,
             bank=bank,
             race=race,
+            model=model,
+            views=views,
         )
         | kw
     )

@@ -25,7 +25,8 @@ from . import handlers, video
 from .gradio_patches import patch_app
 from .handlers import Context
 from .layout import Components, build_layout
-from .page import OUTPUTS, message, warn
+from .models import TINY, model_note, parse_value, views_note
+from .page import OUTPUTS, message, title_md, warn
 from .state import (
     CONTROLS,
     DEFAULT_CONCURRENCY,
@@ -124,6 +125,7 @@ def build_app(
     webcam_time_limit: float = WEBCAM_TIME_LIMIT_S,
     offer_demo_clip: bool = True,
     webcam_end: float = handlers.WEBCAM_END_S,
+    own_scale: bool = True,
 ) -> gr.Blocks:
     """The UI as a `gr.Blocks` (not launched) around the shared `clip`.
 
@@ -155,6 +157,7 @@ def build_app(
         update_interval=update_interval,
         demo_clip=handlers.demo_clip(getattr(clip, "name", None)) if offer_demo_clip else None,
         webcam_end=webcam_end,
+        own_scale=own_scale,
     )
 
     def state_deleted(ui: Any) -> None:  # Gradio's time to live ran out (or its own capacity)
@@ -168,7 +171,9 @@ def build_app(
         fill_width=True,
     ) as demo:
         c = build_layout(
-            title_md=_title(clip, views),
+            title_md=title_md(clip, views),
+            model=ctx.models.default,
+            views=views,
             random_weights=random_weights(clip),
             labels=labels,
             video=video,
@@ -194,14 +199,6 @@ def build_app(
     return demo
 
 
-def _title(clip: Any, views: int) -> str:
-    shown = f", {views} views per frame" if views > 1 else ""
-    return (
-        f"**MS-TTA live** · zero-shot CLIP vs test-time adaptation · model **{getattr(clip, 'name', '?')}** "
-        f"({getattr(clip, 'pretrained', '?')}) on {getattr(clip, 'device', '?')}{shown}"
-    )
-
-
 def _hello(ctx: Context, video: str | None, autostart: bool) -> str:
     if autostart:
         return "Processing the preloaded video…"
@@ -212,6 +209,15 @@ def _hello(ctx: Context, video: str | None, autostart: bool) -> str:
         + (" (or use the demo clip)" if ctx.demo_clip else "")
         + " and press **Process video**, or open the **Webcam** tab."
     )
+
+
+def _model_changed(value: Any) -> tuple[Any, Any]:
+    """The model's and the views' notes for the model picked (nothing loads until Apply or a run)."""
+    try:
+        key = parse_value(value, TINY)
+    except UserError:
+        return gr.update(), gr.update()
+    return gr.update(info=model_note(key)), gr.update(info=views_note(key[0]))
 
 
 class Wiring:
@@ -408,6 +414,7 @@ class Wiring:
             None, [reasons], None, js=TOOLTIP_JS
         )
         demo.load(None, [reasons], None, js=TOOLTIP_JS)
+        c.model.change(_model_changed, [c.model], [c.model, c.views], api_name=False, queue=False)
 
         def on_unload(request: gr.Request) -> None:
             ctx.sessions.forget(getattr(request, "session_hash", None))

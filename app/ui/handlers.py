@@ -34,6 +34,7 @@ from ..record import FrameRecord
 from ..session import StreamSession
 from ..sources import Frame
 from . import plots
+from .models import SharedModels, crop_warning
 from .page import EXPIRED, check_truth, message, offered, record_options, render, shown, warn
 from .state import CONTROLS, ModelSlots, Sessions, Settings, UISession, apply_settings
 
@@ -59,21 +60,38 @@ class Context:
     update_interval: float = 0.15  # a run refreshes the frame, bars and plots at most this often (s)
     demo_clip: tuple[str, str, str | None] | None = None  # (video, labels text, truth CSV)
     webcam_end: float = WEBCAM_END_S  # a webcam run without a Stop ends this long after its last frame
+    models: SharedModels | None = None  # the loaded models all sessions share (default: `clip` first)
+    own_scale: bool = True  # the engine's logit scale follows each model's checkpoint (no --set logit_scale)
+
+    def __post_init__(self) -> None:
+        if self.models is None:
+            self.models = SharedModels(
+                getattr(self.clip, "device", "auto"), getattr(self.clip, "precision", None), first=self.clip
+            )
 
     def new_stream(self, s: Settings) -> StreamSession:
-        return StreamSession(
-            self.clip,
+        clip = self.models.get(s.model) if s.model is not None else self.clip
+        stream = StreamSession(
+            clip,
             list(s.labels),
             template=s.template,
             methods=s.methods,
             config=s.config,
-            views=self.views,
+            views=s.views if s.views is not None else self.views,
             views_on=self.views_on,
             topk=self.topk,
         )
+        stream.model_key = s.model
+        return stream
 
     def settings(self, form: Mapping[str, Any]) -> Settings:
-        return Settings.from_controls(form, self.base)
+        """The form, validated; the chosen model is loaded here (shared, offline only), so a refused
+        model changes nothing, and the engine takes that model's own logit scale."""
+        s = Settings.from_controls(form, self.base, self.models.default, self.views)
+        if self.own_scale and s.model is not None and s.model != self.models.default:
+            clip = self.models.get(s.model)
+            s = dataclasses.replace(s, config=dataclasses.replace(s.config, logit_scale=float(clip.logit_scale)))
+        return s
 
     def model_and(self, ui: UISession) -> Callable[[], ContextManager[None]]:
         """A model slot, then the session's lock (always in this order: no deadlock)."""
@@ -112,6 +130,7 @@ def apply(ctx: Context, ui: UISession, form: Mapping[str, Any]) -> dict[str, Any
     if truth_problem:
         return render(ui, warn(truth_problem), clear_frame=True, views=ctx.views) | extra
     text = note or f"Ready: {len(settings.labels)} classes, {ui.stream.method.title}."
+    text = " ".join(filter(None, (text, crop_warning(ui.stream.clip.name, ui.stream.encoder.views))))
     return render(ui, text, clear_frame=True, views=ctx.views) | extra
 
 

@@ -23,8 +23,9 @@ from mstta.methods import get_method, list_methods
 from ..session import MAX_METHODS
 from . import plots
 from .handlers import method_info
+from .models import MODEL_LABEL, model_choices, model_note, value_of, views_note
 from .page import empty_page
-from .state import CONTROLS, FORM, RACE_LABEL, SESSION_BANK_LIMIT, UISession
+from .state import CONTROLS, FORM, RACE_LABEL, SESSION_BANK_LIMIT, VIEWS_LABEL, UISession
 from .video import VIDEO_TYPES
 
 log = logging.getLogger(__name__)
@@ -146,6 +147,8 @@ class Components:
     lam: Any
     capacity: Any
     bank: Any
+    model: Any
+    views: Any
     # buttons and timers
     run: Any
     stop: Any
@@ -153,6 +156,8 @@ class Components:
     reset: Any
     drop_truth: Any
     demo_clip: Any | None
+    title: Any
+    banner: Any
     api_button: Any
     webcam_stop: Any
     webcam_timer: Any
@@ -244,15 +249,20 @@ def method_choices() -> list[tuple[str, str]]:
     return [(get_method(name).title, name) for name in list_methods()]
 
 
-def _header(title_md: str, random_weights: bool) -> None:
-    """The title, the random-weights banner, and "What you're seeing" (it opens over the page, so
-    the first screen keeps its height)."""
+def _header(title_md: str, random_weights: bool) -> dict:
+    """The title, the random-weights banner (empty for trained weights; both follow the session's
+    model), and "What you're seeing" (it opens over the page, so the first screen keeps its height)."""
     with gr.Row(elem_id="mstta-header"):
-        gr.Markdown(title_md, elem_id="mstta-title")
-        if random_weights:
-            gr.HTML(plots.RANDOM_WEIGHTS_HTML, elem_id="mstta-random-weights-banner")
+        title = gr.Markdown(title_md, elem_id="mstta-title")
+        banner = gr.HTML(
+            plots.RANDOM_WEIGHTS_HTML if random_weights else "",
+            elem_id="mstta-random-weights-banner",
+            padding=False,
+            container=False,
+        )
         with gr.Accordion("What you're seeing", open=False, elem_id="mstta-explain"):
             gr.Markdown(EXPLAIN, elem_id="mstta-explain-text")
+    return dict(title=title, banner=banner)
 
 
 def _video_tab(video: str | None, truth: str | None, every: int | None, realtime: bool, demo_clip: bool) -> dict:
@@ -337,7 +347,13 @@ def _webcam_tab() -> dict:
 
 
 def _settings_tab(
-    labels: Sequence[str] | None, template: str | None, method: str, race: Sequence[str], base: EngineConfig
+    labels: Sequence[str] | None,
+    template: str | None,
+    method: str,
+    race: Sequence[str],
+    base: EngineConfig,
+    model: tuple[str, str],
+    views: int,
 ) -> dict:
     summary, notes = method_info(method)
     values = dict(
@@ -406,6 +422,21 @@ def _settings_tab(
             interactive=used,
             elem_id="mstta-bank",
         )
+        c["model"] = Dropdown(
+            model_choices(model),
+            value=value_of(*model),
+            label=MODEL_LABEL,
+            info=model_note(model),
+            allow_custom_value=True,  # "" (the server's own) from API clients; `models.parse_value` checks
+            elem_id="mstta-model",
+        )
+        c["views"] = Number(
+            value=views,
+            label=VIEWS_LABEL,
+            info=views_note(model[0]),
+            precision=0,
+            elem_id="mstta-views",
+        )
         with gr.Row():
             c["apply"] = gr.Button("Apply labels and settings", elem_id="mstta-apply")
             c["reset"] = gr.Button("↺ Reset adaptation", elem_id="mstta-reset")
@@ -457,6 +488,8 @@ def build_layout(
     *,
     title_md: str,
     random_weights: bool,
+    model: tuple[str, str],
+    views: int,
     labels: Sequence[str] | None,
     video: str | None,
     truth: str | None,
@@ -474,14 +507,14 @@ def build_layout(
     """Create and place every component (inside an open `gr.Blocks`)."""
     c: dict[str, Any] = {"state": gr.State(UISession, time_to_live=session_ttl, delete_callback=on_state_deleted)}
     first = empty_page(status=hello)
-    _header(title_md, random_weights)
+    c |= _header(title_md, random_weights)
     c["status"] = gr.Markdown(hello, elem_id="mstta-status", container=True)
     with gr.Row(equal_height=False):
         with gr.Column(scale=0, min_width=290, elem_id="mstta-side"):
             with gr.Tabs(overflow_behavior="wrap"):  # all three tabs always shown (never behind a "..." menu)
                 c |= _video_tab(video, truth, every, realtime, demo_clip)
                 c |= _webcam_tab()
-                c |= _settings_tab(labels, template, method, race, base)
+                c |= _settings_tab(labels, template, method, race, base, model, views)
             # under the tabs: a run's files never push the Video tab's controls down
             c["downloads"] = gr.File(
                 label="Downloads: the last run's annotated video and log",

@@ -42,6 +42,8 @@ OUTPUTS = (
     "downloads",
     "drop_truth",
     "truth",
+    "title",
+    "banner",
     "state",
 )
 EXPIRED = (
@@ -100,6 +102,7 @@ def render(
 ) -> dict[str, Any]:
     """The page for the session's current state; `image` (already annotated) with `result` redraws the frame."""
     s, h = ui.stream, ui.history
+    views = s.encoder.views if s is not None else views
     title = s.method.title if s is not None else "adapted"
     topk = s.topk if s is not None else 3
     page: dict[str, Any] = {
@@ -115,6 +118,9 @@ def render(
         "result": result.to_dict() if result is not None else None,
         "state": ui,
     }
+    if s is not None:  # the model this session runs (Settings can switch it)
+        page["title"] = title_md(s.clip, views)
+        page["banner"] = plots.RANDOM_WEIGHTS_HTML if random_weights(s.clip) else ""
     if image is not None and result is not None:
         page["frame"] = image
     elif clear_frame:
@@ -137,6 +143,14 @@ def render(
             "disagreements": plots.disagreement_strip(h, title),
         }
     return page
+
+
+def title_md(clip: Any, views: int) -> str:
+    shown = f", {views} views per frame" if views > 1 else ""
+    return (
+        f"**MS-TTA live** · zero-shot CLIP vs test-time adaptation · model **{getattr(clip, 'name', '?')}** "
+        f"({getattr(clip, 'pretrained', '?')}) on {getattr(clip, 'device', '?')}{shown}"
+    )
 
 
 def empty_page(ui: UISession | None = None, status: str = "") -> dict[str, Any]:

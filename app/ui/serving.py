@@ -165,6 +165,7 @@ def run_ui(args: argparse.Namespace) -> int:
     host, port = _opt(args, "host", DEFAULT_HOST), _opt(args, "port", DEFAULT_PORT)
     port = resolve_port(host, port)
 
+    from mstta.config import parse_overrides
     from mstta.models import load_clip
 
     from ..pipeline import with_model_scale
@@ -181,6 +182,7 @@ def run_ui(args: argparse.Namespace) -> int:
         method=cfg.method,
         race=(cfg.methods or [cfg.method])[1:],
         config=with_model_scale(prep.engine_cfg, clip, cfg.overrides),
+        own_scale="logit_scale" not in parse_overrides(cfg.overrides),
         every=cfg.every,
         topk=cfg.topk,
         views=cfg.views,

@@ -22,7 +22,7 @@ import threading
 import time
 from typing import Any, Callable, Iterator, Mapping
 
-from mstta.config import EngineConfig
+from mstta.config import MAX_VIEWS, EngineConfig
 from mstta.errors import UserError
 from mstta.methods import get_method
 
@@ -48,7 +48,8 @@ CONTROLS = {
     "capacity": ("Q (cache size per class)", True, 1, 16),
     "bank": ("Bank size (features)", True, 1, SESSION_BANK_LIMIT),
 }
-FORM = ("labels", "template", "method", *CONTROLS, "race")  # the settings form, by name
+FORM = ("labels", "template", "method", *CONTROLS, "race", "model", "views")  # the settings form, by name
+VIEWS_LABEL = f"Views per frame (1 to {MAX_VIEWS})"
 
 
 class ModelSlots:
@@ -295,16 +296,23 @@ class Settings:
     method: str
     config: EngineConfig
     methods: tuple[str, ...] = ()  # every raced method, `method` first
+    model: tuple[str, str] | None = None  # (model, pretrained); None: the server's own
+    views: int | None = None  # images per frame fed to the encoder; None: the server's default
 
     def __post_init__(self) -> None:
         if not self.methods:
             object.__setattr__(self, "methods", (self.method,))
 
     @classmethod
-    def from_controls(cls, form: Mapping[str, Any], base: EngineConfig) -> "Settings":
+    def from_controls(
+        cls, form: Mapping[str, Any], base: EngineConfig, model: tuple[str, str] | None = None, views: int = 1
+    ) -> "Settings":
         """Validate the form (values by name, `FORM`) into Settings; a one-line UserError names the
-        control and its range otherwise (nothing is clamped)."""
+        control and its range otherwise (nothing is clamped). `model` and `views` stand for an empty
+        Model box and an absent Views value (API clients that send none)."""
         from mstta.templates import check_templates
+
+        from .models import parse_value
 
         labels = parse_labels(text_control(form.get("labels"), "Labels"), where="Labels")
         if len(labels) > MAX_CLASSES:
@@ -319,7 +327,11 @@ class Settings:
             config = dataclasses.replace(base, k=k, alpha=alpha, lam=lam, capacity=capacity, bank_size=bank)
         except (TypeError, ValueError) as exc:  # the config's own bounds
             raise UserError(str(exc)) from None
-        return cls(tuple(labels), template, method, config, methods)
+        chosen = parse_value(form.get("model"), model) if model else None
+        count = views if form.get("views") is None else int_control(form.get("views"), VIEWS_LABEL)
+        if not 1 <= count <= MAX_VIEWS:
+            raise UserError(f"{VIEWS_LABEL}: {count} is out of range; enter a whole number from 1 to {MAX_VIEWS}")
+        return cls(tuple(labels), template, method, config, methods, chosen, count)
 
 
 RACE_LABEL = f"Race against (up to {MAX_METHODS - 1} more methods, same frames)"
@@ -383,6 +395,10 @@ def number_control(value: Any, name: str) -> int | float:
     return number
 
 
+def plural_views(views: int) -> str:
+    return "1 view per frame" if views == 1 else f"{views} views per frame"
+
+
 def apply_settings(
     ui: UISession, settings: Settings, new_stream: Callable[[Settings], StreamSession], restart: bool = False
 ) -> str | None:
@@ -397,6 +413,14 @@ def apply_settings(
         ui.restart_history(ui.source)
         return None
     stream, changed = ui.stream, []
+    key = getattr(stream, "model_key", None)
+    if (settings.model is not None and settings.model != key) or settings.views not in (None, stream.encoder.views):
+        ui.stream = new_stream(settings)  # made before replacing: a failure leaves the session as it was
+        ui.restart_history(ui.source)
+        views = plural_views(ui.stream.encoder.views)
+        if ui.stream.clip is stream.clip:
+            return f"Now {views}: the adaptation started afresh."
+        return f"New model {ui.stream.clip.name} ({ui.stream.clip.pretrained}), {views}: the adaptation started afresh."
     if list(settings.labels) != stream.labels or settings.template != stream.template:
         stream.set_labels(settings.labels, settings.template)
         changed.append(f"{len(settings.labels)} classes")
