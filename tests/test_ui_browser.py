@@ -736,3 +736,29 @@ def test_a_new_video_drops_the_truth_file_and_says_so(ui, tmp_path):
         wait_for_text(page, "#mstta-status", r"Done: other\.mp4", timeout=60)
         assert "no ground-truth CSV for this run" in page.inner_text("#mstta-accuracy")
         assert_clean(page, context)
+
+
+def test_switching_the_model_in_settings_moves_the_random_weights_mark(ui, tmp_path):
+    """Settings' model list at 1280x720: the bundled digits model clears the RANDOM WEIGHTS banner,
+    mstta-tiny (random weights) brings it back; the model's note follows the choice."""
+    from app.ui.models import label_of
+    from mstta.models import BUNDLED_TAG
+
+    with chromium(tmp_path, width=1280, height=720) as context:
+        page = open_page(context, ui.url, preloaded=False)
+        assert page.locator("#mstta-random-weights").is_visible()
+        tab(page, "Settings")
+        for label, random in ((label_of("mstta-digits", BUNDLED_TAG), False), (label_of("mstta-tiny", "none"), True)):
+            page.locator("#mstta-model input").click()
+            page.get_by_role("option", name=label, exact=True).click()
+            page.click("#mstta-apply")
+            if random:
+                page.locator("#mstta-random-weights").wait_for(state="visible", timeout=60_000)
+            else:
+                page.wait_for_function(
+                    "() => { const b = document.querySelector('#mstta-random-weights');"
+                    " return !b || b.offsetParent === null; }",
+                    timeout=60_000,
+                )
+            save_shot(page, tmp_path, f"ui_model_{'tiny' if random else 'digits'}.png")
+        assert_clean(page, context)
