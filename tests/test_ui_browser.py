@@ -492,8 +492,9 @@ def test_digits_model_demo_clip_and_its_disagreement_strip(tmp_path):
     labels, its truth), not the photographs clip; the run's disagreement strip lists frames newest
     first with both predictions and the truth, and a click enlarges a picture (a click elsewhere
     shrinks it)."""
-    from app.bundled import ASSETS, DIGITS_DEMO
+    from app.bundled import DIGITS_DEMO
     from app.labels import read_labels
+    from mstta.models import ASSETS_DIR as ASSETS
 
     require_chromium()
     if not (ASSETS / DIGITS_DEMO.checkpoint).is_file() or not (ASSETS / DIGITS_DEMO.video).is_file():
