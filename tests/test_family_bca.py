@@ -10,26 +10,13 @@ import pytest
 import reference_bca as ref
 import torch
 import torch.nn.functional as F
-from synthetic import make_stream
+from helpers_family import CASES, run, unit_stream
 
 from mstta import Engine, EngineConfig, MultiEngine, UserError, get_method, replay
 from mstta.config import load_dataset_config
 from mstta.families import bca
 
-CASES = [(C, V, seed) for C in (2, 10, 1000) for V in (1, 64) for seed in range(3)]
-
-
-def stream(C, V, seed, n=24, dim=32):
-    """A float64 stream [n, V, d] and text [C, d], rows unit in float64 (the reference's inputs)."""
-    s = make_stream(n=n, classes=C, dim=dim, views=V, seed=seed)
-    f = torch.from_numpy(s["features"]).double()
-    f = f if f.dim() == 3 else f[:, None]
-    return F.normalize(f, dim=-1), F.normalize(torch.from_numpy(s["text"]).double(), dim=-1)
-
-
-def run(engine, feats):
-    rows = [engine.step(x) for x in feats]
-    return torch.stack([r.logits for r in rows]).numpy(), torch.stack([r.probs for r in rows]).numpy()
+stream = unit_stream
 
 
 def check_equal(scores, expected):

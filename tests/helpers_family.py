@@ -1,0 +1,25 @@
+"""Shared by the family tests: generated float64 streams (the references' inputs) and an engine's
+scores over a stream."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from synthetic import make_stream
+
+# streams x views x classes every family is held to its reference on
+CASES = [(C, V, seed) for C in (2, 10, 1000) for V in (1, 64) for seed in range(3)]
+
+
+def unit_stream(C, V, seed, n=24, dim=32):
+    """A float64 stream [n, V, d] and text [C, d], rows unit in float64 (the reference's inputs)."""
+    s = make_stream(n=n, classes=C, dim=dim, views=V, seed=seed)
+    f = torch.from_numpy(s["features"]).double()
+    f = f if f.dim() == 3 else f[:, None]
+    return F.normalize(f, dim=-1), F.normalize(torch.from_numpy(s["text"]).double(), dim=-1)
+
+
+def run(engine, feats):
+    """(scores [n, C], probs [n, C]) of stepping `engine` over `feats`, as numpy arrays."""
+    rows = [engine.step(x) for x in feats]
+    return torch.stack([r.logits for r in rows]).numpy(), torch.stack([r.probs for r in rows]).numpy()
