@@ -34,12 +34,18 @@ def num_selected(num_views: int, ratio: float) -> int:
     return int(ratio * num_views)
 
 
+def confident_indices(h: torch.Tensor, ratio: float) -> torch.Tensor:
+    """The floor(ratio V) (at least 1) lowest-entropy views of each sample, ties to the lower view
+    index (TDA's, BoostAdapter's and TPT's `select_confident_samples`; the peers' empty selection
+    for V < 10 would average no view). h [..., V] -> indices [..., n]."""
+    return torch.argsort(h, dim=-1, stable=True)[..., : max(1, num_selected(h.shape[-1], ratio))]
+
+
 def aggregate_views(feats: torch.Tensor, logits: torch.Tensor, ratio: float):
     """TDA's confident-view aggregation (TDA utils.py `get_clip_logits`): keep the floor(ratio*V)
     (at least 1) lowest-entropy views. [N, V, d], [N, V, C] -> (f [N, d] mean feature, not
     re-normalised; logits [N, C] mean logits; H [N] entropy of the mean probabilities; probs [N, C])."""
-    n = max(1, num_selected(feats.shape[-2], ratio))
-    keep = torch.argsort(entropy(logits), dim=-1, stable=True)[..., :n]
+    keep = confident_indices(entropy(logits), ratio)
     kept_logits = logits.gather(-2, keep.unsqueeze(-1).expand(*keep.shape, logits.shape[-1]))
     kept_feats = feats.gather(-2, keep.unsqueeze(-1).expand(*keep.shape, feats.shape[-1]))
     probs = torch.softmax(kept_logits, dim=-1).mean(-2)

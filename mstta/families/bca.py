@@ -95,8 +95,7 @@ def confident_mean(x: torch.Tensor, logits: torch.Tensor, ratio: float) -> torch
     """`assign_label` with TPT's `select_confident_samples`: the mean feature of the floor(ratio V)
     lowest-entropy views (at least 1: the port's empty selection would be NaN; ties to the lower
     view index). [V, d], [V, C] -> [d], not re-normalised."""
-    keep = torch.argsort(Fn.entropy(logits), stable=True)[: max(1, int(ratio * x.shape[0]))]
-    return x[keep].mean(0)
+    return x[Fn.confident_indices(Fn.entropy(logits), ratio)].mean(0)
 
 
 def step(

@@ -108,19 +108,13 @@ class ZeroShot(NamedTuple):
     h_bar: torch.Tensor  # [n] -sum p_bar log(p_bar + 1e-8)
 
 
-def num_views(V: int, p: float) -> int:
-    """select_confident_samples' int(V * top), at least 1 (the official 0 for V < 10 would average
-    no view: NaN)."""
-    return max(1, int(V * p))
-
-
 def zero_shot(x: torch.Tensor, text: torch.Tensor, logit_scale: float, p: Params) -> ZeroShot:
     """direct_inference lines 753-759 (get_text_prediction, select_confident_samples, init_pred):
     views [n, V, d] unit -> ZeroShot [n, ...]."""
     logits = logit_scale * (x @ text.T)  # get_text_prediction
     probs = torch.softmax(logits, dim=-1)
     h = -(probs * torch.log(probs + H_SELECT_EPS)).sum(-1)  # select_confident_samples
-    keep = torch.argsort(h, dim=-1, stable=True)[:, : num_views(x.shape[1], p.selection_p)]
+    keep = Fn.confident_indices(h, p.selection_p)
     p_bar = probs.gather(1, keep.unsqueeze(-1).expand(-1, -1, probs.shape[-1])).mean(1)
     h_bar = -(p_bar * torch.log(p_bar + H_MEMORY_EPS)).sum(-1)  # update_memory_bank
     return ZeroShot(logits[:, 0], probs[:, 0], p_bar.argmax(-1), h_bar)

@@ -120,10 +120,9 @@ def select_views(x: torch.Tensor, text: torch.Tensor, scale: float, ratio: float
     the lower index) -> (X [n, d], their logits [n, C], clip [C] mean logits, H entropy of the mean
     softmax (`avg_entropy`; `softmax_entropy` for one view))."""
     logits = Fn.clip_logits(x, text, scale)
-    n = max(1, Fn.num_selected(x.shape[0], ratio))
-    keep = torch.argsort(Fn.entropy(logits), stable=True)[:n]
+    keep = Fn.confident_indices(Fn.entropy(logits), ratio)
     kept = logits[keep]
-    logp = torch.logsumexp(torch.log_softmax(kept, -1), 0) - torch.log(kept.new_tensor(float(n)))
+    logp = torch.logsumexp(torch.log_softmax(kept, -1), 0) - torch.log(kept.new_tensor(float(len(keep))))
     return x[keep], kept, kept.mean(0), -(logp.exp() * logp).sum()
 
 
