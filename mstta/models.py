@@ -7,7 +7,7 @@ its default tag, so the CLIs' default `openai` means it too) or `none` (random w
 meaningless predictions, for tests and speed measurements; the init is seeded, so every process
 builds the same random model). Tags whose weights were trained with QuickGELU (all
 `openai` ones) get it forced; a local OpenAI checkpoint needs the `-quickgelu` name (ViT-B-16-quickgelu).
-Weights that are neither cached nor reachable fail in about a second instead of retrying for a minute.
+Where weights live (caches, the offline probe) is `mstta.weights`.
 """
 
 from __future__ import annotations
@@ -16,15 +16,11 @@ import contextlib
 import hashlib
 import json
 import logging
-import os
-import socket
-import threading
 import warnings
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
-from urllib.parse import urlparse
 
 import numpy as np
 import torch
@@ -35,6 +31,9 @@ from .devices import resolve_device
 from .errors import UserError
 from .templates import check_templates, fill
 from .views import Preprocess
+from .weights import ensure_weights_reachable, hub_offline, is_known_tag, looks_like_path, weights_error
+from .weights import hub_cache_dir as hub_cache_dir  # re-exported: callers' mstta.models.hub_cache_dir
+from .weights import weights_cached as weights_cached  # re-exported: callers' mstta.models.weights_cached
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +43,7 @@ DEFAULT_TAG = "openai"  # ... and its weights (`default_pretrained` for project-
 PRECISIONS = ("fp32", "fp16", "bf16")
 _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 INIT_SEED = 0  # random init (`--pretrained none`) is seeded: same weights in every process
-PROBE_TIMEOUT_S = 3.0  # how long to wait for the download host before calling it offline
 TEXT_CHUNK = 1024  # prompts per text-encoder forward
-_CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".ckpt")
 ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
 BUNDLED_TAG = "bundled"
 # Models whose weights the project trains and ships (repository checkout / editable install only:
@@ -149,6 +146,24 @@ def load_clip(
     _register_configs()
     dev = device if isinstance(device, torch.device) else resolve_device(device)
     precision = precision or default_precision(dev)
+    _check_model_arguments(name, precision)
+    pretrained, tag, offline, quick_gelu = _resolve_weights(name, pretrained)
+    shown = tag if pretrained == BUNDLED_TAG else pretrained  # the weights error messages name
+    model = _create_model(name, tag, shown, dev, precision, offline=offline, quick_gelu=quick_gelu)
+    if dev.type != "cuda" and precision != "fp32":
+        model = model.to(_DTYPES[precision])
+    check_finite_weights(model, name, shown, precision)
+    model.eval()
+    # preprocessing from the model's open_clip config (the same config open_clip built `preprocess` from)
+    return ClipModel(
+        model, Preprocess.of(model), open_clip.get_tokenizer(name), name, pretrained or "none", dev, precision
+    )
+
+
+def _check_model_arguments(name: str, precision: str) -> None:
+    """Refuse an unknown precision or an architecture open_clip does not know."""
+    import open_clip
+
     if precision not in PRECISIONS:
         raise UserError(f"--precision {precision}: choose one of {', '.join(PRECISIONS)}")
     if name not in open_clip.list_models():
@@ -157,6 +172,13 @@ def load_clip(
             "(e.g. ViT-B-16, RN50, mstta-tiny; full list: "
             "python -c 'import open_clip; print(open_clip.list_models())')"
         )
+
+
+def _resolve_weights(name: str, pretrained: str | None) -> tuple[str | None, str | None, bool, bool]:
+    """(pretrained, tag, offline, quick_gelu): the tag or checkpoint path open_clip loads (None: random),
+    whether to load it from the cache offline and whether to force QuickGELU; bad weights are UserErrors."""
+    import open_clip
+
     tag = None if pretrained in (None, "", "none") else str(pretrained)
     if tag is not None and name in BUNDLED_CHECKPOINTS:
         pretrained, tag = _bundled_tag(name, tag)
@@ -166,29 +188,46 @@ def load_clip(
             "%s --pretrained none: RANDOM weights, predictions are meaningless (tests and speed runs only)", name
         )
     elif open_clip.is_pretrained_cfg(name, tag):
-        offline = _ensure_weights_reachable(name, tag)
+        offline = ensure_weights_reachable(name, tag)
         # OpenAI weights were trained with QuickGELU; open_clip's plain configs (ViT-B-16) use GELU
         quick_gelu = bool(open_clip.get_pretrained_cfg(name, tag).get("quick_gelu"))
-    elif _looks_like_path(tag):
-        path = Path(tag).expanduser()
-        if not path.is_file():
-            raise UserError(
-                f"--pretrained {tag}: checkpoint file not found; pass an existing .pt/.bin/.safetensors file"
-            )
-        _check_checkpoint_file(path)
-        tag = str(path)
+    elif looks_like_path(tag):
+        tag = _checkpoint_path(tag)
     else:
-        known = (
-            ", ".join(
-                open_clip.list_pretrained_tags_by_model(name) + ([BUNDLED_TAG] if name in BUNDLED_CHECKPOINTS else [])
-            )
-            or "none known"
+        raise UserError(_unknown_tag_error(name, tag))
+    return pretrained, tag, offline, quick_gelu
+
+
+def _checkpoint_path(tag: str) -> str:
+    """A local checkpoint's expanded path; a missing file or a TorchScript archive is a UserError."""
+    path = Path(tag).expanduser()
+    if not path.is_file():
+        raise UserError(f"--pretrained {tag}: checkpoint file not found; pass an existing .pt/.bin/.safetensors file")
+    _check_checkpoint_file(path)
+    return str(path)
+
+
+def _unknown_tag_error(name: str, tag: str) -> str:
+    """The one-line message for a `--pretrained` value that is neither a known tag nor a path."""
+    import open_clip
+
+    known = (
+        ", ".join(
+            open_clip.list_pretrained_tags_by_model(name) + ([BUNDLED_TAG] if name in BUNDLED_CHECKPOINTS else [])
         )
-        raise UserError(
-            f"--pretrained {tag}: not a known tag for {name} (known: {known}); or pass a local checkpoint path"
-        )
+        or "none known"
+    )
+    return f"--pretrained {tag}: not a known tag for {name} (known: {known}); or pass a local checkpoint path"
+
+
+def _create_model(
+    name: str, tag: str | None, shown: str | None, dev: torch.device, precision: str, *, offline: bool, quick_gelu: bool
+) -> torch.nn.Module:
+    """Build the model with open_clip (seeded, quiet, hub offline when asked); any failure is one UserError."""
+    import open_clip
+
     try:
-        with _hub_offline(offline), _quiet_open_clip(), _seeded(INIT_SEED), warnings.catch_warnings():
+        with hub_offline(offline), _quiet_open_clip(), _seeded(INIT_SEED), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a loader's warnings would add lines to the one error line
             model, _, _ = open_clip.create_model_and_transforms(
                 name,
@@ -198,15 +237,8 @@ def load_clip(
                 force_quick_gelu=quick_gelu,
             )
     except Exception as exc:  # any loader failure becomes one actionable line
-        raise UserError(_weights_error(name, tag if pretrained == BUNDLED_TAG else pretrained, exc)) from None
-    if dev.type != "cuda" and precision != "fp32":
-        model = model.to(_DTYPES[precision])
-    check_finite_weights(model, name, tag if pretrained == BUNDLED_TAG else pretrained, precision)
-    model.eval()
-    # preprocessing from the model's open_clip config (the same config open_clip built `preprocess` from)
-    return ClipModel(
-        model, Preprocess.of(model), open_clip.get_tokenizer(name), name, pretrained or "none", dev, precision
-    )
+        raise UserError(weights_error(name, shown, exc)) from None
+    return model
 
 
 def _check_checkpoint_file(path: Path) -> None:
@@ -258,10 +290,6 @@ def _bundled_tag(name: str, tag: str) -> tuple[str, str]:
     return BUNDLED_TAG, str(path)
 
 
-def _looks_like_path(tag: str) -> bool:
-    return os.sep in tag or tag.endswith(_CHECKPOINT_SUFFIXES) or tag.startswith((".", "~")) or Path(tag).is_file()
-
-
 @contextlib.contextmanager
 def _seeded(seed: int) -> Iterator[None]:
     """Seed torch's CPU RNG for a block (random init is reproducible), restoring the caller's RNG after."""
@@ -287,156 +315,6 @@ def _quiet_open_clip() -> Iterator[None]:
         root.removeFilter(flt)
 
 
-@contextlib.contextmanager
-def _hub_offline(offline: bool) -> Iterator[None]:
-    """Run a block with huggingface_hub in offline mode (cache only, no HTTP retries) when asked."""
-    if not offline:
-        yield
-        return
-    from huggingface_hub import constants
-
-    before = constants.HF_HUB_OFFLINE
-    constants.HF_HUB_OFFLINE = True
-    try:
-        yield
-    finally:
-        constants.HF_HUB_OFFLINE = before
-
-
-def _uses_hub(pcfg: dict) -> bool:
-    from open_clip.pretrained import has_hf_hub
-
-    return bool(pcfg.get("hf_hub")) and has_hf_hub()
-
-
-def _hub_files(hf_hub: str) -> list[tuple[str, str]]:
-    """(repo, filename) pairs open_clip tries for an `hf_hub` entry, safetensors first."""
-    from open_clip.pretrained import HF_SAFE_WEIGHTS_NAME, HF_WEIGHTS_NAME
-
-    repo, filename = os.path.split(hf_hub)
-    filename = filename or HF_WEIGHTS_NAME
-    names = [HF_SAFE_WEIGHTS_NAME] if filename == HF_WEIGHTS_NAME else []
-    if filename != HF_WEIGHTS_NAME and filename.endswith((".bin", ".pth")):
-        names.append(filename[:-4] + ".safetensors")
-    return [(repo, n) for n in names + [filename]]
-
-
-def url_cache_dir() -> Path:
-    """Where open_clip keeps weights it downloads by URL."""
-    return Path("~/.cache/clip").expanduser()
-
-
-def hub_cache_dir() -> str:
-    """Where huggingface_hub keeps downloaded weights (HF_HUB_CACHE / HF_HOME)."""
-    try:
-        from huggingface_hub import constants
-
-        return str(constants.HF_HUB_CACHE)
-    except ImportError:
-        return os.environ.get("HF_HUB_CACHE") or str(Path("~/.cache/huggingface/hub").expanduser())
-
-
-def weights_cached(name: str, tag: str) -> bool:
-    """Whether the weights of a known (architecture, tag) pair are already on local disk."""
-    import open_clip
-
-    pcfg = open_clip.get_pretrained_cfg(name, tag)
-    if "file" in pcfg:
-        return Path(pcfg["file"]).is_file()
-    if _uses_hub(pcfg):
-        from huggingface_hub import try_to_load_from_cache
-
-        return any(isinstance(try_to_load_from_cache(repo, fn), str) for repo, fn in _hub_files(pcfg["hf_hub"]))
-    url = pcfg.get("url", "")
-    return bool(url) and (url_cache_dir() / os.path.basename(url)).is_file()
-
-
-def _download_host(pcfg: dict) -> tuple[str, int]:
-    """(host, port) the weights would be fetched from, through an HTTPS proxy if one is set."""
-    proxy = next(
-        (os.environ[k] for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy") if os.environ.get(k)), ""
-    )
-    if proxy:
-        u = urlparse(proxy if "://" in proxy else f"http://{proxy}")
-        return u.hostname or "", u.port or 3128
-    if _uses_hub(pcfg):
-        from huggingface_hub import constants
-
-        u = urlparse(constants.ENDPOINT)
-    else:
-        u = urlparse(pcfg.get("url", ""))
-    return u.hostname or "", u.port or 443
-
-
-def network_reachable(host: str, port: int = 443, timeout: float = PROBE_TIMEOUT_S) -> bool:
-    """True when a TCP connection to host:port opens within `timeout` s (DNS included); False offline."""
-    if not host:
-        return False
-    ok: list[bool] = []
-
-    def probe() -> None:
-        try:
-            socket.create_connection((host, port), timeout=timeout).close()
-            ok.append(True)
-        except OSError:
-            pass
-
-    t = threading.Thread(target=probe, daemon=True)
-    t.start()
-    t.join(timeout)
-    return bool(ok)
-
-
-def _hub_offline_env() -> bool:
-    if os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE"):
-        return True
-    try:
-        from huggingface_hub import constants
-
-        return bool(constants.HF_HUB_OFFLINE)
-    except ImportError:
-        return False
-
-
-def _ensure_weights_reachable(name: str, tag: str) -> bool:
-    """Fail fast when weights are neither cached nor downloadable; True = load from the cache offline."""
-    import open_clip
-
-    if weights_cached(name, tag):
-        return True
-    pcfg = open_clip.get_pretrained_cfg(name, tag)
-    host, port = _download_host(pcfg)
-    if _hub_offline_env() and _uses_hub(pcfg):
-        raise UserError(_weights_error(name, tag, "not in the local cache and HF_HUB_OFFLINE is set"))
-    if not network_reachable(host, port):
-        raise UserError(_weights_error(name, tag, f"not in the local cache and {host}:{port} is unreachable"))
-    log.info("downloading weights for %s '%s' from %s", name, tag, host)
-    return False
-
-
-def _weights_error(name: str, pretrained: str, exc: Exception | str) -> str:
-    lines = [ln for ln in str(exc).splitlines() if ln.strip()] or [type(exc).__name__]
-    msg = " ".join(lines[0].split())
-    msg = msg if len(msg) <= 120 else msg[:117] + "..."
-    if _looks_like_path(str(pretrained)) and not _is_known_tag(name, str(pretrained)):
-        return (
-            f"--pretrained {pretrained}: could not load checkpoint {pretrained} into {name} ({msg}); "
-            "pass an open_clip/OpenAI CLIP checkpoint file for this architecture (--model must match it)"
-        )
-    return (
-        f"weights for --model {name} --pretrained {pretrained} could not be downloaded or loaded ({msg}); "
-        f"fetch them once on a machine with internet into the Hugging Face cache ({hub_cache_dir()}, "
-        f"or {url_cache_dir()} for URL weights), or pass --pretrained /path/to/checkpoint, "
-        "or use --model mstta-tiny --pretrained none for a test run"
-    )
-
-
-def _is_known_tag(name: str, tag: str) -> bool:
-    import open_clip
-
-    return bool(tag) and open_clip.is_pretrained_cfg(name, tag)
-
-
 # ---------------------------------------------------------------------------------------------
 # Text classifier
 
@@ -451,7 +329,7 @@ def pretrained_id(name: str, pretrained: str | None) -> str:
     if p == BUNDLED_TAG and name in BUNDLED_CHECKPOINTS:
         p = str(BUNDLED_CHECKPOINTS[name])  # the shipped file's identity: a regenerated one is new weights
     path = Path(p).expanduser()
-    if path.is_file() and not _is_known_tag(name, p):
+    if path.is_file() and not is_known_tag(name, p):
         st = path.stat()
         return f"file:{path.resolve()}:{st.st_size}:{st.st_mtime_ns}"
     return f"tag:{p}"

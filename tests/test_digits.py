@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import mstta.models as models
+import mstta.weights as weights
 from app.labels import read_labels
 from app.truth import read_truth
 from mstta.errors import UserError
@@ -47,7 +48,7 @@ def digits():
 def test_loads_offline_with_its_default_tag(monkeypatch):
     """No probe, no connection: the default tag (and the CLIs' default `openai`) is the shipped file."""
     probed, tried = [], []
-    monkeypatch.setattr(models, "network_reachable", lambda host, port=443, timeout=0: probed.append(host) or False)
+    monkeypatch.setattr(weights, "network_reachable", lambda host, port=443, timeout=0: probed.append(host) or False)
 
     def refuse(self, address, *args, **kwargs):
         tried.append(address)

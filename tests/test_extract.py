@@ -16,6 +16,7 @@ from helpers_data import make_fake_dataset
 from PIL import Image
 
 import mstta.extract as ex
+import mstta.extract_encode as encode
 from mstta.cli import main as bench_main
 from mstta.data import load_split
 from mstta.errors import UserError
@@ -111,22 +112,22 @@ def test_existing_file_reused_or_refused(data, tmp_path, monkeypatch):
 
 def test_interrupted_run_resumes_from_its_last_shard(data, tmp_path, monkeypatch):
     out = tmp_path / "r.npz"
-    real_write, real_encode = ex._write_shard, ex._encode
+    real_write, real_encode = encode.write_shard, encode._encode
 
     def write_then_stop(*args):
         real_write(*args)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(ex, "_write_shard", write_then_stop)
+    monkeypatch.setattr(encode, "write_shard", write_then_stop)
     with pytest.raises(KeyboardInterrupt):
         _run(data, out, tmp_path)
     work = tmp_path / ".r.npz.work"
     assert not out.exists() and sorted(p.name for p in work.iterdir()) == ["settings.json", "shard-000000.npz"]
 
     encoded = []
-    monkeypatch.setattr(ex, "_write_shard", real_write)
+    monkeypatch.setattr(encode, "write_shard", real_write)
     monkeypatch.setattr(
-        ex, "_encode", lambda clip, views, *a: encoded.append(len(views)) or real_encode(clip, views, *a)
+        encode, "_encode", lambda clip, views, *a: encoded.append(len(views)) or real_encode(clip, views, *a)
     )
     _run(data, out, tmp_path)
     assert sum(encoded) == 9 - 4 and not work.exists()

@@ -13,9 +13,11 @@ import torch
 from helpers_data import make_fake_dataset
 
 import mstta.models as models
+import mstta.weights as weights
 from mstta.errors import UserError
-from mstta.models import build_text_classifier, load_clip, weights_cached
+from mstta.models import build_text_classifier, load_clip
 from mstta.templates import DEFAULT_TEMPLATES, check_templates, fill, template_set, templates_for
+from mstta.weights import weights_cached
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -23,7 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 def _no_network(monkeypatch) -> list:
     """Replace the reachability probe; the list records the hosts it was asked about."""
     calls: list = []
-    monkeypatch.setattr(models, "network_reachable", lambda host, port=443, timeout=0: calls.append(host) or False)
+    monkeypatch.setattr(weights, "network_reachable", lambda host, port=443, timeout=0: calls.append(host) or False)
     return calls
 
 
@@ -119,7 +121,7 @@ def test_bad_model_arguments(name, pretrained, precision, expected):
 
 def test_missing_weights_offline_fail_fast(monkeypatch):
     calls = _no_network(monkeypatch)
-    monkeypatch.setattr(models, "weights_cached", lambda name, tag: False)
+    monkeypatch.setattr(weights, "weights_cached", lambda name, tag: False)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
     built = _no_model_build(monkeypatch)
@@ -133,7 +135,7 @@ def test_missing_weights_offline_fail_fast(monkeypatch):
 
 def test_hf_offline_env_skips_the_probe(monkeypatch):
     calls = _no_network(monkeypatch)
-    monkeypatch.setattr(models, "weights_cached", lambda name, tag: False)
+    monkeypatch.setattr(weights, "weights_cached", lambda name, tag: False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(UserError, match="HF_HUB_OFFLINE"):
         load_clip("ViT-B-16", "openai", device="cpu")
@@ -151,7 +153,7 @@ def test_quick_gelu_forced_for_openai_tags(monkeypatch, tag, quick):
         seen.update(kwargs)
         raise RuntimeError("stop here")
 
-    monkeypatch.setattr(models, "weights_cached", lambda name, t: True)
+    monkeypatch.setattr(weights, "weights_cached", lambda name, t: True)
     monkeypatch.setattr(open_clip, "create_model_and_transforms", fake_create)
     with pytest.raises(UserError, match="stop here"):
         load_clip("ViT-B-16", tag, device="cpu")

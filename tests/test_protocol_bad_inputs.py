@@ -20,6 +20,7 @@ from helpers_cli import run_bench
 from helpers_data import make_fake_dataset, make_image
 
 import mstta.extract as ex
+import mstta.shards as shards
 
 TINY = ["--model", "mstta-tiny", "--pretrained", "none", "--workers", "0"]
 
@@ -277,7 +278,7 @@ def test_interrupted_shard_leaves_no_temp_file_and_resumes(world, tmp_path, monk
             raise KeyboardInterrupt
         return real_savez(fh, **arrays)
 
-    monkeypatch.setattr(ex.np, "savez", savez_then_stop)
+    monkeypatch.setattr(shards.np, "savez", savez_then_stop)
     out = tmp_path / "f.npz"
     opts = dict(
         model="mstta-tiny",
@@ -295,7 +296,7 @@ def test_interrupted_shard_leaves_no_temp_file_and_resumes(world, tmp_path, monk
     work = tmp_path / ".f.npz.work"
     assert sorted(p.name for p in work.iterdir()) == ["settings.json", "shard-000000.npz"]  # no temp file
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".") and p != work] == []
-    monkeypatch.setattr(ex.np, "savez", real_savez)
+    monkeypatch.setattr(shards.np, "savez", real_savez)
     res = ex.run_extraction(world["photos"], out, **opts)
     assert res.n == 4 and not work.exists()
 

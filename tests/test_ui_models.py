@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.ui import models as choice
-from mstta import models
+from mstta import models, weights
 from mstta.config import EngineConfig
 from mstta.errors import UserError
 
@@ -53,7 +53,7 @@ def test_the_list_offers_digits_cached_weights_and_tiny_marked_random(monkeypatc
 
 
 def test_cached_pairs_asks_the_local_cache_only(monkeypatch, tmp_path):
-    monkeypatch.setattr(models, "url_cache_dir", lambda: tmp_path)
+    monkeypatch.setattr(weights, "url_cache_dir", lambda: tmp_path)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path))
     monkeypatch.setattr(models, "weights_cached", lambda name, tag: (name, tag) == ("RN50", "openai"))
@@ -107,7 +107,7 @@ def test_an_uncached_model_is_refused_in_one_line_and_nothing_changes(ctx, monke
     from app.ui.handlers import apply
     from app.ui.state import UISession
 
-    monkeypatch.setattr(models, "url_cache_dir", lambda: tmp_path)
+    monkeypatch.setattr(weights, "url_cache_dir", lambda: tmp_path)
     ui = UISession()
     apply(ctx, ui, form())
     before = ui.stream

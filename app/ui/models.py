@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from mstta import models
+from mstta import models, weights
 from mstta.errors import UserError
 from mstta.safety import check_memory
 
@@ -91,21 +91,7 @@ def weights_file(model: str, pretrained: str) -> Path | None:
     path = Path(pretrained).expanduser()
     if path.suffix in (".pt", ".pth", ".bin", ".safetensors", ".ckpt") or path.is_file():
         return path
-    import open_clip
-
-    pcfg = open_clip.get_pretrained_cfg(model, pretrained)
-    if "file" in pcfg:
-        return Path(pcfg["file"])
-    if pcfg.get("hf_hub"):
-        from huggingface_hub import try_to_load_from_cache
-
-        for repo, fn in models._hub_files(pcfg["hf_hub"]):
-            hit = try_to_load_from_cache(repo, fn)
-            if isinstance(hit, str):
-                return Path(hit)
-        return None
-    url = pcfg.get("url", "")
-    return models.url_cache_dir() / Path(url).name if url else None
+    return weights.cached_weights_file(model, pretrained)
 
 
 def check_available(model: str, pretrained: str) -> None:

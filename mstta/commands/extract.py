@@ -17,6 +17,16 @@ from ..views import AUGMENTS
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The `extract` command's flags: inputs, model, stream, speed, outputs (in --help order)."""
+    _add_inputs(p)
+    _add_model(p)
+    _add_stream(p)
+    _add_speed(p)
+    _add_outputs(p)
+
+
+def _add_inputs(p: argparse.ArgumentParser) -> None:
+    """What to extract: the dataset and where it lives."""
     p.add_argument(
         "--dataset",
         required=True,
@@ -24,6 +34,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"one of {', '.join(list_datasets())}; short names I/A/V/R/S; or imagefolder:PATH",
     )
     p.add_argument("--data-root", metavar="DIR", help="folder holding the datasets in the CoOp/TDA layout")
+
+
+def _add_model(p: argparse.ArgumentParser) -> None:
+    """The model: architecture, weights, precision and device."""
     p.add_argument(
         "--model", default=DEFAULT_MODEL, help=f"open_clip architecture (default {DEFAULT_MODEL}; mstta-tiny for tests)"
     )
@@ -36,6 +50,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--precision", choices=PRECISIONS, help="default: fp16 on GPU, fp32 on CPU")
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
+
+
+def _add_stream(p: argparse.ArgumentParser) -> None:
+    """The stream: views per sample, where and how they are made, its order and listing."""
     p.add_argument(
         "--views",
         type=int,
@@ -70,8 +88,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="full: every image (default); peer: the peers' file lists, which drop every ImageNet-A/R/"
         "Sketch/V2 file whose name contains 'sh' (ImageNet-A: 6,862 of 7,500)",
     )
+
+
+def _add_speed(p: argparse.ArgumentParser) -> None:
+    """How fast: images per forward and data-loader workers."""
     p.add_argument("--batch-size", type=int, default=256, help="images per encoder forward (default 256)")
     p.add_argument("--workers", type=int, help="data-loader worker processes (default: free CPU cores, at most 8)")
+
+
+def _add_outputs(p: argparse.ArgumentParser) -> None:
+    """What is written: the feature file, its samples and templates, caches, shards, the summary."""
     p.add_argument(
         "--out",
         default="features",

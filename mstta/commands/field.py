@@ -16,12 +16,21 @@ ORDERS, DIGITS_ORDERS = 10, 5  # default stream orders per seed; --digits keeps 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..benchmark.field import MAX_ORDERS, OPEN_SETTINGS
-    from ..methods import list_methods
-    from ..metrics import ECE_BINS, MAX_ECE_BINS
-
+    """The `field` command's flags: `run`'s common ones, then rows, text sets, metrics, open set, scope, outputs."""
     add_common(p)
     p.set_defaults(out="field-results")
+    _add_rows(p)
+    _add_text_sets(p)
+    _add_metrics(p)
+    _add_open_set(p)
+    _add_scope(p)
+    _add_outputs(p)
+
+
+def _add_rows(p: argparse.ArgumentParser) -> None:
+    """The method rows."""
+    from ..methods import list_methods
+
     p.add_argument(
         "--methods",
         default=",".join(list_methods()),
@@ -29,6 +38,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="comma list of method rows, each optionally NAME@original or NAME@confident "
         "(default: every registered method)",
     )
+
+
+def _add_text_sets(p: argparse.ArgumentParser) -> None:
+    """The text sets and the files some of them need."""
     p.add_argument(
         "--text",
         default="official",
@@ -38,6 +51,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--cupl", metavar="FILE.json", help="CuPL-style prompts {class name: [prompts]} of the dataset")
     p.add_argument("--text-classifier", metavar="FILE.npy", help="your own [C, d] text classifier (text set 'user')")
+
+
+def _add_metrics(p: argparse.ArgumentParser) -> None:
+    """Stream orders per seed and ECE bins."""
+    from ..benchmark.field import MAX_ORDERS
+    from ..metrics import ECE_BINS, MAX_ECE_BINS
+
     p.add_argument(
         "--orders",
         type=int,
@@ -52,6 +72,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help=f"equal-width ECE bins (1..{MAX_ECE_BINS}, default {ECE_BINS})",
     )
+
+
+def _add_open_set(p: argparse.ArgumentParser) -> None:
+    """The open-set settings and the mixed-in dataset."""
+    from ..benchmark.field import OPEN_SETTINGS
+
     p.add_argument(
         "--open",
         default=",".join(OPEN_SETTINGS),
@@ -67,6 +93,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="F",
         help="foreign samples per own sample in the mixed setting (default 0.5)",
     )
+
+
+def _add_scope(p: argparse.ArgumentParser) -> None:
+    """Extra rows and the offline digits benchmark."""
     p.add_argument(
         "--label-tuned",
         action="store_true",
@@ -79,6 +109,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="the offline shifted-digits benchmark: generate it under --store, run every row on its "
         "shifts with the bundled mstta-digits model (docs/field.md)",
     )
+
+
+def _add_outputs(p: argparse.ArgumentParser) -> None:
+    """What is (re)written: figures, or only the report."""
     p.add_argument("--no-plots", action="store_true", help="skip the figures")
     p.add_argument(
         "--report-only", action="store_true", help="only rebuild results.csv, report.md and plots from --out"

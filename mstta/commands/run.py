@@ -24,6 +24,17 @@ SEEDS_HELP = (
 
 def add_common(p: argparse.ArgumentParser, datasets_default: str = "all") -> None:
     """Flags shared by `run` and `sweep`: what to run on, where data/features/results live."""
+    _add_data(p, datasets_default)
+    _add_backbones(p)
+    _add_streams(p)
+    _add_places(p)
+    _add_overrides(p)
+    _add_compute(p)
+    _add_run_mode(p)
+
+
+def _add_data(p: argparse.ArgumentParser, datasets_default: str) -> None:
+    """What to run on: the datasets and where they live."""
     p.add_argument(
         "--data-root",
         metavar="DIR",
@@ -39,6 +50,10 @@ def add_common(p: argparse.ArgumentParser, datasets_default: str = "all") -> Non
         + ("the datasets of the paper's ablation of --param" if datasets_default == "paper" else datasets_default)
         + ")",
     )
+
+
+def _add_backbones(p: argparse.ArgumentParser) -> None:
+    """The models: backbones and their weights."""
     p.add_argument(
         "--backbone",
         default=DEFAULT_MODEL,
@@ -52,6 +67,10 @@ def add_common(p: argparse.ArgumentParser, datasets_default: str = "all") -> Non
         help="weights for every --backbone: an open_clip tag, a checkpoint file, or none "
         "(default: openai for ViT-B-16/RN50, none for mstta-tiny)",
     )
+
+
+def _add_streams(p: argparse.ArgumentParser) -> None:
+    """The streams: seeds, file listing and where many views are made."""
     p.add_argument("--seeds", default="1", metavar="LIST", help=SEEDS_HELP)
     p.add_argument(
         "--listing",
@@ -68,10 +87,18 @@ def add_common(p: argparse.ArgumentParser, datasets_default: str = "all") -> Non
         "(tensors on the model's device: exact crops on CUDA, the fast path on a CPU), auto "
         "(default: device on CUDA, else cpu); each has its own feature file in the store",
     )
+
+
+def _add_places(p: argparse.ArgumentParser) -> None:
+    """Where results and feature files go."""
     p.add_argument("--out", default="results", metavar="DIR", help="results folder (default results/)")
     p.add_argument(
         "--store", default="features", metavar="DIR", help="feature store shared by runs and sweeps (default features/)"
     )
+
+
+def _add_overrides(p: argparse.ArgumentParser) -> None:
+    """Config overrides for every dataset: any key, views, view mode, view kind, stream length."""
     p.add_argument(
         "--set",
         action="append",
@@ -90,10 +117,18 @@ def add_common(p: argparse.ArgumentParser, datasets_default: str = "all") -> Non
         "boosting methods, the dataset's bench.augment for the others)",
     )
     p.add_argument("--limit", type=int, metavar="N", help="use only the first N samples of each stream (quick checks)")
+
+
+def _add_compute(p: argparse.ArgumentParser) -> None:
+    """Where and how fast: device, precision, extraction batch size and workers."""
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
     p.add_argument("--precision", choices=PRECISIONS, help="model precision (default fp16 on GPU, fp32 on CPU)")
     p.add_argument("--batch-size", type=int, metavar="N", help="extraction: images per encoder forward")
     p.add_argument("--workers", type=int, metavar="N", help="extraction: data-loader worker processes")
+
+
+def _add_run_mode(p: argparse.ArgumentParser) -> None:
+    """How the run reports: progress bars, or a dry run that writes nothing."""
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument(
         "--dry-run",
