@@ -3,7 +3,7 @@
     note = apply_bundled(args)      # fills args.model/.pretrained and args.video/.labels/.truth
 
 OpenAI's ViT-B-16 plays `assets/demo.mp4` (nine photographs under a strengthening shift) when its
-weights are already in the local cache (`mstta.models.weights_cached`; nothing is downloaded to
+weights are already in the local cache (`mstta.weights.weights_cached`; nothing is downloaded to
 find out). Otherwise the project's own small digits CLIP (`--model mstta-digits --pretrained bundled`:
 `assets/mstta-digits.pt`, trained on scikit-learn's handwritten digits by `assets/make_digits.py`)
 plays `assets/digits.mp4`, a clip of digits under a strengthening shift, and `apply_bundled`
@@ -55,9 +55,9 @@ DIGITS_DEMO = BundledDemo(
 
 def choose_demo() -> BundledDemo:
     """CLIP's demo when ViT-B-16/openai weights are on local disk, else the digits demo."""
-    from mstta import models
+    from mstta import weights
 
-    return CLIP_DEMO if models.weights_cached(CLIP_DEMO.model, CLIP_DEMO.pretrained) else DIGITS_DEMO
+    return CLIP_DEMO if weights.weights_cached(CLIP_DEMO.model, CLIP_DEMO.pretrained) else DIGITS_DEMO
 
 
 def _shown(path: Path) -> str:

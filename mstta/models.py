@@ -32,8 +32,6 @@ from .errors import UserError
 from .templates import check_templates, fill
 from .views import Preprocess
 from .weights import ensure_weights_reachable, hub_offline, is_known_tag, looks_like_path, weights_error
-from .weights import hub_cache_dir as hub_cache_dir  # re-exported: callers' mstta.models.hub_cache_dir
-from .weights import weights_cached as weights_cached  # re-exported: callers' mstta.models.weights_cached
 
 log = logging.getLogger(__name__)
 

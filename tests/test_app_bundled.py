@@ -33,12 +33,12 @@ def _args(**kw) -> argparse.Namespace:
 @pytest.fixture
 def cache(monkeypatch):
     """`cache(True)`: ViT-B-16/openai weights are on disk; `cache(False)`: they are not (offline)."""
-    import mstta.models as models
+    import mstta.weights as weights
 
     seen = []
 
     def set_cached(value: bool) -> None:
-        monkeypatch.setattr(models, "weights_cached", lambda name, tag: seen.append((name, tag)) or value)
+        monkeypatch.setattr(weights, "weights_cached", lambda name, tag: seen.append((name, tag)) or value)
 
     set_cached.seen = seen
     return set_cached

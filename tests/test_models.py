@@ -12,7 +12,6 @@ import pytest
 import torch
 from helpers_data import make_fake_dataset
 
-import mstta.models as models
 import mstta.weights as weights
 from mstta.errors import UserError
 from mstta.models import build_text_classifier, load_clip
@@ -130,7 +129,7 @@ def test_missing_weights_offline_fail_fast(monkeypatch):
     msg = str(err.value)
     assert calls == ["huggingface.co"] and built == []  # one probe, then no download attempt (no retries)
     assert "\n" not in msg and "RN50" in msg and "openai" in msg and "could not be downloaded" in msg
-    assert models.hub_cache_dir() in msg and "--pretrained /path/to/checkpoint" in msg
+    assert weights.hub_cache_dir() in msg and "--pretrained /path/to/checkpoint" in msg
 
 
 def test_hf_offline_env_skips_the_probe(monkeypatch):

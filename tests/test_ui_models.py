@@ -56,7 +56,7 @@ def test_cached_pairs_asks_the_local_cache_only(monkeypatch, tmp_path):
     monkeypatch.setattr(weights, "url_cache_dir", lambda: tmp_path)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path))
-    monkeypatch.setattr(models, "weights_cached", lambda name, tag: (name, tag) == ("RN50", "openai"))
+    monkeypatch.setattr(weights, "weights_cached", lambda name, tag: (name, tag) == ("RN50", "openai"))
     assert choice.cached_pairs() == [("RN50", "openai")]
 
 

@@ -7,7 +7,7 @@ models every session shares (at most `MAX_LOADED`, keyed by model + weights).
                                                           # local disk is a one-line UserError
 
 Offered: the bundled digits model (its checkpoint under assets/), every open_clip (architecture,
-tag) whose weights are already in the local cache (`mstta.models.weights_cached`, as
+tag) whose weights are already in the local cache (`mstta.weights.weights_cached`, as
 `app.bundled` decides; nothing is downloaded, nothing probed on the network), and `mstta-tiny`
 with random weights (marked). Gradio-free.
 """
@@ -62,7 +62,7 @@ def cached_pairs() -> list[tuple[str, str]]:
     found = []
     for name, tag in open_clip.list_pretrained():
         try:
-            if models.weights_cached(name, tag):
+            if weights.weights_cached(name, tag):
                 found.append((name, tag))
         except Exception:  # a registry row this open_clip cannot describe: not offered
             continue

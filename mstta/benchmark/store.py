@@ -95,7 +95,7 @@ def weights_status(backbone: Backbone) -> str:
     """Where the weights would come from: 'random', 'cached', 'file', 'download', or 'missing: why'."""
     import open_clip
 
-    from ..models import weights_cached
+    from ..weights import weights_cached
 
     tag = backbone.pretrained
     if tag in ("none", ""):
