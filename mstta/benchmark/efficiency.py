@@ -203,17 +203,10 @@ def load_images(split, n: int, seed: int = 1) -> list:
     return out
 
 
-def measure_backbone(run: RunContext, backbone: Backbone, dataset: str) -> None:
-    """Measure every method of the run on `dataset` for one backbone, all in the same rounds, and
-    record them in results.json (nothing is timed when every method is already measured with the
-    same settings; otherwise all are timed again together, so they share their conditions)."""
-    from ..data import load_split
-
-    cfg = run.cfg
-    if dataset not in run.configs:
-        raise UserError(f"--fps-dataset {dataset}: not one of the run's datasets ({', '.join(run.configs)})")
-    dcfg = run.configs[dataset]
-    n = cfg.fps_samples
+def timing_setups(run: RunContext, dataset: str) -> tuple[list[tuple], dict[str, str]]:
+    """The run's rows to time on `dataset` -> their (name, method, engine config, augment) setups and
+    each one's fingerprint (its own settings and every other row's, as all are timed together)."""
+    cfg, dcfg = run.cfg, run.configs[dataset]
     setups, fps = [], {}
     for row in map(Row.parse, cfg.methods):
         if redundant(row, dcfg):
@@ -224,7 +217,7 @@ def measure_backbone(run: RunContext, backbone: Backbone, dataset: str) -> None:
         fps[row.name] = fingerprint(
             {
                 "dataset": dataset,
-                "samples": n,
+                "samples": cfg.fps_samples,
                 "listing": cfg.listing,
                 "views": views_used(row.method, ecfg, dcfg.bench.views),
                 "augment": augment,
@@ -234,13 +227,12 @@ def measure_backbone(run: RunContext, backbone: Backbone, dataset: str) -> None:
                 "hyperparameters": dataclasses.asdict(ecfg),
             }
         )
-    fps = {name: fingerprint({"own": fp, "all": sorted(fps.values())}) for name, fp in fps.items()}
-    if all(
-        (run.results.efficiency(backbone.name, backbone.pretrained, name) or {}).get("fingerprint") == fp
-        for name, fp in fps.items()
-    ):
-        return
-    seed = cfg.seeds[0]
+    return setups, {name: fingerprint({"own": fp, "all": sorted(fps.values())}) for name, fp in fps.items()}
+
+
+def stored_text(run: RunContext, backbone: Backbone, dataset: str, setups: Sequence[tuple]) -> torch.Tensor:
+    """The text classifier of the first stored feature file of `dataset` among the setups' view kinds."""
+    cfg, dcfg, seed = run.cfg, run.configs[dataset], run.cfg.seeds[0]
     made = view_path(cfg.views_on, run.device)
     files = [
         feature_key(dataset, backbone, run.precision, dcfg, seed, cfg.limit, cfg.listing, augment, made).path(cfg.store)
@@ -249,10 +241,29 @@ def measure_backbone(run: RunContext, backbone: Backbone, dataset: str) -> None:
     found = next((f for f in files if f.is_file()), None)
     if found is None:
         raise UserError(f"no feature file of {dataset} in {cfg.store} to take the text classifier from; run it first")
-    text = load_features(found).text
+    return load_features(found).text
+
+
+def measure_backbone(run: RunContext, backbone: Backbone, dataset: str) -> None:
+    """Measure every method of the run on `dataset` for one backbone, all in the same rounds, and
+    record them in results.json (nothing is timed when every method is already measured with the
+    same settings; otherwise all are timed again together, so they share their conditions)."""
+    from ..data import load_split
+
+    cfg = run.cfg
+    if dataset not in run.configs:
+        raise UserError(f"--fps-dataset {dataset}: not one of the run's datasets ({', '.join(run.configs)})")
+    setups, fps = timing_setups(run, dataset)
+    if all(
+        (run.results.efficiency(backbone.name, backbone.pretrained, name) or {}).get("fingerprint") == fp
+        for name, fp in fps.items()
+    ):
+        return
+    seed, views = cfg.seeds[0], run.configs[dataset].bench.views
+    text = stored_text(run, backbone, dataset, setups)
     clip = run.models.get(backbone)
-    timed = load_images(load_split(dataset, cfg.data_root, cfg.listing), n, seed)
-    rows = measure_methods(clip, timed, text, setups, dcfg.bench.views, seed, views_on=cfg.views_on)
+    timed = load_images(load_split(dataset, cfg.data_root, cfg.listing), cfg.fps_samples, seed)
+    rows = measure_methods(clip, timed, text, setups, views, seed, views_on=cfg.views_on)
     for name, row in rows.items():
         run.results.record_efficiency(
             {

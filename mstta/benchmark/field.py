@@ -154,6 +154,41 @@ def open_mixed(fs: FeatureSet, foreign: FeatureSet, text, method, ecfg, device, 
     return M.open_set(r.predictions, r.probs, labels)
 
 
+def order_accuracies(fs: FeatureSet, text: torch.Tensor, method, ecfg, device, seed: int, orders: int, acc: float):
+    """Accuracy over `orders` stream orders: the stored order's `acc`, then each seeded permutation's."""
+    accs = [acc]
+    for k in range(1, orders):
+        perm = _orders_perm(fs.num_samples, seed, k)
+        r = _replay(fs.features[torch.as_tensor(perm)], text, method, ecfg, device, probs=False)
+        accs.append(M.accuracy(r.predictions, fs.labels[perm]))
+    return accs
+
+
+def open_set_metrics(
+    fs: FeatureSet, text: torch.Tensor, method, ecfg, device, seed: int, opts: FieldOptions, foreign: FeatureSet | None
+) -> dict[str, float | None]:
+    """AUROC, FPR at 95% TPR and known-class accuracy per open setting (`mixed_` prefixed), None where not run."""
+    rec: dict[str, float | None] = {}
+    for name in OPEN_SETTINGS:
+        got = None
+        if name == "withheld" and name in opts.open:
+            got = open_withheld(fs, text, method, ecfg, device, seed)
+        elif name == "mixed" and name in opts.open and foreign is not None:
+            got = open_mixed(fs, foreign, text, method, ecfg, device, seed, opts.mix_share)
+        prefix = "" if name == "withheld" else "mixed_"
+        for k in ("auroc", "fpr95", "known_accuracy"):
+            rec[prefix + k] = None if got is None else got[k]
+    return rec
+
+
+def rounded(rec: dict[str, Any]) -> dict[str, Any]:
+    """A record with its finite floats rounded to 4 places and its non-finite ones None."""
+    return {
+        k: (round(v, 4) if isinstance(v, float) and math.isfinite(v) else (None if isinstance(v, float) else v))
+        for k, v in rec.items()
+    }
+
+
 def measure(
     fs: FeatureSet,
     text: torch.Tensor,
@@ -172,16 +207,7 @@ def measure(
     zs = M.accuracy((f0.float().cpu() @ text.T.float().cpu()).argmax(-1).numpy(), labels)
     clip_views = M.accuracy(r.clip_predictions, labels)
     first, second = M.halves(r.predictions, labels)
-    accs = [acc]
-    for k in range(1, opts.orders):
-        perm = _orders_perm(fs.num_samples, seed, k)
-        accs.append(
-            M.accuracy(
-                _replay(fs.features[torch.as_tensor(perm)], text, method, ecfg, device, probs=False).predictions,
-                labels[perm],
-            )
-        )
-    st = M.order_stats(accs)
+    st = M.order_stats(order_accuracies(fs, text, method, ecfg, device, seed, opts.orders, acc))
     rec: dict[str, Any] = {
         "accuracy": acc,
         "ece": M.ece(r.probs, labels, opts.ece_bins),
@@ -200,23 +226,12 @@ def measure(
         "seconds": r.seconds,
         "state_bytes": state_bytes(text, method, ecfg, device),
     }
-    for name in OPEN_SETTINGS:
-        got = None
-        if name == "withheld" and name in opts.open:
-            got = open_withheld(fs, text, method, ecfg, device, seed)
-        elif name == "mixed" and name in opts.open and foreign is not None:
-            got = open_mixed(fs, foreign, text, method, ecfg, device, seed, opts.mix_share)
-        prefix = "" if name == "withheld" else "mixed_"
-        for k in ("auroc", "fpr95", "known_accuracy"):
-            rec[prefix + k] = None if got is None else got[k]
+    rec.update(open_set_metrics(fs, text, method, ecfg, device, seed, opts, foreign))
     if out is not None:
         save_predictions(
             predictions_path(out, {**cell.key, "method": _pred_name(fc)}), r.predictions, r.clip_predictions, labels
         )
-    return {
-        k: (round(v, 4) if isinstance(v, float) and math.isfinite(v) else (None if isinstance(v, float) else v))
-        for k, v in rec.items()
-    }
+    return rounded(rec)
 
 
 def _pred_name(fc: FieldCell) -> str:

@@ -7,7 +7,9 @@ several ran), `paper` (as printed; — where the paper has no number, e.g. other
 (10 datasets + Average), each with two CLIP rows (the original image; the protocol's views with
 no cache) and each method's gain over both, the mean-shift gains (baseline → MS-TTA for both
 readings, TDA → TDA+MS, BoostAdapter → BoostAdapter+MS), the test samples read against the paper's
-dataset statistics, seeds, efficiency, other datasets, missing datasets.
+dataset statistics, seeds, efficiency (`efficiencyreport`), other datasets, missing datasets.
+The cells (numbers, Markdown tables, row labels) come from `reportfmt`; `sweep` and `fieldreport`
+still import them from here.
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ from typing import Any, Iterable, Sequence
 from ..atomic import atomic_open
 from ..methods import get_method
 from . import paper
-from .context import Row, held_rows, row_order, row_title
+from .context import Row, row_order, row_title
+from .efficiencyreport import efficiency_table
+from .reportfmt import DASH, backbone_label, diff, fmt, fmt_stats, method_label, stats, table
 from .results import ResultsStore, write_csv
 
-DASH = "—"
 GAIN_PAIRS = (
     ("baseline+boost@original", "ms-tta+boost@original"),
     ("baseline+boost", "ms-tta+boost"),
@@ -34,38 +37,7 @@ GAIN_PAIRS = (
 )
 
 
-# ---------------------------------------------------------------------- numbers
-def stats(values: Sequence[float]) -> tuple[float, float | None, int] | None:
-    """(mean, sample std or None for one value, n) or None for no values."""
-    if not values:
-        return None
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None), len(values)
-
-
-def fmt(value: float | None, signed: bool = False) -> str:
-    if value is None:
-        return DASH
-    return f"{value:+.2f}" if signed else f"{value:.2f}"
-
-
-def fmt_stats(s: tuple[float, float | None, int] | None) -> str:
-    if s is None:
-        return DASH
-    mean, std, _ = s
-    return fmt(mean) if std is None else f"{mean:.2f} ± {std:.2f}"
-
-
-def diff(a: float | None, b: float | None) -> float | None:
-    return None if a is None or b is None else a - b
-
-
-def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
-    """A Markdown table; first column left-aligned, the rest right-aligned."""
-    out = ["| " + " | ".join(header) + " |", "|" + "|".join([":---"] + ["---:"] * (len(header) - 1)) + "|"]
-    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
-    return out
-
-
+# ---------------------------------------------------------------------- runs grouped
 def grouped(runs: Iterable[dict[str, Any]]) -> dict[tuple[str, str], dict[str, dict[str, list[float]]]]:
     """(backbone, pretrained) -> dataset -> method -> accuracies over seeds (seed order)."""
     out: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
@@ -87,18 +59,6 @@ def clip_views(runs: Iterable[dict[str, Any]]) -> dict[tuple[str, str], dict[str
         k: {d: {p: [v[s] for s in sorted(v)] for p, v in by_p.items()} for d, by_p in by_d.items()}
         for k, by_d in out.items()
     }
-
-
-def method_label(m: str, bench: str | None = None) -> str:
-    """A row's title, marked ‡ when it is held against the paper's row in table `bench` ('ood',
-    'cross'; None: in either)."""
-    return f"{row_title(m)} ‡" if m in held_rows(bench) else row_title(m)
-
-
-def backbone_label(name: str, pretrained: str) -> str:
-    from .store import Backbone
-
-    return Backbone(name, pretrained).label
 
 
 # ---------------------------------------------------------------------- tables
@@ -263,69 +223,6 @@ def seeds_table(
     )
 
 
-def efficiency_table(data: dict[str, Any], groups: dict) -> list[str]:
-    """Speed and memory per method (ours) beside the paper's efficiency table (ViT-B/16, RTX 3090)."""
-    rows = []
-    order = row_order(e["method"] for e in data.get("efficiency", []))
-    for e in sorted(
-        data.get("efficiency", []), key=lambda e: (e["backbone"], e["pretrained"], order.index(e["method"]))
-    ):
-        bb, pre, m = e["backbone"], e["pretrained"], e["method"]
-        by_ds = groups.get((bb, pre), {})
-        avgs = []
-        for cols in (paper.OOD, paper.CROSS):
-            s = [stats(by_ds.get(d, {}).get(m, [])) for d in cols]
-            avgs.append(statistics.fmean(x[0] for x in s) if all(s) else None)
-        ref = paper.efficiency_row(m) if paper.backbone_key(bb, pre) == "vit_b16" else None
-        mem = e.get("peak_memory_mb")
-        rows.append(
-            [
-                method_label(m),
-                backbone_label(bb, pre),
-                f"{e['dataset']} ({e['views']} view{'s' if e['views'] != 1 else ''}, {e['samples']} samples)",
-                fmt(e.get("fps")),
-                fmt(mem / 1024 if mem is not None else None),
-                fmt(avgs[0]),
-                fmt(avgs[1]),
-                fmt(ref["fps"]) if ref else DASH,
-                fmt(ref["memory_gb"]) if ref else DASH,
-                fmt(ref["ood_avg"]) if ref else DASH,
-                fmt(ref["cross_avg"]) if ref else DASH,
-            ]
-        )
-    if not rows:
-        return []
-    kinds = sorted({f"{e['device']}: {e['memory_kind']}" for e in data.get("efficiency", [])})
-    ways = sorted({e["views_made"] for e in data.get("efficiency", []) if e.get("views_made")})
-    made = [f"Views made: {'; '.join(ways)} (as `mstta-bench extract` makes them)."] if ways else []
-    return (
-        table(
-            [
-                "Method",
-                "Backbone",
-                "Timed on",
-                "FPS",
-                "Memory (GB)",
-                "OOD Avg",
-                "Cross Avg",
-                "paper FPS",
-                "paper Memory (GB)",
-                "paper OOD",
-                "paper Cross",
-            ],
-            rows,
-        )
-        + [
-            "",
-            f"FPS: end to end, batch 1 (views + encoder + adaptation step), each method on its own views; one "
-            "warm-up pass over every method first, then three rounds timing every method over the same samples "
-            "(order rotating); FPS = 1 / the median over samples of each sample's best time. "
-            f"Memory: {'; '.join(kinds)}. The paper's numbers are from an RTX 3090 with ViT-B/16.",
-        ]
-        + made
-    )
-
-
 def other_table(by_ds: dict[str, dict[str, list[float]]], methods: list[str]) -> list[str]:
     cols = [d for d in by_ds if paper.benchmark_of(d) is None]
     if not cols:
@@ -399,12 +296,22 @@ def samples_table(runs: list[dict[str, Any]]) -> list[str]:
 
 
 # ---------------------------------------------------------------------- the report
-def render_report(data: dict[str, Any], plots: Sequence[Path] = (), out: Path | None = None) -> str:
-    runs = data.get("runs", [])
-    groups = grouped(runs)
+TITLES = {
+    "ood": "OOD benchmark (paper Table: ImageNet variants)",
+    "cross": "Cross-dataset benchmark (paper Table: 10 datasets)",
+}
+
+
+def titled(title: str, body: list[str]) -> list[str]:
+    """A `## title` section around `body`, or nothing when the body is empty."""
+    return [f"## {title}", ""] + body + [""] if body else []
+
+
+def report_header(runs: list[dict[str, Any]]) -> list[str]:
+    """The title, what the report was generated from, and how to read its cells."""
     vers = runs[-1].get("versions", {}) if runs else {}
     devices = sorted({r.get("device", "?") for r in runs})
-    lines = [
+    return [
         "# MS-TTA benchmark report",
         "",
         f"Generated {time.strftime('%Y-%m-%d %H:%M')} from `results.json` ({len(runs)} runs; device "
@@ -415,75 +322,92 @@ def render_report(data: dict[str, Any], plots: Sequence[Path] = (), out: Path | 
         "`Δ` = ours − paper. An average is ours only when every dataset of the table ran.",
         "",
     ]
-    titles = {
-        "ood": "OOD benchmark (paper Table: ImageNet variants)",
-        "cross": "Cross-dataset benchmark (paper Table: 10 datasets)",
-    }
+
+
+def protocol_section(runs: list[dict[str, Any]]) -> list[str]:
+    """The `Protocol of each row` section, or nothing when no cell says its views."""
     proto = protocol_table(runs)
-    if proto:
-        lines += [
-            "## Protocol of each row",
-            "",
-            "The views each method read (its own code's kind: crops for "
-            "the boosting methods, AugMix for TDA's protocol on OOD) and what it predicted from.",
-            "",
-        ]
-        lines += proto + [""]
+    intro = (
+        "The views each method read (its own code's kind: crops for "
+        "the boosting methods, AugMix for TDA's protocol on OOD) and what it predicted from."
+    )
+    return titled("Protocol of each row", [intro, ""] + proto) if proto else []
+
+
+def bench_section(
+    by_ds: dict[str, dict[str, list[float]]],
+    bb_runs: list[dict[str, Any]],
+    methods: list[str],
+    bench: str,
+    pkey: str | None,
+    views: dict[str, dict[str, list[float]]] | None,
+) -> list[str]:
+    """One benchmark's table of one backbone, its gains over the two CLIP rows and its mean-shift gains."""
+    lines = [f"### {TITLES[bench]}", ""]
+    lines += benchmark_table(by_ds, methods, bench, pkey, views) + ["", CLIP_NOTE, ""]
+    over = clip_gains_table(bb_runs, methods, bench)
+    if over:
+        lines += (
+            [f"#### Gains over the two CLIP rows ({bench})", ""]
+            + over
+            + [
+                "",
+                "`+a / +b`: the method minus CLIP on the original image / minus CLIP on its own views "
+                "and prediction path with no cache (its λ = 0).",
+                "",
+            ]
+        )
+    gains = gains_table(by_ds, bench, pkey)
+    if gains:
+        lines += [f"#### Mean-shift gains ({bench})", ""] + gains + [""]
+    return lines
+
+
+def backbone_section(
+    bb: str,
+    pre: str,
+    by_ds: dict[str, dict[str, list[float]]],
+    runs: list[dict[str, Any]],
+    views: dict[str, dict[str, list[float]]] | None,
+) -> list[str]:
+    """One backbone's section: its OOD and cross-dataset tables, then its other datasets."""
+    pkey = paper.backbone_key(bb, pre)
+    methods = row_order(m for d in by_ds.values() for m in d)
+    bb_runs = [r for r in runs if (r["backbone"], r["pretrained"]) == (bb, pre)]
+    lines = [f"## {backbone_label(bb, pre)}", ""]
+    if pkey is None:
+        lines += [f"The paper reports no numbers for {bb} with weights '{pre}': paper columns show {DASH}.", ""]
+    for bench in ("ood", "cross"):
+        if any(paper.benchmark_of(d) == bench for d in by_ds):
+            lines += bench_section(by_ds, bb_runs, methods, bench, pkey, views)
+    other = other_table(by_ds, methods)
+    if other:
+        lines += ["### Other datasets (not in the paper's tables)", ""] + other + [""]
+    return lines
+
+
+def missing_section(missing: list[dict[str, Any]]) -> list[str]:
+    """The `Missing datasets` section: each dataset that could not run and why."""
+    rows = [
+        [m["dataset"], backbone_label(m["backbone"], m["pretrained"]), m["reason"].replace("|", "\\|")] for m in missing
+    ]
+    return titled("Missing datasets", table(["Dataset", "Backbone", "Reason"], rows)) if rows else []
+
+
+def render_report(data: dict[str, Any], plots: Sequence[Path] = (), out: Path | None = None) -> str:
+    """report.md's text from results.json's data; `plots` linked relative to `out`."""
+    runs = data.get("runs", [])
+    groups = grouped(runs)
+    lines = report_header(runs) + protocol_section(runs)
     views = clip_views(runs)
     for (bb, pre), by_ds in groups.items():
-        pkey = paper.backbone_key(bb, pre)
-        methods = row_order(m for d in by_ds.values() for m in d)
-        bb_runs = [r for r in runs if (r["backbone"], r["pretrained"]) == (bb, pre)]
-        lines += [f"## {backbone_label(bb, pre)}", ""]
-        if pkey is None:
-            lines += [f"The paper reports no numbers for {bb} with weights '{pre}': paper columns show {DASH}.", ""]
-        for bench in ("ood", "cross"):
-            if not any(paper.benchmark_of(d) == bench for d in by_ds):
-                continue
-            lines += [f"### {titles[bench]}", ""]
-            lines += benchmark_table(by_ds, methods, bench, pkey, views.get((bb, pre))) + ["", CLIP_NOTE, ""]
-            over = clip_gains_table(bb_runs, methods, bench)
-            if over:
-                lines += (
-                    [f"#### Gains over the two CLIP rows ({bench})", ""]
-                    + over
-                    + [
-                        "",
-                        "`+a / +b`: the method minus CLIP on the original image / minus CLIP on its own views "
-                        "and prediction path with no cache (its λ = 0).",
-                        "",
-                    ]
-                )
-            gains = gains_table(by_ds, bench, pkey)
-            if gains:
-                lines += [f"#### Mean-shift gains ({bench})", ""] + gains + [""]
-        other = other_table(by_ds, methods)
-        if other:
-            lines += ["### Other datasets (not in the paper's tables)", ""] + other + [""]
-    samples = samples_table(runs)
-    if samples:
-        lines += ["## Test samples read (paper: dataset statistics table)", ""] + samples + [""]
-    seeds = seeds_table(groups)
-    if seeds:
-        lines += ["## Robustness over seeds (stream order)", ""] + seeds + [""]
-    eff = efficiency_table(data, groups)
-    if eff:
-        lines += ["## Efficiency", ""] + eff + [""]
-    missing = data.get("missing", [])
-    if missing:
-        lines += (
-            ["## Missing datasets", ""]
-            + table(
-                ["Dataset", "Backbone", "Reason"],
-                [
-                    [m["dataset"], backbone_label(m["backbone"], m["pretrained"]), m["reason"].replace("|", "\\|")]
-                    for m in missing
-                ],
-            )
-            + [""]
-        )
-    if plots:
-        lines += ["## Plots", ""] + [f"- [{p.name}]({p.relative_to(out) if out else p})" for p in plots] + [""]
+        lines += backbone_section(bb, pre, by_ds, runs, views.get((bb, pre)))
+    lines += titled("Test samples read (paper: dataset statistics table)", samples_table(runs))
+    lines += titled("Robustness over seeds (stream order)", seeds_table(groups))
+    lines += titled("Efficiency", efficiency_table(data, groups))
+    lines += missing_section(data.get("missing", []))
+    links = [f"- [{p.name}]({p.relative_to(out) if out else p})" for p in plots]
+    lines += titled("Plots", links)
     return "\n".join(lines)
 
 
