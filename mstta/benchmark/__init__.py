@@ -7,10 +7,11 @@
 
 Modules: `context` (run settings, report rows, per-cell engine config / feature file / key, the
 run's state), `store` (feature store, extraction), `runner` (run: cells, resume, dry run),
-`results` (results.json / csv), `report` (report.md beside the paper), `paper` (the paper's
-numbers), `sweep` (ablations), `efficiency` (end-to-end fps and memory), `plots` (accuracy
-curves, t-SNE). `runner`, `sweep` and `efficiency` build on `context`, never on each other's
-internals.
+`results` (results.json / csv), `report` (report.md beside the paper; `reportfmt` its cell
+formatting, `efficiencyreport` its speed table), `paper` (the paper's numbers), `sweep`
+(ablations), `efficiency` (end-to-end fps and memory), `plots` (accuracy curves, t-SNE), `field`,
+`fieldreport`, `fieldplots`, `textsets` (`mstta-bench field`). `runner`, `sweep` and `efficiency`
+build on `context`, never on each other's internals.
 """
 
 from __future__ import annotations

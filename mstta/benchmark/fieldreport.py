@@ -15,7 +15,7 @@ from ..atomic import atomic_open
 from . import paper
 from .context import row_order, row_title
 from .field import FIELD_FILE, FIELD_KEY
-from .report import DASH, table
+from .reportfmt import DASH, table
 from .results import ResultsStore
 
 CSV_COLUMNS = (

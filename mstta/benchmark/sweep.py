@@ -27,7 +27,7 @@ from ..errors import UserError
 from . import paper
 from .context import BenchmarkConfig, Cell, Row, RunContext, row_engine_config, row_title
 from .plots import save_png
-from .report import DASH, diff, fmt, fmt_stats, stats, table
+from .reportfmt import DASH, diff, fmt, fmt_stats, stats, table
 from .results import SWEEP_KEY, ResultsStore, write_csv
 from .runner import plan_benchmark, replay_cell, zero_shot_accuracy
 from .store import Backbone
@@ -251,7 +251,7 @@ def sweep_table(runs: list[dict[str, Any]], param: str, pkey: str | None, method
 
 def write_sweep_reports(out: Path, param: str, plots: bool = True) -> Path:
     """sweep_<param>.csv, .md (and .png) from sweep_<param>.json."""
-    from .report import backbone_label
+    from .reportfmt import backbone_label
 
     store = ResultsStore(out / f"sweep_{param}.json", SWEEP_KEY)
     write_csv(out / f"sweep_{param}.csv", store.runs, extra=("param", "value"))
