@@ -132,13 +132,8 @@ def annotate(
     method's top-1 matches it. `mark` (e.g. `RANDOM_WEIGHTS_MARK`) is drawn as a banner across the
     top of the picture.
     """
-    h, w = image.shape[:2]
-    out_w = max(w, min_width)
-    out_w += out_w % 2
-    pic = Image.fromarray(np.ascontiguousarray(image))
-    if w != out_w:
-        pic = pic.resize((out_w, max(2, round(h * out_w / w))), Image.BILINEAR)
-    ph = pic.height
+    pic = _scaled(image, min_width)
+    out_w, ph = pic.size
     scale = out_w / MIN_WIDTH
     size = max(10, int(round(14 * scale)))
     line = int(round(size * 1.45))
@@ -153,28 +148,53 @@ def annotate(
     font = _font(size)
 
     if result.disagree:
-        border = max(2, int(round(4 * scale)))
-        for i in range(border):
-            draw.rectangle([i, i, out_w - 1 - i, ph - 1 - i], outline=DISAGREE_COLOR)
-
+        _draw_border(draw, out_w, ph, scale)
     col_w = (out_w - 3 * pad) // 2
     y = ph + pad
     if mark:
         draw_mark(draw, out_w, mark)
     _column(draw, pad, y, col_w, line, font, "CLIP zero-shot", result.clip_topk, CLIP_COLOR)
     _column(draw, 2 * pad + col_w, y, col_w, line, font, method_title(result.method), result.tta_topk, TTA_COLOR)
+    status = status_line(result, fps, bank_limit)
+    _draw_status(draw, result, status, truth, pad, ph + pad + line * (k + 1), out_w, line, font)
+    return np.asarray(canvas, dtype=np.uint8).copy()
 
-    y_status = ph + pad + line * (k + 1)
+
+def _scaled(image: np.ndarray, min_width: int) -> Image.Image:
+    """The picture at an even width of at least `min_width`, its aspect ratio kept."""
+    h, w = image.shape[:2]
+    out_w = max(w, min_width)
+    out_w += out_w % 2
+    pic = Image.fromarray(np.ascontiguousarray(image))
+    if w != out_w:
+        pic = pic.resize((out_w, max(2, round(h * out_w / w))), Image.BILINEAR)
+    return pic
+
+
+def _draw_border(draw: ImageDraw.ImageDraw, width: int, height: int, scale: float) -> None:
+    """The red frame around a picture where the two methods disagree."""
+    border = max(2, int(round(4 * scale)))
+    for i in range(border):
+        draw.rectangle([i, i, width - 1 - i, height - 1 - i], outline=DISAGREE_COLOR)
+
+
+def _draw_status(
+    draw: ImageDraw.ImageDraw,
+    result: FrameResult,
+    status: str,
+    truth: str | None,
+    pad: int,
+    y: int,
+    width: int,
+    line: int,
+    font,
+) -> None:
+    """The status line with the agree / DISAGREE badge at its right end, then the truth line (if any)."""
     badge, color = ("DISAGREE", DISAGREE_COLOR) if result.disagree else ("agree", AGREE_COLOR)
     badge_w = int(draw.textlength(badge, font=font))
-    status = _fit_text(draw, status_line(result, fps, bank_limit), font, out_w - 3 * pad - badge_w)
-    draw.text((pad, y_status), status, fill=DIM, font=font)
-    draw.text((out_w - pad - badge_w, y_status), badge, fill=color, font=font)
+    draw.text((pad, y), _fit_text(draw, status, font, width - 3 * pad - badge_w), fill=DIM, font=font)
+    draw.text((width - pad - badge_w, y), badge, fill=color, font=font)
     if truth is not None:
         draw.text(
-            (pad, y_status + line),
-            _fit_text(draw, truth_line(result, truth), font, out_w - 2 * pad),
-            fill=FG,
-            font=font,
+            (pad, y + line), _fit_text(draw, truth_line(result, truth), font, width - 2 * pad), fill=FG, font=font
         )
-    return np.asarray(canvas, dtype=np.uint8).copy()

@@ -49,6 +49,18 @@ def build_parser(ui: bool = True, add_help: bool = True) -> argparse.ArgumentPar
         epilog="Example: mstta-demo --video assets/demo.mp4 --labels assets/labels.txt --headless "
         "--out out/annotated.mp4 --log out/preds.jsonl --truth assets/truth.csv",
     )
+    _add_source_arguments(p)
+    _add_class_arguments(p)
+    _add_model_arguments(p)
+    _add_run_arguments(p)
+    _add_output_arguments(p)
+    if ui:
+        _add_ui_arguments(p)
+    return p
+
+
+def _add_source_arguments(p: argparse.ArgumentParser) -> None:
+    """The source flags (one of --video, --camera, --bundled-demo)."""
     src = p.add_argument_group("source (one of)")
     src.add_argument(
         "--video",
@@ -63,6 +75,10 @@ def build_parser(ui: bool = True, add_help: bool = True) -> argparse.ArgumentPar
         "cache, else (offline) the bundled digits model mstta-digits on assets/digits.mp4; "
         "--model/--pretrained and --video/--camera override its parts",
     )
+
+
+def _add_class_arguments(p: argparse.ArgumentParser) -> None:
+    """The class names and their prompt template."""
     cls = p.add_argument_group("classes")
     cls.add_argument(
         "--labels",
@@ -75,50 +91,6 @@ def build_parser(ui: bool = True, add_help: bool = True) -> argparse.ArgumentPar
         metavar="TEXT",
         help="prompt template with one {}, e.g. 'a photo of a {}.' (default: the built-in prompt ensemble)",
     )
-    _add_model_arguments(p)
-    run = p.add_argument_group("run")
-    run.add_argument(
-        "--every",
-        type=integer,
-        metavar="N",
-        help="files and folders: process every N-th frame (default: about 5 frames per second of video)",
-    )
-    run.add_argument("--max-frames", type=integer, metavar="N", help="stop after N processed frames")
-    run.add_argument("--headless", action="store_true", help="run without the browser UI")
-    run.add_argument(
-        "--topk", type=integer, default=3, metavar="K", help="classes shown and logged per method (default 3)"
-    )
-    run.add_argument(
-        "--max-pixels",
-        default="4096x4096",
-        metavar="WxH|N",
-        help="refuse frames larger than this, before decoding them where the format allows (default 4096x4096)",
-    )
-    out = p.add_argument_group("outputs")
-    out.add_argument(
-        "--out", metavar="FILE.mp4", help="annotated H.264 video: both top-k, disagreement mark, fps, cache fill"
-    )
-    out.add_argument(
-        "--log",
-        metavar="FILE.jsonl",
-        help="one JSON line per processed frame; - writes them to standard output (the summary then goes to stderr)",
-    )
-    out.add_argument(
-        "--truth",
-        metavar="FILE.csv",
-        help="ground truth, lines start_frame,end_frame,label (inclusive source frame ranges): adds accuracy",
-    )
-    out.add_argument("--json", action="store_true", help="print the end-of-run summary as one JSON object")
-    out.add_argument(
-        "-q",
-        "--quiet",
-        action="store_true",
-        help="no progress on stderr (default: a bar on a terminal, else a line every few seconds)",
-    )
-    out.add_argument("-v", "--verbose", action="store_true", help="log progress details to stderr")
-    if ui:
-        _add_ui_arguments(p)
-    return p
 
 
 def _add_model_arguments(p: argparse.ArgumentParser) -> None:
@@ -172,6 +144,54 @@ def _add_model_arguments(p: argparse.ArgumentParser) -> None:
         help=f"bound of the mean-shift feature bank, so an endless stream keeps flat memory "
         f"(default {DEFAULT_BANK_SIZE})",
     )
+
+
+def _add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """Which frames are processed, how many, and how large they may be."""
+    run = p.add_argument_group("run")
+    run.add_argument(
+        "--every",
+        type=integer,
+        metavar="N",
+        help="files and folders: process every N-th frame (default: about 5 frames per second of video)",
+    )
+    run.add_argument("--max-frames", type=integer, metavar="N", help="stop after N processed frames")
+    run.add_argument("--headless", action="store_true", help="run without the browser UI")
+    run.add_argument(
+        "--topk", type=integer, default=3, metavar="K", help="classes shown and logged per method (default 3)"
+    )
+    run.add_argument(
+        "--max-pixels",
+        default="4096x4096",
+        metavar="WxH|N",
+        help="refuse frames larger than this, before decoding them where the format allows (default 4096x4096)",
+    )
+
+
+def _add_output_arguments(p: argparse.ArgumentParser) -> None:
+    """The annotated video, the log, the ground truth and what the run prints."""
+    out = p.add_argument_group("outputs")
+    out.add_argument(
+        "--out", metavar="FILE.mp4", help="annotated H.264 video: both top-k, disagreement mark, fps, cache fill"
+    )
+    out.add_argument(
+        "--log",
+        metavar="FILE.jsonl",
+        help="one JSON line per processed frame; - writes them to standard output (the summary then goes to stderr)",
+    )
+    out.add_argument(
+        "--truth",
+        metavar="FILE.csv",
+        help="ground truth, lines start_frame,end_frame,label (inclusive source frame ranges): adds accuracy",
+    )
+    out.add_argument("--json", action="store_true", help="print the end-of-run summary as one JSON object")
+    out.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no progress on stderr (default: a bar on a terminal, else a line every few seconds)",
+    )
+    out.add_argument("-v", "--verbose", action="store_true", help="log progress details to stderr")
 
 
 def _add_ui_arguments(p: argparse.ArgumentParser) -> None:

@@ -75,6 +75,28 @@ class DemoConfig:
     progress: bool = False  # progress bar / lines on stderr (the CLI's default; --quiet: off)
 
 
+# the flags read as they come into the DemoConfig field of the same name (None: the field's default)
+SAME_NAME_FLAGS = (
+    "video",
+    "camera",
+    "labels",
+    "template",
+    "model",
+    "pretrained",
+    "precision",
+    "device",
+    "views",
+    "views_on",
+    "bank_size",
+    "every",
+    "max_frames",
+    "out",
+    "log",
+    "truth",
+    "topk",
+)
+
+
 def config_from_args(args: Any, **changes: Any) -> DemoConfig:
     """The `mstta-demo` flags (an argparse Namespace) as a `DemoConfig`: the one mapping the headless
     run and the browser UI share. A flag absent from `args` (or None) takes DemoConfig's default;
@@ -88,26 +110,10 @@ def config_from_args(args: Any, **changes: Any) -> DemoConfig:
     methods = check_methods(args.methods) if getattr(args, "methods", None) is not None else [opt("method")]
     max_pixels = getattr(args, "max_pixels", None)
     cfg = DemoConfig(
-        video=opt("video"),
-        camera=opt("camera"),
-        labels=opt("labels"),
-        template=opt("template"),
-        model=opt("model"),
-        pretrained=opt("pretrained"),
-        precision=opt("precision"),
-        device=opt("device"),
-        views=opt("views"),
-        views_on=opt("views_on"),
+        **{name: opt(name) for name in SAME_NAME_FLAGS},
         method=methods[0],
         methods=methods,
         overrides=list(getattr(args, "set", None) or []),
-        bank_size=opt("bank_size"),
-        every=opt("every"),
-        max_frames=opt("max_frames"),
-        out=opt("out"),
-        log=opt("log"),
-        truth=opt("truth"),
-        topk=opt("topk"),
         max_pixels=base.max_pixels if max_pixels is None else parse_max_pixels(max_pixels),
         progress=not getattr(args, "quiet", True),
     )

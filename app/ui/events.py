@@ -8,6 +8,7 @@ controls run at once (no queue limit). Every model call, in any of them, takes o
 `concurrency` shared model slots (`state.ModelSlots`), a video run frame by frame.
 """
 
+import dataclasses
 import json
 import logging
 from typing import Any, Callable, Iterator, Sequence
@@ -22,6 +23,7 @@ from ..annotate import random_weights
 from ..frames import MAX_PIXELS
 from ..session import DEFAULT_BANK_SIZE
 from . import handlers, video
+from .browser_js import CAMERA_JS, TOOLTIP_JS
 from .gradio_patches import patch_app
 from .handlers import Context
 from .layout import Components, build_layout
@@ -45,158 +47,123 @@ WEBCAM_EVERY_S = 0.2  # webcam: a frame to the server every 0.2 s
 WEBCAM_TIME_LIMIT_S = 600  # webcam: one stream lasts at most this long
 CACHE_CLEANUP_S = (300, 900)  # every 5 min, delete uploads and shown frames older than 15 min
 
-# Runs in the page at load: the webcam component stays silent when the browser refuses the camera,
-# so getUserMedia is wrapped to show why (and what to do) in the webcam tab.
-CAMERA_JS = """
-() => {
-  const show = (text) => {
-    const box = document.getElementById("mstta-camera-message");
-    if (box) { box.textContent = text; box.style.display = "block"; }
-  };
-  // the webcam's own Stop button: ask the server for the run's summary and downloads at once
-  // (after the frames in flight), instead of waiting for frames to stop coming
-  document.addEventListener("click", (event) => {
-    const button = event.target.closest && event.target.closest("#mstta-webcam button");
-    if (button && /stop/i.test(button.textContent || "")) {
-      setTimeout(() => { const b = document.getElementById("mstta-webcam-stop"); if (b) b.click(); }, 400);
-    }
-  }, true);
-  const md = navigator.mediaDevices;
-  if (!md || !md.getUserMedia) {
-    show("This page cannot use a webcam: browsers allow cameras only on https:// or http://localhost / " +
-         "127.0.0.1 pages. Open the UI through one of those, or use a video.");
-    return;
-  }
-  const original = md.getUserMedia.bind(md);
-  md.getUserMedia = (constraints) => original(constraints).then((stream) => {
-    const box = document.getElementById("mstta-camera-message");
-    if (box) box.style.display = "none";
-    return stream;
-  }, (err) => {
-    const name = (err && err.name) || "Error";
-    const why = {
-      NotAllowedError: "the browser (or you) denied access to the camera. Allow the camera for this site " +
-                       "(camera icon in the address bar) and reload the page.",
-      NotFoundError: "no camera was found. Connect one and reload the page, or use a video.",
-      NotReadableError: "the camera is in use by another program or could not be started.",
-      OverconstrainedError: "the camera does not support the requested settings.",
-    }[name] || ("the camera could not be opened (" + name + ").");
-    show("Webcam unavailable: " + why);
-    throw err;
-  });
-}
-"""
-# Disabled controls explain themselves on hover too (Gradio sliders take no title attribute).
-TOOLTIP_JS = """
-(reasons) => {
-  for (const [name, why] of Object.entries(JSON.parse(reasons || "{}"))) {
-    const el = document.getElementById("mstta-" + name);
-    if (el) { if (why) el.setAttribute("title", why); else el.removeAttribute("title"); }
-  }
-  return reasons;
-}
-"""
 
-
-def build_app(
-    clip: Any,
-    *,
-    labels: Sequence[str] | None = None,
-    video: str | None = None,
-    truth: str | None = None,
-    template: str | None = None,
-    method: str = "ms-tta",
-    race: Sequence[str] = (),
-    config: EngineConfig | None = None,
-    every: int | None = None,
-    topk: int = 3,
-    views: int = 1,
-    views_on: str = "auto",
-    max_frames: int | None = None,
-    autostart: bool | None = None,
-    realtime: bool = True,
-    concurrency: int = DEFAULT_CONCURRENCY,
-    streams: int | None = None,
-    max_sessions: int = DEFAULT_MAX_SESSIONS,
-    session_ttl: float = SESSION_TTL_S,
-    max_pixels: int = MAX_PIXELS,
-    update_interval: float = UPDATE_INTERVAL_S,
-    webcam_every: float = WEBCAM_EVERY_S,
-    webcam_time_limit: float = WEBCAM_TIME_LIMIT_S,
-    offer_demo_clip: bool = True,
-    webcam_end: float = handlers.WEBCAM_END_S,
-    own_scale: bool = True,
-) -> gr.Blocks:
-    """The UI as a `gr.Blocks` (not launched) around the shared `clip`.
+@dataclasses.dataclass
+class AppOptions:
+    """`build_app`'s options, resolved: `config`, `method` and `autostart` are filled in at creation.
 
     `labels` fill the labels box; `video` (a file) and `truth` (its CSV) are preloaded, and with
-    `autostart` (default: when both video and labels are given) each new page starts processing
-    the video at once. `method`, `config`, `every`, `topk`, `views` (made where `views_on` says)
-    and `max_frames` are the
-    defaults of the controls and of every session, as in the headless demo; `realtime` the default
-    of the Real time box. `concurrency` model calls run at once (all users together), `streams`
-    video/webcam runs (default 4 x concurrency); `max_sessions` sessions keep an engine and each
-    lives `session_ttl` s after its last event; frames above `max_pixels` are refused. A run
-    refreshes the page at most every `update_interval` s (0: every frame). `offer_demo_clip` adds a
-    button that loads assets/demo.mp4 with its labels and ground truth. A webcam run (page or API)
-    without a Stop ends `webcam_end` s after its last frame, on the server's clock.
+    `autostart` (default: when both video and labels are given) each new page starts processing the
+    video at once. `method`, `config`, `every`, `topk`, `views` (made where `views_on` says) and
+    `max_frames` are the defaults of the controls and of every session, as in the headless demo;
+    `realtime` the default of the Real time box. `concurrency` model calls run at once (all users
+    together), `streams` video/webcam runs (default 4 x concurrency); `max_sessions` sessions keep an
+    engine and each lives `session_ttl` s after its last event; frames above `max_pixels` are refused.
+    A run refreshes the page at most every `update_interval` s (0: every frame). `offer_demo_clip`
+    adds a button that loads assets/demo.mp4 with its labels and ground truth. A webcam run (page or
+    API) without a Stop ends `webcam_end` s after its last frame, on the server's clock.
     """
-    base = config if config is not None else EngineConfig(bank_size=DEFAULT_BANK_SIZE)
-    method = get_method(method).name
-    autostart = bool(video and labels) if autostart is None else autostart
-    ctx = Context(
-        clip=clip,
-        base=base,
-        slots=ModelSlots(concurrency),
-        sessions=Sessions(max_sessions),
-        views=views,
-        views_on=views_on,
-        topk=topk,
-        max_frames=max_frames,
-        max_pixels=max_pixels,
-        update_interval=update_interval,
-        demo_clip=handlers.demo_clip(getattr(clip, "name", None)) if offer_demo_clip else None,
-        webcam_end=webcam_end,
-        own_scale=own_scale,
-    )
 
-    def state_deleted(ui: Any) -> None:  # Gradio's time to live ran out (or its own capacity)
-        if isinstance(ui, UISession):
-            ctx.sessions.forget(ui.session_hash, ui)
+    labels: Sequence[str] | None = None
+    video: str | None = None
+    truth: str | None = None
+    template: str | None = None
+    method: str = "ms-tta"
+    race: Sequence[str] = ()
+    config: EngineConfig | None = None
+    every: int | None = None
+    topk: int = 3
+    views: int = 1
+    views_on: str = "auto"
+    max_frames: int | None = None
+    autostart: bool | None = None
+    realtime: bool = True
+    concurrency: int = DEFAULT_CONCURRENCY
+    streams: int | None = None
+    max_sessions: int = DEFAULT_MAX_SESSIONS
+    session_ttl: float = SESSION_TTL_S
+    max_pixels: int = MAX_PIXELS
+    update_interval: float = UPDATE_INTERVAL_S
+    webcam_every: float = WEBCAM_EVERY_S
+    webcam_time_limit: float = WEBCAM_TIME_LIMIT_S
+    offer_demo_clip: bool = True
+    webcam_end: float = handlers.WEBCAM_END_S
+    own_scale: bool = True
 
+    def __post_init__(self) -> None:
+        self.config = self.config if self.config is not None else EngineConfig(bank_size=DEFAULT_BANK_SIZE)
+        self.method = get_method(self.method).name
+        self.autostart = bool(self.video and self.labels) if self.autostart is None else self.autostart
+
+
+def build_app(clip: Any, **options: Any) -> gr.Blocks:
+    """The UI as a `gr.Blocks` (not launched) around the shared `clip`; `options` by name as in
+    `AppOptions` (e.g. `labels`, `video`, `method`, `concurrency`)."""
+    o = AppOptions(**options)
+    ctx = _context(clip, o)
     with gr.Blocks(
         title="MS-TTA live: CLIP vs test-time adaptation",
         analytics_enabled=False,
         delete_cache=CACHE_CLEANUP_S,
         fill_width=True,
     ) as demo:
-        c = build_layout(
-            title_md=title_md(clip, views),
-            model=ctx.models.default,
-            views=views,
-            random_weights=random_weights(clip),
-            labels=labels,
-            video=video,
-            truth=truth,
-            template=template,
-            method=method,
-            race=list(race),
-            base=base,
-            every=every,
-            realtime=realtime,
-            hello=_hello(ctx, video, autostart),
-            demo_clip=ctx.demo_clip is not None,
-            session_ttl=session_ttl,
-            on_state_deleted=state_deleted,
-        )
+        c = _layout(ctx, o)
         wiring = Wiring(c, ctx)
-        wiring.video(demo, autostart=autostart, streams=streams or 4 * concurrency)
-        wiring.webcam(streams=streams or 4 * concurrency, every=webcam_every, time_limit=webcam_time_limit)
+        streams = o.streams or 4 * o.concurrency
+        wiring.video(demo, autostart=o.autostart, streams=streams)
+        wiring.webcam(streams=streams, every=o.webcam_every, time_limit=o.webcam_time_limit)
         wiring.controls(demo)
     patch_app(demo, state_factory=UISession)  # every patch of Gradio's internals (checked for its version)
     demo.mstta_context = ctx  # the live sessions and slots (for tests and debugging)
     handlers.watch(ctx)  # the server's own clock: idle webcam runs end without the page's timer
     return demo
+
+
+def _context(clip: Any, o: AppOptions) -> Context:
+    """What every session shares: the model, the controls' defaults, the model slots, the sessions."""
+    return Context(
+        clip=clip,
+        base=o.config,
+        slots=ModelSlots(o.concurrency),
+        sessions=Sessions(o.max_sessions),
+        views=o.views,
+        views_on=o.views_on,
+        topk=o.topk,
+        max_frames=o.max_frames,
+        max_pixels=o.max_pixels,
+        update_interval=o.update_interval,
+        demo_clip=handlers.demo_clip(getattr(clip, "name", None)) if o.offer_demo_clip else None,
+        webcam_end=o.webcam_end,
+        own_scale=o.own_scale,
+    )
+
+
+def _layout(ctx: Context, o: AppOptions) -> Components:
+    """Every component, placed with the preloaded files and the controls' defaults (in an open `gr.Blocks`)."""
+
+    def state_deleted(ui: Any) -> None:  # Gradio's time to live ran out (or its own capacity)
+        if isinstance(ui, UISession):
+            ctx.sessions.forget(ui.session_hash, ui)
+
+    return build_layout(
+        title_md=title_md(ctx.clip, o.views),
+        model=ctx.models.default,
+        views=o.views,
+        random_weights=random_weights(ctx.clip),
+        labels=o.labels,
+        video=o.video,
+        truth=o.truth,
+        template=o.template,
+        method=o.method,
+        race=list(o.race),
+        base=o.config,
+        every=o.every,
+        realtime=o.realtime,
+        hello=_hello(ctx, o.video, o.autostart),
+        demo_clip=ctx.demo_clip is not None,
+        session_ttl=o.session_ttl,
+        on_state_deleted=state_deleted,
+    )
 
 
 def _hello(ctx: Context, video: str | None, autostart: bool) -> str:

@@ -8,27 +8,19 @@ below the fold.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import dataclasses
-import logging
 from typing import Any, Sequence
 
 import gradio as gr
 
 from mstta.config import EngineConfig
-from mstta.errors import one_line
-from mstta.methods import get_method, list_methods
 
-from ..session import MAX_METHODS
 from . import plots
-from .handlers import method_info
-from .models import MODEL_LABEL, model_choices, model_note, value_of, views_note
+from .components import Number, frame_input, quiet
 from .page import empty_page
-from .state import CONTROLS, FORM, RACE_LABEL, SESSION_BANK_LIMIT, VIEWS_LABEL, UISession
+from .settings_tab import settings_tab
+from .state import FORM, UISession
 from .video import VIDEO_TYPES
-
-log = logging.getLogger(__name__)
 
 CSS = """
 .gradio-container {max-width: 100% !important}
@@ -186,69 +178,6 @@ class Components:
         return extra | {name: getattr(self, name) for name in FORM} | {"state": self.state}
 
 
-# Gradio writes a .pyi stub beside any module that subclasses a component, so the two adaptations
-# below wrap a component instance's `preprocess` instead.
-MAX_INLINE_FRAME = 16 * 1024 * 1024  # bytes of one inline frame (a webcam JPEG is ~50 KB)
-
-
-def frame_input(image: gr.Image) -> gr.Image:
-    """`image` hands the handler the frame undecoded: the uploaded file's path, or the bytes of an
-    inline `data:` URL (how the browser's webcam sends frames). The handler reads the header first
-    and refuses frames above the pixel limit (`frames.decode_image`)."""
-
-    def preprocess(payload):  # Gradio's ImageData
-        if payload is None:
-            return None
-        if payload.url and payload.url.startswith("data:"):
-            header, _, data = payload.url.partition(",")
-            if len(data) > MAX_INLINE_FRAME * 4 // 3 + 4 or not header.endswith(";base64"):
-                log.info("refused an inline frame: %d characters or not base64", len(data))
-                raise gr.Error("the frame is too large or not a base64 image", print_exception=False)
-            try:
-                return base64.b64decode(data, validate=True)
-            except (binascii.Error, ValueError):
-                log.info("refused an inline frame: not valid base64")
-                raise gr.Error("the frame is not valid base64", print_exception=False) from None
-        return payload.path
-
-    image.preprocess = preprocess
-    return image
-
-
-def quiet(component: Any) -> Any:
-    """`component` whose refusals (a value of the wrong type, out of its range, not among its
-    choices) are one server line and a message naming the control: Gradio's own checks raise errors
-    that it would print with a full traceback."""
-    checked = component.preprocess
-
-    def preprocess(payload):  # the component's payload
-        try:
-            return checked(payload)
-        except Exception as exc:  # any refusal of the payload becomes one line
-            text = f"{component.label}: {exc.message if isinstance(exc, gr.Error) else one_line(exc)[:200]}"
-            log.info("refused %s", text)
-            raise gr.Error(text, print_exception=False) from None
-
-    component.preprocess = preprocess
-    return component
-
-
-def Number(*args: Any, **kwargs: Any) -> gr.Number:  # stands for the component
-    """A number box whose value reaches the handler as sent: `state.number_control` checks it and
-    names the control (a typed 100 is refused, never clamped; "abc", NaN, null or [3] likewise)."""
-    box = gr.Number(*args, **kwargs)
-    box.preprocess = lambda payload: payload
-    return box
-
-
-def Dropdown(*args: Any, **kwargs: Any) -> gr.Dropdown:
-    return quiet(gr.Dropdown(*args, **kwargs))
-
-
-def method_choices() -> list[tuple[str, str]]:
-    return [(get_method(name).title, name) for name in list_methods()]
-
-
 def _header(title_md: str, random_weights: bool) -> dict:
     """The title, the random-weights banner (empty for trained weights; both follow the session's
     model), and "What you're seeing" (it opens over the page, so the first screen keeps its height)."""
@@ -346,103 +275,6 @@ def _webcam_tab() -> dict:
     return dict(webcam=webcam, webcam_stop=stop)
 
 
-def _settings_tab(
-    labels: Sequence[str] | None,
-    template: str | None,
-    method: str,
-    race: Sequence[str],
-    base: EngineConfig,
-    model: tuple[str, str],
-    views: int,
-) -> dict:
-    summary, notes = method_info(method)
-    values = dict(
-        k=base.k,
-        alpha=base.alpha,
-        lam=base.lam,
-        capacity=base.capacity,
-        bank=min(base.bank_size or SESSION_BANK_LIMIT, SESSION_BANK_LIMIT),
-    )
-    with gr.Tab("Settings", id="settings-tab", elem_id="mstta-settings-tab"):
-        c = dict(
-            keep=quiet(
-                gr.Checkbox(
-                    False,
-                    label="Keep adapting across videos",
-                    elem_id="mstta-keep",
-                    info="Off: each new video or source starts a fresh stream (empty cache and bank)",
-                )
-            ),
-            labels=quiet(
-                gr.Textbox(
-                    value="\n".join(labels or []),
-                    lines=4,
-                    max_lines=12,
-                    elem_id="mstta-labels",
-                    label="Labels (one class per line)",
-                    placeholder="cat\ndog\nbird",
-                )
-            ),
-            template=quiet(
-                gr.Textbox(
-                    value=template or "",
-                    label="Prompt template (empty: built-in ensemble)",
-                    placeholder="a photo of a {}.",
-                    elem_id="mstta-template",
-                )
-            ),
-            method=Dropdown(method_choices(), value=method, label="Method", info=summary, elem_id="mstta-method"),
-            race=Dropdown(
-                method_choices(),
-                value=list(race),
-                multiselect=True,
-                max_choices=MAX_METHODS - 1,
-                label=RACE_LABEL,
-                info="Each one adapts on the same features of the same frames (one encoder pass); "
-                "the leaderboard and the accuracy plot show them all",
-                elem_id="mstta-race",
-            ),
-        )
-        with gr.Row():
-            for name in ("k", "alpha", "lam", "capacity"):
-                note, used = notes[name]
-                c[name] = Number(
-                    value=values[name],
-                    label=CONTROLS[name][0],
-                    info=note,
-                    interactive=used,
-                    elem_id=f"mstta-{name}",
-                    min_width=120,
-                )
-        note, used = notes["bank"]
-        c["bank"] = Number(
-            value=values["bank"],
-            label=f"Bank size (features; at most {SESSION_BANK_LIMIT:,} per session)",
-            info=note,
-            interactive=used,
-            elem_id="mstta-bank",
-        )
-        c["model"] = Dropdown(
-            model_choices(model),
-            value=value_of(*model),
-            label=MODEL_LABEL,
-            info=model_note(model),
-            allow_custom_value=True,  # "" (the server's own) from API clients; `models.parse_value` checks
-            elem_id="mstta-model",
-        )
-        c["views"] = Number(
-            value=views,
-            label=VIEWS_LABEL,
-            info=views_note(model[0]),
-            precision=0,
-            elem_id="mstta-views",
-        )
-        with gr.Row():
-            c["apply"] = gr.Button("Apply labels and settings", elem_id="mstta-apply")
-            c["reset"] = gr.Button("↺ Reset adaptation", elem_id="mstta-reset")
-    return c
-
-
 def _results(first: dict[str, Any]) -> dict:
     """The middle (banner, frame, numbers) and right (top-k, agreement, accuracy) columns."""
     with gr.Column(scale=5, min_width=480, elem_id="mstta-middle"):
@@ -514,7 +346,7 @@ def build_layout(
             with gr.Tabs(overflow_behavior="wrap"):  # all three tabs always shown (never behind a "..." menu)
                 c |= _video_tab(video, truth, every, realtime, demo_clip)
                 c |= _webcam_tab()
-                c |= _settings_tab(labels, template, method, race, base, model, views)
+                c |= settings_tab(labels, template, method, race, base, model, views)
             # under the tabs: a run's files never push the Video tab's controls down
             c["downloads"] = gr.File(
                 label="Downloads: the last run's annotated video and log",
