@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from mstta.checks import int_in
 from mstta.config import MAX_VIEWS
 from mstta.errors import UserError
 from mstta.extract_views import resolve_views_on
@@ -31,9 +32,7 @@ VIEW_CHUNK = 32  # views per encoder forward
 
 def check_views(views: Any) -> int:
     """`--views` as an integer in 1..MAX_VIEWS (one-line UserError otherwise)."""
-    if isinstance(views, bool) or not isinstance(views, int) or not 1 <= views <= MAX_VIEWS:
-        raise UserError(f"--views {views!r}: expected an integer from 1 to {MAX_VIEWS} (1 = the frame only)")
-    return views
+    return int_in(views, "--views", 1, MAX_VIEWS, " (1 = the frame only)")
 
 
 class FrameEncoder:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, ContextManager, Iterable, Iterator
 
 from mstta.atomic import sweep_stale
+from mstta.checks import int_in
 from mstta.config import EngineConfig, from_dict, parse_overrides
 from mstta.errors import UserError
 from mstta.extract_views import VIEWS_ON
@@ -125,8 +126,8 @@ def demo_engine_config(bank_size: int | None, overrides: list[str]) -> EngineCon
 
     Its `logit_scale` is the paper's 100 until the model is known: `with_model_scale` sets the
     checkpoint's own."""
-    if bank_size is not None and (isinstance(bank_size, bool) or not isinstance(bank_size, int) or bank_size < 1):
-        raise UserError(f"--bank-size {bank_size!r}: expected an integer >= 1")
+    if bank_size is not None:
+        int_in(bank_size, "--bank-size", 1)
     try:
         base = EngineConfig(bank_size=bank_size)
     except UserError as exc:
@@ -159,11 +160,6 @@ def check_device(device: str) -> None:
         raise UserError(f"--device {shown!r}: use auto, cpu, cuda or cuda:N")
 
 
-def _check_int(value: int | None, flag: str, minimum: int = 1) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < minimum):
-        raise UserError(f"{flag} {value!r}: expected an integer >= {minimum}")
-
-
 @dataclass
 class Prepared:
     """What `prepare` checked and read: class names (None without --labels), engine config, truth."""
@@ -187,10 +183,11 @@ def prepare(cfg: DemoConfig) -> Prepared:
     get_method(cfg.method)
     if cfg.methods is not None:
         check_methods(cfg.methods)
-    _check_int(cfg.every, "--every")
-    _check_int(cfg.max_frames, "--max-frames")
-    _check_int(cfg.topk, "--topk")
-    _check_int(cfg.max_pixels, "--max-pixels")
+    for flag, value in (("--every", cfg.every), ("--max-frames", cfg.max_frames), ("--topk", cfg.topk)):
+        if value is not None:
+            int_in(value, flag, 1)
+    if cfg.max_pixels is not None:
+        int_in(cfg.max_pixels, "--max-pixels", 1)
     check_views(cfg.views)
     if cfg.views_on not in VIEWS_ON:
         raise UserError(f"--views-on {cfg.views_on}: choose one of {', '.join(VIEWS_ON)}")

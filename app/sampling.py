@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Iterable, Iterator
 
-from mstta.errors import UserError
+from mstta.checks import int_in
 
 from .sources import Frame
 
@@ -25,9 +25,7 @@ class Sampler:
     """Yields every `every`-th frame by index and counts the rest in `skipped`."""
 
     def __init__(self, every: int = 1):
-        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-            raise UserError(f"--every {every!r}: expected an integer >= 1")
-        self.every = every
+        self.every = int_in(every, "--every", 1)
         self.skipped = 0
 
     def __call__(self, frames: Iterable[Frame]) -> Iterator[Frame]:

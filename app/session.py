@@ -21,6 +21,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from mstta.checks import int_in
 from mstta.config import DEFAULT_BANK_SIZE, EngineConfig
 from mstta.engine import Engine
 from mstta.errors import UserError
@@ -159,8 +160,7 @@ class StreamSession:
         cache_dir: str | Path | None = None,
         methods: Sequence[str] | None = None,
     ):
-        if isinstance(topk, bool) or not isinstance(topk, int) or topk < 1:
-            raise UserError(f"--topk {topk!r}: expected an integer >= 1")
+        int_in(topk, "--topk", 1)
         self.clip = clip
         self.topk = topk
         self.seed = seed

@@ -48,7 +48,9 @@ from app.sinks import VideoSink
 from app.sources import IterableSource, open_source
 from mstta import Engine, EngineConfig, __version__
 from mstta.atomic import atomic_open
+from mstta.checks import int_in
 from mstta.config import MAX_VIEWS
+from mstta.errors import UserError
 from mstta.models import load_clip
 
 LABELS = ["circle", "square", "triangle", "star", "heart", "arrow"]
@@ -350,10 +352,11 @@ def main(argv: list[str] | None = None) -> int:
     parts = {x for x in args.parts.split(",") if x}
     if parts - set(PARTS):
         p.error(f"--parts: unknown part(s) {', '.join(sorted(parts - set(PARTS)))}; choose from {', '.join(PARTS)}")
-    if not 1 <= args.views <= MAX_VIEWS:
-        p.error(f"--views {args.views}: expected an integer from 1 to {MAX_VIEWS}")
-    if args.long_frames < 0:
-        p.error("--long-frames: must be >= 0 (0 skips the memory part)")
+    try:
+        int_in(args.views, "--views", 1, MAX_VIEWS)
+        int_in(args.long_frames, "--long-frames", 0, extra=" (0 skips the memory part)")
+    except UserError as exc:
+        p.error(str(exc))
     models = [m for m in args.models.split(",") if m]
     logging.basicConfig(level=logging.ERROR)
     from mstta.devices import resolve_device

@@ -15,11 +15,28 @@ def check(ok: bool, key: str, value: Any, expected: str) -> None:
         raise UserError(f"bad value for '{key}': {show(value)}; expected {expected}")
 
 
+def is_int_in(value: Any, low: int, high: int | None = None) -> bool:
+    """The one integer-range test: an int (bool is not one here) in [low, high] (no upper bound: None)."""
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value and (high is None or value <= high)
+
+
+def int_range(low: int, high: int | None = None) -> str:
+    """How every integer-range refusal words its range."""
+    return f"an integer >= {low:,}" if high is None else f"an integer in [{low:,}, {high:,}]"
+
+
+def int_in(value: Any, name: str, low: int, high: int | None = None, extra: str = "") -> int:
+    """A flag's or argument's integer in [low, high] (`high` None: no upper bound), returned; else a
+    one-line UserError "NAME VALUE: expected an integer in [low, high]EXTRA" (None is the caller's to allow)."""
+    if not is_int_in(value, low, high):
+        raise UserError(f"{name} {show(value)}: expected {int_range(low, high)}{extra}")
+    return value
+
+
 def check_int(obj: Any, key: str, low: int, high: int, extra: str = "") -> None:
-    """An integer field in [low, high] (bool is not an integer here)."""
+    """A config dataclass's integer field in [low, high] (the message names the key, as `check_num`'s)."""
     v = getattr(obj, key)
-    ok = isinstance(v, int) and not isinstance(v, bool) and low <= v <= high
-    check(ok, key, v, f"an integer in [{low}, {high:,}]{extra} (bounds: docs/limits.md)")
+    check(is_int_in(v, low, high), key, v, f"{int_range(low, high)}{extra} (bounds: docs/limits.md)")
 
 
 def check_num(obj: Any, key: str, low: float, high: float, low_open: bool = False) -> None:

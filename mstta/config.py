@@ -19,6 +19,7 @@ import yaml
 from .checks import check as _check
 from .checks import check_int as _int
 from .checks import check_num as _num
+from .checks import is_int_in
 from .checks import show as _show
 from .errors import UserError
 from .families import FAMILIES, BcaParams, DmnParams, DotaParams, DpeParams, MtaParams, OnzetaParams, ZeroParams
@@ -157,7 +158,7 @@ def check_seed(value: Any, flag: str) -> int:
             value = int(value.strip()) if len(value) <= 40 else None
         except ValueError:
             value = None
-    if not (isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_SEED):
+    if not is_int_in(value, 0, MAX_SEED):
         raise UserError(f"{flag} {shown}: expected an integer seed in [0, 2^63 - 1], e.g. {flag} 1")
     return value
 

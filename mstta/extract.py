@@ -23,14 +23,13 @@ import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Sequence
 
 import torch
 
 from ._version import __version__
 from .atomic import hidden_name, output_lock, sweep_stale
-from .checks import check_int
+from .checks import int_in
 from .config import MAX_VIEWS
 from .data import FOLDER_PREFIX, TestSplit, check_listing, load_split
 from .devices import resolve_device
@@ -196,9 +195,9 @@ def plan(
     listing: str = "full",
 ) -> tuple[TestSplit, list[str], list[int], ExtractSettings]:
     """Validate the options and read the split: (split, templates, stream order, settings)."""
-    check_int(SimpleNamespace(**{"--views": views}), "--views", 1, MAX_VIEWS, " (1 = the original image only)")
+    int_in(views, "--views", 1, MAX_VIEWS, " (1 = the original image only)")
     if limit is not None:
-        check_int(SimpleNamespace(**{"--limit": limit}), "--limit", 1, MAX_LIMIT)
+        int_in(limit, "--limit", 1, MAX_LIMIT)
     if augment not in AUGMENTS:
         raise UserError(f"--augment {augment}: choose one of {', '.join(AUGMENTS)}")
     check_listing(listing)
@@ -329,7 +328,7 @@ def _check_run_sizes(batch_size: int, shard_size: int | None, workers: int | Non
         ("--workers", workers, 0, MAX_WORKERS),
     ):
         if value is not None:
-            check_int(SimpleNamespace(**{name: value}), name, low, high)
+            int_in(value, name, low, high)
 
 
 def _check_loaded_model(clip: ClipModel | None, model: str, pretrained: str, precision: str) -> None:

@@ -14,6 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .checks import int_in
 from .errors import UserError
 
 ECE_BINS = 20  # equal-width confidence bins (TTA-VLM reports 20; 15 is the other common choice)
@@ -39,8 +40,7 @@ def ece(probs: np.ndarray, labels: np.ndarray, bins: int = ECE_BINS) -> float:
     """Expected calibration error (%) over the known samples: confidence = max probability,
     `bins` equal-width bins on [0, 1] (a confidence of exactly 1 in the last), ECE = sum over bins
     of (share of samples) x |accuracy - mean confidence|."""
-    if not isinstance(bins, int) or isinstance(bins, bool) or not 1 <= bins <= MAX_ECE_BINS:
-        raise UserError(f"--ece-bins {bins!r}: expected an integer in [1, {MAX_ECE_BINS}], e.g. 20")
+    int_in(bins, "--ece-bins", 1, MAX_ECE_BINS, ", e.g. 20")
     known = _known(labels)
     if not known.any():
         return math.nan

@@ -18,6 +18,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from .checks import int_in
 from .config import EngineConfig
 from .engine import StepResult, _family_class
 from .errors import UserError
@@ -78,8 +79,7 @@ class MultiEngine(Streams):
         cuda_graph: bool | None = None,
         stream_length: int | None = None,
     ):
-        if not isinstance(streams, int) or streams < 1:
-            raise UserError(f"streams must be a positive integer, got {streams!r}")
+        int_in(streams, "streams", 1)
         super().__init__(
             text,
             get_method(method) if isinstance(method, str) else method,

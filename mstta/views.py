@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, is_dataclass
-from types import SimpleNamespace
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -307,10 +306,10 @@ class ViewMaker:
     seed: int = 1
 
     def __post_init__(self) -> None:
-        from .checks import check_int
+        from .checks import int_in
         from .config import MAX_VIEWS
 
-        check_int(SimpleNamespace(**{"--views": self.views}), "--views", 1, MAX_VIEWS, " (1 = the original image only)")
+        int_in(self.views, "--views", 1, MAX_VIEWS, " (1 = the original image only)")
         if self.views > 1 and self.augment not in AUGMENTS:
             raise UserError(f"--augment {self.augment}: choose one of {', '.join(AUGMENTS)}")
 

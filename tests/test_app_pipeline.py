@@ -190,7 +190,7 @@ def test_memory_source_and_other_methods(tiny_clip, media):
         ({"labels": None}, "--labels is required"),
         ({"video": None}, "give a source"),
         ({"camera": 0}, "either --video or --camera"),
-        ({"views": 257}, "--views 257: expected an integer from 1 to 256"),
+        ({"views": 257}, r"--views 257: expected an integer in \[1, 256\] \(1 = the frame only\)"),
         ({"max_pixels": 0}, "--max-pixels"),
         ({"method": "nope"}, "unknown method 'nope'"),
         ({"overrides": ["nope=1"]}, "unknown key 'nope'"),

@@ -90,7 +90,7 @@ def test_extra_views_are_mstta_views_crops(variants):
 
 def test_views_are_bounded_and_encoded_in_chunks(variants, monkeypatch):
     a, _ = variants
-    with pytest.raises(UserError, match=f"--views {MAX_VIEWS + 1}: expected an integer from 1 to {MAX_VIEWS}"):
+    with pytest.raises(UserError, match=rf"--views {MAX_VIEWS + 1}: expected an integer in \[1, {MAX_VIEWS}\]"):
         FrameEncoder(a, views=MAX_VIEWS + 1)
     batches = []
     real = a.encode_images

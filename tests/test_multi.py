@@ -108,5 +108,5 @@ def test_stacked_input_and_bad_shapes():
         multi.step([feats[0][0], None])
     with pytest.raises(UserError, match="every stream skips"):
         multi.step([None, None, None])
-    with pytest.raises(UserError, match="streams must be a positive integer"):
+    with pytest.raises(UserError, match=r"^streams 0: expected an integer >= 1$"):
         MultiEngine(text, "ms-tta", streams=0)

@@ -76,8 +76,8 @@ def test_single_view_is_the_original_only(tiny_clip):
 @pytest.mark.parametrize(
     "views, augment, expected",
     [
-        (0, "crop", "bad value for '--views': 0"),
-        (257, "crop", "'--views': 257; expected an integer in \\[1, 256\\]"),
+        (0, "crop", "--views 0: expected an integer in \\[1, 256\\]"),
+        (257, "crop", "--views 257: expected an integer in \\[1, 256\\]"),
         (2, "cutout", "--augment cutout"),
     ],
 )

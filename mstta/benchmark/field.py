@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from .. import metrics as M
+from ..checks import int_in
 from ..engine import Engine
 from ..errors import UserError
 from ..features import FeatureSet
@@ -53,8 +54,7 @@ class FieldOptions:
     label_tuned: bool = False  # also run the rows whose hyperparameters test labels chose
 
     def __post_init__(self) -> None:
-        if not isinstance(self.orders, int) or not 1 <= self.orders <= MAX_ORDERS:
-            raise UserError(f"--orders {self.orders}: expected an integer in [1, {MAX_ORDERS}]")
+        int_in(self.orders, "--orders", 1, MAX_ORDERS)
         M.ece(np.ones((1, 2)) / 2, np.zeros(1, dtype=int), self.ece_bins)  # the bins' bound, checked once
         bad = [o for o in self.open if o not in OPEN_SETTINGS]
         if bad:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..checks import int_in
 from ..config import VIEW_MODES
 from ..data import LISTINGS
 from ..errors import UserError
@@ -164,16 +165,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _positive(value: int | None, flag: str, low: int = 1) -> None:
-    if value is not None and value < low:
-        raise UserError(f"{flag} {value}: expected an integer >= {low}")
-
-
 def overrides(args: argparse.Namespace) -> list[str]:
     """--set pairs plus the --views/--view-mode shortcuts (shortcuts win)."""
     out = list(args.set)
     if args.views is not None:
-        _positive(args.views, "--views")
+        int_in(args.views, "--views", 1)
         out.append(f"views={args.views}")
     if args.view_mode:
         out.append(f"view_mode={args.view_mode}")
@@ -193,7 +189,8 @@ def build_config(args: argparse.Namespace, methods: list[str]):
         ("--workers", args.workers, 0),
         ("--fps-samples", getattr(args, "fps_samples", 0), 0),
     ):
-        _positive(value, flag, low)
+        if value is not None:
+            int_in(value, flag, low)
     return BenchmarkConfig(
         datasets=parse_datasets(args.datasets),
         backbones=parse_backbones(args.backbone, args.pretrained),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..checks import int_in
 from ..data import LISTINGS
 from ..errors import UserError
 from ..models import DEFAULT_MODEL, PRECISIONS
@@ -75,8 +76,7 @@ def run(args: argparse.Namespace) -> int:
         check_output_dir("--store", args.store, {"--data-root": args.data_root})
     check_seed(args.class_seed, "--class-seed")
     check_seed(args.seed, "--seed")
-    if args.classes < 0:
-        raise UserError(f"--classes {args.classes}: expected an integer >= 0 (0 = all classes)")
+    int_in(args.classes, "--classes", 0, extra=" (0 = all classes)")
     ids = _class_ids(args.class_ids)
     if args.features:
         fs, ecfg, name = _from_file(args)
@@ -135,8 +135,8 @@ def _from_store(args):
             "(change values with --set)"
         )
     for flag, v in (("--views", args.views), ("--limit", args.limit)):
-        if v is not None and v < 1:
-            raise UserError(f"{flag} {v}: expected an integer >= 1")
+        if v is not None:
+            int_in(v, flag, 1)
     backbone = resolve_backbone(args.backbone, args.pretrained)
     cfg = BenchmarkConfig(
         datasets=datasets,

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from .. import functional as Fn
+from ..checks import int_in
 from ..config import EngineConfig
 from ..errors import UserError
 from ..safety import check_memory, human_bytes
@@ -100,8 +101,8 @@ class FamilyStreams(Streams):
             )
         self.cuda_graph = False
         self._graph_required = False
-        if stream_length is not None and (not isinstance(stream_length, int) or stream_length < 1):
-            raise UserError(f"stream_length must be a positive integer or None, got {stream_length!r}")
+        if stream_length is not None:
+            int_in(stream_length, "stream_length", 1, extra=" or None")
         self.stream_length = stream_length
         self.reset()
 
