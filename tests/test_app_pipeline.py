@@ -4,7 +4,6 @@ numbers that agree with the log, damaged and live sources, and interruption."""
 from __future__ import annotations
 
 import json
-import time
 
 import numpy as np
 import pytest
@@ -207,11 +206,21 @@ def test_memory_source_and_other_methods(tiny_clip, media):
         ({"truth": "missing.csv"}, "--truth missing.csv: no such file"),
     ],
 )
-def test_bad_config_fails_before_any_work(tiny_clip, media, kw, match):
-    start = time.perf_counter()
+def test_bad_config_fails_before_any_work(tiny_clip, media, kw, match, monkeypatch):
+    """Refused before any source is opened or any text or image goes through the model."""
+    import app.pipeline as pipeline_mod
+
+    work: list[str] = []
+
+    def spy(name, real):
+        return lambda *a, **k: work.append(name) or real(*a, **k)
+
+    monkeypatch.setattr(pipeline_mod, "open_source", spy("open_source", pipeline_mod.open_source))
+    for name in ("encode_image", "encode_text"):
+        monkeypatch.setattr(tiny_clip.model, name, spy(name, getattr(tiny_clip.model, name)))
     with pytest.raises(UserError, match=match):
         run_pipeline(_cfg(media, **kw), clip=tiny_clip)
-    assert time.perf_counter() - start < 2
+    assert work == [], f"work done before the refusal: {work}"
     assert not (media["dir"] / "out" / "p.jsonl").exists()
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import http.server
+import logging
 import socket
 import threading
 import time
@@ -198,18 +199,19 @@ def test_live_newest_frame_wins_and_drops_are_counted():
     assert src.stats.received == 200 == src.stats.read + src.stats.dropped + src.stats.unreadable
 
 
-def test_live_reconnects_with_backoff_then_ends():
+def test_live_reconnects_with_backoff_then_ends(caplog):
     src = LiveSource(
         "fake", opener(FakeCapture(5, period=0.002), FakeCapture(5, period=0.002, start=100)), retries=2, backoff=0.02
     )
-    start = time.monotonic()
-    with src:
+    with caplog.at_level(logging.WARNING, logger="app.live_source"), src:
         frames = list(src)
     assert src.stats.reconnects == 1
     assert len(frames) == src.stats.read and src.stats.read + src.stats.dropped == src.stats.received == 10
     values = [int(f.image[0, 0, 0]) for f in frames]
     assert any(v >= 100 for v in values)  # frames after the reconnect arrived
-    assert time.monotonic() - start >= 0.02 + 0.02 + 0.04  # back-off 0.02, then 0.02, 0.04 before giving up
+    waits = [r.args[1:3] for r in caplog.records if "reconnecting in" in r.msg]  # (delay s, attempt)
+    assert waits == [(0.02, 1), (0.02, 1), (0.04, 2)], "back-off 0.02, reset by the frames after it, then doubled"
+    assert any("no frames after 2 reconnect attempts" in r.getMessage() for r in caplog.records)
 
 
 def test_live_that_never_sends_a_frame():
