@@ -23,3 +23,11 @@ def run(engine, feats):
     """(scores [n, C], probs [n, C]) of stepping `engine` over `feats`, as numpy arrays."""
     rows = [engine.step(x) for x in feats]
     return torch.stack([r.logits for r in rows]).numpy(), torch.stack([r.probs for r in rows]).numpy()
+
+
+def register_method(monkeypatch, row) -> None:
+    """Add a registry row for this test only (undone at its end), as a new family's row would be."""
+    from mstta import methods
+
+    # no public seam adds a row (a method is registered by code, mstta/methods.py or a family's METHODS)
+    monkeypatch.setitem(methods._METHODS, row.name, row)
