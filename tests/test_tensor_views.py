@@ -76,8 +76,10 @@ def test_each_op_matches_pil_on_the_same_input(crops, op, exact):
     if op in ("rotate", "shear_x", "shear_y", "translate_x", "translate_y"):  # every sign and size occurs
         cases += [(crops[0][0], v) for v in {"rotate": (-3, 3, 0), "translate_x": (-7, 7)}.get(op, ())]
     assert len(cases) >= 5
-    x = torch.stack([as_tensor(c) for c, _ in cases])
-    tv._apply_step(x, [(i, op, v) for i, (_, v) in enumerate(cases)], exact)
+    one_step = [ViewParams((0, 0, 224, 224), False, (((op, v),),), (1.0,), 0.0) for _, v in cases]
+    mixed = tv.augmix_batch(torch.stack([as_tensor(c) for c, _ in cases]), one_step, exact)
+    x = mixed.to(torch.uint8)  # one chain of one step, weight 1, mix 0: the step's own pixels, exact in float32
+    assert torch.equal(x.float(), mixed)
     want = torch.stack([as_tensor(PIL_OPS[op](c, v)) for c, v in cases])
     mean, within2, worst = figures(x, want)
     if op not in ("rotate", "shear_x", "shear_y"):  # measured bit-exact on both paths
@@ -159,22 +161,22 @@ def test_tiny_and_odd_images(exact):
 def test_out_of_memory_halves_the_batch_with_one_warning(monkeypatch, caplog):
     maker = ViewMaker(GEOMETRY, 224, views=20, augment="crop", seed=1)
     tensor = tv.TensorViewMaker(maker, chunk=16, exact=True)  # the GPU's path: its chunks are not capped
-    real = tensor._views
+    real = tv.resized_crops
     calls = []
 
-    def tight(img, params):
-        calls.append(len(params))
-        if len(params) > 4:
+    def tight(img, boxes, flips, size):  # each chunk of crop views is one call
+        calls.append(len(boxes))
+        if len(boxes) > 4:
             raise torch.cuda.OutOfMemoryError("CUDA out of memory")
-        return real(img, params)
+        return real(img, boxes, flips, size)
 
-    monkeypatch.setattr(tensor, "_views", tight)
+    monkeypatch.setattr(tv, "resized_crops", tight)
     img = smooth_image(seed=2)
     with caplog.at_level(logging.WARNING):
         got = tensor(as_tensor(img), 0)
     assert torch.equal(got, maker(img, 0)) and tensor.chunk == 4 and calls[:3] == [16, 8, 4]
     assert len([r for r in caplog.records if "out of GPU memory" in r.getMessage()]) == 1
-    monkeypatch.setattr(tensor, "_views", lambda img, params: (_ for _ in ()).throw(torch.cuda.OutOfMemoryError()))
+    monkeypatch.setattr(tv, "resized_crops", lambda *a: (_ for _ in ()).throw(torch.cuda.OutOfMemoryError()))
     with pytest.raises(UserError, match="out of GPU memory making one view"):
         tensor(as_tensor(img), 0)
 
@@ -201,6 +203,7 @@ def test_gpu_matmul_path_equals_the_cpu_tap_path():
     flips = np.asarray([p.flip for p in params])
     tx = tv.resize_taps(500, b[:, 0], b[:, 0] + b[:, 2], 224)
     ty = tv.resize_taps(375, b[:, 1], b[:, 1] + b[:, 3], 224)
+    # `resample` takes the dense path on CUDA only: `_dense` is the one way to run it on this CPU
     dense = tv.two_pass(
         img, tv._dense(tx, 500, flips, img.device, torch.float64), tv._dense(ty, 375, None, img.device, torch.float64)
     )
