@@ -179,7 +179,7 @@ def test_worker_processes_give_the_same_file(data, tmp_path):
 def test_views_on_device_match_cpu_views_and_replay_alike(tmp_path):
     """`--views-on device` (tensor views, here on CPU tensors) vs `cpu` (PIL), same seed: view-by-view
     feature cosine and every method's replayed predictions."""
-    from test_tensor_views import smooth_image
+    from helpers_images import smooth_image
 
     from mstta.methods import list_methods
     from mstta.replay import replay

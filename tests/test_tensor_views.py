@@ -22,36 +22,12 @@ import logging
 import numpy as np
 import pytest
 import torch
+from helpers_images import GEOMETRY, as_tensor, figures, smooth_image, within_tolerance
 from PIL import Image
 
 from mstta import tensor_views as tv
 from mstta.errors import UserError
-from mstta.views import AUGMIX_OPS, PIL_OPS, Geometry, ViewMaker, ViewParams, draw_view, sample_rng
-
-GEOMETRY = Geometry(224)  # ViT-B/16's view 0 (open_clip's default preprocess config: bicubic, shortest)
-
-
-def smooth_image(w: int = 500, h: int = 375, seed: int = 0) -> Image.Image:
-    """Random colours, blurred a little: like a photo, edges and flat parts both."""
-    rng = np.random.default_rng(seed)
-    small = rng.integers(0, 256, size=(h // 4 + 1, w // 4 + 1, 3), dtype=np.uint8)
-    big = np.asarray(Image.fromarray(small).resize((w, h), Image.BICUBIC), np.int16)
-    return Image.fromarray(np.clip(big + rng.integers(-12, 13, size=big.shape), 0, 255).astype(np.uint8))
-
-
-def as_tensor(img: Image.Image) -> torch.Tensor:
-    return torch.from_numpy(np.array(img)).permute(2, 0, 1).contiguous()
-
-
-def figures(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float, float]:
-    """(mean |diff|, fraction within 2 levels, max |diff|)."""
-    d = (a.double() - b.double()).abs()
-    return d.mean().item(), (d <= 2).double().mean().item(), d.max().item()
-
-
-def within_tolerance(a: torch.Tensor, b: torch.Tensor) -> bool:
-    mean, within2, _ = figures(a, b)
-    return mean <= 0.5 and within2 >= 0.995
+from mstta.views import AUGMIX_OPS, PIL_OPS, ViewMaker, ViewParams, draw_view, sample_rng
 
 
 @pytest.fixture(scope="module")
