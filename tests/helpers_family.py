@@ -3,6 +3,7 @@ scores over a stream."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 from synthetic import make_stream
@@ -23,3 +24,34 @@ def run(engine, feats):
     """(scores [n, C], probs [n, C]) of stepping `engine` over `feats`, as numpy arrays."""
     rows = [engine.step(x) for x in feats]
     return torch.stack([r.logits for r in rows]).numpy(), torch.stack([r.probs for r in rows]).numpy()
+
+
+def register_method(monkeypatch, row) -> None:
+    """Add a registry row for this test only (undone at its end), as a new family's row would be."""
+    from mstta import methods
+
+    # no public seam adds a row (a method is registered by code, mstta/methods.py or a family's METHODS)
+    monkeypatch.setitem(methods._METHODS, row.name, row)
+
+
+HOST_READS = ("item", "tolist", "__int__", "__float__", "__bool__", "__index__", "numpy", "cpu")
+
+
+def assert_no_host_reads(method, feats, text, monkeypatch, warm=6):
+    """Step a warm engine of `method` over feats[warm:] with every tensor -> Python number conversion
+    failing the test (on a GPU each would stall it): the guard is checked live, and the guarded
+    steps' scores equal those of an unguarded twin engine."""
+    from mstta import Engine
+
+    engine, twin = Engine(text, method), Engine(text, method)
+    for x in feats[:warm]:
+        engine.step(x)
+    with monkeypatch.context() as mp:
+        for name in HOST_READS:
+            mp.setattr(torch.Tensor, name, lambda *a, _n=name, **k: pytest.fail(f"Tensor.{_n} in step()"))
+        with pytest.raises(pytest.fail.Exception, match=r"Tensor\.item in step"):  # the guard is live
+            torch.zeros(2).sum().item()
+        guarded = [engine.step(x).logits for x in feats[warm:]]
+    want = [twin.step(x).logits for x in feats][warm:]
+    assert len(guarded) == len(feats) - warm > 0
+    assert all(torch.equal(a, b) for a, b in zip(guarded, want))

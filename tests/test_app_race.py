@@ -9,13 +9,13 @@ import json
 
 import numpy as np
 import pytest
+from helpers_family import register_method
 from helpers_video import LABELS, scene, write_labels, write_video
 
 from app.cli import main
 from app.pipeline import DemoConfig, run_pipeline
 from app.session import MAX_METHODS, StreamSession, check_methods
 from app.summary import format_summary
-from mstta import methods as registry
 from mstta.errors import UserError
 from mstta.methods import get_method, list_methods
 
@@ -145,7 +145,7 @@ def test_headless_race_logs_every_method_and_prints_the_leaderboard(tiny_clip, m
 
 def test_a_method_added_later_races_with_its_marks(tiny_clip, media, monkeypatch):
     late = dataclasses.replace(get_method("zero-shot"), name="late-arrival", title="Late arrival", training_free=False)
-    monkeypatch.setitem(registry._METHODS, late.name, late)
+    register_method(monkeypatch, late)
     cfg = DemoConfig(
         video=media["video"],
         labels=media["labels"],

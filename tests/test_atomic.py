@@ -175,11 +175,18 @@ def test_a_lock_makes_no_folder_that_outlives_it(tmp_path):
 
 
 def test_under_torchrun_only_rank_0_locks(tmp_path, monkeypatch):
-    proc = _holder(tmp_path / "f.npz")
+    """Rank 0 takes the lock (so a held one refuses it); any other rank passes and writes nothing."""
+    target, lock = tmp_path / "f.npz", tmp_path / ".f.npz.mstta-lock"
+    proc = _holder(target)
     try:
+        monkeypatch.setenv("RANK", "0")
+        with pytest.raises(UserError, match=rf"another mstta run \(pid {proc.pid}\) is writing it"):
+            with output_lock(target, "--out"):
+                pass
         monkeypatch.setenv("RANK", "1")
-        with output_lock(tmp_path / "f.npz"):  # rank 1 writes nothing itself
-            pass
+        with output_lock(target, "--out") as got:  # rank 1 writes nothing itself
+            assert got == target and os.listdir(tmp_path) == [lock.name]
+        assert lock.read_text() == f"{proc.pid}\n"  # the holder's lock, untouched
     finally:
         proc.kill()
         proc.communicate()  # reaps it and closes its pipe

@@ -9,7 +9,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from test_reference import CASES, _config, _stream
+from helpers_reference import CASES, reference_config, reference_stream
 
 from mstta import Engine, EngineConfig, UserError, get_method, list_methods, replay
 
@@ -21,8 +21,8 @@ def test_agreement_with_float32_on_the_reference_streams(bank_dtype):
     agree = total = 0
     for views, overrides in CASES.values():
         for seed in (11,):
-            f, t = _stream(views, seed=seed, n=400)
-            cfg = _config(overrides)
+            f, t = reference_stream(views, seed=seed, n=400)
+            cfg = reference_config(overrides)
             for method in MS_METHODS:
                 exact = replay(f, t, method, cfg).predictions
                 half = replay(f, t, method, dataclasses.replace(cfg, bank_dtype=bank_dtype)).predictions
@@ -36,8 +36,8 @@ def test_agreement_with_float32_on_the_reference_streams(bank_dtype):
 @pytest.mark.parametrize("method", ["ms-tta", "tda+ms", "boostadapter+ms"])
 def test_reduced_bank_online_equals_replay(bank_dtype, method):
     views, overrides = CASES["views-two-steps-ring"]
-    f, t = _stream(views, seed=5)
-    cfg = _config({**overrides, "bank_dtype": bank_dtype})
+    f, t = reference_stream(views, seed=5)
+    cfg = reference_config({**overrides, "bank_dtype": bank_dtype})
     online = replay(f, t, method, cfg, online=True)
     fast = replay(f, t, method, cfg, chunk=16)
     assert np.array_equal(online.predictions, fast.predictions)

@@ -20,6 +20,7 @@ def test_static_shape_step_equals_eager_on_cpu(method, views, mode):
     for x in f:
         with torch.inference_mode():
             rows = static.bank.rows.shape[1] if static.bank is not None else 0
+            # the static-shape step runs publicly only under a CUDA graph (a GPU): called here to run it on the CPU
             a = static._step(x.reshape(1, -1, x.shape[-1]), None, (rows, True))[0][0]
         static.seen += 1
         b = eager.step(x).logits

@@ -121,7 +121,7 @@ def test_ctrl_c_ends_a_many_view_frame_between_chunks(variants, monkeypatch):
 def test_device_views_encode_like_pil_views(variants, augment):
     """mstta-tiny and a config with other preprocessing (48 px, squash, bilinear, mean/std 0.5): the
     features of tensor views and PIL views of the same sample agree (cosine, measured >= 0.9999)."""
-    from test_tensor_views import smooth_image
+    from helpers_images import smooth_image
 
     from mstta.models import load_clip
     from mstta.tensor_views import TensorViewMaker

@@ -112,7 +112,7 @@ def test_existing_file_reused_or_refused(data, tmp_path, monkeypatch):
 
 def test_interrupted_run_resumes_from_its_last_shard(data, tmp_path, monkeypatch):
     out = tmp_path / "r.npz"
-    real_write, real_encode = encode.write_shard, encode._encode
+    real_write, real_load = encode.write_shard, ex.load_clip
 
     def write_then_stop(*args):
         real_write(*args)
@@ -125,12 +125,17 @@ def test_interrupted_run_resumes_from_its_last_shard(data, tmp_path, monkeypatch
     assert not out.exists() and sorted(p.name for p in work.iterdir()) == ["settings.json", "shard-000000.npz"]
 
     encoded = []
+
+    def counting_clip(*args, **kwargs):  # the model the resumed run loads, counting the views it encodes
+        clip = real_load(*args, **kwargs)
+        real_images = clip.encode_images
+        clip.encode_images = lambda pixels: encoded.append(len(pixels)) or real_images(pixels)
+        return clip
+
     monkeypatch.setattr(encode, "write_shard", real_write)
-    monkeypatch.setattr(
-        encode, "_encode", lambda clip, views, *a: encoded.append(len(views)) or real_encode(clip, views, *a)
-    )
+    monkeypatch.setattr(ex, "load_clip", counting_clip)
     _run(data, out, tmp_path)
-    assert sum(encoded) == 9 - 4 and not work.exists()
+    assert sum(encoded) == (9 - 4) * 4 and not work.exists()  # the 5 samples past the kept shard, 4 views each
     fresh = _run(data, tmp_path / "fresh.npz", tmp_path).path
     a, b = _arrays(out), _arrays(fresh)
     assert all(np.array_equal(a[k], b[k]) for k in ("features", "text", "labels", "classnames"))
@@ -174,7 +179,7 @@ def test_worker_processes_give_the_same_file(data, tmp_path):
 def test_views_on_device_match_cpu_views_and_replay_alike(tmp_path):
     """`--views-on device` (tensor views, here on CPU tensors) vs `cpu` (PIL), same seed: view-by-view
     feature cosine and every method's replayed predictions."""
-    from test_tensor_views import smooth_image
+    from helpers_images import smooth_image
 
     from mstta.methods import list_methods
     from mstta.replay import replay

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers_images import GEOMETRY, figures, smooth_image
 from PIL import Image
-from test_tensor_views import GEOMETRY, figures, smooth_image
 
 from mstta.decode import complete_jpeg, decode, load
 from mstta.errors import UserError

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 import torch
+from helpers_family import register_method
 from synthetic import make_stream
 
 import mstta.families as families
@@ -256,7 +257,6 @@ def test_replay_prints_a_rows_marks(tmp_path, capsys, monkeypatch):
 
     from helpers_cli import run_bench
 
-    from mstta import methods as registry
     from mstta import save_features
 
     s = make_stream(n=20, classes=3, dim=8, seed=5)
@@ -270,7 +270,7 @@ def test_replay_prints_a_rows_marks(tmp_path, capsys, monkeypatch):
         training_free=False,
         provenance="from the paper, not the authors' code",
     )
-    monkeypatch.setitem(registry._METHODS, row.name, row)
+    register_method(monkeypatch, row)
     code, out, _ = run_bench(capsys, "replay", "--features", str(tmp_path / "f.npz"), "--method", row.name)
     assert code == 0 and "[not training-free]" in out and "[from the paper, not the authors' code]" in out
     code, out, _ = run_bench(capsys, "replay", "--features", str(tmp_path / "f.npz"), "--method", row.name, "--json")

@@ -10,7 +10,7 @@ import pytest
 import reference_bca as ref
 import torch
 import torch.nn.functional as F
-from helpers_family import CASES, run, unit_stream
+from helpers_family import CASES, assert_no_host_reads, run, unit_stream
 
 from mstta import Engine, EngineConfig, MultiEngine, UserError, get_method, replay
 from mstta.config import load_dataset_config
@@ -249,10 +249,4 @@ def test_reset_and_state_dict():
 def test_step_reads_no_number_on_the_host(method, V, monkeypatch):
     """No Python number is read from a tensor during a warm step (on a GPU each would stall it)."""
     feats, text = stream(10, V, 3, n=12)
-    engine = Engine(text, method)
-    for x in feats[:6]:
-        engine.step(x)
-    for name in ("item", "tolist", "__int__", "__float__", "__bool__", "__index__", "numpy", "cpu"):
-        monkeypatch.setattr(torch.Tensor, name, lambda *a, _n=name, **k: pytest.fail(f"Tensor.{_n} in step()"))
-    for x in feats[6:]:
-        engine.step(x)
+    assert_no_host_reads(method, feats, text, monkeypatch, warm=6)

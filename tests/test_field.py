@@ -12,17 +12,15 @@ import numpy as np
 import pytest
 import torch
 from helpers_cli import run_bench
-from synthetic import make_stream
+from helpers_family import register_method
+from helpers_field import CLASSES, DIM, feature_store, field_argv
 
-from mstta import methods as registry
 from mstta import metrics as M
 from mstta.benchmark import field as F
 from mstta.benchmark.store import Backbone, FeatureKey
 from mstta.families import FAMILIES, Method, StepOut
-from mstta.features import save_features
 from mstta.replay import replay
 
-CLASSES, N, DIM = 4, 48, 64  # DIM: mstta-tiny's, so its text tower can prompt these classes
 ROWS = ("zero-shot", "tda", "ms-tta", "fake-row")
 
 
@@ -64,43 +62,8 @@ def _fake_family() -> types.SimpleNamespace:
 def fake_family(monkeypatch):
     fam = _fake_family()
     monkeypatch.setitem(FAMILIES, "fake", fam)
-    monkeypatch.setitem(registry._METHODS, "fake-row", fam.METHODS[0])
+    register_method(monkeypatch, fam.METHODS[0])
     return fam
-
-
-# ---------------------------------------------------------------------- a store of features
-def _store(tmp_path, names=("a", "b"), classes=CLASSES):
-    store = tmp_path / "features"
-    keys = []
-    for i, name in enumerate(names):
-        key = f"imagefolder:{tmp_path / 'data' / name}"
-        s = make_stream(n=N, classes=classes, dim=DIM, seed=i)
-        path = FeatureKey(key, Backbone("mstta-tiny", "none"), "fp32", 1, "augmix", 1).path(store)
-        save_features(
-            path, s["features"], s["text"], s["labels"], [f"class{c}" for c in range(classes)], dtype=np.float32
-        )
-        keys.append(key)
-    return store, keys
-
-
-def _argv(store, out, keys, *extra):
-    return [
-        "field",
-        "--datasets",
-        ",".join(keys),
-        "--backbone",
-        "mstta-tiny",
-        "--store",
-        store,
-        "--out",
-        out,
-        "--device",
-        "cpu",
-        "--no-progress",
-        "--orders",
-        "3",
-        *extra,
-    ]
 
 
 def _csv(out):
@@ -109,9 +72,11 @@ def _csv(out):
 
 
 def test_every_row_with_its_metrics(tmp_path, capsys, fake_family):
-    store, keys = _store(tmp_path)
+    store, keys = feature_store(tmp_path)
     out = tmp_path / "out"
-    code, stdout, err = run_bench(capsys, *_argv(store, out, keys, "--methods", ",".join(ROWS), "--mix-with", keys[1]))
+    code, stdout, err = run_bench(
+        capsys, *field_argv(store, out, keys, "--methods", ",".join(ROWS), "--mix-with", keys[1])
+    )
     assert code == 0, err
     rows = _csv(out)
     assert {(r["dataset"], r["method"]) for r in rows} == {(k, m) for k in keys for m in ROWS}
@@ -150,14 +115,16 @@ def test_every_row_with_its_metrics(tmp_path, capsys, fake_family):
     assert "No published numbers exist for these datasets" in report
     assert sorted(p.name.split("-")[-1] for p in (out / "plots").rglob("*.png")) == ["ece.png"] * 2 + ["stream.png"] * 2
     # a rerun skips every finished cell
-    code, stdout, _ = run_bench(capsys, *_argv(store, out, keys, "--methods", ",".join(ROWS), "--mix-with", keys[1]))
+    code, stdout, _ = run_bench(
+        capsys, *field_argv(store, out, keys, "--methods", ",".join(ROWS), "--mix-with", keys[1])
+    )
     assert code == 0 and stdout.startswith(f"ran 0 cell(s), skipped {2 * len(ROWS)} finished")
 
 
 def test_withheld_auroc_is_the_sliced_classifier(tmp_path, capsys):
-    store, keys = _store(tmp_path, names=("a",), classes=6)
+    store, keys = feature_store(tmp_path, names=("a",), classes=6)
     out = tmp_path / "out"
-    assert run_bench(capsys, *_argv(store, out, keys, "--methods", "tda", "--open", "withheld"))[0] == 0
+    assert run_bench(capsys, *field_argv(store, out, keys, "--methods", "tda", "--open", "withheld"))[0] == 0
     from mstta.features import load_features
 
     fs = load_features(FeatureKey(keys[0], Backbone("mstta-tiny", "none"), "fp32", 1, "augmix", 1).path(store))
@@ -171,13 +138,13 @@ def test_withheld_auroc_is_the_sliced_classifier(tmp_path, capsys):
 
 
 def test_text_sets_photo_and_user(tmp_path, capsys):
-    store, keys = _store(tmp_path, names=("a",))
+    store, keys = feature_store(tmp_path, names=("a",))
     user = tmp_path / "user.npy"
     np.save(user, np.random.default_rng(0).standard_normal((CLASSES, DIM)).astype(np.float32))
     out = tmp_path / "out"
     code, _, err = run_bench(
         capsys,
-        *_argv(
+        *field_argv(
             store,
             out,
             keys,
@@ -198,12 +165,14 @@ def test_text_sets_photo_and_user(tmp_path, capsys):
 
 
 def test_label_tuned_only_behind_the_flag(tmp_path, capsys, monkeypatch):
-    store, keys = _store(tmp_path, names=("a",))
+    store, keys = feature_store(tmp_path, names=("a",))
     monkeypatch.setattr(F, "label_tuned_settings", lambda: {"tda": {keys[0]: {"lam": 0.25}}})
     out = tmp_path / "out"
-    assert run_bench(capsys, *_argv(store, out, keys, "--methods", "tda", "--open", "none"))[0] == 0
+    assert run_bench(capsys, *field_argv(store, out, keys, "--methods", "tda", "--open", "none"))[0] == 0
     assert [r["label_tuned"] for r in _csv(out)] == ["False"]
-    assert run_bench(capsys, *_argv(store, out, keys, "--methods", "tda", "--open", "none", "--label-tuned"))[0] == 0
+    assert (
+        run_bench(capsys, *field_argv(store, out, keys, "--methods", "tda", "--open", "none", "--label-tuned"))[0] == 0
+    )
     rows = _csv(out)
     tuned = [r for r in rows if r["label_tuned"] == "True"]
     assert len(rows) == 2 and len(tuned) == 1 and "chosen on test labels: lam=0.25" in tuned[0]["marks"]
@@ -213,12 +182,14 @@ def test_label_tuned_only_behind_the_flag(tmp_path, capsys, monkeypatch):
 
 
 def test_dry_run_plans_without_writing(tmp_path, capsys):
-    store, keys = _store(tmp_path, names=("a",))
+    store, keys = feature_store(tmp_path, names=("a",))
     out = tmp_path / "out"
     code, stdout, _ = run_bench(
-        capsys, *_argv(store, out, keys, "--methods", "tda,zero-shot", "--text", "peer,photo", "--dry-run")
+        capsys, *field_argv(store, out, keys, "--methods", "tda,zero-shot", "--text", "peer,photo", "--dry-run")
     )
     assert code == 0 and "4 cell(s) to run" in stdout and "tda[photo] to run" in stdout and not out.exists()
-    assert run_bench(capsys, *_argv(store, out, keys, "--methods", "tda", "--open", "none"))[0] == 0
-    code, stdout, _ = run_bench(capsys, *_argv(store, out, keys, "--methods", "tda", "--open", "none", "--dry-run"))
+    assert run_bench(capsys, *field_argv(store, out, keys, "--methods", "tda", "--open", "none"))[0] == 0
+    code, stdout, _ = run_bench(
+        capsys, *field_argv(store, out, keys, "--methods", "tda", "--open", "none", "--dry-run")
+    )
     assert "tda[peer] done" in stdout and "0 cell(s) to run" in stdout

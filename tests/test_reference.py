@@ -8,52 +8,20 @@ import numpy as np
 import pytest
 import reference_loop
 import torch
-from synthetic import as_tensors, make_stream
+from helpers_reference import CASES, reference_config, reference_stream
 
-from mstta import Engine, EngineConfig, get_method, list_methods, replay
+from mstta import Engine, get_method, list_methods, replay
 
 # The cache family (its reference, its device-resident step); the other families have their own tests.
 CACHE_METHODS = [m for m in list_methods() if get_method(m).family == "cache"]
-
-CASES = {
-    # name: (views, config overrides)
-    "single": (1, {}),
-    "bounded-bank-k3": (1, {"bank_size": 7, "k": 3, "capacity": 2}),
-    "two-steps-linear": (1, {"ms_steps": 2, "kernel": "linear", "lam": 0.5}),
-    "confident-views": (10, {"view_mode": "confident", "view_ratio": 0.3}),
-    "original-views-delta": (10, {"view_mode": "original", "view_ratio": 0.3, "delta": 2}),
-    "views-two-steps-ring": (
-        10,
-        {"view_mode": "original", "view_ratio": 0.3, "delta": 1, "ms_steps": 2, "bank_size": 9, "k": 3},
-    ),
-}
-
-
-def _stream(views, seed=11, n=120):
-    # loose clusters: many samples per class, entropies in the negative cache's band
-    f, t, _ = as_tensors(make_stream(n=n, classes=5, dim=12, views=views, seed=seed, noise=1.5))
-    return f, t
-
-
-def _config(overrides):
-    # thresholds that let the negative cache fill on a 5-class stream
-    base = {
-        "cache_alpha": 6.0,
-        "beta": 3.0,
-        "neg_entropy_lower": 0.05,
-        "neg_entropy_upper": 0.9,
-        "neg_mask_lower": 0.05,
-        "neg_alpha": 0.5,
-    }
-    return EngineConfig(**{**base, **overrides})
 
 
 @pytest.mark.parametrize("method", CACHE_METHODS)
 @pytest.mark.parametrize("case", list(CASES))
 def test_engine_and_replay_equal_the_reference(method, case):
     views, overrides = CASES[case]
-    f, t = _stream(views)
-    cfg = _config(overrides)
+    f, t = reference_stream(views)
+    cfg = reference_config(overrides)
     ref_final, ref_clip = reference_loop.run(f.numpy(), t.numpy(), get_method(method), cfg)
     engine = Engine(t, method, cfg)
     online = torch.stack([engine.step(x).logits for x in f]).numpy()
@@ -71,9 +39,9 @@ def test_engine_and_replay_equal_the_reference(method, case):
 def test_repeated_frames_resolve_ties_as_the_reference(method):
     """Exact ties (a static scene repeats frames): kNN neighbours by age, cache eviction of equal
     entropies as TDA's sorted lists do it."""
-    f, t = _stream(4, seed=3, n=50)
+    f, t = reference_stream(4, seed=3, n=50)
     f = torch.cat([f, f[:20], f[10:30], f[:20]])
-    cfg = _config({"view_mode": "original", "view_ratio": 0.5, "k": 3})
+    cfg = reference_config({"view_mode": "original", "view_ratio": 0.5, "k": 3})
     ref_final, _ = reference_loop.run(f.numpy(), t.numpy(), get_method(method), cfg)
     engine = Engine(t, method, cfg)
     online = torch.stack([engine.step(x).logits for x in f]).numpy()

@@ -22,36 +22,12 @@ import logging
 import numpy as np
 import pytest
 import torch
+from helpers_images import GEOMETRY, as_tensor, figures, smooth_image, within_tolerance
 from PIL import Image
 
 from mstta import tensor_views as tv
 from mstta.errors import UserError
-from mstta.views import AUGMIX_OPS, PIL_OPS, Geometry, ViewMaker, ViewParams, draw_view, sample_rng
-
-GEOMETRY = Geometry(224)  # ViT-B/16's view 0 (open_clip's default preprocess config: bicubic, shortest)
-
-
-def smooth_image(w: int = 500, h: int = 375, seed: int = 0) -> Image.Image:
-    """Random colours, blurred a little: like a photo, edges and flat parts both."""
-    rng = np.random.default_rng(seed)
-    small = rng.integers(0, 256, size=(h // 4 + 1, w // 4 + 1, 3), dtype=np.uint8)
-    big = np.asarray(Image.fromarray(small).resize((w, h), Image.BICUBIC), np.int16)
-    return Image.fromarray(np.clip(big + rng.integers(-12, 13, size=big.shape), 0, 255).astype(np.uint8))
-
-
-def as_tensor(img: Image.Image) -> torch.Tensor:
-    return torch.from_numpy(np.array(img)).permute(2, 0, 1).contiguous()
-
-
-def figures(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float, float]:
-    """(mean |diff|, fraction within 2 levels, max |diff|)."""
-    d = (a.double() - b.double()).abs()
-    return d.mean().item(), (d <= 2).double().mean().item(), d.max().item()
-
-
-def within_tolerance(a: torch.Tensor, b: torch.Tensor) -> bool:
-    mean, within2, _ = figures(a, b)
-    return mean <= 0.5 and within2 >= 0.995
+from mstta.views import AUGMIX_OPS, PIL_OPS, ViewMaker, ViewParams, draw_view, sample_rng
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +52,10 @@ def test_each_op_matches_pil_on_the_same_input(crops, op, exact):
     if op in ("rotate", "shear_x", "shear_y", "translate_x", "translate_y"):  # every sign and size occurs
         cases += [(crops[0][0], v) for v in {"rotate": (-3, 3, 0), "translate_x": (-7, 7)}.get(op, ())]
     assert len(cases) >= 5
-    x = torch.stack([as_tensor(c) for c, _ in cases])
-    tv._apply_step(x, [(i, op, v) for i, (_, v) in enumerate(cases)], exact)
+    one_step = [ViewParams((0, 0, 224, 224), False, (((op, v),),), (1.0,), 0.0) for _, v in cases]
+    mixed = tv.augmix_batch(torch.stack([as_tensor(c) for c, _ in cases]), one_step, exact)
+    x = mixed.to(torch.uint8)  # one chain of one step, weight 1, mix 0: the step's own pixels, exact in float32
+    assert torch.equal(x.float(), mixed)
     want = torch.stack([as_tensor(PIL_OPS[op](c, v)) for c, v in cases])
     mean, within2, worst = figures(x, want)
     if op not in ("rotate", "shear_x", "shear_y"):  # measured bit-exact on both paths
@@ -159,22 +137,22 @@ def test_tiny_and_odd_images(exact):
 def test_out_of_memory_halves_the_batch_with_one_warning(monkeypatch, caplog):
     maker = ViewMaker(GEOMETRY, 224, views=20, augment="crop", seed=1)
     tensor = tv.TensorViewMaker(maker, chunk=16, exact=True)  # the GPU's path: its chunks are not capped
-    real = tensor._views
+    real = tv.resized_crops
     calls = []
 
-    def tight(img, params):
-        calls.append(len(params))
-        if len(params) > 4:
+    def tight(img, boxes, flips, size):  # each chunk of crop views is one call
+        calls.append(len(boxes))
+        if len(boxes) > 4:
             raise torch.cuda.OutOfMemoryError("CUDA out of memory")
-        return real(img, params)
+        return real(img, boxes, flips, size)
 
-    monkeypatch.setattr(tensor, "_views", tight)
+    monkeypatch.setattr(tv, "resized_crops", tight)
     img = smooth_image(seed=2)
     with caplog.at_level(logging.WARNING):
         got = tensor(as_tensor(img), 0)
     assert torch.equal(got, maker(img, 0)) and tensor.chunk == 4 and calls[:3] == [16, 8, 4]
     assert len([r for r in caplog.records if "out of GPU memory" in r.getMessage()]) == 1
-    monkeypatch.setattr(tensor, "_views", lambda img, params: (_ for _ in ()).throw(torch.cuda.OutOfMemoryError()))
+    monkeypatch.setattr(tv, "resized_crops", lambda *a: (_ for _ in ()).throw(torch.cuda.OutOfMemoryError()))
     with pytest.raises(UserError, match="out of GPU memory making one view"):
         tensor(as_tensor(img), 0)
 
@@ -201,6 +179,7 @@ def test_gpu_matmul_path_equals_the_cpu_tap_path():
     flips = np.asarray([p.flip for p in params])
     tx = tv.resize_taps(500, b[:, 0], b[:, 0] + b[:, 2], 224)
     ty = tv.resize_taps(375, b[:, 1], b[:, 1] + b[:, 3], 224)
+    # `resample` takes the dense path on CUDA only: `_dense` is the one way to run it on this CPU
     dense = tv.two_pass(
         img, tv._dense(tx, 500, flips, img.device, torch.float64), tv._dense(ty, 375, None, img.device, torch.float64)
     )

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 from helpers_cli import run_bench
-from test_field import CLASSES, DIM, _argv, _store
+from helpers_field import CLASSES, DIM, feature_store, field_argv
 
 from mstta.benchmark.textsets import choose, parse_text_sets
 from mstta.errors import UserError
@@ -101,9 +101,9 @@ def _bad_user(tmp_path, arr):
 
 
 def _refused(capsys, tmp_path, extra, match, classes=CLASSES):
-    store, keys = _store(tmp_path, names=("a",), classes=classes)
+    store, keys = feature_store(tmp_path, names=("a",), classes=classes)
     out = tmp_path / "out"
-    code, stdout, err = run_bench(capsys, *_argv(store, out, keys, "--methods", "tda", *extra))
+    code, stdout, err = run_bench(capsys, *field_argv(store, out, keys, "--methods", "tda", *extra))
     assert code == 2 and match in err and len(err.strip().splitlines()) == 1, err
     assert not out.exists() or not any(out.iterdir())
 

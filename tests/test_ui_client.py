@@ -123,8 +123,8 @@ def test_two_clients_at_once_keep_separate_adaptation(app, video):
     assert named(b.predict(api_name="/reset"))["status"].startswith("Adaptation state cleared")
     assert last_result(a, video, keep=True)["result"]["bank_rows"] == 36
     assert last_result(b, video, keep=True)["result"]["bank_rows"] == 12
-    live = app.demo.mstta_context.sessions._live  # one engine per browser session, none shared
-    assert len({id(s) for s in live.values()}) == len(live) >= 2
+    engines = [ui.stream.engine for ui in app.demo.mstta_context.sessions.live() if ui.stream is not None]
+    assert len({id(e) for e in engines}) == len(engines) >= 2  # one engine per browser session, none shared
 
 
 @pytest.mark.parametrize(
