@@ -17,13 +17,22 @@ from helpers_ui import (
     LABELS,
     STUB_WEIGHTS_SCRIPT,
     UIProcess,
+    assert_clean,
     chromium,
+    clear_file,
     colour_pixels,
     drawn_lines,
+    fast,
+    frames_done,
+    open_page,
     page_bars,
     page_series,
     require_chromium,
     save_shot,
+    set_every,
+    tab,
+    upload_video,
+    wait_for_file,
     wait_for_text,
     write_h264,
     write_truth,
@@ -68,73 +77,6 @@ def ui(tmp_path_factory):
     yield server
     assert server.stop() == 0, server.log()
     assert "Traceback" not in server.log(), server.log()
-
-
-def open_page(context, url, preloaded: bool = True):
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.goto(url, wait_until="load")
-    page.wait_for_selector("#mstta-run", timeout=60_000)
-    page.page_errors = errors
-    if preloaded:
-        wait_for_text(page, "#mstta-status", r"Done: preloaded\.mp4", timeout=90)
-    return page
-
-
-def assert_clean(page, context, expected_errors: tuple[str, ...] = ()):
-    text = page.inner_text("body")
-    assert "Traceback" not in text and 'File "' not in text, "a stack trace reached the page"
-    assert not context.external_requests, f"the page asked the network for {context.external_requests}"
-    unexpected = [e for e in page.page_errors if e not in expected_errors]
-    assert not unexpected, unexpected
-
-
-def wait_for_file(page, selector: str, name: str, timeout: float = 30.0) -> None:
-    """Until a file box shows `name` (Gradio may set the name and its extension apart)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if name in re.sub(r"\s+", "", page.inner_text(selector)):
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"{selector} never showed {name}: {page.inner_text(selector)!r}")
-
-
-def clear_file(page, selector: str) -> None:
-    box = page.locator(selector)
-    if box.locator("input[type=file]").count() == 0:
-        box.get_by_role("button", name=re.compile("clear", re.I)).first.click()
-    box.locator("input[type=file]").wait_for(state="attached", timeout=10_000)
-
-
-def upload_video(page, path) -> None:
-    """Replace the video in the Video tab (clear the current one first, as a user does)."""
-    clear_file(page, "#mstta-video")
-    page.locator("#mstta-video input[type=file]").set_input_files(str(path))
-    wait_for_file(page, "#mstta-video", path.name)
-
-
-def tab(page, name: str) -> None:
-    """Open a tab of the side panel (Video, Webcam, Settings)."""
-    page.get_by_role("tab", name=name).click()
-
-
-def fast(page, on: bool = True) -> None:
-    """Untick (or tick) Real time: as fast as possible."""
-    tab(page, "Video")
-    box = page.locator("#mstta-realtime input[type=checkbox]")
-    if box.is_checked() == on:
-        box.click()
-
-
-def set_every(page, n: int) -> None:
-    tab(page, "Video")
-    page.locator("#mstta-every input[type=number]").fill(str(n))
-
-
-def frames_done(page) -> int:
-    m = re.search(r"(\d+)\s+frames?\b", page.inner_text("#mstta-stats"))
-    return int(m.group(1)) if m else 0
 
 
 def wait_for_plots(page, frames: int | None = None, timeout: float = 30.0) -> None:
