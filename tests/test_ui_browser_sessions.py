@@ -84,6 +84,10 @@ def fetch(context, href: str) -> tuple[int, bytes]:
     return response.status, response.body() if response.ok else b""
 
 
+GONE = (403, 404)  # a link whose file is deleted: Gradio's file route answers 403 "File not allowed" for a
+# path in its upload folder that no longer exists (404 for other routes); either way no byte of the file
+
+
 def rows_of(body: bytes) -> list[tuple[int, float]]:
     """A predictions JSONL's rows as (frame index, timestamp)."""
     return [(row["frame"], row["timestamp"]) for row in map(json.loads, body.decode("utf-8").splitlines())]
@@ -133,7 +137,7 @@ def check_run(context, links: dict[str, str], stem: str, expected: list[tuple[in
 def test_each_run_offers_its_own_files_and_a_second_press_never_mixes_runs(ui, tmp_path):
     """Four runs in one page: each offers files holding exactly its own frames (the clips differ in
     length, stride and frame rate, so rows of another clip show); the run before the newest stays
-    fetchable unchanged (docs/ui.md: a session keeps at most the one before), older ones answer 404.
+    fetchable unchanged (docs/ui.md: a session keeps at most the one before), older ones are gone (`GONE`).
     Process pressed again while a real-time run goes, with another video: that video's run either
     replaces the first or waits for it, and the files offered at the end are its own, never mixed."""
     alpha = write_h264(tmp_path / "alpha.mp4", n=12, size=(96, 64), fps=10.0)
@@ -165,14 +169,14 @@ def test_each_run_offers_its_own_files_and_a_second_press_never_mixes_runs(ui, t
         check_run(context, d_links, "delta", sampled(15, 5.0, 1), tmp_path)
         save_shot(page, tmp_path, "ui_sessions_02_second_press.png")
         for name, href in (a_links | b_links).items():  # two newer runs finished since: their files are gone
-            assert fetch(context, href)[0] == 404, f"{name} still served after two newer runs"
+            assert fetch(context, href)[0] in GONE, f"{name} still served after two newer runs"
         assert_clean(page, context)
 
 
 def test_closed_pages_free_their_sessions_and_files_and_the_cap_locks_nobody_out(ui, tmp_path):
     """More users than --max-sessions, each with a finished run (download files): the cap drops the
     oldest idle one (its files go with it); closing the pages frees every session (stderr "freed",
-    no session folder, no open file left); every closed page's links answer 404; a new user's page
+    no session folder, no open file left); every closed page's links answer 403/404 (`GONE`); a new user's page
     still runs and offers its files."""
     clip = write_h264(tmp_path / "short.mp4", n=6, size=(64, 48), fps=10.0)
     names = ("short-annotated.mp4", "short-predictions.jsonl")
@@ -188,7 +192,7 @@ def test_closed_pages_free_their_sessions_and_files_and_the_cap_locks_nobody_out
             assert len(session_folders(ui)) <= MAX_SESSIONS, session_folders(ui)
         assert lines(ui, "session dropped") > dropped, "one user more than the cap: the oldest idle one is dropped"
         first_context, _, first_links = users[0]
-        assert all(fetch(first_context, href)[0] == 404 for href in first_links.values()), "dropped: its files went"
+        assert all(fetch(first_context, href)[0] in GONE for href in first_links.values()), "dropped: its files went"
         save_shot(users[-1][1], tmp_path, "ui_sessions_03_over_the_cap.png")
 
         checker = new_context()  # fetches the closed pages' links afterwards
@@ -200,7 +204,7 @@ def test_closed_pages_free_their_sessions_and_files_and_the_cap_locks_nobody_out
         assert lines(ui, "freed") >= freed + MAX_SESSIONS, ui.log()
         assert not session_folders(ui), f"closed pages left {session_folders(ui)}"
         assert not open_files(ui), f"the server still holds {open_files(ui)}"
-        gone = [name for _, _, links in users for name, href in links.items() if fetch(checker, href)[0] != 404]
+        gone = [name for _, _, links in users for name, href in links.items() if fetch(checker, href)[0] not in GONE]
         assert not gone, f"served after their page closed: {gone}"
 
         page = open_page(checker, ui.url, preloaded=False)  # a new user after all that: not locked out
