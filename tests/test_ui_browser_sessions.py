@@ -27,6 +27,7 @@ from helpers_ui import (
     require_chromium,
     save_shot,
     set_every,
+    tab,
     upload_video,
     wait_for_downloads,
     wait_for_text,
@@ -142,7 +143,7 @@ def test_each_run_offers_its_own_files_and_a_second_press_never_mixes_runs(ui, t
     replaces the first or waits for it, and the files offered at the end are its own, never mixed."""
     alpha = write_h264(tmp_path / "alpha.mp4", n=12, size=(96, 64), fps=10.0)
     bravo = write_h264(tmp_path / "bravo.mp4", n=20, size=(96, 64), fps=8.0)
-    charlie = write_h264(tmp_path / "charlie.mp4", n=80, size=(64, 48), fps=10.0)  # 8 s in real time
+    charlie = write_h264(tmp_path / "charlie.mp4", n=150, size=(64, 48), fps=10.0)  # 15 s in real time
     delta = write_h264(tmp_path / "delta.mp4", n=15, size=(96, 64), fps=5.0)
     with chromium(tmp_path) as context:
         page = open_page(context, ui.url, preloaded=False)
@@ -157,12 +158,12 @@ def test_each_run_offers_its_own_files_and_a_second_press_never_mixes_runs(ui, t
 
         upload_video(page, charlie)
         set_every(page, 1)
-        fast(page, on=False)  # real time: the run lasts about 8 s
+        fast(page, on=False)  # real time: the run lasts about 15 s
         page.click("#mstta-run")
         wait_for_text(page, "#mstta-status", r"Processing charlie\.mp4: frame ([3-9]|\d\d) ", timeout=60)
         upload_video(page, delta)
         fast(page)
-        assert "Processing charlie.mp4" in page.inner_text("#mstta-status"), "pressed while the first run goes"
+        wait_for_text(page, "#mstta-status", r"Processing charlie\.mp4", timeout=10)  # the first run still goes
         page.click("#mstta-run")
         wait_for_text(page, "#mstta-status", r"Done: delta\.mp4, 15 frames processed", timeout=60)
         d_links = wait_for_downloads(page, "delta-annotated.mp4", "delta-predictions.jsonl")
@@ -175,9 +176,10 @@ def test_each_run_offers_its_own_files_and_a_second_press_never_mixes_runs(ui, t
 
 def test_closed_pages_free_their_sessions_and_files_and_the_cap_locks_nobody_out(ui, tmp_path):
     """More users than --max-sessions, each with a finished run (download files): the cap drops the
-    oldest idle one (its files go with it); closing the pages frees every session (stderr "freed",
-    no session folder, no open file left); every closed page's links answer 403/404 (`GONE`); a new user's page
-    still runs and offers its files."""
+    oldest idle one (its files go with it; its page says so, and Reset lets that user in again);
+    closing the pages frees every session (stderr "freed", no session folder, no open file left);
+    every closed page's links answer 403/404 (`GONE`); a new user's page still runs and offers its
+    files."""
     clip = write_h264(tmp_path / "short.mp4", n=6, size=(64, 48), fps=10.0)
     names = ("short-annotated.mp4", "short-predictions.jsonl")
     freed, dropped = lines(ui, "freed"), lines(ui, "session dropped")
@@ -191,9 +193,21 @@ def test_closed_pages_free_their_sessions_and_files_and_the_cap_locks_nobody_out
             users.append((context, page, links))
             assert len(session_folders(ui)) <= MAX_SESSIONS, session_folders(ui)
         assert lines(ui, "session dropped") > dropped, "one user more than the cap: the oldest idle one is dropped"
-        first_context, _, first_links = users[0]
+        first_context, first_page, first_links = users[0]
         assert all(fetch(first_context, href)[0] in GONE for href in first_links.values()), "dropped: its files went"
         save_shot(users[-1][1], tmp_path, "ui_sessions_03_over_the_cap.png")
+        first_page.click("#mstta-run")  # the dropped user is told, and Reset lets them in again
+        wait_for_text(first_page, "#mstta-status", r"Session expired: .*Press Reset to start again")
+        tab(first_page, "Settings")
+        first_page.click("#mstta-reset")
+        wait_for_text(first_page, "#mstta-status", r"Adaptation state cleared")
+        tab(first_page, "Video")
+        first_page.click("#mstta-run")
+        wait_for_text(first_page, "#mstta-status", r"Done: short\.mp4, 6 frames processed")
+        again = wait_for_downloads(first_page, *names)
+        assert set(again.values()).isdisjoint(first_links.values()), "new files, new URLs"
+        users[0] = (first_context, first_page, first_links | {f"again-{n}": href for n, href in again.items()})
+        assert len(session_folders(ui)) <= MAX_SESSIONS, session_folders(ui)
 
         checker = new_context()  # fetches the closed pages' links afterwards
         for context, _, _ in users:
