@@ -353,22 +353,51 @@ def chromium(
             viewport={"width": width, "height": height},
             permissions=["camera"] if camera == "granted" else [],
         )
-        external: list[str] = []
-
-        def guard(route) -> None:
-            url = route.request.url
-            if LOOPBACK.match(url) or url.startswith(("data:", "blob:")):
-                route.continue_()
-            else:
-                external.append(url)
-                route.abort()
-
-        context.route("**/*", guard)
-        context.external_requests = external
+        guard_network(context)
         try:
             yield context
         finally:
             context.close()
+
+
+def guard_network(context) -> None:
+    """Abort every request of a browser context to anything but 127.0.0.1 (and data:/blob: URLs),
+    recording it in `context.external_requests`."""
+    external: list[str] = []
+
+    def guard(route) -> None:
+        url = route.request.url
+        if LOOPBACK.match(url) or url.startswith(("data:", "blob:")):
+            route.continue_()
+        else:
+            external.append(url)
+            route.abort()
+
+    context.route("**/*", guard)
+    context.external_requests = external
+
+
+@contextlib.contextmanager
+def chromium_browser(width: int = 1400, height: int = 1500):
+    """One headless Chromium for several separate users: it yields `new_context()`, which gives a
+    fresh browser context (its own cookies and storage, so its own Gradio sessions), network-guarded
+    as `chromium()`'s. Contexts still open at the end are closed with the browser."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=find_chromium() or require_chromium(), headless=True, args=list(CHROMIUM_FLAGS)
+        )
+
+        def new_context():
+            context = browser.new_context(viewport={"width": width, "height": height})
+            guard_network(context)
+            return context
+
+        try:
+            yield new_context
+        finally:
+            browser.close()
 
 
 def save_shot(page, tmp_path: Path, name: str, full_page: bool = True) -> Path:
@@ -392,6 +421,95 @@ def wait_for_text(page, selector: str, pattern: str, timeout: float = 60.0) -> s
                 return text
         time.sleep(0.25)
     raise AssertionError(f"{selector} never matched {pattern!r} in {timeout:.0f} s; last text: {text!r}")
+
+
+# ---------------------------------------------------------------------------- the page's controls
+def open_page(context, url, preloaded: bool = True):
+    """A new page on the UI, loaded (with `preloaded`: once the auto-started run of preloaded.mp4 is done);
+    uncaught page errors are collected in `page.page_errors`."""
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(url, wait_until="load")
+    page.wait_for_selector("#mstta-run", timeout=60_000)
+    page.page_errors = errors
+    if preloaded:
+        wait_for_text(page, "#mstta-status", r"Done: preloaded\.mp4", timeout=90)
+    return page
+
+
+def assert_clean(page, context, expected_errors: tuple[str, ...] = ()):
+    text = page.inner_text("body")
+    assert "Traceback" not in text and 'File "' not in text, "a stack trace reached the page"
+    assert not context.external_requests, f"the page asked the network for {context.external_requests}"
+    unexpected = [e for e in page.page_errors if e not in expected_errors]
+    assert not unexpected, unexpected
+
+
+def wait_for_file(page, selector: str, name: str, timeout: float = 30.0) -> None:
+    """Until a file box shows `name` (Gradio may set the name and its extension apart)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if name in re.sub(r"\s+", "", page.inner_text(selector)):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{selector} never showed {name}: {page.inner_text(selector)!r}")
+
+
+def clear_file(page, selector: str) -> None:
+    box = page.locator(selector)
+    if box.locator("input[type=file]").count() == 0:
+        box.get_by_role("button", name=re.compile("clear", re.I)).first.click()
+    box.locator("input[type=file]").wait_for(state="attached", timeout=10_000)
+
+
+def upload_video(page, path) -> None:
+    """Replace the video in the Video tab (clear the current one first, as a user does)."""
+    clear_file(page, "#mstta-video")
+    page.locator("#mstta-video input[type=file]").set_input_files(str(path))
+    wait_for_file(page, "#mstta-video", path.name)
+
+
+def tab(page, name: str) -> None:
+    """Open a tab of the side panel (Video, Webcam, Settings)."""
+    page.get_by_role("tab", name=name).click()
+
+
+def fast(page, on: bool = True) -> None:
+    """Untick (or tick) Real time: as fast as possible."""
+    tab(page, "Video")
+    box = page.locator("#mstta-realtime input[type=checkbox]")
+    if box.is_checked() == on:
+        box.click()
+
+
+def set_every(page, n: int) -> None:
+    tab(page, "Video")
+    page.locator("#mstta-every input[type=number]").fill(str(n))
+
+
+def frames_done(page) -> int:
+    m = re.search(r"(\d+)\s+frames?\b", page.inner_text("#mstta-stats"))
+    return int(m.group(1)) if m else 0
+
+
+def download_links(page) -> dict[str, str]:
+    """The files the Downloads box offers now: file name -> its URL (as the page's links give them)."""
+    links = page.evaluate("""() => Array.from(document.querySelectorAll('#mstta-downloads a'))
+        .map(a => a.href).filter(h => h.includes('/file='))""")
+    return {href.rsplit("/", 1)[-1].split("?")[0]: href for href in links}
+
+
+def wait_for_downloads(page, *names: str, timeout: float = 30.0) -> dict[str, str]:
+    """Until the Downloads box offers exactly `names`; their URLs by name."""
+    deadline = time.monotonic() + timeout
+    found: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        found = download_links(page)
+        if set(found) == set(names):
+            return found
+        time.sleep(0.2)
+    raise AssertionError(f"the Downloads box never offered {sorted(names)}: {sorted(found)}")
 
 
 def page_series(page, selector: str) -> dict[str, int]:

@@ -17,13 +17,23 @@ from helpers_ui import (
     LABELS,
     STUB_WEIGHTS_SCRIPT,
     UIProcess,
+    assert_clean,
     chromium,
+    clear_file,
     colour_pixels,
     drawn_lines,
+    fast,
+    frames_done,
+    open_page,
     page_bars,
     page_series,
     require_chromium,
     save_shot,
+    set_every,
+    tab,
+    upload_video,
+    wait_for_downloads,
+    wait_for_file,
     wait_for_text,
     write_h264,
     write_truth,
@@ -68,73 +78,6 @@ def ui(tmp_path_factory):
     yield server
     assert server.stop() == 0, server.log()
     assert "Traceback" not in server.log(), server.log()
-
-
-def open_page(context, url, preloaded: bool = True):
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.goto(url, wait_until="load")
-    page.wait_for_selector("#mstta-run", timeout=60_000)
-    page.page_errors = errors
-    if preloaded:
-        wait_for_text(page, "#mstta-status", r"Done: preloaded\.mp4", timeout=90)
-    return page
-
-
-def assert_clean(page, context, expected_errors: tuple[str, ...] = ()):
-    text = page.inner_text("body")
-    assert "Traceback" not in text and 'File "' not in text, "a stack trace reached the page"
-    assert not context.external_requests, f"the page asked the network for {context.external_requests}"
-    unexpected = [e for e in page.page_errors if e not in expected_errors]
-    assert not unexpected, unexpected
-
-
-def wait_for_file(page, selector: str, name: str, timeout: float = 30.0) -> None:
-    """Until a file box shows `name` (Gradio may set the name and its extension apart)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if name in re.sub(r"\s+", "", page.inner_text(selector)):
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"{selector} never showed {name}: {page.inner_text(selector)!r}")
-
-
-def clear_file(page, selector: str) -> None:
-    box = page.locator(selector)
-    if box.locator("input[type=file]").count() == 0:
-        box.get_by_role("button", name=re.compile("clear", re.I)).first.click()
-    box.locator("input[type=file]").wait_for(state="attached", timeout=10_000)
-
-
-def upload_video(page, path) -> None:
-    """Replace the video in the Video tab (clear the current one first, as a user does)."""
-    clear_file(page, "#mstta-video")
-    page.locator("#mstta-video input[type=file]").set_input_files(str(path))
-    wait_for_file(page, "#mstta-video", path.name)
-
-
-def tab(page, name: str) -> None:
-    """Open a tab of the side panel (Video, Webcam, Settings)."""
-    page.get_by_role("tab", name=name).click()
-
-
-def fast(page, on: bool = True) -> None:
-    """Untick (or tick) Real time: as fast as possible."""
-    tab(page, "Video")
-    box = page.locator("#mstta-realtime input[type=checkbox]")
-    if box.is_checked() == on:
-        box.click()
-
-
-def set_every(page, n: int) -> None:
-    tab(page, "Video")
-    page.locator("#mstta-every input[type=number]").fill(str(n))
-
-
-def frames_done(page) -> int:
-    m = re.search(r"(\d+)\s+frames?\b", page.inner_text("#mstta-stats"))
-    return int(m.group(1)) if m else 0
 
 
 def wait_for_plots(page, frames: int | None = None, timeout: float = 30.0) -> None:
@@ -364,9 +307,19 @@ def test_plots_never_blank_while_streaming_then_stop(ui, tmp_path):
 
 
 def test_webcam_with_chromiums_fake_camera_then_its_summary(ui, tmp_path):
+    """The fake camera streams frames; Stop ends the run with its summary from the Stop event itself
+    (no frame is sent after Stop, and the server's own end of a run without frames says "Webcam
+    ended", not "Webcam stopped"); no seconds are measured."""
     footage = write_y4m(tmp_path / "camera.y4m", n=40)
     with chromium(tmp_path, camera="granted", camera_file=footage) as context:
         page = open_page(context, ui.url)
+        streamed, closed = [], []  # the page's frames: one POST each to /gradio_api/stream/<event>; Stop: .../close
+
+        def frame_request(request) -> None:
+            if request.method == "POST" and "/gradio_api/stream/" in request.url:
+                (closed if request.url.endswith("/close") else streamed).append(request.url)
+
+        page.on("request", frame_request)
         tab(page, "Webcam")
         page.get_by_text("Click to Access Webcam").click()
         page.locator("#mstta-webcam button", has_text="Record").click(timeout=30_000)
@@ -377,9 +330,14 @@ def test_webcam_with_chromiums_fake_camera_then_its_summary(ui, tmp_path):
         assert not page.locator("#mstta-camera-message").is_visible()
         save_shot(page, tmp_path, "ui_10_webcam.png")
         page.locator("#mstta-webcam button", has_text="Stop").click()
-        stopped = time.monotonic()
-        summary = wait_for_text(page, "#mstta-status", r"Webcam stopped: \d+ frames? processed in", timeout=20)
-        assert time.monotonic() - stopped < 3.0, "the summary comes at Stop, not seconds later"
+        summary = wait_for_text(page, "#mstta-status", r"Webcam (stopped|ended)", timeout=60)
+        assert summary.startswith("Webcam stopped: "), f"not the Stop event's summary: {summary}"
+        assert closed, "Stop closed the page's stream"
+        sent = len(streamed)
+        page.wait_for_timeout(1000)  # nothing comes after Stop: no frame sent, the summary stays
+        assert len(streamed) == sent and page.inner_text("#mstta-status") == summary, (sent, len(streamed))
+        counted = int(re.search(r"Webcam stopped: (\d+) frames? processed in", summary).group(1))
+        assert 5 <= counted <= sent + 1, (counted, sent)  # + the frame that opened the stream (queue/join)
         assert "the webcam has no ground truth" in page.inner_text("#mstta-accuracy")
         names = page.locator("#mstta-downloads").inner_text()
         assert "webcam-annotated.mp4" in names.replace("\n", "") or "webcam" in names, names
@@ -653,33 +611,49 @@ def test_notes_match_the_method_after_every_method_change(ui, tmp_path):
 
 
 def test_real_time_playback_and_as_fast_as_possible(ui, tmp_path):
-    """A 10 s clip takes 9-12 s in real time (watchable: the page refreshes >= 4 times a second) and
-    less than half that as fast as possible."""
+    """A 10 s clip in real time: the run never ends before its last processed frame is due (a lower
+    bound only: pacing sleeps until each frame's timestamp, a loaded machine only makes it later),
+    every sampled frame is processed or counted as skipped, and the page is refreshed while it runs
+    (at least every other processed frame: frames are 0.2 s of video apart, a page goes out every
+    0.15 s at most), not only at the end. As fast as possible: the app reports the run unpaced (its
+    status says so, every sampled frame processed, none skipped). No duration is compared with a
+    threshold: on a loaded machine either mode takes longer."""
+    import json
+
     clip = write_h264(tmp_path / "ten.mp4", n=100, size=(160, 120), fps=10.0)  # 10 s
+    sampled = list(range(0, 100, 2))  # --every 0: about 5 frames per second of video, 1 in 2 at 10 fps
     with chromium(tmp_path) as context:
         page = open_page(context, ui.url)
         upload_video(page, clip)
-        set_every(page, 0)  # about 5 frames per second of video
-        page.evaluate("""() => { window.__frames = []; let last = null; setInterval(() => {   // what the plot shows
+        set_every(page, 0)
+        fast(page, on=False)
+        page.evaluate("""() => { window.__shown = []; const seen = () => {   // every plot the page draws
             const s = document.querySelector('#mstta-agreement .series');
-            const n = s ? s.getAttribute('data-points') : null;
-            if (n !== last) { last = n; window.__frames.push(performance.now()); } }, 20); }""")
+            const n = s ? Number(s.getAttribute('data-points')) : 0, last = window.__shown.at(-1);
+            if (n < last) window.__shown = [];   // a new run: its plots start over
+            if (n && n !== last) window.__shown.push(n); };
+            new MutationObserver(seen).observe(document.body, {subtree: true, childList: true, attributes: true}); }""")
         started = time.monotonic()
         page.click("#mstta-run")
-        wait_for_text(page, "#mstta-status", r"Done: ten\.mp4.*real time", timeout=60)
-        real = time.monotonic() - started
-        refreshes = page.evaluate("() => window.__frames")
-        assert 9.0 <= real <= 12.0, f"real time took {real:.1f} s for a 10 s clip"
-        span = (refreshes[-1] - refreshes[0]) / 1000 if len(refreshes) > 1 else 0
-        assert span > 0 and len(refreshes) / span >= 4.0 * 0.9, f"{len(refreshes)} plot refreshes in {span:.1f} s"
-        assert "real time" in page.inner_text("#mstta-status")
+        status = wait_for_text(page, "#mstta-status", r"Done: ten\.mp4.*real time", timeout=120)
+        took = time.monotonic() - started
+        links = wait_for_downloads(page, "ten-annotated.mp4", "ten-predictions.jsonl")
+        rows = [json.loads(line) for line in context.request.get(links["ten-predictions.jsonl"]).text().splitlines()]
+        due = rows[-1]["timestamp"] - rows[0]["timestamp"]  # when the last processed frame was due (pacing)
+        processed = int(re.search(r"(\d+) frames? processed in ([\d.]+) s", status).group(1))
+        reported = float(re.search(r"processed in ([\d.]+) s", status).group(1))
+        skipped = re.search(r"(\d+) frames? skipped to keep real time", status)
+        assert rows[-1]["frame"] == sampled[-1] and due >= 9.8 - 1e-3, "the last sampled frame is always processed"
+        assert took >= due and reported >= due - 0.05, f"a paced run ended before its frames were due: {status}"
+        assert processed == len(rows) and processed + (int(skipped.group(1)) if skipped else 0) == len(sampled)
+        shown = page.evaluate("() => window.__shown")
+        assert shown[-1] == processed and len(shown) >= processed / 2, f"{len(shown)} pages for {processed} frames"
+
         fast(page)
-        started = time.monotonic()
         page.click("#mstta-run")
-        wait_for_text(page, "#mstta-status", r"Done: ten\.mp4.*as fast as possible", timeout=60)
-        quick = time.monotonic() - started
-        assert quick < real / 2, f"as fast as possible took {quick:.1f} s, real time {real:.1f} s"
-        assert "as fast as possible" in page.inner_text("#mstta-status")
+        status = wait_for_text(page, "#mstta-status", r"Done: ten\.mp4.*as fast as possible", timeout=120)
+        assert re.search(rf"{len(sampled)} frames processed in", status), status
+        assert "skipped" not in status and "skipped" not in page.inner_text("#mstta-stats"), "unpaced: nothing skipped"
         assert_clean(page, context)
 
 

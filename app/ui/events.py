@@ -263,7 +263,11 @@ class Wiring:
         form = c.form(video=c.video, truth=c.truth, every=c.every, keep=c.keep, realtime=c.realtime)
         run = self.guarded_stream(process_video)
         stream = dict(concurrency_limit=streams, concurrency_id="mstta-streams", show_progress="hidden")
-        c.run.click(run, None, self.out, inputs_kwargs=form, api_name="process_video", **stream)
+        # "multiple": Process pressed while a run goes reaches the server, and the new run replaces the
+        # one going (`video.process_video`); Gradio's default ("once") drops that press in the page
+        c.run.click(
+            run, None, self.out, inputs_kwargs=form, api_name="process_video", trigger_mode="multiple", **stream
+        )
         if autostart:
             demo.load(
                 self.guarded_stream(process_preloaded), None, self.out, inputs_kwargs=form, api_name=False, **stream
