@@ -16,6 +16,11 @@ log = logging.getLogger(__name__)
 GRAPH_WARMUP = 3  # eager steps on a side stream before a CUDA graph is captured
 
 
+def static_step(streams, x: torch.Tensor, ok: torch.Tensor | None):
+    """The step a graph captures, run directly (any device): every bank row searched, the empty ones masked."""
+    return streams._step(x, ok, (streams.bank.rows.shape[1] if streams.bank is not None else 0, True))
+
+
 def run(streams, x: torch.Tensor, ok: torch.Tensor | None):
     """Replay (capturing first if needed) the graph of x's shape; falls back to the eager step
     when an automatic capture fails (logged), re-raises when the graph was required."""
@@ -29,7 +34,7 @@ def run(streams, x: torch.Tensor, ok: torch.Tensor | None):
                 raise
             log.warning("CUDA graph capture failed (%s); the engine runs eagerly", exc)
             streams.cuda_graph = False
-            return streams._step(x, ok, (streams.bank.rows.shape[1] if streams.bank is not None else 0, True))
+            return static_step(streams, x, ok)
     static_x, static_ok, graph, static_out = g
     static_x.copy_(x)
     if ok is not None:
@@ -50,17 +55,16 @@ def _capture(streams, x: torch.Tensor, ok: torch.Tensor | None):
 def _record(streams, x: torch.Tensor, ok: torch.Tensor | None, saved):
     static_x = x.clone()
     static_ok = None if ok is None else ok.clone()
-    rows = (streams.bank.rows.shape[1] if streams.bank is not None else 0, True)
     dev = streams.device
     side = torch.cuda.Stream(dev)
     side.wait_stream(torch.cuda.current_stream(dev))
     with torch.cuda.stream(side):
         for _ in range(GRAPH_WARMUP):
-            streams._step(static_x, static_ok, rows)
+            static_step(streams, static_x, static_ok)
     torch.cuda.current_stream(dev).wait_stream(side)
     streams._restore(saved)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        static_out = streams._step(static_x, static_ok, rows)
+        static_out = static_step(streams, static_x, static_ok)
     streams._restore(saved)  # capture records the kernels without running them; keep state exact
     return static_x, static_ok, graph, static_out

@@ -130,9 +130,12 @@ def two_pass_taps(img: torch.Tensor, tx: tuple, ty: tuple, flips: np.ndarray | N
     return torch.stack(out)
 
 
-def resample(img: torch.Tensor, tx: tuple, ty: tuple, flips: np.ndarray | None = None) -> torch.Tensor:
-    """PIL's two-pass resize of `img` by the taps (horizontal, vertical) of B views -> uint8 [B, 3, Sy, Sx]."""
-    if img.device.type == "cpu":
+def resample(
+    img: torch.Tensor, tx: tuple, ty: tuple, flips: np.ndarray | None = None, dense: bool | None = None
+) -> torch.Tensor:
+    """PIL's two-pass resize of `img` by the taps (horizontal, vertical) of B views -> uint8 [B, 3, Sy, Sx];
+    `dense`: as two batched float64 matmuls (None: on CUDA only; both give the same pixels)."""
+    if not (img.device.type != "cpu" if dense is None else dense):
         return two_pass_taps(img, tx, ty, flips)
     dtype = torch.float64  # sums of 22-bit weights x 8-bit pixels: exact in float64 (not float32, nor TF32)
     return two_pass(

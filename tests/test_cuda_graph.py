@@ -6,7 +6,7 @@ import pytest
 import torch
 from synthetic import as_tensors, make_stream
 
-from mstta import Engine, EngineConfig
+from mstta import Engine, EngineConfig, graphs
 
 
 @pytest.mark.parametrize("method", ["ms-tta", "tda+ms", "baseline"])
@@ -19,9 +19,7 @@ def test_static_shape_step_equals_eager_on_cpu(method, views, mode):
     static, eager = Engine(t, method, cfg), Engine(t, method, cfg)
     for x in f:
         with torch.inference_mode():
-            rows = static.bank.rows.shape[1] if static.bank is not None else 0
-            # the static-shape step runs publicly only under a CUDA graph (a GPU): called here to run it on the CPU
-            a = static._step(x.reshape(1, -1, x.shape[-1]), None, (rows, True))[0][0]
+            a = graphs.static_step(static, x.reshape(1, -1, x.shape[-1]), None)[0][0]
         static.seen += 1
         b = eager.step(x).logits
         assert torch.equal(a.argmax(), b.argmax())

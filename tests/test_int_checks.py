@@ -13,6 +13,7 @@ import torch
 from app.encoder import check_views
 from app.pipeline import demo_engine_config
 from app.sampling import Sampler
+from app.ui.serving import resolve_port
 from mstta import Engine, MultiEngine
 from mstta.checks import int_in, int_range, is_int_in
 from mstta.config import MAX_VIEWS
@@ -34,6 +35,7 @@ SITES = [
     ("--ece-bins", 1, MAX_ECE_BINS, lambda v: ece(np.full((2, 2), 0.5), np.zeros(2, dtype=int), v)),
     ("streams", 1, None, lambda v: MultiEngine(_text(), "ms-tta", streams=v)),
     ("stream_length", 1, None, lambda v: Engine(_text(), "zero", stream_length=v)),
+    ("--port", 0, 65535, lambda v: resolve_port("127.0.0.1", v)),
 ]
 
 

@@ -179,11 +179,7 @@ def test_gpu_matmul_path_equals_the_cpu_tap_path():
     flips = np.asarray([p.flip for p in params])
     tx = tv.resize_taps(500, b[:, 0], b[:, 0] + b[:, 2], 224)
     ty = tv.resize_taps(375, b[:, 1], b[:, 1] + b[:, 3], 224)
-    # `resample` takes the dense path on CUDA only: `_dense` is the one way to run it on this CPU
-    dense = tv.two_pass(
-        img, tv._dense(tx, 500, flips, img.device, torch.float64), tv._dense(ty, 375, None, img.device, torch.float64)
-    )
-    assert torch.equal(dense, tv.two_pass_taps(img, tx, ty, flips))
+    assert torch.equal(tv.resample(img, tx, ty, flips, dense=True), tv.resample(img, tx, ty, flips))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the GPU path is tested on CPU tensors above")

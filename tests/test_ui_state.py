@@ -39,8 +39,8 @@ def test_model_slots_bound_concurrency_and_serve_in_arrival_order():
         t = threading.Thread(target=work, args=(f"w{i}",))
         t.start()
         waiters.append(t)
-        deadline = time.monotonic() + 5  # no public count of waiters: the queue is read to pace arrivals only
-        while len(slots._queue) < i + 1 and time.monotonic() < deadline:
+        deadline = time.monotonic() + 5
+        while slots.waiting < i + 1 and time.monotonic() < deadline:
             time.sleep(0.001)
     gate.set()
     for t in [first, *waiters]:

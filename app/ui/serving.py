@@ -15,6 +15,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from mstta.checks import int_in
 from mstta.errors import UserError
 from mstta.models import ASSETS_DIR  # the demo's own files (served)
 
@@ -94,8 +95,7 @@ def add_ui_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
 
 def resolve_port(host: str, port: int) -> int:
     """`port` if it is free on `host`, a free one when 0; a busy or bad port is a one-line UserError."""
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-        raise UserError(f"--port {port!r}: expected 0 (any free port) or a port number 1-65535")
+    int_in(port, "--port", 0, 65535, " (0 = any free port)")
     bind_host = host.strip("[]") or DEFAULT_HOST
     family = socket.AF_INET6 if ":" in bind_host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as s:

@@ -63,6 +63,12 @@ class ModelSlots:
         self._queue: collections.deque[object] = collections.deque()
         self._cond = threading.Condition()
 
+    @property
+    def waiting(self) -> int:
+        """Callers queued for a slot now."""
+        with self._cond:
+            return len(self._queue)
+
     @contextlib.contextmanager
     def __call__(self) -> Iterator[None]:
         ticket = object()
