@@ -109,6 +109,21 @@ def test_a_second_run_replaces_the_first_and_each_offers_its_own_files(clip, tmp
     assert ui.history.processed == 8, "the newer run's history only"
 
 
+def test_a_model_or_views_change_mid_run_says_why_the_run_stopped(clip):
+    """Apply with other views while a video runs (a new engine): the run ends at its next frame
+    saying the settings restarted the adaptation, not that a newer run replaced it."""
+    from app.ui import handlers, video
+    from app.ui.state import UISession
+
+    ctx, ui = context(), UISession()
+    first = video.process_video(ctx, ui, form(clip))
+    next(first), next(first)
+    handlers.apply(ctx, ui, form(clip, views=2))
+    status = list(first)[-1]["status"]
+    assert status.startswith("Stopped after 2 frames of ") and "views started the adaptation afresh" in status, status
+    assert "Replaced" not in status
+
+
 def test_an_empty_stride_box_is_an_error_not_zero(clip):
     from app.ui import video
     from app.ui.state import UISession

@@ -241,8 +241,15 @@ def _run(
         with ui.lock:
             files = ui.downloads.finish(recording)
         log.info("%s: replaced after %d frames", name, recording.rows)
+        done = f"after {plots.frames(recording.rows)} of **{run.shown}**"
+        if run.replaced:
+            status = f"Replaced by a newer run {done}."
+        elif ui.stream is None:
+            status = f"Ended {done}: the session was closed."
+        else:  # Settings changed the model or the views: a new engine
+            status = f"Stopped {done}: the new model or views started the adaptation afresh; press Process to go on."
         yield {
-            "status": f"Replaced by a newer run after {plots.frames(recording.rows)} of **{run.shown}**.",
+            "status": status,
             "downloads": offered(files),
             "state": ui,
         }
