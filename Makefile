@@ -26,8 +26,10 @@ browser: install
 	@$(PY) -c "import sys; sys.path.insert(0, 'tests'); from helpers_ui import find_chromium, NO_BROWSER; \
 	found = find_chromium(); print('browser tests use', found) if found else print('browser tests skipped:', NO_BROWSER)"
 
+# Two workers (this machine's two cores), each test file whole on one worker (its module fixtures,
+# e.g. a UI server, shared by its tests); the slowest tests listed at the end.
 test: install browser
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15
 
 # Static checks (rules in pyproject.toml, [tool.ruff]): the layout (`ruff format`, line length 120),
 # unused/undefined names, likely bugs, import order. `$(VENV)/bin/ruff format .` applies the layout.
