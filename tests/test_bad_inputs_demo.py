@@ -394,7 +394,8 @@ def test_sigterm_ends_a_many_view_run_between_chunks_and_leaves_no_part_files(tm
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
-    rows = (out_dir / "p.jsonl").read_text().splitlines()  # the outputs are finalised at the signal
+    log = out_dir / "p.jsonl"  # finalised at the signal when it holds a frame (a whole run: 400 rows)
+    rows = log.read_text().splitlines() if log.exists() else []
     assert len(rows) < 400, "the signal was honoured mid-run, not after all 400 frames x 256 views"
     assert "Traceback" not in err
     leftovers = [p.name for p in out_dir.iterdir() if p.name.startswith(".")]
