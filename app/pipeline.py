@@ -183,11 +183,10 @@ def prepare(cfg: DemoConfig) -> Prepared:
     get_method(cfg.method)
     if cfg.methods is not None:
         check_methods(cfg.methods)
-    for flag, value in (("--every", cfg.every), ("--max-frames", cfg.max_frames), ("--topk", cfg.topk)):
+    flags = {"--every": cfg.every, "--max-frames": cfg.max_frames, "--topk": cfg.topk, "--max-pixels": cfg.max_pixels}
+    for flag, value in flags.items():
         if value is not None:
             int_in(value, flag, 1)
-    if cfg.max_pixels is not None:
-        int_in(cfg.max_pixels, "--max-pixels", 1)
     check_views(cfg.views)
     if cfg.views_on not in VIEWS_ON:
         raise UserError(f"--views-on {cfg.views_on}: choose one of {', '.join(VIEWS_ON)}")

@@ -238,23 +238,25 @@ def _run(
         yield render(ui, warn(failure), result=ui.history.last, views=ctx.views)
         return
     if run.replaced or ui.stream is not session:
-        with ui.lock:
-            files = ui.downloads.finish(recording)
-        log.info("%s: replaced after %d frames", name, recording.rows)
-        done = f"after {plots.frames(recording.rows)} of **{run.shown}**"
-        if run.replaced:
-            status = f"Replaced by a newer run {done}."
-        elif ui.stream is None:
-            status = f"Ended {done}: the session was closed."
-        else:  # Settings changed the model or the views: a new engine
-            status = f"Stopped {done}: the new model or views started the adaptation afresh; press Process to go on."
-        yield {
-            "status": status,
-            "downloads": offered(files),
-            "state": ui,
-        }
+        yield _cut_short_page(run, recording)
         return
     yield _final_page(run, last)
+
+
+def _cut_short_page(run: _Run, recording) -> dict[str, Any]:
+    """The last page of a run cut short by a newer run, a new engine (model or views) or the session's end."""
+    ui = run.ui
+    with ui.lock:
+        files = ui.downloads.finish(recording)
+    log.info("%s: replaced after %d frames", run.name, recording.rows)
+    done = f"after {plots.frames(recording.rows)} of **{run.shown}**"
+    if run.replaced:
+        status = f"Replaced by a newer run {done}."
+    elif ui.stream is None:
+        status = f"Ended {done}: the session was closed."
+    else:  # Settings changed the model or the views: a new engine
+        status = f"Stopped {done}: the new model or views started the adaptation afresh; press Process to go on."
+    return {"status": status, "downloads": offered(files), "state": ui}
 
 
 def _final_page(run: _Run, last) -> dict[str, Any]:
