@@ -75,7 +75,9 @@ class EngineConfig:
     neg_mask_lower: float = 0.03  # negative value: 1 where lower < p < upper
     neg_mask_upper: float = 1.0
     delta: int = 0  # BoostAdapter: extra per-class capacity of the boosted cache
-    view_mode: str = "confident"  # multi-view samples: "confident" (TDA, OOD) or "original" (view 0)
+    # multi-view samples: "original" (view 0: the cross-dataset protocol, the default wherever no dataset
+    # config chooses, docs/engine.md "Views") or "confident" (TDA's OOD protocol, set by configs/imagenet*.yaml)
+    view_mode: str = "original"
     view_ratio: float = 0.1  # fraction of views kept by confidence (floor(0.1*64) = 6)
     bank_dtype: str = (
         "float32"  # storage of the kNN bank: float32 (exact) or float16/bfloat16 (half the bytes; sums in float32)

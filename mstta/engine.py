@@ -19,6 +19,7 @@ from .errors import UserError
 from .families.base import CACHE
 from .families.runner import FamilyStreams
 from .methods import Method, get_method
+from .protocol import warn_few_views
 from .streams import Streams
 
 
@@ -128,6 +129,9 @@ class Engine(Streams):
             raise UserError(
                 f"feature shape {shape} does not match the classifier: expected [{self.dim}] or [V, {self.dim}]"
             )
+        if x.shape[0] > 1 and x.shape[0] != getattr(self, "_views_checked", 1):
+            self._views_checked = x.shape[0]  # once per view count: floor(ratio V) < 2 is a warning
+            warn_few_views(self.method, self.config, x.shape[0])
         out = self._run(x.to(self.device, self.text.dtype).unsqueeze(0), None)
         return StepResult(*(t[0] for t in out))
 

@@ -37,7 +37,17 @@ from .errors import UserError
 from .extract_encode import Dist, run_shards, start_dist
 from .extract_views import resolve_views_on
 from .features import read_meta
-from .models import DEFAULT_MODEL, ClipModel, build_text_classifier, default_precision, load_clip, pretrained_id
+from .models import (
+    BUNDLED_TAG,
+    DEFAULT_MODEL,
+    ClipModel,
+    build_text_classifier,
+    checkpoint_sha256,
+    default_precision,
+    load_clip,
+    pretrained_id,
+    recorded_tag,
+)
 from .shards import check_shards, merge_shards, prepare_work, shard_path
 from .templates import check_templates, template_hash
 from .views import AUGMENTS
@@ -114,7 +124,8 @@ def _safe(text: str) -> str:
 
 
 def default_file_name(s: ExtractSettings) -> str:
-    """`{dataset}_{model}_{pretrained}_v{views}_s{seed}[_n{limit}].npz` (names made file-safe)."""
+    """`{dataset}_{model}_{pretrained}_v{views}[-{augment}]_s{seed}[_n{limit}].npz` (names made file-safe;
+    the view kind with more than one view, so crop and AugMix files of the same V never collide)."""
     dataset = (
         f"imagefolder-{Path(s.dataset[len(FOLDER_PREFIX) :]).name}"
         if s.dataset.startswith(FOLDER_PREFIX)
@@ -123,7 +134,8 @@ def default_file_name(s: ExtractSettings) -> str:
     pretrained = Path(s.pretrained).stem if os.sep in s.pretrained else s.pretrained
     limit = f"_n{s.limit}" if s.limit else ""
     listing = f"_{s.listing}" if s.listing != "full" else ""
-    return f"{_safe(dataset)}_{_safe(s.model)}_{_safe(pretrained)}_v{s.views}_s{s.seed}{limit}{listing}.npz"
+    kind = f"-{s.augment}" if s.views > 1 else ""
+    return f"{_safe(dataset)}_{_safe(s.model)}_{_safe(pretrained)}_v{s.views}{kind}_s{s.seed}{limit}{listing}.npz"
 
 
 def resolve_out(out: str | Path, s: ExtractSettings, flag: str = "--out") -> Path:
@@ -207,6 +219,7 @@ def plan(
             f"--dataset {dataset}: has {split.num_classes} class ({', '.join(split.classnames)}); "
             "a feature file needs at least 2 classes (replay ranks classes); add class folders"
         )
+    pretrained = recorded_tag(model, str(pretrained))  # `bundled`, not the CLIs' default `openai`
     tmpl = check_templates(templates) if templates else split.templates
     order = stream_order(len(split), seed)[:limit]
     base = Path(split.key[len(FOLDER_PREFIX) :]) if split.key.startswith(FOLDER_PREFIX) else Path(data_root or ".")
@@ -274,7 +287,7 @@ def run_extraction(
         templates=templates,
         listing=listing,
     )
-    _check_loaded_model(clip, model, pretrained, s.precision)
+    _check_loaded_model(clip, model, s.pretrained, s.precision)
     where = resolve_views_on(views_on, resolve_device(device)) if views > 1 else "cpu"  # 1 view: CLIP's own, PIL
     enc = _Encoding(
         device, batch_size, workers, cache_dir, shard_size or max(1, SHARD_IMAGES // views), progress, where
@@ -366,7 +379,7 @@ def _extract(
         dist.barrier()
         kept, skipped = len(order), 0
         if dist.rank == 0:
-            meta = _file_meta(s, tmpl, data_root, enc.where)
+            meta = _file_meta(s, tmpl, data_root, enc.where, clip)
             kept, skipped = merge_shards(work, out_path, s, enc.shard_size, split, order, text, meta)
             shutil.rmtree(work, ignore_errors=True)
     finally:
@@ -413,10 +426,13 @@ def _encode_missing(
     return encoded
 
 
-def _file_meta(s: ExtractSettings, tmpl: list[str], data_root: str | Path | None, where: str) -> dict:
-    """The feature file's meta beyond its counts: the settings, and how the file was made."""
+def _file_meta(s: ExtractSettings, tmpl: list[str], data_root: str | Path | None, where: str, clip: ClipModel) -> dict:
+    """The feature file's meta beyond its counts: the settings, how the file was made, the checkpoint's
+    own logit scale (Eq. 1: what replay, run, field and sweep default to) and a bundled checkpoint's hash."""
     return {
         **asdict(s),
+        "logit_scale": float(clip.logit_scale),
+        **({"weights_sha256": checkpoint_sha256(s.model)} if s.pretrained == BUNDLED_TAG else {}),
         "templates": len(tmpl),
         "version": __version__,
         "stream": f"torch.randperm(n, seed={s.seed})",

@@ -67,6 +67,13 @@ class FeatureSet:
     def num_views(self) -> int:
         return 1 if self.features.dim() == 2 else self.features.shape[1]
 
+    @property
+    def logit_scale(self) -> float | None:
+        """The checkpoint's CLIP logit scale that extraction recorded in `meta` (None: not recorded;
+        `mstta.scale.file_scale` then uses the paper's 100)."""
+        value = self.meta.get("logit_scale")
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
 
 def _first_bad_row(bad: np.ndarray) -> int:
     return int(np.argwhere(bad)[0][0])

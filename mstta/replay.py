@@ -28,6 +28,7 @@ from .engine import Engine
 from .families import get_family
 from .families.base import CACHE
 from .methods import Method, get_method
+from .protocol import warn_few_views
 from .threads import map_chunks
 
 SIMS_BYTES = (
@@ -69,6 +70,7 @@ def replay(
     cfg = config if config is not None else EngineConfig()
     dev = torch.device(device) if device is not None else torch.as_tensor(text).device
     feats = _as_views(features)
+    warn_few_views(m, cfg, feats.shape[1])
     if cfg.view_mode == "original" and not m.boost and m.augment is None:
         feats = feats[:, :1]  # only view 0 is ever read: same predictions, V times less memory
     feats = feats.to(dev)  # kept in its stored dtype; converted to float32 per chunk
