@@ -52,7 +52,7 @@ demo: install
 
 # The field table offline: every method row on the shifted digits (mstta-digits), out/field/report.md and results.csv.
 field: install
-	$(VENV)/bin/mstta-bench field --digits --out out/field --store out/field/features
+	$(VENV)/bin/mstta-bench field --digits --text official --out out/field --store out/field/features
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -31,10 +31,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from mstta.benchmark import paper
-from mstta.benchmark.context import Cell, Row, dataset_config, row_engine_config, view_kind
+from mstta.benchmark.context import Cell, Row, dataset_config, row_engine_config
 from mstta.benchmark.field import FieldCell, FieldOptions, measure
 from mstta.benchmark.store import Backbone, FeatureKey
 from mstta.benchmark.textsets import Choice
+from mstta.benchmark.viewpolicy import view_kind
 from mstta.devices import resolve_device
 from mstta.features import FeatureSet
 from mstta.methods import list_methods

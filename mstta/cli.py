@@ -60,8 +60,11 @@ def _main(argv: Sequence[str] | None) -> int:
     return args._module.run(args)
 
 
+RESUME = "; rerun the same command to continue (extract, run, field and sweep keep what finished and resume)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_cli(PROG, _main, argv)
+    return run_cli(PROG, _main, argv, RESUME)
 
 
 if __name__ == "__main__":

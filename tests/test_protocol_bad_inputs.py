@@ -95,6 +95,26 @@ CASES = [
         ["extract", "--dataset", "PHOTOS", *TINY, "--out", "T/feat.npz", "--views", "2"],
         "exists with different settings",
     ),
+    (
+        "extract-out-and-store",  # one destination (issue 33)
+        ["extract", "--dataset", "PHOTOS", *TINY, "--out", "T/x.npz", "--store", "T/st"],
+        "--out and --store: give one",
+    ),
+    (
+        "extract-store-views-0",  # the store's name is checked like the extraction's
+        ["extract", "--dataset", "PHOTOS", *TINY, "--views", "0", "--store", "T/st"],
+        "--views 0: expected an integer in [1, 256]",
+    ),
+    (
+        "sweep-param-family-section",  # a section is not a key: dota.eta is (issue 33)
+        ["sweep", "--param", "dota=1,2", "--data-root", "DATA", *RUN[:-2], "--out", "T/r", "--store", "T/st"],
+        "'dota' is not a hyperparameter",
+    ),
+    (
+        "sweep-param-family-unknown-key",
+        ["sweep", "--param", "dota.nope=1,2", "--data-root", "DATA", *RUN[:-2], "--out", "T/r", "--store", "T/st"],
+        "'dota.nope' is not a hyperparameter",
+    ),
     ("run-out-is-store", ["run", "--data-root", "DATA", *RUN, "--out", "T/s", "--store", "T/s"], "--out"),
     ("run-out-is-file", ["run", "--data-root", "DATA", *RUN, "--out", "T/a_file", "--store", "T/st"], "--out"),
     (

@@ -25,6 +25,7 @@ from ..devices import resolve_device
 from ..errors import UserError, one_line
 from ..extract_views import view_path
 from ..features import FeatureSet
+from ..protocol import clip_path
 from ..replay import replay
 from . import paper
 from .context import (
@@ -41,6 +42,7 @@ from .context import (
 from .memory import MemoryMeter
 from .results import predictions_path, save_predictions
 from .store import Backbone, FeatureKey, Models, ensure_features, resolve_backbone, resolved_precision, weights_status
+from .textsets import PEER
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +142,7 @@ def replay_cell(
     per-sample predictions saved for the plots). Two CLIP references ride along: `zero_shot_accuracy`
     (CLIP on the original image, the paper's CLIP row) and `clip_view_accuracy` (CLIP logits of the
     method's own prediction path with no cache: this protocol's λ = 0), with the gain over each."""
+    cell, scale_from = cell.scaled(fs, path)  # the checkpoint's logit scale unless --set gives one
     ecfg, fkey, method = cell.ecfg, cell.fkey, cell.row.method
     fs = cell.features(fs)  # the views this row reads of its file's (`context.view_spec`)
     meter = MemoryMeter(device)
@@ -155,7 +158,11 @@ def replay_cell(
         "clip_view_accuracy": round(clip_views, 4),
         "gain_over_clip": round(acc - zs, 4),
         "gain_over_clip_views": round(acc - clip_views, 4),
-        "protocol": protocol(method, ecfg, augment),
+        "protocol": protocol(method, ecfg, cell.read, augment, PEER),
+        "text": PEER,
+        "clip_path": clip_path(method, ecfg, cell.read, augment),
+        "logit_scale": ecfg.logit_scale,
+        "logit_scale_from": scale_from,
         "n": int(fs.num_samples),
         "classes": int(fs.num_classes),
         "listing": fkey.listing,

@@ -24,6 +24,7 @@ from ..templates import DEFAULT_TEMPLATES, TEXT_SETS, fill, official_sets, read_
 from ..templates import templates_for as _templates_for
 
 OFFICIAL = "official"
+PEER = "peer"  # the default of `run` and `field`: the feature file's classifier, one for every row
 
 
 def parse_text_sets(spec: str) -> list[str]:
