@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mstta import UserError, load_dataset_config
-from mstta.config import (
+from mstta.engine.config import (
     CONFIG_DIR,
     MAX_BANK_SIZE,
     MAX_CAPACITY,

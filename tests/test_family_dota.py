@@ -1,4 +1,4 @@
-"""DOTA (mstta.families.dota) against the independent float64 reference (tests/reference_dota.py,
+"""DOTA (mstta.engine.families.dota) against the independent float64 reference (tests/reference_dota.py,
 written from skylineeeeen/DOTA dota.py and utils.py), and the runner's contract: replay, MultiEngine,
 +MS at alpha = 0, reset, state_dict, value checks, the memory refusal."""
 
@@ -15,8 +15,8 @@ from synthetic import make_stream
 import mstta
 import mstta.safety
 from mstta import Engine, EngineConfig, MultiEngine, UserError
-from mstta.config import load_dataset_config
-from mstta.families import dota
+from mstta.engine.config import load_dataset_config
+from mstta.engine.families import dota
 
 # The official values, copied here from skylineeeeen/DOTA configs/vit/*.yaml (@ bc67d44), by the
 # repository's own file names: (epsilon, sigma, eta, rho).
@@ -144,7 +144,7 @@ def test_official_precision_matches_fp16_reference(views):
 def test_replay_equals_engine_steps():
     feats, text = stream(25, 10, 64, 6)
     _, out = run_engine(feats, text, config())
-    r = mstta.replay(feats, text, "dota", config(), keep_probs=True)
+    r = mstta.engine.replay(feats, text, "dota", config(), keep_probs=True)
     assert np.array_equal(r.predictions, out["logits"].argmax(1))
     np.testing.assert_allclose(r.probs, out["probs"], atol=1e-6)
     np.testing.assert_allclose(r.entropy, out["entropy_tensor"], atol=1e-6)

@@ -10,7 +10,7 @@ import pytest
 from helpers_ui import LABELS, SETTINGS
 from helpers_video import tiny_clip, write_video
 
-from mstta.config import EngineConfig
+from mstta.engine.config import EngineConfig
 from mstta.errors import UserError
 
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from app.ui.state import SESSION_BANK_LIMIT, ModelSlots, Sessions, Settings, UISession
-from mstta.config import MAX_BANK_SIZE, EngineConfig
+from mstta.engine.config import MAX_BANK_SIZE, EngineConfig
 from mstta.errors import UserError
 
 
@@ -304,7 +304,7 @@ def test_a_session_is_busy_only_while_it_handles_an_event():
 def test_a_rows_marks_follow_its_summary_in_the_method_list():
     """The method list's note carries a row's marks (DPE is not training-free), the others none."""
     from app.ui.handlers import method_info
-    from mstta.methods import get_method, list_methods
+    from mstta.engine.methods import get_method, list_methods
 
     for name in list_methods():
         summary, _ = method_info(name)

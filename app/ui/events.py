@@ -15,9 +15,9 @@ from typing import Any, Callable, Iterator, Sequence
 
 import gradio as gr
 
-from mstta.config import EngineConfig
+from mstta.engine.config import EngineConfig
+from mstta.engine.methods import get_method
 from mstta.errors import UserError, one_line
-from mstta.methods import get_method
 
 from ..annotate import random_weights
 from ..frames import MAX_PIXELS

@@ -22,10 +22,10 @@ from typing import Any, Callable, ContextManager, Iterator, Mapping
 
 import numpy as np
 
-from mstta.config import EngineConfig
+from mstta.engine.config import EngineConfig
+from mstta.engine.methods import get_method
 from mstta.errors import UserError
-from mstta.methods import get_method
-from mstta.models import ASSETS_DIR
+from mstta.features.models import ASSETS_DIR
 
 from ..frames import MAX_PIXELS, decode_image, shrink
 from ..labels import read_labels
