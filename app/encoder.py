@@ -20,11 +20,10 @@ import torch
 from PIL import Image
 
 from mstta.checks import int_in
-from mstta.engine.config import MAX_VIEWS
 from mstta.errors import UserError
 from mstta.features.extract_views import resolve_views_on
 from mstta.features.tensor_views import TensorViewMaker
-from mstta.features.views import ViewMaker, split_preprocess, to_pixels
+from mstta.features.views import MAX_VIEWS, ViewMaker, split_preprocess, to_pixels
 
 __all__ = ["MAX_VIEWS", "VIEW_CHUNK", "FrameEncoder", "check_views"]
 VIEW_CHUNK = 32  # views per encoder forward

@@ -23,7 +23,8 @@ from typing import Any, Callable, ContextManager, Iterable, Iterator
 
 from mstta.atomic import sweep_stale
 from mstta.checks import int_in
-from mstta.engine.config import EngineConfig, from_dict, parse_overrides
+from mstta.configfile import from_dict, parse_overrides
+from mstta.engine.config import EngineConfig
 from mstta.engine.methods import get_method
 from mstta.errors import UserError
 from mstta.features.extract_views import VIEWS_ON

@@ -49,9 +49,9 @@ from app.sources import IterableSource, open_source
 from mstta import Engine, EngineConfig, __version__
 from mstta.atomic import atomic_open
 from mstta.checks import int_in
-from mstta.engine.config import MAX_VIEWS
 from mstta.errors import UserError
 from mstta.features.models import load_clip
+from mstta.features.views import MAX_VIEWS
 
 LABELS = ["circle", "square", "triangle", "star", "heart", "arrow"]
 BANK = 4096

@@ -15,7 +15,8 @@ engines. Semantics: docs/engine.md.
 """
 
 from ._version import __version__
-from .engine.config import BenchConfig, DatasetConfig, EngineConfig, load_dataset_config
+from .bench.config import BenchConfig, DatasetConfig, load_dataset_config
+from .engine.config import EngineConfig
 from .engine.engine import Engine, StepResult
 from .engine.methods import Method, get_method, list_methods
 from .engine.multi import MultiEngine

@@ -123,7 +123,7 @@ def test_one_feature_file_per_dataset_and_accuracy_matches_replay(bench):
     run = next(r for r in bench["data"]["runs"] if r["dataset"] == "imagenet_a" and r["method"] == "ms-tta")
     fs = load_features(run["features"])
     assert fs.num_views == 4 and fs.num_samples == 9 and fs.classnames[0] == "class_0 name"
-    from mstta.engine.config import load_dataset_config
+    from mstta.bench.config import load_dataset_config
 
     cfg = load_dataset_config("configs/imagenet_a.yaml", ["views=4"])
     r = replay(fs.features, fs.text, "ms-tta", cfg.engine)

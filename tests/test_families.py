@@ -214,7 +214,7 @@ def test_nothing_outside_the_families_branches_on_a_new_method_name():
 
 
 def test_config_file_that_cannot_be_read_is_one_line(tmp_path, monkeypatch):
-    from mstta.engine.config import read_yaml
+    from mstta.configfile import read_yaml
 
     p = tmp_path / "c.yaml"
     p.write_text("engine: {k: 2}\n")
@@ -240,7 +240,7 @@ def test_config_from_proc_is_refused_in_one_line(capsys):
 def test_dataset_configs_hold_each_familys_published_values():
     """configs/<dataset>.yaml's family sections equal the values each family module transcribes from
     its authors' per-dataset configs (each family's own test checks those against its copy)."""
-    from mstta.engine.config import CONFIG_DIR
+    from mstta.configfile import CONFIG_DIR
 
     checked = 0
     for name, fam in families.FAMILIES.items():
@@ -314,7 +314,7 @@ def test_rows_follow_the_datasets_protocol_unless_they_have_their_own_views():
     alone (DOTA's, DPE's, OnZeta's, BCA's code runs one view there); ZERO, MTA and DMN read their
     crops on every dataset; the benchmark gives each row the views its code reads."""
     from mstta.bench.context import view_kind
-    from mstta.engine.config import CONFIG_DIR
+    from mstta.configfile import CONFIG_DIR
 
     s = make_stream(n=12, classes=4, dim=16, views=12, seed=7, gap=0.5, view_noise=1.0)
     text, feats = torch.tensor(s["text"]), torch.tensor(s["features"], dtype=torch.float32)

@@ -15,8 +15,9 @@ from helpers_cli import run_bench
 from synthetic import make_stream
 
 from mstta import Engine, MultiEngine, replay
+from mstta.bench.config import load_dataset_config
 from mstta.engine import functional as Fn
-from mstta.engine.config import EngineConfig, load_dataset_config
+from mstta.engine.config import EngineConfig
 from mstta.engine.families import dmn
 from mstta.engine.methods import get_method
 from mstta.errors import UserError

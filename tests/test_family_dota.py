@@ -15,7 +15,7 @@ from synthetic import make_stream
 import mstta
 import mstta.safety
 from mstta import Engine, EngineConfig, MultiEngine, UserError
-from mstta.engine.config import load_dataset_config
+from mstta.bench.config import load_dataset_config
 from mstta.engine.families import dota
 
 # The official values, copied here from skylineeeeen/DOTA configs/vit/*.yaml (@ bc67d44), by the

@@ -13,7 +13,8 @@ from reference_dpe import ReferenceDPE, avg_entropy, info_nce
 from synthetic import make_stream
 
 from mstta import Engine, MultiEngine, UserError, get_method, replay
-from mstta.engine.config import EngineConfig, load_dataset_config
+from mstta.bench.config import load_dataset_config
+from mstta.engine.config import EngineConfig
 from mstta.engine.families import dpe
 
 # zhangce01/DPE-CLIP @ fecae5a5 configs/*.yaml, read by hand: (alpha, beta, lr text = image, align);

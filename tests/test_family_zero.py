@@ -10,7 +10,8 @@ import torch
 from synthetic import make_stream
 
 from mstta import Engine, MultiEngine, replay
-from mstta.engine.config import EngineConfig, load_dataset_config
+from mstta.bench.config import load_dataset_config
+from mstta.engine.config import EngineConfig
 from mstta.engine.families import zero
 from mstta.engine.methods import get_method
 from mstta.errors import UserError

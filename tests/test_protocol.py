@@ -13,9 +13,9 @@ import pytest
 from helpers_cli import default_model_dir, default_views_suffix, run_bench
 from helpers_data import make_fake_dataset
 
+from mstta.bench.config import load_dataset_config
 from mstta.bench.report import render_report
 from mstta.cli import main
-from mstta.engine.config import load_dataset_config
 from mstta.engine.methods import get_method, list_methods
 from mstta.engine.replay import replay
 from mstta.features.format import load_features, read_meta

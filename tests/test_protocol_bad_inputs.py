@@ -468,9 +468,9 @@ def test_a_second_sweep_of_one_file_is_refused(world, tmp_path, capsys, holder):
 def test_two_runs_sharing_a_store_never_extract_one_file_at_once(world, tmp_path, capsys, holder):
     """Another run extracting the same feature file: this run skips it, naming that run, leaves no
     orphan work folder, and extracts it on the next try."""
+    from mstta.bench.config import load_dataset_config
     from mstta.bench.context import feature_key
     from mstta.bench.store import Backbone
-    from mstta.engine.config import load_dataset_config
 
     store = tmp_path / "st"
     key = feature_key(world["photos"], Backbone("mstta-tiny", "none"), "fp32", load_dataset_config(), 1)

@@ -165,7 +165,7 @@ def run_ui(args: argparse.Namespace) -> int:
     host, port = _opt(args, "host", DEFAULT_HOST), _opt(args, "port", DEFAULT_PORT)
     port = resolve_port(host, port)
 
-    from mstta.engine.config import parse_overrides
+    from mstta.configfile import parse_overrides
     from mstta.features.models import load_clip
 
     from ..pipeline import with_model_scale

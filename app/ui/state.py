@@ -22,9 +22,10 @@ import threading
 import time
 from typing import Any, Callable, Iterator, Mapping
 
-from mstta.engine.config import MAX_VIEWS, EngineConfig
+from mstta.engine.config import EngineConfig
 from mstta.engine.methods import get_method
 from mstta.errors import UserError
+from mstta.features.views import MAX_VIEWS
 
 from ..labels import parse_labels
 from ..session import MAX_METHODS, FrameResult, StreamSession, check_methods

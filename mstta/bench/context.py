@@ -26,20 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from ..configfile import parse_overrides
 from ..data import LISTINGS
-from ..engine.config import (
-    VIEW_MODES,
-    DatasetConfig,
-    EngineConfig,
-    dataset_config_path,
-    load_dataset_config,
-    parse_overrides,
-)
+from ..engine.config import VIEW_MODES, EngineConfig
 from ..engine.methods import get_method, list_methods
 from ..errors import UserError, one_line
 from ..features.devices import resolve_device
 from ..features.extract_views import VIEWS_ON, view_path
 from ..features.format import FeatureSet, load_features
+from .config import DatasetConfig, dataset_config_path, load_dataset_config
 from .paper import OOD
 from .results import RUN_KEY, ResultsStore, fingerprint, versions
 from .store import Backbone, FeatureKey, Models, ensure_features, resolved_precision

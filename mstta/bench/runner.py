@@ -20,13 +20,14 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ..engine.config import DatasetConfig, check_seed
+from ..checks import check_seed
 from ..engine.replay import replay
 from ..errors import UserError, one_line
 from ..features.devices import resolve_device
 from ..features.extract_views import view_path
 from ..features.format import FeatureSet
 from . import paper
+from .config import DatasetConfig
 from .context import (
     BenchmarkConfig,
     Cell,

@@ -22,9 +22,11 @@ from typing import Any, Sequence
 import yaml
 
 from ..atomic import atomic_open
-from ..engine.config import DatasetConfig, EngineConfig, from_dict
+from ..configfile import from_dict
+from ..engine.config import EngineConfig
 from ..errors import UserError
 from . import paper
+from .config import DatasetConfig
 from .context import BenchmarkConfig, Cell, Row, RunContext, row_engine_config, row_title
 from .plots import save_png
 from .reportfmt import DASH, diff, fmt, fmt_stats, stats, table

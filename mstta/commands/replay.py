@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from ..atomic import atomic_open, sweep_stale
-from ..engine.config import load_dataset_config
+from ..bench.config import load_dataset_config
 from ..engine.methods import get_method, list_methods
 from ..engine.replay import ReplayResult, replay
 from ..errors import UserError

@@ -65,7 +65,7 @@ def _class_ids(spec: str | None) -> list[int] | None:
 def run(args: argparse.Namespace) -> int:
     from ..atomic import sweep_stale
     from ..bench.plots import tsne_figure
-    from ..engine.config import check_seed
+    from ..checks import check_seed
     from ..safety import check_output_dir, check_outputs
 
     out = Path(args.out)
@@ -100,8 +100,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _from_file(args):
+    from ..bench.config import dataset_config_path, load_dataset_config
     from ..bench.paper import dataset_label
-    from ..engine.config import dataset_config_path, load_dataset_config
     from ..features.format import load_features
 
     fs = load_features(args.features)

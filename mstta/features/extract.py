@@ -32,7 +32,6 @@ from ..atomic import hidden_name, output_lock, sweep_stale
 from ..checks import int_in
 from ..data import FOLDER_PREFIX, TestSplit, check_listing, load_split
 from ..data.templates import check_templates, template_hash
-from ..engine.config import MAX_VIEWS
 from ..errors import UserError
 from .devices import resolve_device
 from .extract_encode import Dist, run_shards, start_dist
@@ -40,7 +39,7 @@ from .extract_views import resolve_views_on
 from .format import read_meta
 from .models import DEFAULT_MODEL, ClipModel, build_text_classifier, default_precision, load_clip, pretrained_id
 from .shards import check_shards, merge_shards, prepare_work, shard_path
-from .views import AUGMENTS
+from .views import AUGMENTS, MAX_VIEWS
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,8 @@ import numpy as np
 import torch
 
 from ..atomic import atomic_open
+from ..configfile import CONFIG_DIR
 from ..data.templates import check_templates, fill
-from ..engine.config import CONFIG_DIR
 from ..errors import UserError
 from .devices import resolve_device
 from .views import Preprocess

@@ -20,9 +20,11 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps
 
+from ..checks import int_in
 from ..errors import UserError
 
 AUGMENTS = ("augmix", "crop")
+MAX_VIEWS = 256  # TDA / BoostAdapter: 64 views; extraction time and [N, V, d] storage
 CROP_SCALE = (0.08, 1.0)  # RandomResizedCrop defaults (both peers)
 CROP_RATIO = (3 / 4, 4 / 3)
 MAX_ASPECT = 100  # longer side / shorter side of an image views are made of (docs/limits.md):
@@ -306,9 +308,6 @@ class ViewMaker:
     seed: int = 1
 
     def __post_init__(self) -> None:
-        from ..checks import int_in
-        from ..engine.config import MAX_VIEWS
-
         int_in(self.views, "--views", 1, MAX_VIEWS, " (1 = the original image only)")
         if self.views > 1 and self.augment not in AUGMENTS:
             raise UserError(f"--augment {self.augment}: choose one of {', '.join(AUGMENTS)}")

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ...checks import check, check_int, check_num
+from ...checks import MAX_WEIGHT, check, check_int, check_num
 from .. import functional as Fn
 from .base import Method, StepOut
 
@@ -52,8 +52,6 @@ METHODS = (
         summary="DPE with mean-shifted cache keys and queries (plug-in)",
     ),
 )
-
-MAX_WEIGHT = 1e6  # as mstta.engine.config.MAX_WEIGHT: every logit stays far inside float32
 
 
 @dataclass
