@@ -26,8 +26,8 @@ from mstta.features.models import DEFAULT_MODEL, DEFAULT_TAG
 
 from .bundled import apply_bundled
 from .encoder import MAX_VIEWS
+from .prog import PROG
 
-PROG = "mstta-demo"
 DEFAULT_PRETRAINED = DEFAULT_TAG  # the model and its weights: named once, in mstta.features.models
 
 

@@ -20,7 +20,8 @@ import mstta.features.extract_encode as encode
 from mstta.cli import main as bench_main
 from mstta.data import load_split
 from mstta.errors import UserError
-from mstta.features.extract import ExtractSettings, default_file_name, run_extraction, stream_order
+from mstta.features.extract import default_file_name, run_extraction, stream_order
+from mstta.features.extract_settings import ExtractSettings
 from mstta.features.format import load_features
 from mstta.features.models import build_text_classifier
 

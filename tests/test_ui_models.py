@@ -23,7 +23,7 @@ def form(model="", views=1, **kw):
 
 @pytest.fixture
 def ctx(tiny_clip):
-    from app.ui.handlers import Context
+    from app.ui.context import Context
     from app.ui.state import ModelSlots, Sessions
 
     loads = []

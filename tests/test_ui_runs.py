@@ -15,7 +15,7 @@ from mstta.errors import UserError
 
 
 def context(**kw):
-    from app.ui.handlers import Context
+    from app.ui.context import Context
     from app.ui.state import ModelSlots, Sessions
 
     return Context(

@@ -231,7 +231,7 @@ def test_two_overlapping_runs_of_one_session_never_share_a_file(tmp_path):
 @pytest.mark.parametrize("views_on", ["cpu", "device"])
 def test_every_session_makes_its_views_where_the_demo_was_told(tiny_clip, views_on):
     """`mstta-demo --views 3 --views-on ...` in the UI: each new stream's encoder makes its views there."""
-    from app.ui.handlers import Context
+    from app.ui.context import Context
 
     ctx = Context(
         clip=tiny_clip,
@@ -253,7 +253,7 @@ def test_an_api_webcam_run_ends_on_the_servers_clock_and_its_page_is_shown_once(
     from PIL import Image
 
     from app.ui import handlers
-    from app.ui.handlers import Context
+    from app.ui.context import Context
 
     buf = io.BytesIO()
     Image.new("RGB", (64, 48), (120, 30, 30)).save(buf, "PNG")

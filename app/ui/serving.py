@@ -19,7 +19,7 @@ from mstta.checks import int_in
 from mstta.errors import UserError
 from mstta.features.models import ASSETS_DIR  # the demo's own files (served)
 
-from ..cli import PROG
+from ..prog import PROG
 from ..session import DEFAULT_BANK_SIZE
 from .state import DEFAULT_CONCURRENCY, DEFAULT_MAX_SESSIONS, SESSION_BANK_LIMIT, SESSION_TTL_S
 

@@ -28,12 +28,10 @@ from ..features.format import FeatureSet
 from . import metrics as M
 from . import paper
 from .context import BenchmarkConfig, Cell, Row, RunContext, cell_fingerprint, dataset_config, load_stream, protocol
-from .results import RUN_KEY, predictions_path, save_predictions
+from .results import FIELD_FILE, FIELD_KEY, predictions_path, save_predictions
 from .store import Backbone, ensure_features
 from .textsets import Choice, TextSets, choose, file_hash
 
-FIELD_FILE = "results.json"
-FIELD_KEY = RUN_KEY + ("text", "label_tuned")
 OPEN_SETTINGS = ("withheld", "mixed")
 MAX_ORDERS = 1000
 LABEL_TUNED_FILE = Path(__file__).resolve().parent.parent / "resources" / "label_tuned.yaml"

@@ -10,15 +10,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from .context import row_title
+from .paper import dataset_name
 from .plots import running_accuracy, save_png
 from .results import load_predictions, predictions_path
 from .store import slug
-
-
-def dataset_name(key: str) -> str:
-    from .fieldreport import dataset_name as name
-
-    return name(key)
 
 
 def _label(r: dict[str, Any]) -> str:

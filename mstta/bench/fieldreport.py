@@ -14,9 +14,8 @@ from typing import Any, Sequence
 from ..atomic import atomic_open
 from . import paper
 from .context import row_order, row_title
-from .field import FIELD_FILE, FIELD_KEY
 from .reportfmt import DASH, table
-from .results import ResultsStore
+from .results import FIELD_FILE, FIELD_KEY, ResultsStore
 
 CSV_COLUMNS = (
     "dataset",
@@ -118,13 +117,6 @@ def _bytes(n: float) -> str:
     return f"{n:.1f} GB"
 
 
-def dataset_name(key: str) -> str:
-    """A dataset's display name: the paper's column name, or an image folder's own name."""
-    if key.startswith("imagefolder:"):
-        return Path(key[len("imagefolder:") :]).name or key
-    return paper.dataset_label(key)
-
-
 def row_label(r: dict[str, Any]) -> str:
     """A row's title, with its text set and every mark the method carries."""
     label = f"{row_title(r['method'])} [{r['text']}]"
@@ -151,7 +143,7 @@ def dataset_tables(runs: list[dict[str, Any]]) -> list[str]:
         seeds = sorted({r["seed"] for r in rs})
         n = rs[0].get("n")
         lines += [
-            f"### {dataset_name(ds)} · {bb} ({pre})",
+            f"### {paper.dataset_name(ds)} · {bb} ({pre})",
             "",
             f"`{ds}`: " + f"{n} samples, {rs[0].get('classes')} classes; seeds {', '.join(map(str, seeds))}; "
             f"{rs[0].get('orders')} stream orders per seed; ECE with {rs[0].get('ece_bins')} bins.",
@@ -202,7 +194,7 @@ def summary_table(runs: list[dict[str, Any]]) -> list[str]:
                 row.append(" / ".join(DASH if v is None else f"{v:.2f}" for v in parts))
             body.append(row)
         lines += [f"### {bb} ({pre}): accuracy / ECE / AUROC", ""]
-        lines += table(["Method [text set]"] + [dataset_name(d) for d in datasets], body) + [""]
+        lines += table(["Method [text set]"] + [paper.dataset_name(d) for d in datasets], body) + [""]
     return lines
 
 

@@ -67,6 +67,13 @@ def dataset_label(key: str) -> str:
     return entry["paper_name"] if entry else key
 
 
+def dataset_name(key: str) -> str:
+    """A dataset's display name: the paper's column name, or an image folder's own name."""
+    if key.startswith("imagefolder:"):
+        return Path(key[len("imagefolder:") :]).name or key
+    return dataset_label(key)
+
+
 def benchmark_of(key: str) -> str | None:
     """'ood', 'cross' or None (a dataset outside the paper's two tables)."""
     if key in OOD:

@@ -26,6 +26,8 @@ from ..errors import UserError
 FORMAT = 1
 RUN_KEY = ("dataset", "backbone", "pretrained", "method", "seed")
 SWEEP_KEY = RUN_KEY + ("param", "value")
+FIELD_FILE = "results.json"  # `mstta-bench field`'s results file, keyed by FIELD_KEY
+FIELD_KEY = RUN_KEY + ("text", "label_tuned")
 CSV_COLUMNS = (
     "dataset",
     "backbone",

@@ -1,4 +1,5 @@
-"""The engine's state records, S streams at once: the feature bank and the two caches.
+"""The engine's state records, S streams at once: the feature bank and the two caches; and
+`FeatureBank`, one stream's bank as the other families' `+ms` rows keep it.
 
 Each record is a small dataclass of device tensors with a leading stream dimension; the online
 engine (S = 1) and `MultiEngine` (S streams) hold the same records and step them with the same
@@ -15,6 +16,8 @@ import torch
 
 from . import functional as Fn
 from .cache_rules import EMPTY_TIME, entropy_slot_t, fifo_slot_t
+
+UNBOUNDED_START = 1024  # first bank allocation when bank_size is None (it doubles when full)
 
 
 @dataclass
@@ -154,3 +157,41 @@ def write_rows(dst: torch.Tensor, at: torch.Tensor, ok: torch.Tensor | None, new
     if ok is not None:
         new = torch.where(ok.view(-1, *([1] * (new.dim() - 1))), new, flat.index_select(0, at))
     flat.index_copy_(0, at, new)
+
+
+class FeatureBank:
+    """One stream's earlier raw features (§4.1), FIFO past `bank_size` rows, in the classifier's
+    dtype: directions and norms, as `Bank` keeps them, and each row's sample index."""
+
+    def __init__(self, rows: int, dim: int, dtype: torch.dtype, device: torch.device):
+        self.dirs = torch.zeros(rows, dim, dtype=dtype, device=device)
+        self.norm = torch.ones(rows, dtype=dtype, device=device)
+        self.time = torch.zeros(rows, dtype=torch.long, device=device)
+        self.count = 0  # features appended since the reset
+
+    def fill(self, bounded: bool) -> int:
+        return min(self.count, self.dirs.shape[0]) if bounded else self.count
+
+    def append(self, f: torch.Tensor, bounded: bool) -> None:
+        if self.count >= self.dirs.shape[0] and not bounded:  # unbounded: double when full
+            for name in ("dirs", "norm", "time"):
+                t = getattr(self, name)
+                setattr(self, name, torch.cat([t, torch.zeros_like(t)]))
+        at = self.count % self.dirs.shape[0]
+        norm = f.norm()
+        self.dirs[at] = f / norm.clamp_min(1e-12)
+        self.norm[at] = norm
+        self.time[at] = self.count
+        self.count += 1
+
+    def shift(self, v: torch.Tensor, k: int, alpha: float, steps: int, bounded: bool) -> torch.Tensor:
+        """Mean shift of rows v [n, d] toward their k nearest bank features, Eq. (9)-(11), `steps`
+        times; the identity at alpha = 0 (exactly: MS's normalisation would otherwise rescale a
+        view mean) and before any earlier sample."""
+        n = self.fill(bounded)
+        if n == 0 or alpha == 0:
+            return v
+        dirs, norm, age = self.dirs[:n], self.norm[:n], self.time[:n]
+        for _ in range(steps):
+            v = Fn.shift_by_sims(v, v @ dirs.T, dirs, norm, age, k, alpha, masked=False)
+        return v

@@ -21,14 +21,14 @@ from ..threads import small_ops
 from . import functional as Fn
 from . import graphs
 from .boost import boosted_logits, select_views
-from .cache import Bank, Cache
+from .cache import UNBOUNDED_START, Bank, Cache
 from .cache_rules import entropy_gate_t
 from .config import EngineConfig
+from .families import view_aggregator
 from .methods import Method, get_method
 
 log = logging.getLogger(__name__)
 
-UNBOUNDED_START = 1024  # first bank allocation when bank_size is None (it doubles when full)
 RECORDS = ("bank", "pos", "neg")
 
 
@@ -195,9 +195,8 @@ class Streams:
         """The step on the device state, Alg. 1. `rows` = (bank rows searched, masked or not):
         eager, the filled prefix; under a CUDA graph, every row with the empty ones masked."""
         cfg, m = self.config, self.method
-        f, clip, h, probs = Fn.form_queries(
-            x, self.text, cfg.logit_scale, cfg.view_mode, cfg.view_ratio, getattr(cfg, cfg.view_mode, None)
-        )
+        aggregate = view_aggregator(cfg.view_mode, getattr(cfg, cfg.view_mode, None))
+        f, clip, h, probs = Fn.form_queries(x, self.text, cfg.logit_scale, cfg.view_mode, cfg.view_ratio, aggregate)
         if not m.cache:
             self.clock += 1 if ok is None else ok
             return clip, clip, h, f

@@ -25,48 +25,11 @@ from ..errors import UserError
 from ..safety import check_memory, human_bytes
 from ..threads import small_ops
 from . import functional as Fn
-from .cache_runner import UNBOUNDED_START, Streams
+from .cache import UNBOUNDED_START, FeatureBank
+from .cache_runner import Streams
 from .config import EngineConfig
 from .families import get_family
 from .families.base import Method, StepOut
-
-
-class FeatureBank:
-    """One stream's earlier raw features (§4.1), FIFO past `bank_size` rows, in the classifier's
-    dtype: directions and norms, as `mstta.engine.cache.Bank` keeps them, and each row's sample index."""
-
-    def __init__(self, rows: int, dim: int, dtype: torch.dtype, device: torch.device):
-        self.dirs = torch.zeros(rows, dim, dtype=dtype, device=device)
-        self.norm = torch.ones(rows, dtype=dtype, device=device)
-        self.time = torch.zeros(rows, dtype=torch.long, device=device)
-        self.count = 0  # features appended since the reset
-
-    def fill(self, bounded: bool) -> int:
-        return min(self.count, self.dirs.shape[0]) if bounded else self.count
-
-    def append(self, f: torch.Tensor, bounded: bool) -> None:
-        if self.count >= self.dirs.shape[0] and not bounded:  # unbounded: double when full
-            for name in ("dirs", "norm", "time"):
-                t = getattr(self, name)
-                setattr(self, name, torch.cat([t, torch.zeros_like(t)]))
-        at = self.count % self.dirs.shape[0]
-        norm = f.norm()
-        self.dirs[at] = f / norm.clamp_min(1e-12)
-        self.norm[at] = norm
-        self.time[at] = self.count
-        self.count += 1
-
-    def shift(self, v: torch.Tensor, cfg: EngineConfig) -> torch.Tensor:
-        """Mean shift of rows v [n, d] toward their k nearest bank features, Eq. (9)-(11); the
-        identity at alpha = 0 (exactly: MS's normalisation would otherwise rescale a view mean)
-        and before any earlier sample."""
-        n = self.fill(cfg.bank_size is not None)
-        if n == 0 or cfg.alpha == 0:
-            return v
-        dirs, norm, age = self.dirs[:n], self.norm[:n], self.time[:n]
-        for _ in range(cfg.ms_steps):
-            v = Fn.shift_by_sims(v, v @ dirs.T, dirs, norm, age, cfg.k, cfg.alpha, masked=False)
-        return v
 
 
 def _identity(v: torch.Tensor) -> torch.Tensor:
@@ -168,7 +131,8 @@ class FamilyStreams(Streams):
         bank = self.banks[s]
         if bank is None:
             return _identity
-        return lambda v: bank.shift(v, self.config)
+        cfg = self.config
+        return lambda v: bank.shift(v, cfg.k, cfg.alpha, cfg.ms_steps, cfg.bank_size is not None)
 
     def _run(self, x: torch.Tensor, active: np.ndarray | None):
         """One step of every stepping stream: x [S, V, d] on the device -> (scores, clip, H,

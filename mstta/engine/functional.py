@@ -8,6 +8,7 @@ so the semantics are written once.
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -54,19 +55,25 @@ def aggregate_views(feats: torch.Tensor, logits: torch.Tensor, ratio: float):
 
 
 def form_queries(
-    x: torch.Tensor, text: torch.Tensor, logit_scale: float, view_mode: str, view_ratio: float, params=None
+    x: torch.Tensor,
+    text: torch.Tensor,
+    logit_scale: float,
+    view_mode: str,
+    view_ratio: float,
+    aggregate: Callable[[torch.Tensor, torch.Tensor, float], tuple[torch.Tensor, torch.Tensor]] | None = None,
 ):
     """Query formation (Alg. 1 line 1, Eq. 1): CLIP logits, entropy H and pseudo-label source of
     each sample. Views [N, V, d] (view 0 = the original image) -> (f [N, d], clip [N, C], H [N],
     probs [N, C]): one view or `view_mode` "original" predict from view 0 (BoostAdapter's
     `infer_ori_image`); "confident" averages the most confident views (`aggregate_views`); a
-    family's name (`zero`, `mta`) combines the views as that family does (its `aggregate`, with
-    its `params`): a combination no paper reports, for the cache methods to read."""
+    family's name (`zero`, `mta`) combines the views as that family does: the caller passes that
+    family's `aggregate(x, text, logit_scale) -> (f, clip)` (`families.view_aggregator`), a
+    combination no paper reports, for the cache methods to read."""
     x = normalize(x.float())
     if x.shape[-2] > 1 and view_mode not in ("confident", "original"):
-        from .families import get_family
-
-        f, clip = get_family(view_mode).aggregate(x, text, logit_scale, params)
+        if aggregate is None:
+            raise ValueError(f"view_mode {view_mode!r} needs its family's aggregate")
+        f, clip = aggregate(x, text, logit_scale)
         logp = torch.log_softmax(clip, dim=-1)
         probs = logp.exp()
         return f, clip, -(probs * logp).sum(-1), probs

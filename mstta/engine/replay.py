@@ -26,7 +26,7 @@ from . import functional as Fn
 from .cache_rules import EMPTY_TIME, entropy_gate, entropy_slot, fifo_slot
 from .config import EngineConfig
 from .engine import Engine
-from .families import get_family
+from .families import get_family, view_aggregator
 from .families.base import CACHE
 from .methods import Method, get_method
 
@@ -163,15 +163,10 @@ def _queries(feats: torch.Tensor, text: torch.Tensor, cfg: EngineConfig, chunk: 
     size = max(1, min(chunk, rows // feats.shape[1]))
     spans = _spans(feats.shape[0], size)
 
+    aggregate = view_aggregator(cfg.view_mode, getattr(cfg, cfg.view_mode, None))
+
     def one(ab):
-        out = Fn.form_queries(
-            feats[ab[0] : ab[1]],
-            text,
-            cfg.logit_scale,
-            cfg.view_mode,
-            cfg.view_ratio,
-            getattr(cfg, cfg.view_mode, None),
-        )
+        out = Fn.form_queries(feats[ab[0] : ab[1]], text, cfg.logit_scale, cfg.view_mode, cfg.view_ratio, aggregate)
         return (*out, out[1].argmax(-1))
 
     return spans, map_chunks(one, spans, feats.device)

@@ -35,6 +35,7 @@ from ..data.templates import check_templates, template_hash
 from ..errors import UserError
 from .devices import resolve_device
 from .extract_encode import Dist, run_shards, start_dist
+from .extract_settings import ExtractSettings
 from .extract_views import resolve_views_on
 from .format import read_meta
 from .models import DEFAULT_MODEL, ClipModel, build_text_classifier, default_precision, load_clip, pretrained_id
@@ -48,30 +49,6 @@ MAX_BATCH = 65536  # --batch-size: images per encoder forward (docs/limits.md)
 MAX_SHARD = 1 << 20  # --shard-size: samples per shard, held in memory until written
 MAX_WORKERS = 256  # --workers: data-loader processes
 MAX_LIMIT = 2**31 - 1  # --limit: samples
-
-
-@dataclass(frozen=True)
-class ExtractSettings:
-    """Everything that determines a feature file's content; equal settings -> the same file."""
-
-    dataset: str
-    model: str
-    pretrained: str
-    weights: str  # pretrained_id: tag, checkpoint path+size+mtime, or seeded random init
-    precision: str
-    views: int
-    augment: str
-    seed: int
-    template_hash: str
-    limit: int | None
-    stream_hash: str  # hash of the ordered (relative path, label) stream
-    listing: str = "full"  # full | peer (`mstta.data.load_split`)
-
-    def diff(self, meta: dict) -> list[str]:
-        """'key: old -> new' for every setting that differs from a file's meta (files written before
-        `listing` existed hold the full listing)."""
-        old = {"listing": "full", **meta}
-        return [f"{k}: {old.get(k)!r} -> {v!r}" for k, v in asdict(self).items() if old.get(k) != v]
 
 
 @dataclass

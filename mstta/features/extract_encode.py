@@ -13,7 +13,6 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -21,14 +20,12 @@ import torch
 from ..data import TestSplit
 from ..errors import UserError
 from .devices import resolve_device
+from .extract_settings import ExtractSettings
 from .extract_views import ViewSource, collate, on_device
 from .models import ClipModel
 from .shards import shard_batches, shard_path, shard_stamp, write_shard
 from .tensor_views import TensorViewMaker
 from .views import ViewMaker, split_preprocess, to_pixels
-
-if TYPE_CHECKING:
-    from .extract import ExtractSettings
 
 
 @dataclass

@@ -18,7 +18,7 @@ import math
 import shutil
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
 import numpy as np
 import torch
@@ -26,10 +26,8 @@ import torch
 from ..atomic import atomic_open
 from ..data import TestSplit
 from ..errors import UserError
+from .extract_settings import ExtractSettings
 from .format import save_features
-
-if TYPE_CHECKING:
-    from .extract import ExtractSettings
 
 log = logging.getLogger(__name__)
 

@@ -4,6 +4,7 @@ explicit state (the interface: `mstta.engine.families.base`). `get_family(name)`
 from __future__ import annotations
 
 from types import ModuleType
+from typing import Callable
 
 from . import bca, dmn, dota, dpe, mta, onzeta, zero
 from .base import CACHE, Method, StepOut
@@ -21,6 +22,15 @@ def get_family(name: str) -> ModuleType:
     return FAMILIES[name]
 
 
+def view_aggregator(view_mode: str, params=None) -> Callable | None:
+    """A family's view combination as `functional.form_queries` takes it (ZERO's voters, MTA's mode,
+    with that family's `params`), or None for the views' own modes ("confident", "original")."""
+    fam = FAMILIES.get(view_mode)
+    if fam is None or not hasattr(fam, "aggregate"):
+        return None
+    return lambda x, text, logit_scale: fam.aggregate(x, text, logit_scale, params)
+
+
 def family_rows() -> list[Method]:
     """Every family's registry rows, families in FAMILIES' order."""
     return [row for fam in FAMILIES.values() for row in fam.METHODS]
@@ -33,6 +43,7 @@ __all__ = [
     "StepOut",
     "family_rows",
     "get_family",
+    "view_aggregator",
     "BcaParams",
     "DmnParams",
     "DotaParams",

@@ -26,6 +26,7 @@ import torch
 from ...checks import check, check_int, check_num
 from ...errors import UserError
 from .. import functional as Fn
+from ..cache import UNBOUNDED_START, FeatureBank
 from .base import Method, StepOut
 
 NAME = "dmn"
@@ -332,15 +333,12 @@ def _readout_chunk(q, k, cos, cfg, a, e_in, e_out, e_cls, kt, pairs) -> torch.Te
 
 def _stepped_parts(x: torch.Tensor, text: torch.Tensor, cfg):
     """(clip, P_text, P_mem) [N, C] by stepping, with the runner's mean-shift bank (`FeatureBank`)."""
-    from ..cache_runner import UNBOUNDED_START
-    from ..family_runner import FeatureBank
-
     bounded = cfg.bank_size is not None
     bank = FeatureBank(cfg.bank_size if bounded else UNBOUNDED_START, x.shape[-1], x.dtype, x.device)
     state = init(text, cfg, x.shape[0])
     rows = []
     for v in x:
-        rows.append(parts(state, v, text, cfg, lambda f: bank.shift(f, cfg)))
+        rows.append(parts(state, v, text, cfg, lambda f: bank.shift(f, cfg.k, cfg.alpha, cfg.ms_steps, bounded)))
         bank.append(v[0], bounded)
     return tuple(torch.stack(r) for r in zip(*rows))
 
