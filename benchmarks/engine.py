@@ -54,7 +54,7 @@ from mstta import Engine, EngineConfig, replay, threads
 from mstta.engine.config import DEFAULT_BANK_SIZE
 from mstta.engine.multi import MultiEngine
 
-replay_mod = importlib.import_module("mstta.engine.replay")  # the module (`mstta.engine.replay` is the function)
+replay_mod = importlib.import_module("mstta.engine.replay")  # the module (`mstta.replay` is the function)
 
 PARTS = ("online", "replay", "multi", "bank_dtype", "memory", "share", "methods")
 DEFAULT_PARTS = ("online", "replay", "multi", "bank_dtype", "memory")

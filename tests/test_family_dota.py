@@ -144,7 +144,7 @@ def test_official_precision_matches_fp16_reference(views):
 def test_replay_equals_engine_steps():
     feats, text = stream(25, 10, 64, 6)
     _, out = run_engine(feats, text, config())
-    r = mstta.engine.replay(feats, text, "dota", config(), keep_probs=True)
+    r = mstta.replay(feats, text, "dota", config(), keep_probs=True)
     assert np.array_equal(r.predictions, out["logits"].argmax(1))
     np.testing.assert_allclose(r.probs, out["probs"], atol=1e-6)
     np.testing.assert_allclose(r.entropy, out["entropy_tensor"], atol=1e-6)
