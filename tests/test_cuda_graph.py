@@ -6,7 +6,8 @@ import pytest
 import torch
 from synthetic import as_tensors, make_stream
 
-from mstta import Engine, EngineConfig, graphs
+from mstta import Engine, EngineConfig
+from mstta.engine import graphs
 
 
 @pytest.mark.parametrize("method", ["ms-tta", "tda+ms", "baseline"])

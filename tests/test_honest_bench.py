@@ -17,13 +17,13 @@ from helpers_data import make_fake_dataset
 from synthetic import make_stream
 
 from mstta import EngineConfig, load_features, replay
-from mstta.benchmark.context import BenchmarkConfig, RunContext, dataset_config
-from mstta.benchmark.field import FieldOptions
-from mstta.benchmark.papertable import render
-from mstta.benchmark.sweep import engine_for, parse_param
-from mstta.features import save_features
-from mstta.methods import get_method, list_methods
-from mstta.protocol import clip_label, describe, few_views, predicts_from
+from mstta.bench.context import BenchmarkConfig, RunContext, dataset_config
+from mstta.bench.field import FieldOptions
+from mstta.bench.papertable import render
+from mstta.bench.sweep import engine_for, parse_param
+from mstta.engine.methods import get_method, list_methods
+from mstta.engine.protocol import clip_label, describe, few_views, predicts_from
+from mstta.features.format import save_features
 
 V = 16  # floor(0.1 * 16) = 1: TDA's confident selection keeps one view
 
@@ -146,8 +146,8 @@ def test_extract_writes_the_stores_file(own, capsys):
 
 # ---------------------------------------------------------------- 5. provenance
 def test_bundled_weights_are_recorded_as_bundled_with_their_hash(tmp_path, caplog):
-    from mstta.extract import extract_features
-    from mstta.models import BUNDLED_CHECKPOINTS
+    from mstta.features.extract import extract_features
+    from mstta.features.models import BUNDLED_CHECKPOINTS
 
     ds = make_fake_dataset(tmp_path, "imagefolder", classes=2, per_class=1)
     with caplog.at_level(logging.WARNING):

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 from synthetic import make_stream
 
-from mstta.features import save_features
+from mstta.features.format import save_features
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 

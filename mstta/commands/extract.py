@@ -9,15 +9,15 @@ import json
 import os
 from pathlib import Path
 
-from ..checks import int_in
-from ..config import MAX_VIEWS, BenchConfig, check_seed, dataset_config_path, load_dataset_config
+from ..bench.config import BenchConfig, dataset_config_path, load_dataset_config
+from ..checks import check_seed, int_in
 from ..data import FOLDER_PREFIX, LISTINGS, list_datasets, resolve_key
-from ..devices import resolve_device
 from ..errors import UserError
-from ..extract import run_extraction
-from ..extract_views import VIEWS_ON
-from ..models import DEFAULT_MODEL, DEFAULT_TAG, PRECISIONS
-from ..views import AUGMENTS
+from ..features.devices import resolve_device
+from ..features.extract import run_extraction
+from ..features.extract_views import VIEWS_ON
+from ..features.models import DEFAULT_MODEL, DEFAULT_TAG, PRECISIONS
+from ..features.views import AUGMENTS, MAX_VIEWS
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -143,14 +143,14 @@ def bench_defaults(dataset: str) -> BenchConfig:
 
 def output(args: argparse.Namespace, views: int, augment: str) -> str | Path:
     """--out as given (default features/), or with --store the store's file of these settings
-    (`mstta.benchmark.store.FeatureKey.path`: the file `run`/`field`/`sweep --store` read)."""
+    (`mstta.bench.store.FeatureKey.path`: the file `run`/`field`/`sweep --store` read)."""
     if args.store is None:
         return args.out or "features"
     if args.out is not None:
         raise UserError("--out and --store: give one (--store writes the benchmark's store layout)")
-    from ..benchmark.store import Backbone, FeatureKey, resolved_precision
-    from ..extract_views import view_path
-    from ..models import recorded_tag
+    from ..bench.store import Backbone, FeatureKey, resolved_precision
+    from ..features.extract_views import view_path
+    from ..features.models import recorded_tag
 
     int_in(views, "--views", 1, MAX_VIEWS)
     dev = resolve_device(args.device)

@@ -9,12 +9,12 @@ import argparse
 import sys
 
 from ..checks import int_in
-from ..config import VIEW_MODES
 from ..data import LISTINGS
+from ..engine.config import VIEW_MODES
 from ..errors import UserError
-from ..extract_views import VIEWS_ON
-from ..models import DEFAULT_MODEL, PRECISIONS
-from ..views import AUGMENTS
+from ..features.extract_views import VIEWS_ON
+from ..features.models import DEFAULT_MODEL, PRECISIONS
+from ..features.views import AUGMENTS
 
 SEEDS_HELP = (
     "stream-order seeds, e.g. 1,2,3,4,5 (default 1). Seed S orders the stream by torch.randperm(n) "
@@ -139,8 +139,8 @@ def _add_run_mode(p: argparse.ArgumentParser) -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..benchmark.context import default_methods
-    from ..benchmark.papertable import add_format_flag
+    from ..bench.context import default_methods
+    from ..bench.papertable import add_format_flag
 
     add_common(p)
     p.add_argument(
@@ -182,7 +182,7 @@ def build_config(args: argparse.Namespace, methods: list[str]):
     """argparse namespace -> BenchmarkConfig (every bad value is a one-line UserError)."""
     from pathlib import Path
 
-    from ..benchmark.runner import BenchmarkConfig, parse_backbones, parse_datasets, parse_seeds
+    from ..bench.runner import BenchmarkConfig, parse_backbones, parse_datasets, parse_seeds
 
     check_places(args)
     for flag, value, low in (
@@ -251,8 +251,8 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ..atomic import output_lock, sweep_stale
-    from ..benchmark.report import write_reports
-    from ..benchmark.runner import parse_datasets, parse_methods, plan_benchmark, run_benchmark
+    from ..bench.report import write_reports
+    from ..bench.runner import parse_datasets, parse_methods, plan_benchmark, run_benchmark
 
     if args.report_only:
         check_places(args)
@@ -282,11 +282,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def paper_table(args: argparse.Namespace, results: str, field: bool = False) -> None:
-    """--format: the paper-ready table of --out's results (`mstta.benchmark.papertable`)."""
+    """--format: the paper-ready table of --out's results (`mstta.bench.papertable`)."""
     from pathlib import Path
 
-    from ..benchmark.papertable import FIELD_METRICS, RUN_METRICS, write_table
-    from ..benchmark.results import ResultsStore
+    from ..bench.papertable import FIELD_METRICS, RUN_METRICS, write_table
+    from ..bench.results import ResultsStore
 
     if getattr(args, "format", None):
         runs = ResultsStore(Path(args.out) / results).runs
