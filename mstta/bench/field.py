@@ -357,11 +357,11 @@ def run_field(cfg: BenchmarkConfig, opts: FieldOptions) -> dict[str, Any]:
     if not cfg.datasets or not cfg.backbones or not cfg.methods or not cfg.seeds:
         raise UserError("nothing to run: give at least one dataset, backbone, method and seed")
     fr = FieldRun(cfg, opts)
-    if opts.skipped:
-        cfg.notify(opts.skipped)
     for backbone in cfg.backbones:  # bad text files / open settings: exit 2 before any cell
         for dataset in cfg.datasets:
             fr.precheck(backbone, dataset)
+    if opts.skipped:  # after the checks: a refusal stays one line
+        cfg.notify(opts.skipped)
     for backbone in cfg.backbones:
         fr.run.each_dataset(backbone, lambda d, b=backbone: fr.dataset(b, d), backbone.label)
     fr.run.finish()
