@@ -115,7 +115,7 @@ def _rounded(lam: torch.Tensor, p: Params) -> torch.Tensor:
     return lam.half().to(lam.dtype) if p.precision == "official" else lam
 
 
-def select_views(x: torch.Tensor, text: torch.Tensor, scale: float, ratio: float):
+def confident_views(x: torch.Tensor, text: torch.Tensor, scale: float, ratio: float):
     """utils.py `get_clip_logits_aug`: the int(ratio V) lowest-entropy views (at least 1; ties to
     the lower index) -> (X [n, d], their logits [n, C], clip [C] mean logits, H entropy of the mean
     softmax (`avg_entropy`; `softmax_entropy` for one view))."""
@@ -170,7 +170,7 @@ def step(
 ) -> StepOut:
     """`run_test_dota`'s loop body: predict with the state so far, then fit the selected views.
     +MS: the fitted views and the predicting mean go through `shift`; the CLIP logits stay raw."""
-    X, kept, clip, H = select_views(x, text, logit_scale, p.view_ratio)
+    X, kept, clip, H = confident_views(x, text, logit_scale, p.view_ratio)
     xbar = X.mean(0)
     dota = predict(state, shift(xbar.unsqueeze(0))[0], p)
     weight = torch.clamp(p.rho * state["count"].mean() / X.shape[0], max=p.eta)
