@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 
 from .config import EngineConfig
+from .families import get_family
 from .families.base import CACHE, Method
 from .functional import num_selected
 from .methods import get_method
@@ -33,18 +34,13 @@ def views_read(method: str | Method, cfg: EngineConfig, views: int) -> int:
 
 
 def selection(method: str | Method, cfg: EngineConfig) -> tuple[str, float] | None:
-    """(key, ratio) of the confident-view selection the row makes of its views, None if it makes none."""
+    """(key, ratio) of the confident-view selection the row makes of its views, None if it makes none
+    (a family's `SELECTION`: the key of its `Params`; the cache family's `view_ratio`)."""
     m = _row(method)
-    per_family = {
-        "zero": ("zero.gamma", cfg.zero.gamma),
-        "dmn": ("dmn.selection_p", cfg.dmn.selection_p),
-        "dota": ("dota.view_ratio", cfg.dota.view_ratio),
-        "bca": ("bca.selection_p", cfg.bca.selection_p),
-        "dpe": ("dpe.ratio", cfg.dpe.ratio),
-    }
     if m.family == CACHE:
         return ("view_ratio", cfg.view_ratio) if m.boost or cfg.view_mode == "confident" else None
-    return per_family.get(m.family)
+    key = get_family(m.family).SELECTION
+    return None if key is None else (f"{m.family}.{key}", getattr(getattr(cfg, m.family), key))
 
 
 def _query(cfg: EngineConfig, v: int) -> str:
@@ -56,27 +52,20 @@ def _query(cfg: EngineConfig, v: int) -> str:
     return f"its views combined as {cfg.view_mode.upper()} does (view_mode {cfg.view_mode})"
 
 
+def _kept(m: Method, cfg: EngineConfig, v: int) -> int:
+    sel = selection(m, cfg)
+    return max(1, num_selected(v, sel[1])) if sel else v
+
+
 def predicts_from(method: str | Method, cfg: EngineConfig, views: int) -> str:
-    """`predicts from ...`: what the row's prediction is computed on, for a sample of `views` views."""
+    """`predicts from ...`: what the row's prediction is computed on, for a sample of `views` views
+    (a family's `PREDICTS`; the cache family's query by `view_mode`)."""
     m = _row(method)
     v = views_read(m, cfg, views)
     if v == 1:
-        source = "the original image"
-        if m.family == "dmn":
-            source += ", with a memory of its past images"
-        return f"predicts from {source}"
-    sel = selection(m, cfg)
-    kept = max(1, num_selected(v, sel[1])) if sel else v
-    text = {
-        CACHE: _query(cfg, v),
-        "zero": f"a zero-temperature vote of its {kept} most confident views",
-        "mta": f"the MeanShift mode of its {v} views",
-        "dmn": f"the original image, with a memory of its {kept} most confident views' mean",
-        "dota": f"the mean logits of its {kept} most confident views + a Gaussian discriminant fit on them",
-        "onzeta": "the original image",
-        "bca": f"the mean of its {kept} most confident views",
-        "dpe": f"the original image, with a cache of its {kept} most confident views' mean",
-    }[m.family]
+        return "predicts from the original image"
+    kept = _kept(m, cfg, v)
+    text = _query(cfg, v) if m.family == CACHE else get_family(m.family).PREDICTS.format(kept=kept, views=v)
     if m.boost:
         text += f"; its {kept} lowest-entropy views boost a throw-away cache"
     return f"predicts from {text}"
@@ -117,17 +106,16 @@ def warn_few_views(method: str | Method, cfg: EngineConfig, views: int) -> str |
 
 def clip_path(method: str | Method, cfg: EngineConfig, views: int, kind: str | None = None) -> str:
     """What the row's own CLIP logits (`StepResult.clip_logits`, its λ = 0) are computed on (`kind`:
-    the views' augmentation, named where the path reads them)."""
+    the views' augmentation, named where the path reads them; a family's `CLIP_FROM_VIEWS`)."""
     m = _row(method)
     v = views_read(m, cfg, views)
-    if v == 1 or m.family in ("zero", "mta", "dmn", "onzeta"):  # view 0 (each family's `step`)
-        return "the original image"
-    path = (
-        _query(cfg, v)
-        if m.family == CACHE
-        else f"the mean of its {max(1, num_selected(v, selection(m, cfg)[1]))} most confident views"
-    )
-    return path.replace(" views", f" {kind} views", 1) if kind else path
+    if m.family == CACHE:
+        path = "the original image" if v == 1 else _query(cfg, v)
+    elif v > 1 and get_family(m.family).CLIP_FROM_VIEWS:
+        path = f"the mean of its {_kept(m, cfg, v)} most confident views"
+    else:
+        path = "the original image"
+    return path.replace(" views", f" {kind} views", 1) if kind and path != "the original image" else path
 
 
 def clip_label(method: str | Method, cfg: EngineConfig, views: int) -> str:

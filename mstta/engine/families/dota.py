@@ -26,6 +26,12 @@ from .. import functional as Fn
 from .base import Method, StepOut
 
 NAME = "dota"
+# Its protocol in words (`mstta.engine.protocol`): what a row predicts from when it reads V > 1 views
+# ({kept}: the views its confident selection keeps, {views}: V), its Params key of that selection's
+# fraction (None: no selection), and whether its CLIP reference (`StepOut.clip`) is on those views.
+PREDICTS = "the mean logits of its {kept} most confident views + a Gaussian discriminant fit on them"
+SELECTION = "view_ratio"
+CLIP_FROM_VIEWS = True
 
 METHODS = (
     Method(

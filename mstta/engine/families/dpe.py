@@ -35,6 +35,12 @@ from .. import functional as Fn
 from .base import Method, StepOut
 
 NAME = "dpe"
+# Its protocol in words (`mstta.engine.protocol`): what a row predicts from when it reads V > 1 views
+# ({kept}: the views its confident selection keeps, {views}: V), its Params key of that selection's
+# fraction (None: no selection), and whether its CLIP reference (`StepOut.clip`) is on those views.
+PREDICTS = "the original image, with a cache of its {kept} most confident views' mean"
+SELECTION = "ratio"
+CLIP_FROM_VIEWS = True
 
 _SUMMARY = (
     "DPE: evolving text prototypes and a 3-shot cache, refined by one AdamW step on "
