@@ -19,6 +19,7 @@ from .functional import num_selected
 from .methods import get_method
 
 log = logging.getLogger(__name__)
+UNSTATED = "its {views} views (its family states no more: PREDICTS in its module)"
 
 
 def _row(method: str | Method) -> Method:
@@ -39,7 +40,7 @@ def selection(method: str | Method, cfg: EngineConfig) -> tuple[str, float] | No
     m = _row(method)
     if m.family == CACHE:
         return ("view_ratio", cfg.view_ratio) if m.boost or cfg.view_mode == "confident" else None
-    key = get_family(m.family).SELECTION
+    key = getattr(get_family(m.family), "SELECTION", None)
     return None if key is None else (f"{m.family}.{key}", getattr(getattr(cfg, m.family), key))
 
 
@@ -65,7 +66,8 @@ def predicts_from(method: str | Method, cfg: EngineConfig, views: int) -> str:
     if v == 1:
         return "predicts from the original image"
     kept = _kept(m, cfg, v)
-    text = _query(cfg, v) if m.family == CACHE else get_family(m.family).PREDICTS.format(kept=kept, views=v)
+    fam = None if m.family == CACHE else get_family(m.family)
+    text = _query(cfg, v) if fam is None else getattr(fam, "PREDICTS", UNSTATED).format(kept=kept, views=v)
     if m.boost:
         text += f"; its {kept} lowest-entropy views boost a throw-away cache"
     return f"predicts from {text}"
@@ -111,7 +113,7 @@ def clip_path(method: str | Method, cfg: EngineConfig, views: int, kind: str | N
     v = views_read(m, cfg, views)
     if m.family == CACHE:
         path = "the original image" if v == 1 else _query(cfg, v)
-    elif v > 1 and get_family(m.family).CLIP_FROM_VIEWS:
+    elif v > 1 and getattr(get_family(m.family), "CLIP_FROM_VIEWS", False):
         path = f"the mean of its {_kept(m, cfg, v)} most confident views"
     else:
         path = "the original image"
