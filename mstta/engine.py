@@ -34,6 +34,12 @@ class StepResult:
     entropy_tensor: torch.Tensor
     feature: torch.Tensor
     probs: torch.Tensor | None = None
+    cut_tensor: torch.Tensor | None = None  # 0-d bool: the state was reset before this step (forget)
+
+    @property
+    def cut(self) -> bool:
+        """Whether `forget` reset the state before this sample (a periodic reset or a detected cut)."""
+        return self.cut_tensor is not None and bool(self.cut_tensor)
 
     @property
     def entropy(self) -> float:
@@ -129,7 +135,8 @@ class Engine(Streams):
                 f"feature shape {shape} does not match the classifier: expected [{self.dim}] or [V, {self.dim}]"
             )
         out = self._run(x.to(self.device, self.text.dtype).unsqueeze(0), None)
-        return StepResult(*(t[0] for t in out))
+        cut = self.last_cut[0].clone() if self.config.forget.resets else None
+        return StepResult(*(t[0] for t in out), cut_tensor=cut)
 
 
 def _family_class(cls: type, base: type, family_cls: type, *args, **kwargs) -> type:
