@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # torch/torchvision pinned to the builds this machine has on local disk (others pull multi-GB CUDA wheels).
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: install test lint demo clean browser screenshot field
+.PHONY: install test lint demo clean browser screenshot field streams
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,15 @@ demo: install
 # The field table offline: every method row on the shifted digits (mstta-digits), out/field/report.md and results.csv.
 field: install
 	$(VENV)/bin/mstta-bench field --digits --out out/field --store out/field/features
+
+# Streams with scene cuts offline (docs/streams.md): on the shifted digits of `make field` (same store), MS-TTA
+# and TDA under every forgetting arm on every stream kind; the other cache rows and each family's base row
+# under never / oracle / the recommended rule / the detector on the cut and i.i.d. streams; the label-correlated
+# orders on the blur domain. out/streams/report.md, results.csv, plots/.
+STREAM_METHODS := tda,boostadapter,ms-tta,ms-tta+boost,baseline,baseline+boost,tda+ms,boostadapter+ms,dmn-zs,dota,onzeta,bca,dpe,zero,mta
+streams: install
+	$(VENV)/bin/mstta-bench streams --digits --out out/streams --store out/field/features \
+		--methods $(STREAM_METHODS) --short-streams cut,iid --correlated-on blur
 
 clean:
 	rm -rf $(VENV) build *.egg-info

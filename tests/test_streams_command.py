@@ -67,7 +67,9 @@ def _args(store, out, *extra):
 
 def test_streams_end_to_end(store, tmp_path, capsys):
     out = tmp_path / "out"
-    code, stdout, err = run_bench(capsys, *_args(store, out, "--streams", "iid,cut,chain,separate"))
+    rule_arms = ("--arms", "forget.rule=timeliness forget.horizon=5; forget.detect=true forget.detect_warmup=5")
+    more = ("--short-arms", "forget.rule=timeliness", "--short-streams", "cut,iid", "--correlated-on", "d1")
+    code, stdout, err = run_bench(capsys, *_args(store, out, "--streams", "iid,cut,chain,separate", *rule_arms, *more))
     assert code == 0, err
     assert (out / "report.md").is_file() and (out / "results.csv").is_file()
     data = json.loads((out / "results.json").read_text())
@@ -82,13 +84,20 @@ def test_streams_end_to_end(store, tmp_path, capsys):
         ("zero-shot", "zero-shot"),
     } <= arms
     assert {r["kind"] for r in recs if r["method"] == "zero"} == {"iid"}  # episodic: the i.i.d. line only
+    assert {r["kind"] for r in recs if r["method"] == "onzeta"} == {"iid", "cut"}  # --short-streams
+    # OnZeta's family defines no timeliness rule: its short arms are never and the oracle
+    assert {r["arm"] for r in recs if r["method"] == "onzeta"} == {"never", "oracle"}
+    assert {r["arm"] for r in recs if r["method"] == "tda"} == {"never", "oracle", *rule_arms[1].split("; ")}
+    assert {r["stream"] for r in recs if r["kind"] == "separate"} == {"d1"}  # --correlated-on
     chain = [r for r in recs if r["kind"] == "chain" and r["arm"] == "never" and r["method"] == "ms-tta"]
     assert len(chain) == 2 and chain[0]["starts"] == [0, 10, 22]  # three domains: A -> B -> C
     for r in recs:  # every record's accuracy is its segments' weighted mean
         sizes = np.diff(r["starts"] + [r["n"]])
         assert r["accuracy"] == pytest.approx(np.dot(r["segments"], sizes) / r["n"])
     never = [r for r in recs if r["kind"] == "cut" and r["method"] == "ms-tta" and r["arm"] == "never"]
-    assert all(0 <= s <= 1 for r in never for s in r["stale"])  # measured online for the cache family
+    # read online on the first seed's cut streams for the cache family's --all-arms-for methods
+    assert [r["seed"] for r in never if r["stale"] != [None]] == [1, 1]
+    assert all(0 <= r["stale"][0] <= 1 for r in never if r["seed"] == 1)
     oracle = [r for r in recs if r["kind"] == "cut" and r["method"] == "ms-tta" and r["arm"] == "oracle"]
     assert all(r["stale"] == [0.0] and r["regret"] == [0.0] for r in oracle)
     assert "## Scene streams: cut" in (out / "report.md").read_text()
@@ -111,6 +120,9 @@ def test_streams_dry_run_writes_nothing(store, tmp_path, capsys):
         (("--arms", "forgetfulness=3"), "--arms 'forgetfulness=3'"),
         (("--set", "k=0"), "k"),
         (("--names", "a,b"), "--names: 2 names for 3 feature files"),
+        (("--correlated-on", "d9"), "--correlated-on: unknown domain 'd9'"),
+        (("--short-streams", "x"), "--streams: unknown stream 'x'"),
+        (("--arms", "forget.horizon=0"), "forget.horizon"),
         (("--digits",), "give either --digits or --features"),
     ],
 )

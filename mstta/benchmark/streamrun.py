@@ -29,9 +29,23 @@ from .streamorders import ORDERS, SCENE_DOMAINS, SCENES, Stream, build, scene
 
 NEVER, ORACLE, ZERO = "never", "oracle", "zero-shot"
 MAX_SEEDS, MAX_STEPS, MAX_ARMS = 100, 1_000_000, 32
-# The forgetting arms (`--set`-style overrides of the engine's `forget` section), per setting.
-RULE_ARMS: tuple[str, ...] = ()
-SHORT_ARMS: tuple[str, ...] = ()  # the arms every method runs; RULE_ARMS only for --all-arms-for
+# The forgetting arms: `--set`-style overrides of the engine's `forget` section (mstta.forget), each
+# rule at two or three settings (shared/reference/streams-and-tpt.md §1.5, scaled to the digits'
+# 200-sample lead-in and 599-sample scenes; a periodic reset never lands on a true cut there).
+RULE_ARMS: tuple[str, ...] = (
+    "forget.rule=timeliness forget.horizon=20",
+    "forget.rule=timeliness forget.horizon=50",
+    "forget.rule=timeliness forget.horizon=200",
+    "forget.rule=idle forget.idle=100",
+    "forget.rule=idle forget.idle=400",
+    "forget.rule=periodic forget.every=150",
+    "forget.rule=periodic forget.every=500",
+    "forget.detect=true",
+    "forget.rule=timeliness forget.detect=true",
+)
+# The arms of every other method: the recommended rule (its horizon unset: RECOMMENDED_HORIZON) and
+# the detector (the one rule every family has).
+SHORT_ARMS: tuple[str, ...] = ("forget.rule=timeliness", "forget.detect=true")
 
 
 def stateful(m: Method) -> bool:
@@ -56,6 +70,8 @@ class StreamOptions:
     arms: list[str] = field(default_factory=lambda: list(RULE_ARMS))
     short_arms: list[str] = field(default_factory=lambda: list(SHORT_ARMS))
     kinds: list[str] = field(default_factory=lambda: list(ORDERS))
+    short_kinds: list[str] | None = None  # the stream kinds of the methods outside all_arms_for (None: kinds)
+    correlated_on: list[str] | None = None  # the domains of the label-correlated orders (None: every one)
     seeds: list[int] = field(default_factory=lambda: [1, 2, 3])
     lead: int = 200  # the first segment's samples
     segment: int = 599  # every later segment's samples (capped by its domain)
@@ -77,7 +93,7 @@ class StreamOptions:
             raise UserError(f"--seeds: expected 1 to {MAX_SEEDS} seeds, got {len(self.seeds)}")
         if len(self.arms) + len(self.short_arms) > MAX_ARMS:
             raise UserError(f"--arms: at most {MAX_ARMS} forgetting arms")
-        bad = [k for k in self.kinds if k not in ORDERS]
+        bad = [k for k in (*self.kinds, *(self.short_kinds or ())) if k not in ORDERS]
         if bad:
             raise UserError(f"--streams: unknown stream '{bad[0]}'; choose from: {', '.join(ORDERS)}")
         for name in self.methods:
@@ -179,8 +195,9 @@ def _replayed(x, text, m: Method, ecfg: EngineConfig, labels: np.ndarray) -> Out
     return Outcome(r.predictions == labels, np.full(len(labels), np.nan), detected)
 
 
-def run_arm(dom: Domains, stream: Stream, method: str, arm: str, ecfg: EngineConfig) -> Outcome:
-    """One arm of one method on one stream. `oracle`: every segment replayed from an empty state."""
+def run_arm(dom: Domains, stream: Stream, method: str, arm: str, ecfg: EngineConfig, stale: bool = False) -> Outcome:
+    """One arm of one method on one stream. `oracle`: every segment replayed from an empty state;
+    `stale`: stepped online to read the positive cache's stale share (cache family, a stream with cuts)."""
     m = get_method(method)
     x, labels = dom.features[torch.as_tensor(stream.order)], dom.labels[stream.order]
     if arm == ORACLE:
@@ -193,7 +210,7 @@ def run_arm(dom: Domains, stream: Stream, method: str, arm: str, ecfg: EngineCon
             stale,
             np.concatenate([p.detected + a for p, (a, _) in zip(parts, segs)]),
         )
-    if m.family == CACHE and m.cache and len(stream.starts) > 1:
+    if stale and m.family == CACHE and m.cache and len(stream.starts) > 1:
         return _online(x, dom.text, m, ecfg, stream, labels)
     return _replayed(x, dom.text, m, ecfg, labels)
 
@@ -214,14 +231,28 @@ def streams_of(dom: Domains, opts: StreamOptions, seed: int) -> list[tuple[str, 
                 out.append((label, scene(dom.sizes, path, opts.lead, opts.segment, seed, kind)))
         else:
             labels = [dom.labels_of(j) for j in range(n)]
-            out.extend((dom.names[j], build(kind, labels, seed, opts.lead, opts.segment, j)) for j in range(n))
+            on = range(n) if kind == "iid" or opts.correlated_on is None else map(dom.names.index, opts.correlated_on)
+            out.extend((dom.names[j], build(kind, labels, seed, opts.lead, opts.segment, j)) for j in on)
     return out
 
 
 def arms_for(method: str, opts: StreamOptions) -> list[str]:
-    """The arms a method runs: never and the oracle, then every rule arm (--all-arms-for) or the short list."""
+    """The arms a method runs: never and the oracle, then every rule arm (--all-arms-for) or the short
+    list, less the rules its family does not define (`arm_applies`)."""
     rules = opts.arms if method in opts.all_arms_for else opts.short_arms
-    return [NEVER, ORACLE, *dict.fromkeys(rules)]
+    return [NEVER, ORACLE, *(a for a in dict.fromkeys(rules) if arm_applies(method, a))]
+
+
+def arm_applies(method: str, arm: str) -> bool:
+    """Whether a method's family defines an arm's rule: the slot rules (timeliness, idle) exist for
+    the cache family and for a family module that lists them in `FORGET`; resets exist for every family."""
+    from ..families import get_family
+
+    m = get_method(method)
+    rule = next((kv.split("=", 1)[1] for kv in arm.split() if kv.startswith("forget.rule=")), "none")
+    if rule not in ("timeliness", "idle") or m.family == CACHE:
+        return True
+    return rule in getattr(get_family(m.family), "FORGET", ())
 
 
 def engine_config(method: str, arm: str, settings: dict[str, Any], path=None) -> EngineConfig:
@@ -264,6 +295,9 @@ def plan(dom: Domains, opts: StreamOptions) -> list[tuple[str, str, Stream, list
         for label, stream in streams_of(dom, opts, seed):
             cells = [(ZERO, ZERO)]
             for method in opts.methods:
+                short = opts.short_kinds is not None and method not in opts.all_arms_for
+                if short and stream.kind not in opts.short_kinds:
+                    continue
                 if stateful(get_method(method)):
                     cells += [(method, arm) for arm in arms_for(method, opts)]
                 elif get_method(method).episodic and stream.kind == "iid":
@@ -281,9 +315,10 @@ def run_streams(dom: Domains, opts: StreamOptions, config_path=None, progress: b
     todo = plan(dom, opts)
     for seed, label, stream, cells in tqdm(todo, disable=not progress, unit="stream", dynamic_ncols=True):
         outs: dict[tuple[str, str], Outcome] = {}
+        stale = stream.kind == "cut" and seed == opts.seeds[0]  # online: the first seed's cut streams
         for method, arm in cells:
             ecfg = engine_config(method, arm, opts.settings, config_path)
-            outs[(method, arm)] = run_arm(dom, stream, method, arm, ecfg)
+            outs[(method, arm)] = run_arm(dom, stream, method, arm, ecfg, stale and method in opts.all_arms_for)
         for (method, arm), out in outs.items():
             rec = record(stream.kind, label, seed, method, arm, stream, out, opts)
             oracle = outs.get((method, ORACLE))

@@ -57,6 +57,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--streams", default=",".join(ORDERS), metavar="LIST", help=f"stream kinds (default all: {', '.join(ORDERS)})"
     )
     p.add_argument(
+        "--short-streams",
+        metavar="LIST",
+        help="stream kinds of the methods outside --all-arms-for (default: --streams)",
+    )
+    p.add_argument(
+        "--correlated-on",
+        metavar="LIST",
+        help="domains (by name) the label-correlated orders run on (default: every domain)",
+    )
+    p.add_argument(
         "--seeds", default="1,2,3", metavar="LIST", help=f"stream seeds (default 1,2,3; at most {MAX_SEEDS})"
     )
     for flag, default, what in (
@@ -98,6 +108,8 @@ def options(args: argparse.Namespace, settings: dict):
         arms=arms,
         short_arms=list(SHORT_ARMS) if short is None else short,
         kinds=_list(args.streams, "--streams"),
+        short_kinds=_list(args.short_streams, "--short-streams") or None,
+        correlated_on=_list(args.correlated_on, "--correlated-on") or None,
         seeds=parse_seeds(args.seeds),
         lead=args.lead,
         segment=args.segment,
@@ -165,6 +177,9 @@ def run(args: argparse.Namespace) -> int:
     load_dataset_config(config, settings)  # a bad --set or config: exit 2 before any work
     paths, names = domains(args, settings)
     opts = options(args, settings)
+    unknown = [d for d in opts.correlated_on or () if d not in names]
+    if unknown:
+        raise UserError(f"--correlated-on: unknown domain '{unknown[0]}'; choose from: {', '.join(names)}")
     for arm in (*opts.arms, *opts.short_arms):  # a bad arm: exit 2 before any work
         over = parse_overrides(arm.split())
         try:
