@@ -24,7 +24,14 @@ CSV_FIELDS = ("kind", "stream", "seed", "method", "arm", "n", "accuracy", "segme
 def _f(x: Any, digits: int = 2) -> str:
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "—"
-    return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
+    if isinstance(x, float):
+        text = f"{x:.{digits}f}"
+        return text[1:] if text.startswith("-") and float(text) == 0 else text
+    return str(x)
+
+
+def _pct(x: float | None, digits: int) -> str:
+    return "—" if x is None else _f(x, digits) + "%"
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -50,10 +57,11 @@ def scene_table(rows: list[dict]) -> list[str]:
     ]
     for r in rows:
         rec = _f(r["recovery"], 0) + (f" ({r['not_recovered']} never)" if r["not_recovered"] else "")
+        kept = _pct(r["gain_recovered"], 0)
         out.append(
             f"| {r['method']} | {r['arm']} | {' / '.join(_f(x) for x in r['segments'])} | {_f(r['after'])} | "
-            f"{_f(r['gain_over_clip'])} | {_f(r['vs_never'])} | {_f(r['gain_recovered'], 0)}% | {_f(r['regret'])} | "
-            f"{rec} | {_f(None if r['stale'] is None else 100 * r['stale'], 1)}% |"
+            f"{_f(r['gain_over_clip'])} | {_f(r['vs_never'])} | {kept} | {_f(r['regret'])} | "
+            f"{rec} | {_pct(None if r['stale'] is None else 100 * r['stale'], 1)} |"
         )
     return out
 
@@ -74,13 +82,14 @@ def detector_table(rows: list[dict]) -> list[str]:
     if not rows:
         return ["No arm detected a cut."]
     out = [
-        "| method | arm | cuts found | mean delay (steps) | false /10k (scene streams) | false /10k (no cut) |",
-        "| --- | --- | ---: | ---: | ---: | ---: |",
+        "| method | arm | cuts found | mean delay (steps) | false /10k: scene streams | i.i.d. | label-correlated |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         out.append(
             f"| {r['method']} | {r['arm']} | {r['found']}/{r['cuts']} | {_f(r['delay'], 1)} | "
-            f"{_f(r['false_per_10k_scenes'], 1)} | {_f(r['false_per_10k_flat'], 1)} |"
+            f"{_f(r['false_per_10k_scenes'], 1)} | {_f(r['false_per_10k_iid'], 1)} | "
+            f"{_f(r['false_per_10k_correlated'], 1)} |"
         )
     return out
 

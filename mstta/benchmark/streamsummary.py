@@ -113,14 +113,12 @@ def order_rows(records: list[dict]) -> list[dict[str, Any]]:
 
 def detector_rows(records: list[dict]) -> list[dict[str, Any]]:
     """Per method and arm that detected anything: delay over the true cuts found, cuts missed, false
-    cuts per 10,000 steps on scene streams and on streams without a cut."""
+    cuts per 10,000 steps on scene streams, on i.i.d. streams and on label-correlated ones."""
     rows = []
     for (method, arm), group in by(records, "method", "arm").items():
         if arm in ("oracle", "zero-shot") or not any(r["detected"] for r in group):
             continue
         delays = [d for r in group for d in r["delays"]]
-        scene = [r for r in group if len(r["starts"]) > 1]
-        flat = [r for r in group if len(r["starts"]) == 1]
         rows.append(
             {
                 "method": method,
@@ -128,8 +126,9 @@ def detector_rows(records: list[dict]) -> list[dict[str, Any]]:
                 "delay": _mean([d for d in delays if d is not None]),
                 "found": sum(d is not None for d in delays),
                 "cuts": len(delays),
-                "false_per_10k_scenes": _rate(scene),
-                "false_per_10k_flat": _rate(flat),
+                "false_per_10k_scenes": _rate([r for r in group if len(r["starts"]) > 1]),
+                "false_per_10k_iid": _rate([r for r in group if r["kind"] == "iid"]),
+                "false_per_10k_correlated": _rate([r for r in group if len(r["starts"]) == 1 and r["kind"] != "iid"]),
             }
         )
     return rows
