@@ -4,6 +4,7 @@ every family's resets, the scene-cut detector on streams with known cuts, resume
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -12,6 +13,7 @@ import reference_dota
 import reference_forget
 import torch
 import torch.nn.functional as F
+from helpers_cli import run_bench
 from helpers_reference import reference_config
 from synthetic import as_tensors, make_stream
 
@@ -19,6 +21,7 @@ from mstta import Engine, EngineConfig, UserError, get_method, list_methods, rep
 from mstta.cache_rules import entropy_slot_t
 from mstta.config import load_dataset_config
 from mstta.families import dota
+from mstta.features import save_features
 from mstta.forget import RECOMMENDED_HORIZON, ForgetConfig, stream_cuts, timeliness_slot, timeliness_slot_t
 from mstta.multi import MultiEngine
 
@@ -302,3 +305,18 @@ def test_dota_timeliness_decay_equals_the_reference(views):
     never = Engine(t, "dota", EngineConfig(dota=dota.Params(**p)))
     assert np.abs(got - torch.stack([never.step(x).logits for x in f]).numpy()).max() > 1e-4
     assert np.array_equal(replay(f, t, "dota", cfg).predictions, got.argmax(1))
+
+
+def test_replay_command_reports_the_cuts_and_the_marks(tmp_path, capsys):
+    """`mstta-bench replay --set forget...`: the JSON names each reset sample and marks the project's
+    adaptations; every JSONL row says whether a reset came before it."""
+    f, t = cut_stream(n=120, cuts=(60,))
+    path = save_features(tmp_path / "f.npz", f.numpy(), t.numpy(), np.zeros(120, int), list("abcde"), {"model": "x"})
+    argv = ["replay", "--features", str(path), "--method", "tda", "--json", "--out", str(tmp_path / "p.jsonl")]
+    code, out, err = run_bench(capsys, *argv, "--set", "forget.detect=true", "--set", "forget.detect_warmup=30")
+    assert code == 0, err
+    report = json.loads(out.strip().splitlines()[-1])
+    want = np.nonzero(reference_forget.run(f.numpy(), t.numpy(), get_method("tda"), _config("detect"))[1])[0]
+    assert report["cuts"] == want.tolist() and any("scene-cut detector" in m for m in report["marks"])
+    rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    assert [i for i, r in enumerate(rows) if r["cut"]] == want.tolist()
