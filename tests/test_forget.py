@@ -320,3 +320,22 @@ def test_replay_command_reports_the_cuts_and_the_marks(tmp_path, capsys):
     assert report["cuts"] == want.tolist() and any("scene-cut detector" in m for m in report["marks"])
     rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
     assert [i for i, r in enumerate(rows) if r["cut"]] == want.tolist()
+
+
+@pytest.mark.parametrize("rule", ["timeliness-detect", "idle-12", "periodic-45"])
+def test_forgetting_adds_no_host_sync_to_the_step(rule, monkeypatch):
+    """Every rule and the detector run as device ops: no Python number is read from a tensor."""
+    f, t = cut_stream()
+    cfg = _config(rule, bank_size=30)
+    engine, plain = Engine(t, "tda+ms", cfg), Engine(t, "tda+ms", cfg)
+    for x in f[:5]:
+        engine.step(x)
+    with monkeypatch.context() as mp:
+        for name in ("item", "tolist", "__int__", "__float__", "__bool__", "__index__", "numpy", "cpu"):
+            mp.setattr(torch.Tensor, name, lambda *a, _n=name, **k: pytest.fail(f"Tensor.{_n} in step()"))
+        with pytest.raises(pytest.fail.Exception):  # the guard is live
+            torch.zeros(1).item()
+        steps = [engine.step(x) for x in f[5:]]
+    want = [plain.step(x) for x in f][5:]
+    assert [r.cut for r in steps] == [r.cut for r in want]
+    assert all(torch.equal(a.logits, b.logits) for a, b in zip(steps, want))
