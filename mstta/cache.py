@@ -113,9 +113,11 @@ class Cache:
         if self.used is not None:
             self.used.copy_(torch.where(g, EMPTY_TIME, self.used))
 
-    def expire(self, clock: torch.Tensor, idle: int) -> None:
-        """The idle rule (`mstta.forget`): empty every live slot unused for `idle` steps at clock [S]."""
-        self.forget((self.time != EMPTY_TIME) & (clock.view(-1, 1, 1) - self.used >= idle))
+    def expire(self, clock: torch.Tensor, idle: int, ok: torch.Tensor | None = None) -> None:
+        """The idle rule (`mstta.forget`): empty every live slot unused for `idle` steps at clock [S]
+        (only in the stepping streams, `ok` [S]; None = all)."""
+        gone = (self.time != EMPTY_TIME) & (clock.view(-1, 1, 1) - self.used >= idle)
+        self.forget(gone if ok is None else gone & ok.view(-1, 1, 1))
 
     def insert(
         self,

@@ -123,6 +123,13 @@ class Engine(Streams):
             return np.full((self.num_classes, 0), np.inf)
         return self.pos.ent[0].cpu().numpy().astype(np.float64)
 
+    def cache_times(self) -> np.ndarray:
+        """Insertion step of every positive-cache slot, [C, Q] ints (-1 = empty slot); a host copy.
+        Steps count from the engine's reset (a `forget` reset empties slots, not the count)."""
+        if self.pos is None:
+            return np.full((self.num_classes, 0), -1, dtype=np.int64)
+        return self.pos.time[0].cpu().numpy().astype(np.int64)
+
     @torch.inference_mode()
     def step(self, features: torch.Tensor | np.ndarray) -> StepResult:
         """Adapt to one sample and predict it. `[d]` or `[V, d]` -> StepResult (see class doc)."""

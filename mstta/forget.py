@@ -160,18 +160,19 @@ def periodic_reset_t(clock: torch.Tensor, every: int) -> torch.Tensor:
 @dataclass
 class Drift:
     """The scene-cut detector's state per stream (the project's design): since the last reset, the
-    count n, the running mean `mean` [S, d] and total variance sum `m2` [S] of the unit image
-    features (Welford), their EMA `ema` [S, d] and the run of steps over the threshold."""
+    count n, the running mean `mean` [S, d] and total variance `var` [S] (population, summed over
+    dims; Welford) of the unit image features, their EMA `ema` [S, d] and the run of steps over
+    the threshold. n = 0: nothing seen (the next sample starts the reference)."""
 
-    n: torch.Tensor  # [S] float64 samples since the reset
+    n: torch.Tensor  # [S] float32
     mean: torch.Tensor  # [S, d]
-    m2: torch.Tensor  # [S] sum over dims of squared deviations
+    var: torch.Tensor  # [S]
     ema: torch.Tensor  # [S, d]
     run: torch.Tensor  # [S] long
 
     @classmethod
     def empty(cls, streams: int, dim: int, device) -> Drift:
-        z = torch.zeros(streams, device=device, dtype=torch.float64)
+        z = torch.zeros(streams, device=device)
         return cls(
             z.clone(),
             torch.zeros(streams, dim, device=device),
@@ -181,43 +182,37 @@ class Drift:
         )
 
     def clear(self, s: int) -> None:
-        for t in (self.n, self.mean, self.m2, self.ema, self.run):
+        for t in (self.n, self.mean, self.var, self.ema, self.run):
             t[s] = 0
 
     def forget(self, cut: torch.Tensor) -> None:
-        """Start over where cut [S] (bool), on the device."""
-        for t in (self.n, self.mean, self.m2, self.ema, self.run):
-            t.copy_(torch.where(cut.view(-1, *([1] * (t.dim() - 1))), 0, t))
+        """Start over where cut [S] (bool), on the device: the next sample starts the reference."""
+        keep = ~cut
+        self.n.mul_(keep)
+        self.run.mul_(keep)
 
 
 def drift_step_t(d: Drift, u: torch.Tensor, rate: float, threshold: float, patience: int, warmup: int, ok=None):
-    """One sample u [S, d] (unit rows) into the detector, in place; -> cut [S] bool. The statistic
-    (the project's design): z = |ema - mean|^2 / (V (a/(2-a) - 1/n)), V the features' total
-    variance since the reset: the drift of the recent mean from the scene's mean, in units of its
-    spread on an i.i.d. stream (~1); a cut = z > threshold for `patience` steps after `warmup`.
-    At a cut the detector starts over from u (the first sample of the new scene)."""
-    n = d.n + 1
-    delta = (u - d.mean).double()
-    mean = d.mean + (delta / n.unsqueeze(-1)).float()
-    m2 = d.m2 + (delta * (u - mean).double()).sum(-1)
-    ema = torch.where((d.n == 0).unsqueeze(-1), u, (1 - rate) * d.ema + rate * u)
-    var = m2 / (n - 1).clamp_min(1)
-    spread = (var * (rate / (2 - rate) - 1 / n)).clamp_min(1e-12)
-    z = (ema - mean).double().pow(2).sum(-1) / spread
-    run = (d.run + 1) * ((n >= warmup) & (z > threshold))
-    cut = run >= patience
+    """One sample u [S, d] (unit rows) into the detector, in place; -> cut [S] bool (the state is
+    reset before this sample). The statistic (the project's design): z = |ema - mean|^2 /
+    (V (a/(2-a) - 1/n)), V the features' total variance since the reset, a/(2-a) - 1/n the
+    variance of the EMA's gap to the running mean on an i.i.d. stream per unit of V: z ~ 1 while
+    the scene holds; a cut = z > threshold for `patience` steps, not before `warmup` samples.
+    After a cut the detector starts over from the next sample. `ok` [S]: the stepping streams."""
+    step = 1.0 if ok is None else ok.to(d.n.dtype)
+    d.n.add_(step)
+    w = step / d.n.clamp_min(1)  # Welford's 1/n (0 where a stream skips)
+    delta = u - d.mean
+    d.var.addcmul_(w, delta.square().sum(-1)).mul_(1 - w)  # V_n = (1 - 1/n)(V + |u - mean|^2 / n)
+    d.mean.lerp_(u, w.unsqueeze(-1))
+    d.ema.lerp_(u, (torch.where(d.n == 1, 1.0, rate) * step).unsqueeze(-1))  # the first sample: u
+    z = (d.ema - d.mean).square().sum(-1) / (d.var * (rate / (2 - rate) - w)).clamp_min(1e-12)
+    run = (d.run + 1) * ((d.n >= warmup) & (z > threshold))
     if ok is not None:
-        cut = cut & ok
-    one = torch.ones_like(n)
-    new = (
-        torch.where(cut, one, n),
-        torch.where(cut.unsqueeze(-1), u, mean),
-        torch.where(cut, 0.0, m2),
-        torch.where(cut.unsqueeze(-1), u, ema),
-        torch.where(cut, 0, run),
-    )
-    for dst, value in zip((d.n, d.mean, d.m2, d.ema, d.run), new):
-        dst.copy_(value if ok is None else torch.where(ok.view(-1, *([1] * (value.dim() - 1))), value, dst))
+        run = torch.where(ok, run, d.run)
+    cut = run >= patience
+    d.run.copy_(run * ~cut)
+    d.n.mul_(~cut)
     return cut
 
 

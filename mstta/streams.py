@@ -265,7 +265,7 @@ class Streams:
         if fg.rule == "idle":
             for rec in (self.pos, self.neg):
                 if rec is not None:
-                    rec.expire(self.clock, fg.idle)
+                    rec.expire(self.clock, fg.idle, ok)
 
     def _stepping(self, ok: torch.Tensor | None) -> list[int]:
         return list(range(self.streams)) if ok is None else ok.nonzero().flatten().tolist()

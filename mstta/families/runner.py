@@ -15,6 +15,7 @@ classifier: the exact path the independent references are checked on, else float
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any, Callable
 
 import numpy as np
@@ -212,6 +213,8 @@ class FamilyStreams(Streams):
                 if active is not None and not active[s]:
                     outs.append(None)
                     continue
+                if self.config.forget.rule == "timeliness" and not self.method.episodic:
+                    self.family.decay(self.states[s], math.exp(-1 / self.config.forget.steps), self.config)
                 xs = x[s] if self.method.augment is not None or self.config.view_mode != "original" else x[s][:1]
                 out = self.family.step(self.states[s], Fn.normalize(xs), self.text, self.config, self._shifter(s))
                 if self.banks[s] is not None:
