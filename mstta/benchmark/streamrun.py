@@ -177,15 +177,8 @@ def _online(x, text, m: Method, ecfg: EngineConfig, stream: Stream, labels: np.n
         w = Fn.cache_weights(
             r.feature[None], eng.pos.keys[0], eng.pos.bias[0], ecfg.beta, ecfg.kernel, ecfg.cache_alpha
         )
-        stale[t] = SM.stale_share(w[0].cpu().numpy(), cache_times(eng).reshape(-1), last)
+        stale[t] = SM.stale_share(w[0].cpu().numpy(), eng.cache_times().reshape(-1), last)
     return Outcome(correct, stale, np.asarray(detected, dtype=np.int64))
-
-
-def cache_times(eng: Engine) -> np.ndarray:
-    """[C, Q] stream step at which each positive slot was filled (-1 empty)."""
-    if hasattr(eng, "cache_times"):
-        return np.asarray(eng.cache_times())
-    return eng.pos.time[0].cpu().numpy()
 
 
 def _replayed(x, text, m: Method, ecfg: EngineConfig, labels: np.ndarray) -> Outcome:
