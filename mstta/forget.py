@@ -33,7 +33,7 @@ RULES = ("none", "timeliness", "idle", "periodic")
 # The timeliness horizon N (steps) used when `forget.horizon` is unset: chosen by `make streams` on
 # the digits (docs/streams.md, "Recommended settings"; 3 seeds): of N in {20, 50, 200}, 50 keeps the most
 # of the oracle reset's gain after a cut (MS-TTA 119%, TDA 204%), costs nothing on i.i.d. streams
-# (+0.18 / +0.25 points) and is no worse on the return to A; it costs 1-3 points on label-correlated orders.
+# (+0.18 / +0.25 points) and is no worse on the return to A; it costs up to 2.8 points on label-correlated orders.
 RECOMMENDED_HORIZON = 50
 MAX_STEPS = 10_000_000  # horizon, idle, every, warmup: far beyond any stream a run replays
 MAX_PATIENCE = 10_000  # consecutive steps over the threshold before a cut is declared
