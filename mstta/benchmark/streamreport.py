@@ -119,6 +119,7 @@ def report_md(settings: dict[str, Any], summary: dict[str, Any], plots: list[Pat
 def curve_plots(out: Path, curves: dict[str, dict], window: int, methods: list[str]) -> list[Path]:
     """One figure per scene stream x cut for each of `methods`: every arm's seed-mean windowed
     accuracy, the cut at step 0."""
+    from matplotlib import colormaps
     from matplotlib.figure import Figure
 
     groups: dict[tuple, list[str]] = {}
@@ -131,11 +132,14 @@ def curve_plots(out: Path, curves: dict[str, dict], window: int, methods: list[s
     for (kind, stream, method, cut), arms in sorted(groups.items()):
         fig = Figure(figsize=(7, 4))
         ax = fig.add_subplot()
-        for arm in arms:
+        colours = colormaps["tab20"]
+        for i, arm in enumerate(arms):
             got = mean_curve(curves, "|".join((kind, stream, method, arm, cut)))
             if got is not None:
                 y, pre = got
-                ax.plot(np.arange(len(y)) - pre, y, label=arm, lw=1.2)
+                bold = arm in ("never", "oracle")  # the two references drawn thicker, in black and grey
+                colour = {"never": "black", "oracle": "0.55"}.get(arm, colours(i % 20))
+                ax.plot(np.arange(len(y)) - pre, y, label=arm, lw=1.8 if bold else 1.0, color=colour)
         ax.axvline(0, color="k", lw=0.8, ls="--")
         ax.set_xlabel("steps from the cut")
         ax.set_ylabel(f"accuracy over the last {window} steps (%)")
