@@ -6,8 +6,9 @@ import pytest
 import torch
 from synthetic import as_tensors, make_stream
 
-from mstta import Engine, EngineConfig, graphs
-from mstta.forget import ForgetConfig
+from mstta import Engine, EngineConfig
+from mstta.engine import graphs
+from mstta.engine.forget import ForgetConfig
 
 
 @pytest.mark.parametrize("method", ["ms-tta", "tda+ms", "baseline"])

@@ -18,12 +18,12 @@ from helpers_reference import reference_config
 from synthetic import as_tensors, make_stream
 
 from mstta import Engine, EngineConfig, UserError, get_method, list_methods, replay
-from mstta.cache_rules import entropy_slot_t
-from mstta.config import load_dataset_config
-from mstta.families import dota
-from mstta.features import save_features
-from mstta.forget import RECOMMENDED_HORIZON, ForgetConfig, stream_cuts, timeliness_slot, timeliness_slot_t
-from mstta.multi import MultiEngine
+from mstta.bench.config import load_dataset_config
+from mstta.engine.cache_rules import entropy_slot_t
+from mstta.engine.families import dota
+from mstta.engine.forget import RECOMMENDED_HORIZON, ForgetConfig, stream_cuts, timeliness_slot, timeliness_slot_t
+from mstta.engine.multi import MultiEngine
+from mstta.features.format import save_features
 
 CUT = 80  # the scene cut of `cut_stream`
 

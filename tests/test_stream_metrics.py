@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mstta.benchmark import streammetrics as SM
+from mstta.bench import streammetrics as SM
 
 
 def test_segment_accuracy():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mstta.benchmark import streamorders as SO
+from mstta.bench import streamorders as SO
 from mstta.errors import UserError
 
 

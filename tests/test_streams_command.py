@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from helpers_cli import run_bench
 
-from mstta.features import save_features
+from mstta.features.format import save_features
 
 CLASSES = ["cat", "dog", "owl"]
 

@@ -16,8 +16,8 @@ DIGITS_DOMAINS = ("clean", "camera", "rotate", "blur")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..benchmark.streamorders import ORDERS
-    from ..benchmark.streamrun import MAX_ARMS, MAX_SEEDS, MAX_STEPS
+    from ..bench.streamorders import ORDERS
+    from ..bench.streamrun import MAX_ARMS, MAX_SEEDS, MAX_STEPS
 
     src = p.add_argument_group("domains")
     src.add_argument("--features", metavar="A.npz,B.npz,...", help="one feature file per domain, A first")
@@ -97,8 +97,8 @@ def _list(spec: str | None, flag: str) -> list[str]:
 
 
 def options(args: argparse.Namespace, settings: dict):
-    from ..benchmark.runner import parse_seeds
-    from ..benchmark.streamrun import RULE_ARMS, SHORT_ARMS, StreamOptions, episodic_methods, stateful_methods
+    from ..bench.runner import parse_seeds
+    from ..bench.streamrun import RULE_ARMS, SHORT_ARMS, StreamOptions, episodic_methods, stateful_methods
 
     arms = [a.strip() for a in args.arms.split(";") if a.strip()] if args.arms is not None else list(RULE_ARMS)
     short = [a.strip() for a in args.short_arms.split(";") if a.strip()] if args.short_arms is not None else None
@@ -123,10 +123,10 @@ def options(args: argparse.Namespace, settings: dict):
 def digits_files(store: Path, dry_run: bool) -> tuple[list[Path], float]:
     """--digits: the shifted digits under `store` (generated, then extracted once as `field --digits`
     does) -> each domain's feature file and the bundled model's logit scale."""
-    from ..benchmark.context import dataset_config, feature_key
-    from ..benchmark.store import Backbone, Models, ensure_features
+    from ..bench.context import dataset_config, feature_key
+    from ..bench.store import Backbone, Models, ensure_features
     from ..data.digits import make_shifted_digits
-    from ..models import bundled_checkpoint, load_clip
+    from ..features.models import bundled_checkpoint, load_clip
 
     ckpt = bundled_checkpoint("mstta-digits")
     if ckpt is None or not ckpt.is_file():
@@ -166,8 +166,9 @@ def domains(args: argparse.Namespace, settings: dict):
 
 def run(args: argparse.Namespace) -> int:
     from ..atomic import output_lock, sweep_stale
-    from ..config import load_dataset_config, parse_overrides
-    from ..features import load_features
+    from ..bench.config import load_dataset_config
+    from ..configfile import parse_overrides
+    from ..features.format import load_features
     from ..safety import check_output_dir
 
     settings = parse_overrides(args.set)
@@ -191,9 +192,9 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print("\n".join(plan_lines(paths, names, opts, out)))
         return 0
-    from ..benchmark.streamreport import write_reports
-    from ..benchmark.streamrun import align, run_streams, settings_of
-    from ..benchmark.streamsummary import summarise
+    from ..bench.streamreport import write_reports
+    from ..bench.streamrun import align, run_streams, settings_of
+    from ..bench.streamsummary import summarise
 
     dom = align([load_features(p) for p in paths], names)
     result = run_streams(dom, opts, config, progress=True)
@@ -207,8 +208,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def plan_lines(paths, names, opts, out: Path) -> list[str]:
-    from ..benchmark.streamrun import arms_for, stateful
-    from ..methods import get_method
+    from ..bench.streamrun import arms_for, stateful
+    from ..engine.methods import get_method
 
     lines = [f"out: {out}; seeds {','.join(map(str, opts.seeds))}; streams: {', '.join(opts.kinds)}"]
     lines += [f"domain {n}: {p} ({'cached' if Path(p).is_file() else 'to extract'})" for n, p in zip(names, paths)]
