@@ -141,3 +141,20 @@ def test_streams_refuses_domains_without_shared_classes(tmp_path, capsys):
     missing = tmp_path / "missing.npz"
     code, _, err = run_bench(capsys, "streams", "--features", f"{a},{missing}", "--out", tmp_path / "o")
     assert code == 2 and "file not found" in err
+
+
+def test_shared_classes_match_names_and_repeated_names_by_occurrence():
+    """ImageNet's CLIP names repeat ('missile' twice): two files named from one wnid-sorted list pair
+    their repeats in order; a subset holding one of two repeats cannot say which one: left out."""
+    from mstta.bench.streamrun import shared_classes
+
+    imagenet = ["cat", "missile", "dog", "missile", "owl"]
+    assert shared_classes([imagenet, list(imagenet)]) == [
+        ("cat", 0),
+        ("missile", 0),
+        ("dog", 0),
+        ("missile", 1),
+        ("owl", 0),
+    ]
+    subset = ["owl", "missile", "cat"]
+    assert shared_classes([imagenet, subset]) == [("cat", 0), ("owl", 0)]

@@ -117,35 +117,57 @@ class Domains:
         return self.labels[a : a + self.sizes[j]]
 
 
+def class_keys(names: list[str]) -> list[tuple[str, int]]:
+    """Each class as (name, how many earlier classes bear that name): CLIP's ImageNet names repeat
+    ('missile', 'sunglasses'), and files named from one wnid-sorted `classnames.txt` keep their order."""
+    seen: dict[str, int] = {}
+    out = []
+    for n in names:
+        out.append((n, seen.get(n, 0)))
+        seen[n] = seen.get(n, 0) + 1
+    return out
+
+
+def shared_classes(lists: list[list[str]]) -> list[tuple[str, int]]:
+    """The classes of the first list that every list has, matched by name (and occurrence); a repeated
+    name whose count differs between two lists is ambiguous and left out."""
+    counts = [{n: names.count(n) for n in set(names)} for names in lists]
+    keys = [set(class_keys(names)) for names in lists]
+    return [
+        k
+        for k in class_keys(lists[0])
+        if all(k in ks for ks in keys[1:]) and (counts[0][k[0]] == 1 or all(c[k[0]] == counts[0][k[0]] for c in counts))
+    ]
+
+
 def align(sets: list[FeatureSet], names: list[str]) -> Domains:
     """Domains on their shared classes, matched by class name (ImageNet-R's 200 wnids are ImageNet
-    classes, and `mstta.data.imagenet` names both from the same `classnames.txt`): domain A's order of
-    those classes, its text rows; every other domain's labels mapped, its other classes' samples dropped."""
+    classes, and `mstta.data.imagenet` names both from the same `classnames.txt`; `shared_classes`):
+    domain A's order of those classes, its text rows; every other domain's labels mapped, its other
+    classes' samples dropped."""
     if len(sets) < 2:
         raise UserError("--features: give at least two domains (A, then the shifted ones)")
-    base = sets[0].classnames or [str(i) for i in range(sets[0].num_classes)]
+    lists = [fs.classnames or [str(i) for i in range(fs.num_classes)] for fs in sets]
     for fs, name in zip(sets, names):
-        cn = fs.classnames or [str(i) for i in range(fs.num_classes)]
-        if len(set(cn)) != len(cn):
-            raise UserError(f"--features {name}: its class names repeat, so classes cannot be matched by name")
         if fs.labels is None:
             raise UserError(f"--features {name}: no labels, so no accuracy; extract it from a labelled dataset")
-    shared = [c for c in base if all(c in (fs.classnames or base) for fs in sets[1:])]
+    shared = shared_classes(lists)
     if len(shared) < 2:
         raise UserError(f"--features: the domains share {len(shared)} class name(s); streams need 2 or more")
-    index = {c: i for i, c in enumerate(shared)}
+    index = {k: i for i, k in enumerate(shared)}
     views = min(fs.num_views for fs in sets)
     feats, labels, sizes = [], [], []
-    for fs in sets:
-        cn = fs.classnames or base
-        lab = np.array([index.get(cn[y], -1) if y >= 0 else -1 for y in fs.labels], dtype=np.int64)
+    for fs, cn in zip(sets, lists):
+        keys = class_keys(cn)
+        lab = np.array([index.get(keys[y], -1) if y >= 0 else -1 for y in fs.labels], dtype=np.int64)
         keep = np.flatnonzero(lab >= 0)
         x = fs.features if fs.features.dim() == 3 else fs.features.unsqueeze(1)
         feats.append(x[torch.as_tensor(keep), :views].float())
         labels.append(lab[keep])
         sizes.append(len(keep))
-    rows = torch.as_tensor([base.index(c) for c in shared])
-    return Domains(torch.cat(feats), np.concatenate(labels), sizes, list(names), sets[0].text[rows].float(), shared)
+    rows = torch.as_tensor([class_keys(lists[0]).index(k) for k in shared])
+    text = sets[0].text[rows].float()
+    return Domains(torch.cat(feats), np.concatenate(labels), sizes, list(names), text, [k[0] for k in shared])
 
 
 @dataclass
