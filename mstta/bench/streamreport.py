@@ -39,7 +39,7 @@ def write_json(path: Path, data: Any) -> None:
         json.dump(data, fh, indent=1, allow_nan=False, default=lambda o: None)
 
 
-def write_csv(path: Path, records: list[dict]) -> None:
+def write_records_csv(path: Path, records: list[dict]) -> None:
     buf = io.StringIO()
     w = csv.writer(buf)
     w.writerow(CSV_FIELDS)
@@ -155,7 +155,7 @@ def write_reports(out: Path, settings: dict, result: dict, summary: dict, plots:
     out.mkdir(parents=True, exist_ok=True)
     written = curve_plots(out, result["curves"], settings["window"], settings["all_arms_for"]) if plots else []
     write_json(out / "results.json", {"settings": settings, **result, "summary": summary})
-    write_csv(out / "results.csv", result["records"])
+    write_records_csv(out / "results.csv", result["records"])
     path = out / "report.md"
     with atomic_open(path) as fh:
         fh.write(report_md(settings, summary, written, out))

@@ -16,9 +16,12 @@ DIGITS_DOMAINS = ("clean", "camera", "rotate", "blur")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..bench.streamorders import ORDERS
-    from ..bench.streamrun import MAX_ARMS, MAX_SEEDS, MAX_STEPS
+    """The `streams` command's flags: the domains, then the methods, arms and streams, sizes, outputs."""
+    _add_domains(p)
+    _add_matrix(p)
 
+
+def _add_domains(p: argparse.ArgumentParser) -> None:
     src = p.add_argument_group("domains")
     src.add_argument("--features", metavar="A.npz,B.npz,...", help="one feature file per domain, A first")
     src.add_argument("--names", metavar="LIST", help="the domains' names (default: the files' stems)")
@@ -36,6 +39,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="YAML",
         help="dataset config whose engine values every method uses (default: the built-in defaults)",
     )
+
+
+def _add_matrix(p: argparse.ArgumentParser) -> None:
+    from ..bench.streamorders import ORDERS
+    from ..bench.streamrun import MAX_ARMS, MAX_SEEDS, MAX_STEPS
+
     p.add_argument("--methods", metavar="LIST", help="method rows (default: every stateful and episodic one)")
     p.add_argument(
         "--all-arms-for",
