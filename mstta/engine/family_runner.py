@@ -27,18 +27,18 @@ from ..safety import check_memory, human_bytes
 from ..threads import small_ops
 from . import functional as Fn
 from .cache import UNBOUNDED_START, FeatureBank
-from .cache_runner import Streams
 from .config import EngineConfig
 from .families import get_family
 from .families.base import Method, StepOut
 from .forget import Drift, drift_step_t, periodic_reset
+from .runner import Runner
 
 
 def _identity(v: torch.Tensor) -> torch.Tensor:
     return v
 
 
-class FamilyStreams(Streams):
+class FamilyStreams(Runner):
     """S streams of one family method (the `Engine`/`MultiEngine` of a non-cache method)."""
 
     def __init__(
@@ -51,14 +51,8 @@ class FamilyStreams(Streams):
         streams: int,
         stream_length: int | None = None,
     ):
-        self.method = method
-        self.config = config if config is not None else EngineConfig()
-        text = torch.as_tensor(text)
-        if text.dim() != 2 or text.shape[0] < 2:
-            raise UserError(f"text classifier must be [C, d] with C >= 2 classes, got shape {tuple(text.shape)}")
-        dtype = torch.float64 if text.dtype == torch.float64 else torch.float32
-        self.text = Fn.normalize(text.to(device=device or text.device, dtype=dtype))
-        self.streams = streams
+        wide = torch.as_tensor(text).dtype == torch.float64
+        super().__init__(text, method, config, device, streams, torch.float64 if wide else torch.float32)
         if cuda_graph:
             raise UserError(
                 f"cuda_graph=True: {method.title} runs eagerly (only the cache family's step is "
@@ -75,7 +69,6 @@ class FamilyStreams(Streams):
                 f"forget.rule={rule}: not defined for {method.title} (docs/engine.md, Forgetting); "
                 "use forget.rule=periodic or forget.detect=true"
             )
-        self.reset()
 
     @property
     def family(self):
@@ -86,7 +79,7 @@ class FamilyStreams(Streams):
     def reset(self, stream: int | None = None) -> None:
         """Forget everything adapted so far, of every stream (memory checked first) or of one."""
         if stream is not None:
-            self.states[stream] = self.family.init(self.text, self.config, self.stream_length)
+            self.states[stream] = self._init()
             self.banks[stream] = self._bank()
             self.seen[stream] = 0
             if self.drift is not None:
@@ -96,21 +89,28 @@ class FamilyStreams(Streams):
         self.graphs: dict[int, Any] = {}
         self.bank = self.pos = self.neg = None  # the cache family's records: none here
         self.seen = np.zeros(self.streams, dtype=np.int64)
-        self.states = [self.family.init(self.text, self.config, self.stream_length) for _ in range(self.streams)]
+        self.states = [self._init() for _ in range(self.streams)]
         self.banks = [self._bank() for _ in range(self.streams)]
         self.drift = Drift.empty(self.streams, self.dim, self.device) if self.config.forget.detect else None
         self.last_cut = torch.zeros(self.streams, dtype=torch.bool, device=self.device)
 
+    @property
+    def params(self):
+        """The family's own hyperparameters (its section of the config)."""
+        return self.config.family_params(self.method.family)
+
+    def _init(self) -> dict[str, torch.Tensor]:
+        return self.family.init(self.text, self.params, self.config.logit_scale, self.stream_length)
+
     def _bank(self) -> FeatureBank | None:
         if not self.method.mean_shift:
             return None
-        rows = self.config.bank_size if self.config.bank_size is not None else UNBOUNDED_START
-        return FeatureBank(rows, self.dim, self.text.dtype, self.device)
+        return FeatureBank.for_settings(self.config.shift_settings(), self.dim, self.text.dtype, self.device)
 
     def _check_family_memory(self) -> None:
         cfg, C, d, S = self.config, self.num_classes, self.dim, self.streams
         item = self.text.element_size()
-        state = S * self.family.state_bytes(C, d, cfg) * item // 4
+        state = S * self.family.state_bytes(C, d, self.params) * item // 4
         rows = (cfg.bank_size if cfg.bank_size is not None else UNBOUNDED_START) if self.method.mean_shift else 0
         bank = S * rows * (d + 2) * item
         per = f" per stream, {S} streams" if S > 1 else ""
@@ -143,8 +143,8 @@ class FamilyStreams(Streams):
         bank = self.banks[s]
         if bank is None:
             return _identity
-        cfg = self.config
-        return lambda v: bank.shift(v, cfg.k, cfg.alpha, cfg.ms_steps, cfg.bank_size is not None)
+        settings = self.config.shift_settings()
+        return lambda v: bank.shift(v, settings)
 
     def _forget(self, x: torch.Tensor, active: np.ndarray | None) -> None:
         """The forget section's resets before the step (`mstta.engine.forget`): RDumb's periodic reset and
@@ -162,14 +162,15 @@ class FamilyStreams(Streams):
             )
             cut = cut | found.cpu().numpy()
         for s in np.nonzero(cut)[0]:
-            self.states[s] = self.family.init(self.text, self.config, self.stream_length)
+            self.states[s] = self._init()
             self.banks[s] = self._bank()
         self.last_cut.copy_(torch.as_tensor(cut, device=self.device))
 
-    def _run(self, x: torch.Tensor, active: np.ndarray | None):
+    def run(self, x: torch.Tensor, active: np.ndarray | None):
         """One step of every stepping stream: x [S, V, d] on the device -> (scores, clip, H,
         feature, probs), [S, ...] (a skipped stream's rows are zeros)."""
         outs: list[StepOut | None] = []
+        params = self.params
         with small_ops(self.device):
             if self.config.forget.resets:
                 self._forget(x, active)
@@ -178,9 +179,11 @@ class FamilyStreams(Streams):
                     outs.append(None)
                     continue
                 if self.config.forget.rule == "timeliness" and not self.method.episodic:
-                    self.family.decay(self.states[s], math.exp(-1 / self.config.forget.steps), self.config)
+                    self.family.decay(self.states[s], math.exp(-1 / self.config.forget.steps), params)
                 xs = x[s] if self.method.augment is not None or self.config.view_mode != "original" else x[s][:1]
-                out = self.family.step(self.states[s], Fn.normalize(xs), self.text, self.config, self._shifter(s))
+                out = self.family.step(
+                    self.states[s], Fn.normalize(xs), self.text, params, self.config.logit_scale, self._shifter(s)
+                )
                 if self.banks[s] is not None:
                     self.banks[s].append(out.feature, self.config.bank_size is not None)
                 outs.append(out)

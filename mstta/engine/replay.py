@@ -117,7 +117,8 @@ def _replay_family(feats, text, m, cfg, dev, online):
     if not online and not m.mean_shift and hasattr(family, "replay"):
         t = torch.as_tensor(text)
         dtype = torch.float64 if t.dtype == torch.float64 else torch.float32
-        out = family.replay(Fn.normalize(feats.to(dtype)), Fn.normalize(t.to(dev, dtype)), cfg)
+        x, unit = Fn.normalize(feats.to(dtype)), Fn.normalize(t.to(dev, dtype))
+        out = family.replay(x, unit, cfg.family_params(m.family), cfg.logit_scale)
         return out.scores, out.clip, out.entropy, out.probs, None
     engine = Engine(text, m, cfg, device=dev, stream_length=max(1, feats.shape[0]))
     rows = [engine.step(x) for x in feats]
