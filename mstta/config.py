@@ -23,6 +23,7 @@ from .checks import is_int_in
 from .checks import show as _show
 from .errors import UserError
 from .families import FAMILIES, BcaParams, DmnParams, DotaParams, DpeParams, MtaParams, OnzetaParams, ZeroParams
+from .forget import ForgetConfig
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
@@ -32,6 +33,7 @@ KERNELS = ("exp", "linear")
 # keeps flat memory and a flat step time.
 DEFAULT_BANK_SIZE = 65_536
 FAMILY_SECTIONS = tuple(FAMILIES)  # EngineConfig's family sections, one per family module
+SECTIONS = (*FAMILY_SECTIONS, "forget")  # EngineConfig's sections (--set SECTION.KEY=VALUE)
 # How a multi-view sample becomes one query: TDA's confident views, view 0, or a family's own view
 # combination (ZERO's voters, MTA's mode: combinations no paper reports for the cache methods).
 VIEW_MODES = ("confident", "original", *(n for n, f in FAMILIES.items() if hasattr(f, "aggregate")))
@@ -89,6 +91,8 @@ class EngineConfig:
     onzeta: OnzetaParams = field(default_factory=OnzetaParams)
     bca: BcaParams = field(default_factory=BcaParams)
     dpe: DpeParams = field(default_factory=DpeParams)
+    # Forgetting on streams (`--set forget.rule=timeliness`; mstta.forget, docs/engine.md "Forgetting").
+    forget: ForgetConfig = field(default_factory=ForgetConfig)
 
     def __post_init__(self) -> None:
         _int(self, "k", 1, MAX_K)
@@ -346,10 +350,10 @@ def load_dataset_config(
     eng: dict[str, Any] = {}
     bench: dict[str, Any] = {}
     settings = overrides if isinstance(overrides, Mapping) else parse_overrides(overrides)
-    sections = set(FAMILY_SECTIONS)
+    sections = set(SECTIONS)
     for key, value in settings.items():
         section, dot, sub = key.partition(".")
-        if dot and section in sections:  # a family's hyperparameter: --set dota.eta=0.3
+        if dot and section in sections:  # a section's key: --set dota.eta=0.3, --set forget.rule=idle
             eng.setdefault(section, {})[sub] = value
         elif key in engine_keys and key not in sections:
             eng[key] = value

@@ -34,6 +34,12 @@ class StepResult:
     entropy_tensor: torch.Tensor
     feature: torch.Tensor
     probs: torch.Tensor | None = None
+    cut_tensor: torch.Tensor | None = None  # 0-d bool: the state was reset before this step (forget)
+
+    @property
+    def cut(self) -> bool:
+        """Whether `forget` reset the state before this sample (a periodic reset or a detected cut)."""
+        return self.cut_tensor is not None and bool(self.cut_tensor)
 
     @property
     def entropy(self) -> float:
@@ -117,6 +123,13 @@ class Engine(Streams):
             return np.full((self.num_classes, 0), np.inf)
         return self.pos.ent[0].cpu().numpy().astype(np.float64)
 
+    def cache_times(self) -> np.ndarray:
+        """Insertion step of every positive-cache slot, [C, Q] ints (-1 = empty slot); a host copy.
+        Steps count from the engine's reset (a `forget` reset empties slots, not the count)."""
+        if self.pos is None:
+            return np.full((self.num_classes, 0), -1, dtype=np.int64)
+        return self.pos.time[0].cpu().numpy().astype(np.int64)
+
     @torch.inference_mode()
     def step(self, features: torch.Tensor | np.ndarray) -> StepResult:
         """Adapt to one sample and predict it. `[d]` or `[V, d]` -> StepResult (see class doc)."""
@@ -129,7 +142,8 @@ class Engine(Streams):
                 f"feature shape {shape} does not match the classifier: expected [{self.dim}] or [V, {self.dim}]"
             )
         out = self._run(x.to(self.device, self.text.dtype).unsqueeze(0), None)
-        return StepResult(*(t[0] for t in out))
+        cut = self.last_cut[0].clone() if self.config.forget.resets else None
+        return StepResult(*(t[0] for t in out), cut_tensor=cut)
 
 
 def _family_class(cls: type, base: type, family_cls: type, *args, **kwargs) -> type:

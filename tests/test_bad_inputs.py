@@ -483,6 +483,41 @@ CASES = [
             ]
         )
     ],
+    # forget.*: every key bounded (one line naming forget.KEY and its range); neighbours pass in test_forget.py
+    *[
+        (
+            f"set-{kv}",
+            lambda t, kv=kv: ["--features", _feats(t), "--set", kv],
+            ["--set.forget: bad value for", expected],
+        )
+        for kv, expected in [
+            ("forget.rule=sometimes", "'forget.rule': 'sometimes'; expected one of none, timeliness, idle, periodic"),
+            ("forget.rule=1", "'rule': 1; expected a string"),
+            ("forget.horizon=0", "expected an integer in [1, 10,000,000] or none"),
+            ("forget.horizon=10000001", "expected an integer in [1, 10,000,000] or none"),
+            ("forget.horizon=2.5", "'horizon': 2.5; expected an integer or none"),
+            ("forget.weight=-0.1", "expected a finite number in [0, 1e+06]"),
+            ("forget.weight=.inf", "expected a finite number in [0, 1e+06]"),
+            ("forget.idle=0", "expected an integer in [1, 10,000,000]"),
+            ("forget.idle=10000001", "expected an integer in [1, 10,000,000]"),
+            ("forget.every=0", "expected an integer in [1, 10,000,000]"),
+            ("forget.every=" + "9" * 5000, "'every': '999"),
+            ("forget.detect=maybe", "'detect': 'maybe'; expected true or false"),
+            ("forget.detect_rate=0", "expected a finite number in (0, 1]"),
+            ("forget.detect_rate=1.5", "expected a finite number in (0, 1]"),
+            ("forget.detect_threshold=0", "expected a finite number in (0, 1e+06]"),
+            ("forget.detect_threshold=.nan", "expected a finite number in (0, 1e+06]"),
+            ("forget.detect_patience=0", "expected an integer in [1, 10,000]"),
+            ("forget.detect_patience=10001", "expected an integer in [1, 10,000]"),
+            ("forget.detect_warmup=1", "expected an integer in [2, 10,000,000]"),
+            ("forget.detect_warmup=10000001", "expected an integer in [2, 10,000,000]"),
+        ]
+    ],
+    (
+        "set-forget-unknown-key",
+        lambda t: ["--features", _feats(t), "--set", "forget.horizn=5"],
+        ["unknown key 'horizn'"],
+    ),
     *[
         (
             f"set-long-int-{key}-{form}",

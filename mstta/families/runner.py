@@ -15,6 +15,7 @@ classifier: the exact path the independent references are checked on, else float
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any, Callable
 
 import numpy as np
@@ -24,6 +25,7 @@ from .. import functional as Fn
 from ..checks import int_in
 from ..config import EngineConfig
 from ..errors import UserError
+from ..forget import Drift, drift_step_t, periodic_reset
 from ..safety import check_memory, human_bytes
 from ..streams import UNBOUNDED_START, Streams
 from ..threads import small_ops
@@ -104,6 +106,12 @@ class FamilyStreams(Streams):
         if stream_length is not None:
             int_in(stream_length, "stream_length", 1, extra=" or None")
         self.stream_length = stream_length
+        rule = self.config.forget.rule
+        if rule in ("timeliness", "idle") and not method.episodic and rule not in getattr(self.family, "FORGET", ()):
+            raise UserError(
+                f"forget.rule={rule}: not defined for {method.title} (docs/engine.md, Forgetting); "
+                "use forget.rule=periodic or forget.detect=true"
+            )
         self.reset()
 
     @property
@@ -118,6 +126,8 @@ class FamilyStreams(Streams):
             self.states[stream] = self.family.init(self.text, self.config, self.stream_length)
             self.banks[stream] = self._bank()
             self.seen[stream] = 0
+            if self.drift is not None:
+                self.drift.clear(stream)
             return
         self._check_family_memory()
         self.graphs: dict[int, Any] = {}
@@ -125,6 +135,8 @@ class FamilyStreams(Streams):
         self.seen = np.zeros(self.streams, dtype=np.int64)
         self.states = [self.family.init(self.text, self.config, self.stream_length) for _ in range(self.streams)]
         self.banks = [self._bank() for _ in range(self.streams)]
+        self.drift = Drift.empty(self.streams, self.dim, self.device) if self.config.forget.detect else None
+        self.last_cut = torch.zeros(self.streams, dtype=torch.bool, device=self.device)
 
     def _bank(self) -> FeatureBank | None:
         if not self.method.mean_shift:
@@ -153,14 +165,14 @@ class FamilyStreams(Streams):
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume the streams (copies)."""
-        return copy.deepcopy({"states": self.states, "banks": self.banks, "seen": self.seen})
+        return copy.deepcopy({"states": self.states, "banks": self.banks, "seen": self.seen, "drift": self.drift})
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from `state_dict()`."""
         state = copy.deepcopy(state)
-        if set(state) != {"states", "banks", "seen"} or len(state["states"]) != self.streams:
+        if set(state) != {"states", "banks", "seen", "drift"} or len(state["states"]) != self.streams:
             raise UserError(f"state_dict does not match {self.streams} stream(s) of {self.method.title}")
-        self.states, self.banks = state["states"], state["banks"]
+        self.states, self.banks, self.drift = state["states"], state["banks"], state["drift"]
         self.seen = np.array(state["seen"], dtype=np.int64)
 
     # ------------------------------------------------------------------ step
@@ -170,15 +182,39 @@ class FamilyStreams(Streams):
             return _identity
         return lambda v: bank.shift(v, self.config)
 
+    def _forget(self, x: torch.Tensor, active: np.ndarray | None) -> None:
+        """The forget section's resets before the step (`mstta.forget`): RDumb's periodic reset and
+        the detector's cuts restart a stream's family state and bank (`last_cut` [S] records them).
+        Read on the host: a family's step is eager, stream after stream."""
+        fg = self.config.forget
+        ok = np.ones(self.streams, dtype=bool) if active is None else np.asarray(active, dtype=bool)
+        cut = ok & np.array([fg.rule == "periodic" and periodic_reset(int(t), fg.every) for t in self.seen])
+        if self.drift is not None:
+            self.drift.forget(torch.as_tensor(cut, device=self.device))
+            okt = torch.as_tensor(ok, device=self.device)
+            u = Fn.normalize(x[:, 0].float())
+            found = drift_step_t(
+                self.drift, u, fg.detect_rate, fg.detect_threshold, fg.detect_patience, fg.detect_warmup, okt
+            )
+            cut = cut | found.cpu().numpy()
+        for s in np.nonzero(cut)[0]:
+            self.states[s] = self.family.init(self.text, self.config, self.stream_length)
+            self.banks[s] = self._bank()
+        self.last_cut.copy_(torch.as_tensor(cut, device=self.device))
+
     def _run(self, x: torch.Tensor, active: np.ndarray | None):
         """One step of every stepping stream: x [S, V, d] on the device -> (scores, clip, H,
         feature, probs), [S, ...] (a skipped stream's rows are zeros)."""
         outs: list[StepOut | None] = []
         with small_ops(self.device):
+            if self.config.forget.resets:
+                self._forget(x, active)
             for s in range(self.streams):
                 if active is not None and not active[s]:
                     outs.append(None)
                     continue
+                if self.config.forget.rule == "timeliness" and not self.method.episodic:
+                    self.family.decay(self.states[s], math.exp(-1 / self.config.forget.steps), self.config)
                 xs = x[s] if self.method.augment is not None or self.config.view_mode != "original" else x[s][:1]
                 out = self.family.step(self.states[s], Fn.normalize(xs), self.text, self.config, self._shifter(s))
                 if self.banks[s] is not None:
