@@ -17,11 +17,10 @@ import gradio as gr
 
 from mstta.config import EngineConfig
 from mstta.errors import UserError, one_line
-from mstta.methods import get_method
 
 from ..annotate import random_weights
 from ..frames import MAX_PIXELS
-from ..session import DEFAULT_BANK_SIZE
+from ..session import DEFAULT_BANK_SIZE, check_methods
 from . import handlers, video
 from .browser_js import CAMERA_JS, TOOLTIP_JS
 from .gradio_patches import patch_app
@@ -92,7 +91,7 @@ class AppOptions:
 
     def __post_init__(self) -> None:
         self.config = self.config if self.config is not None else EngineConfig(bank_size=DEFAULT_BANK_SIZE)
-        self.method = get_method(self.method).name
+        self.method = check_methods([self.method], "method")[0]
         self.autostart = bool(self.video and self.labels) if self.autostart is None else self.autostart
 
 

@@ -24,9 +24,9 @@ import numpy as np
 
 from mstta.config import EngineConfig
 from mstta.errors import UserError
-from mstta.methods import get_method
 from mstta.models import ASSETS_DIR
 
+from ..forgetting import parse_racer
 from ..frames import MAX_PIXELS, decode_image, shrink
 from ..labels import read_labels
 from ..pipeline import step_once
@@ -187,7 +187,7 @@ def video_changed(ui: UISession, video: str | None, truth: str | None, max_pixel
 def method_info(method: str) -> tuple[str, dict[str, tuple[str, bool]]]:
     """The method's one-line description, and per numeric control its note and whether it is used:
     the control's range when used, why not otherwise (a note is always set, so none goes stale)."""
-    m = get_method(method)
+    m = parse_racer(method, "Method").method
     notes = {}
     for name, (_, whole, low, high) in CONTROLS.items():
         needs_cache = name in ("lam", "capacity")
