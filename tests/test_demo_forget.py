@@ -56,25 +56,6 @@ def test_each_raced_entry_runs_with_its_own_forgetting(tiny_clip):
     assert [m.title for m in session.methods] == ["MS-TTA", "MS-TTA (no forgetting)", "TDA + forgetting"]
 
 
-@pytest.mark.parametrize(
-    "argv, words",
-    [
-        (["--forget", "sometimes"], "--forget"),
-        (["--methods", "ms-tta@sometimes"], "after @ choose one of off, recommended, detect"),
-        (["--methods", "zero-shot@recommended"], "keeps no state across frames"),
-        (["--methods", "ms-tta@recommended,ms-tta @ recommended"], "named twice"),
-        (["--forget", "detect", "--set", "forget.rule=idle"], "--forget detect and --set forget.rule"),
-        (["--set", "forget.horizon=0"], "forget.horizon"),
-    ],
-)
-def test_bad_forget_input_is_one_line_and_exit_2(tmp_path, capsys, argv, words):
-    labels = write_labels(tmp_path / "labels.txt")
-    args = ["--headless", "--video", str(tmp_path / "none.mp4"), "--labels", str(labels), *argv]
-    assert main(args + ["--model", "mstta-tiny", "--pretrained", "none"]) == 2
-    err = capsys.readouterr().err
-    assert words in err and err.count("\n") == 1 and "Traceback" not in err
-
-
 def _cut_video(path, before: int, after: int) -> None:
     """A hard scene change: `before` frames of one scene (a red circle on a gradient, moving a little),
     then `after` of another (the same picture with its colours inverted, upside down)."""
