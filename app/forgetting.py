@@ -34,6 +34,7 @@ LABELS = {  # what the page and the titles call each choice
     "detect": "the recommended rule + a reset at each detected scene cut",
 }
 SUFFIXES = {"off": " (no forgetting)", "recommended": " + forgetting", "detect": " + forgetting + cuts"}
+DETECT_MARK = "scene cuts: the project's detector"  # not a published rule (issue 29), marked where it shows
 BUNDLED_RACE = "ms-tta@off,ms-tta@recommended"  # the bundled demo's race (issue 29): the paper's MS-TTA, and forgetting
 
 
@@ -85,7 +86,8 @@ class Racer:
 
     @property
     def marks(self) -> tuple[str, ...]:
-        return tuple(self.method.marks)
+        """The method's marks, and DETECT_MARK when its own choice detects cuts (the project's design)."""
+        return tuple(self.method.marks) + ((DETECT_MARK,) if self.forget == "detect" else ())
 
     @property
     def cache(self) -> bool:

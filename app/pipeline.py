@@ -433,6 +433,7 @@ def run_pipeline(
         methods=run.session.method_names,
         forget=choice_of(engine),  # what the entries without their own @choice forget with
         forget_horizon=engine.forget.steps,
+        forget_marks=engine.forget.marks,  # which parts of it are the project's adaptation (mstta.forget)
         every=run.sampler.every,
         classes=len(run.prep.labels),
         out=out,

@@ -14,7 +14,7 @@ from helpers_video import LABELS, scene, write_labels
 
 from app.bundled import apply_bundled
 from app.cli import main, parse_args
-from app.forgetting import BUNDLED_RACE, RECOMMENDED_RULE, parse_racer, with_forget
+from app.forgetting import BUNDLED_RACE, DETECT_MARK, RECOMMENDED_RULE, parse_racer, with_forget
 from app.pipeline import config_from_args, prepare
 from app.session import FrameResult, MethodResult, Scored, StreamSession, check_methods
 from app.ui import plots
@@ -54,6 +54,7 @@ def test_each_raced_entry_runs_with_its_own_forgetting(tiny_clip):
     assert rules == [(RECOMMENDED_RULE, True), ("none", False), (RECOMMENDED_RULE, False)]
     assert session.method_names == ["ms-tta", "ms-tta@off", "tda@recommended"]
     assert [m.title for m in session.methods] == ["MS-TTA", "MS-TTA (no forgetting)", "TDA + forgetting"]
+    assert DETECT_MARK in parse_racer("tda@detect").marks and DETECT_MARK not in parse_racer("tda@recommended").marks
 
 
 def _cut_video(path, before: int, after: int) -> None:
