@@ -1,5 +1,5 @@
 """The demo's "Forget old scenes" (issue 29): off, the engine's recommended rule, or that rule plus a
-reset at each detected scene cut, as one `EngineConfig.forget` section (`mstta.forget`).
+reset at each detected scene cut, as one `EngineConfig.forget` section (`mstta.engine.forget`).
 
     cfg = with_forget(engine_cfg, "recommended")      # --forget / Settings: every raced method follows it
     racer = parse_racer("ms-tta@recommended")         # one raced entry with its own choice (the bundled race)
@@ -9,7 +9,7 @@ A raced entry is a registry name, or `NAME@CHOICE` to race the method with its o
 the page's choice is (so `ms-tta,ms-tta@recommended` races MS-TTA as the paper runs it against the same
 method with the recommended forgetting). The choices only set `forget.rule` and `forget.detect`; the
 horizon and the detector's keys stay the engine's recommended defaults (or `--set forget.KEY=...`).
-Nothing here is tuned on a clip: the numbers are `mstta.forget`'s.
+Nothing here is tuned on a clip: the numbers are `mstta.engine.forget`'s.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from mstta.config import EngineConfig
+from mstta.engine.config import EngineConfig
+from mstta.engine.families.base import CACHE, Method
+from mstta.engine.forget import RECOMMENDED_HORIZON
+from mstta.engine.methods import get_method
 from mstta.errors import UserError
-from mstta.families.base import CACHE, Method
-from mstta.forget import RECOMMENDED_HORIZON
-from mstta.methods import get_method
 
 FLAG = "--forget"
 SEP = "@"  # NAME@CHOICE in --methods: a raced entry with its own forgetting

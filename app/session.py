@@ -23,8 +23,8 @@ import numpy as np
 import torch
 
 from mstta.checks import int_in
-from mstta.config import DEFAULT_BANK_SIZE, EngineConfig
-from mstta.engine import Engine
+from mstta.engine.config import DEFAULT_BANK_SIZE, EngineConfig
+from mstta.engine.engine import Engine
 from mstta.errors import UserError
 
 from .encoder import FrameEncoder
@@ -134,7 +134,7 @@ def build_classifier(
     clip: Any, labels: Sequence[str], template: str | None = None, cache_dir: str | Path | None = None
 ) -> torch.Tensor:
     """Zero-shot text classifier [C, d] for `labels` with `template` (or the default ensemble)."""
-    from mstta.models import build_text_classifier
+    from mstta.features.models import build_text_classifier
 
     return build_text_classifier(clip, list(labels), prompt_templates(template), cache_dir=cache_dir)
 

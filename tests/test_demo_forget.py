@@ -19,7 +19,7 @@ from app.pipeline import config_from_args, prepare
 from app.session import FrameResult, MethodResult, Scored, StreamSession, check_methods
 from app.ui import plots
 from app.ui.state import FORGET_LABEL, History, Settings
-from mstta.config import EngineConfig
+from mstta.engine.config import EngineConfig
 from mstta.errors import UserError
 
 

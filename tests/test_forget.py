@@ -4,6 +4,7 @@ every family's resets, the scene-cut detector on streams with known cuts, resume
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -12,15 +13,17 @@ import reference_dota
 import reference_forget
 import torch
 import torch.nn.functional as F
+from helpers_cli import run_bench
 from helpers_reference import reference_config
 from synthetic import as_tensors, make_stream
 
 from mstta import Engine, EngineConfig, UserError, get_method, list_methods, replay
-from mstta.cache_rules import entropy_slot_t
-from mstta.config import load_dataset_config
-from mstta.families import dota
-from mstta.forget import RECOMMENDED_HORIZON, ForgetConfig, stream_cuts, timeliness_slot, timeliness_slot_t
-from mstta.multi import MultiEngine
+from mstta.bench.config import load_dataset_config
+from mstta.engine.cache_rules import entropy_slot_t
+from mstta.engine.families import dota
+from mstta.engine.forget import RECOMMENDED_HORIZON, ForgetConfig, stream_cuts, timeliness_slot, timeliness_slot_t
+from mstta.engine.multi import MultiEngine
+from mstta.features.format import save_features
 
 CUT = 80  # the scene cut of `cut_stream`
 
@@ -173,11 +176,23 @@ def test_multi_engine_equals_separate_engines(method, rule):
     assert cuts >= S or not cfg.forget.resets
 
 
-FAMILY_ROWS = ["dmn-zs", "dmn-zs+ms", "dota", "dota+ms", "onzeta", "bca", "bca+ms", "dpe", "zero"]
+# Each family with both resets, with and without MS where it has a +ms row.
+FAMILY_RESETS = [
+    ("dmn-zs", "periodic-45"),
+    ("dmn-zs+ms", "detect"),
+    ("dota", "detect"),
+    ("dota+ms", "periodic-45"),
+    ("onzeta", "periodic-45"),
+    ("onzeta+ms", "detect"),
+    ("bca", "detect"),
+    ("bca+ms", "periodic-45"),
+    ("dpe", "periodic-45"),
+    ("dpe", "detect"),
+    ("zero", "detect"),
+]
 
 
-@pytest.mark.parametrize("method", FAMILY_ROWS)
-@pytest.mark.parametrize("rule", ["periodic-45", "detect"])
+@pytest.mark.parametrize("method,rule", FAMILY_RESETS)
 def test_a_family_reset_equals_fresh_engines_on_the_segments(method, rule):
     """Every family: a reset (periodic; at a cut found by the reference's detector) equals a new
     engine on each segment; replay and the step agree and report the same cuts."""
@@ -302,3 +317,37 @@ def test_dota_timeliness_decay_equals_the_reference(views):
     never = Engine(t, "dota", EngineConfig(dota=dota.Params(**p)))
     assert np.abs(got - torch.stack([never.step(x).logits for x in f]).numpy()).max() > 1e-4
     assert np.array_equal(replay(f, t, "dota", cfg).predictions, got.argmax(1))
+
+
+def test_replay_command_reports_the_cuts_and_the_marks(tmp_path, capsys):
+    """`mstta-bench replay --set forget...`: the JSON names each reset sample and marks the project's
+    adaptations; every JSONL row says whether a reset came before it."""
+    f, t = cut_stream(n=120, cuts=(60,))
+    path = save_features(tmp_path / "f.npz", f.numpy(), t.numpy(), np.zeros(120, int), list("abcde"), {"model": "x"})
+    argv = ["replay", "--features", str(path), "--method", "tda", "--json", "--out", str(tmp_path / "p.jsonl")]
+    code, out, err = run_bench(capsys, *argv, "--set", "forget.detect=true", "--set", "forget.detect_warmup=30")
+    assert code == 0, err
+    report = json.loads(out.strip().splitlines()[-1])
+    want = np.nonzero(reference_forget.run(f.numpy(), t.numpy(), get_method("tda"), _config("detect"))[1])[0]
+    assert report["cuts"] == want.tolist() and any("scene-cut detector" in m for m in report["marks"])
+    rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    assert [i for i, r in enumerate(rows) if r["cut"]] == want.tolist()
+
+
+@pytest.mark.parametrize("rule", ["timeliness-detect", "idle-12", "periodic-45"])
+def test_forgetting_adds_no_host_sync_to_the_step(rule, monkeypatch):
+    """Every rule and the detector run as device ops: no Python number is read from a tensor."""
+    f, t = cut_stream()
+    cfg = _config(rule, bank_size=30)
+    engine, plain = Engine(t, "tda+ms", cfg), Engine(t, "tda+ms", cfg)
+    for x in f[:5]:
+        engine.step(x)
+    with monkeypatch.context() as mp:
+        for name in ("item", "tolist", "__int__", "__float__", "__bool__", "__index__", "numpy", "cpu"):
+            mp.setattr(torch.Tensor, name, lambda *a, _n=name, **k: pytest.fail(f"Tensor.{_n} in step()"))
+        with pytest.raises(pytest.fail.Exception):  # the guard is live
+            torch.zeros(1).item()
+        steps = [engine.step(x) for x in f[5:]]
+    want = [plain.step(x) for x in f][5:]
+    assert [r.cut for r in steps] == [r.cut for r in want]
+    assert all(torch.equal(a.logits, b.logits) for a, b in zip(steps, want))

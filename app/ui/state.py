@@ -22,8 +22,9 @@ import threading
 import time
 from typing import Any, Callable, Iterator, Mapping
 
-from mstta.config import MAX_VIEWS, EngineConfig
+from mstta.engine.config import EngineConfig
 from mstta.errors import UserError
+from mstta.features.views import MAX_VIEWS
 
 from ..forgetting import parse_racer, with_forget
 from ..labels import parse_labels
@@ -320,7 +321,7 @@ class Settings:
         """Validate the form (values by name, `FORM`) into Settings; a one-line UserError names the
         control and its range otherwise (nothing is clamped). `model` and `views` stand for an empty
         Model box and an absent Views value (API clients that send none)."""
-        from mstta.templates import check_templates
+        from mstta.data.templates import check_templates
 
         from .models import parse_value
 
