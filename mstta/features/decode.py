@@ -1,6 +1,8 @@
-"""Image files -> uint8 tensors [3, H, W] for `mstta.features.tensor_views`: JPEG through torchvision's
-`decode_jpeg` (nvjpeg when the device is CUDA; libjpeg-turbo on the CPU, bit-exact with PIL),
-everything else through PIL, with the same outcome as `Image.open(path).convert("RGB")` for bad input.
+"""Image files -> uint8 tensors [3, H, W] for `mstta.features.tensor_views`: JPEG through
+torchvision's `decode_jpeg` on the CPU (libjpeg-turbo, bit-exact with PIL), then moved to the
+device; everything else through PIL, with the same outcome as `Image.open(path).convert("RGB")`
+for bad input. nvjpeg (`decode_jpeg(device='cuda')`) is not used: on an H100 its pixels fell
+outside PIL's tolerance (docs/gpu.md), so views made from them would not be PIL's views.
 
 Every file is opened with PIL first (header only): an unreadable header, or one beyond PIL's
 decompression-bomb bound (e.g. 20,000 x 20,000), fails there exactly as on the PIL path. Only a
@@ -101,8 +103,8 @@ def _pil_decode(item: Loaded) -> torch.Tensor:
 
 
 def decode(items: Sequence[Loaded], device: torch.device | str) -> list[torch.Tensor | Exception]:
-    """Pixels of every item on `device` (JPEG bytes decoded there in one batch), or the exception
-    PIL raises for an item that does not decode."""
+    """Pixels of every item on `device` (JPEG bytes decoded on the CPU in one batch, as PIL decodes them,
+    then moved there), or the exception PIL raises for an item that does not decode."""
     import warnings
 
     from torchvision.io import ImageReadMode, decode_jpeg
@@ -114,7 +116,7 @@ def decode(items: Sequence[Loaded], device: torch.device | str) -> list[torch.Te
         try:
             with warnings.catch_warnings(), native_stderr_to_log("JPEG decoder"):
                 warnings.simplefilter("ignore", DeprecationWarning)  # torchvision 0.29 deprecates its decoders
-                got = decode_jpeg([items[i].jpeg for i in jpegs], mode=ImageReadMode.RGB, device=device)
+                got = decode_jpeg([items[i].jpeg for i in jpegs], mode=ImageReadMode.RGB, device="cpu")
         except RuntimeError:  # one bad file fails the batch: all of it through PIL
             got = [None] * len(jpegs)
         for i, img in zip(jpegs, got):
@@ -124,7 +126,7 @@ def decode(items: Sequence[Loaded], device: torch.device | str) -> list[torch.Te
                 except Exception as exc:  # reported per file as the PIL path reports it
                     out[i] = exc
                     continue
-            out[i] = img.to(device)
+            out[i] = img.to(device, non_blocking=True)
     for i, it in enumerate(items):
         if it.pixels is not None:
             out[i] = it.pixels.to(device, non_blocking=True)

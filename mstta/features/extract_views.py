@@ -4,7 +4,7 @@
 - `device` on a CPU: the workers make them with `TensorViewMaker(exact=False)` on CPU tensors
   (JPEG via torchvision's decoder; the fast path, within the tolerance of PIL), one process per core.
 - `device` on CUDA: the workers read the files (JPEG bytes left undecoded) and draw each sample's
-  parameters; the main process decodes the JPEGs on the GPU (nvjpeg) and makes every view there.
+  parameters; the main process decodes the JPEGs (libjpeg-turbo, as PIL) and makes every view on the GPU.
 `auto` is `device` on CUDA, else `cpu`. Both paths draw the same parameters from
 `sample_rng(seed, index)`; an unreadable file is skipped with the same reason on every path.
 """
