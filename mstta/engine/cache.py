@@ -49,11 +49,13 @@ class Bank:
         self.time[s] = EMPTY_TIME
         self.bias[s] = float("-inf")
 
-    def forget(self, cut: torch.Tensor) -> None:
-        """Empty the streams where cut [S] (bool) on the device: their rows masked out of the kNN."""
+    def forget(self, cut: torch.Tensor, rows: int | None = None) -> None:
+        """Empty the streams where cut [S] (bool) on the device: their rows masked out of the kNN.
+        `rows`: only the first rows can be filled (the eager step's known fill; None = all)."""
         c = cut.unsqueeze(-1)
-        self.time.copy_(torch.where(c, EMPTY_TIME, self.time))
-        self.bias.copy_(torch.where(c, float("-inf"), self.bias))
+        time, bias = (self.time, self.bias) if rows is None else (self.time[:, :rows], self.bias[:, :rows])
+        time.copy_(torch.where(c, EMPTY_TIME, time))
+        bias.copy_(torch.where(c, float("-inf"), bias))
 
     def grown(self) -> Bank:
         """Twice the rows (an unbounded bank that is full), the new ones empty."""

@@ -200,7 +200,7 @@ class Streams:
         eager, the filled prefix; under a CUDA graph, every row with the empty ones masked."""
         cfg, m = self.config, self.method
         if cfg.forget.active:
-            self._forget(x, ok)
+            self._forget(x, ok, rows[0])
         aggregate = view_aggregator(cfg.view_mode, getattr(cfg, cfg.view_mode, None))
         f, clip, h, probs = Fn.form_queries(x, self.text, cfg.logit_scale, cfg.view_mode, cfg.view_ratio, aggregate)
         if not m.cache:
@@ -239,7 +239,7 @@ class Streams:
         self.clock += 1 if ok is None else ok
         return Fn.final_logits(clip, pos, neg, cfg.lam), clip, h, q
 
-    def _forget(self, x: torch.Tensor, ok: torch.Tensor | None) -> None:
+    def _forget(self, x: torch.Tensor, ok: torch.Tensor | None, rows: int) -> None:
         """The forget section's resets and expiries before the step (`mstta.engine.forget`), on the device:
         a periodic reset (RDumb), a detected cut (view 0's unit feature into the detector), the
         idle rule's expiry; `last_cut` [S] records the streams reset at this step."""
@@ -257,7 +257,9 @@ class Streams:
             )
             cut = found if cut is None else cut | found
         if cut is not None:
-            for rec in (self.bank, self.pos, self.neg):
+            if self.bank is not None:
+                self.bank.forget(cut, rows)  # the rows that can hold a feature (all under a graph)
+            for rec in (self.pos, self.neg):
                 if rec is not None:
                     rec.forget(cut)
             self.last_cut.copy_(cut)

@@ -119,7 +119,7 @@ def timeliness_slot(
     weight = 0 is `entropy_slot` exactly) on one class row at step t: of the highest-scoring slots
     (empty: +inf) the latest inserted, if its score beats the newcomer's; -1 = not inserted."""
     lt = weight * ln_c
-    score = [lt / (1 + math.exp(-((t - w) / horizon))) + e for e, w in zip(row_entropy, row_time)]
+    score = [lt * (1 / (1 + math.exp(-((t - w) * (1 / horizon))))) + e for e, w in zip(row_entropy, row_time)]
     top = max(score)
     j = max((i for i, s in enumerate(score) if s == top), key=row_time.__getitem__)
     return j if lt * 0.5 + h < score[j] else -1
@@ -137,8 +137,7 @@ def timeliness_slot_t(
     """`timeliness_slot` as tensor ops (float64): rows [R, Q], times [R, Q], h [R], clock [R] ->
     (slot [R], inserted [R] bool)."""
     lt = weight * ln_c
-    age = (clock.unsqueeze(-1) - row_time).double()
-    score = lt / (1 + torch.exp(-(age / horizon))) + row_entropy.double()
+    score = torch.sigmoid((clock.unsqueeze(-1) - row_time).double().mul_(1 / horizon)).mul_(lt).add_(row_entropy)
     top = score == score.amax(-1, keepdim=True)
     j = torch.where(top, row_time, EMPTY_TIME - 1).argmax(-1)
     return j, lt * 0.5 + h.double() < score.gather(-1, j.unsqueeze(-1)).squeeze(-1)
