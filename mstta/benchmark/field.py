@@ -23,7 +23,7 @@ from .. import metrics as M
 from ..checks import int_in
 from ..engine import Engine
 from ..errors import UserError
-from ..features import FeatureSet
+from ..features import FeatureSet, peek_features
 from ..methods import get_method
 from ..replay import replay
 from . import paper
@@ -326,12 +326,11 @@ class FieldRun:
         for fc in self.cells(dataset, backbone, self.cfg.seeds[0]):
             path = fc.cell.fkey.path(self.cfg.store)
             if path.is_file():
-                try:
-                    with np.load(path, allow_pickle=False) as z:
-                        names = [str(c) for c in z["classnames"]] if "classnames" in z.files else None
-                        return names, int(z["text"].shape[0]), int(z["text"].shape[1])
-                except (OSError, ValueError, KeyError):
+                try:  # a damaged file: its dataset is reported (one line naming it) when it is read
+                    peek = peek_features(path)
+                except UserError:
                     return None
+                return peek.classnames, int(peek.text[0]), int(peek.text[1])
         try:
             split = load_split(dataset, self.cfg.data_root, self.cfg.listing)
         except UserError:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import UserError
+from ..errors import UserError, one_line
 from ..models import DEFAULT_MODEL, DEFAULT_TAG
 
 log = logging.getLogger(__name__)
@@ -197,6 +197,7 @@ def ensure_features(
 
     path = key.path(Path(store))
     if path.is_file():
+        check_stored(path, key, data_root)
         _check_views_made(path, key)
         return path
     kwargs: dict[str, Any] = dict(
@@ -234,3 +235,63 @@ def _check_views_made(path: Path, key: FeatureKey) -> None:
             f"{VIEW_SUFFIX['gpu']}.npz if it was made on a GPU ({VIEW_SUFFIX['cpu-tensors']}.npz on a CPU), "
             "or delete it to re-extract"
         )
+
+
+def check_stored(path: Path, key: FeatureKey, data_root: str | Path | None) -> None:
+    """A stored file is the one its name promises: a readable archive whose meta holds `key`'s
+    settings and whose class names are the dataset's (when its split can be read here), so a file
+    cut short or copied from another dataset is refused, naming it, never replayed."""
+    from ..features import peek_features
+
+    fix = "delete it to re-extract"
+    try:
+        peek = peek_features(path)
+    except UserError as exc:
+        raise UserError(f"--store: {one_line(exc)}; {fix}") from None
+    want = stored_settings(key)
+    diff = [f"{k} {peek.meta[k]!r} (asked: {v!r})" for k, v in want.items() if k in peek.meta and peek.meta[k] != v]
+    if diff:
+        raise UserError(f"--store: {path} holds other features than its name says: {'; '.join(diff[:3])}; {fix}")
+    names = _split_classnames(key, data_root)
+    if names is None:
+        return
+    got, classes = peek.classnames, peek.text[0]
+    if classes != len(names) or (got is not None and got != names):
+        shown = ", ".join((got or [])[:3]) or "no names"
+        raise UserError(
+            f"--store: {path} holds {classes} classes ({shown}), but {key.dataset} has {len(names)} "
+            f"({', '.join(names[:3])}): another dataset's file; {fix}"
+        )
+
+
+def stored_settings(key: FeatureKey) -> dict[str, Any]:
+    """What a stored file's meta must say for `key` (`mstta.extract.ExtractSettings`' names)."""
+    from ..data import resolve_key
+
+    try:
+        dataset = resolve_key(key.dataset)
+    except UserError:
+        dataset = key.dataset
+    want: dict[str, Any] = {
+        "dataset": dataset,
+        "model": key.backbone.name,
+        "pretrained": key.backbone.pretrained,
+        "precision": key.precision,
+        "views": key.views,
+        "seed": key.seed,
+        "limit": key.limit,
+        "listing": key.listing,
+    }
+    if key.views > 1:  # one view: no augmentation (one file serves every augment)
+        want["augment"] = key.augment
+    return want
+
+
+def _split_classnames(key: FeatureKey, data_root: str | Path | None) -> list[str] | None:
+    """The dataset's class names when its split can be read here (else None: a store serves without its data)."""
+    from ..data import load_split
+
+    try:
+        return list(load_split(key.dataset, data_root, key.listing).classnames)
+    except UserError:
+        return None

@@ -1,0 +1,143 @@
+"""Issue 32 point 2, a store that cannot lie: a feature file of the store cut short or copied from
+another dataset (its meta honest, or rewritten to claim the asked dataset), a results.json with a
+field of the wrong type, an extraction shard of another width. Each is one stderr line naming the
+file (exit 2, no traceback) or is recomputed; never a table of wrong numbers."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers_cli import run_bench
+from helpers_data import make_fake_dataset
+
+from mstta.benchmark.store import Backbone, FeatureKey
+from mstta.features import load_features, save_features
+
+TINY = Backbone("mstta-tiny", "none")
+FIELD = ["--backbone", "mstta-tiny", "--device", "cpu", "--no-progress", "--orders", "1", "--methods", "zero-shot"]
+FIELD += ["--no-plots", "--open", "none"]
+RUN = ["--backbone", "mstta-tiny", "--device", "cpu", "--no-progress", "--methods", "zero-shot", "--fps-samples", "0"]
+
+
+def _key(dataset: str) -> FeatureKey:
+    return FeatureKey(dataset, TINY, "fp32", 1, "augmix", 1)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """A 3-class and a 5-class folder; the 5-class one's store file extracted once by a field run."""
+    tmp = tmp_path_factory.mktemp("store")
+    three = make_fake_dataset(tmp / "d3", "imagefolder", classes=3, per_class=2).dataset
+    five = make_fake_dataset(tmp / "d5", "imagefolder", classes=5, per_class=2, seed=1).dataset
+    code = _field(tmp / "store", tmp / "out5", five)
+    assert code == 0
+    return {"tmp": tmp, "three": three, "five": five, "file5": _key(five).path(tmp / "store")}
+
+
+def _field(store: Path, out: Path, dataset: str, capsys=None, *extra) -> int:
+    from mstta.cli import main
+
+    return main(["field", "--datasets", dataset, "--store", str(store), "--out", str(out), *FIELD, *extra])
+
+
+def _planted(world, tmp_path, how: str) -> Path:
+    """A store holding, under the 3-class folder's name, the 5-class file changed by `how`."""
+    store = tmp_path / "store"
+    path = _key(world["three"]).path(store)
+    path.parent.mkdir(parents=True)
+    shutil.copy(world["file5"], path)
+    if how == "cut":
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 2])
+    elif how == "claims-the-asked-dataset":  # self-consistent: only its meta rewritten
+        fs = load_features(path)
+        meta = {**fs.meta, "dataset": world["three"]}
+        save_features(path, fs.features, fs.text, fs.labels, fs.classnames, meta, dtype=np.float32)
+    return path
+
+
+@pytest.mark.parametrize(
+    "how,expected",
+    [
+        ("cut", "not a valid .npz"),  # was zipfile.BadZipFile, exit 1
+        ("another-dataset", "holds other features than its name says: dataset"),  # was used, exit 0
+        ("claims-the-asked-dataset", "holds 5 classes (class_0, class_1, class_2), but"),  # was used, exit 0
+    ],
+)
+@pytest.mark.parametrize("command", ["field", "run"])
+def test_a_lying_store_file_is_one_line_naming_it(world, tmp_path, capsys, how, expected, command):
+    path = _planted(world, tmp_path, how)
+    before = path.read_bytes()
+    argv = [command, "--datasets", world["three"], "--store", tmp_path / "store", "--out", tmp_path / "out"]
+    argv += FIELD if command == "field" else [*RUN, "--no-plots"]
+    code, out, err = run_bench(capsys, *argv)
+    lines = [ln for ln in err.strip().splitlines() if "RANDOM weights" not in ln]
+    assert code == 2, err
+    assert len(lines) == 1 and str(path) in lines[0] and expected in lines[0] and "delete it" in lines[0], err
+    assert "Traceback" not in err and path.read_bytes() == before  # never rewritten
+    results = tmp_path / "out" / "results.json"
+    assert not results.exists() or json.loads(results.read_text())["runs"] == []
+
+
+def test_the_store_file_of_the_asked_dataset_is_used(world, tmp_path, capsys):
+    """The neighbour: the 5-class folder's own file, moved into another store, is replayed as is."""
+    path = _key(world["five"]).path(tmp_path / "store")
+    path.parent.mkdir(parents=True)
+    shutil.copy(world["file5"], path)
+    code = _field(tmp_path / "store", tmp_path / "out", world["five"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    runs = json.loads((tmp_path / "out" / "results.json").read_text())["runs"]
+    assert [r["classes"] for r in runs] == [5] and runs[0]["features"] == str(path)
+
+
+def _edited(results: Path, tmp_path: Path, edit) -> Path:
+    """A copy of a results folder's results.json with one edit applied to its data."""
+    out = tmp_path / "edited"
+    out.mkdir()
+    data = json.loads(results.read_text())
+    edit(data)
+    (out / "results.json").write_text(json.dumps(data))
+    return out
+
+
+def _set(field, value, where="runs"):
+    return lambda d: d[where][0].__setitem__(field, value)
+
+
+@pytest.mark.parametrize(
+    "edit,expected",
+    [
+        (_set("accuracy", "99 %"), "runs[0] 'accuracy' is '99 %', not a number in [0, 100]"),  # was TypeError
+        (_set("accuracy", 250.0), "'accuracy' is 250.0, not a number in [0, 100]"),
+        (_set("accuracy", float("nan")), "'accuracy' is nan"),
+        (_set("seed", [1]), "'seed' is [1], not a non-negative integer"),
+        (_set("label_tuned", "no"), "'label_tuned' is 'no', not true or false"),
+        (_set("ece", {"x": 1}), "'ece' is {'x': 1}"),
+        (_set("marks", "none"), "'marks' is 'none', not a list of strings"),
+        (lambda d: d["runs"][0].pop("method"), "runs[0] has no 'method'"),
+        (lambda d: d["runs"].append(7), "runs[1] is int, not an object"),
+        (lambda d: d.__setitem__("missing", {"a": 1}), "'missing' is dict, not a list"),
+        (lambda d: d["missing"].append({"dataset": "x", "backbone": "b", "pretrained": "p", "reason": 3}), "reason"),
+    ],
+)
+def test_a_results_file_with_a_field_of_the_wrong_type_is_one_line(world, tmp_path, capsys, edit, expected):
+    out = _edited(world["tmp"] / "out5" / "results.json", tmp_path, edit)
+    before = (out / "results.json").read_bytes()
+    code, _, err = run_bench(capsys, "field", "--report-only", "--no-plots", "--out", out)
+    assert code == 2, err
+    assert err.count("\n") == 1 and str(out / "results.json") in err and expected in err, err
+    assert "Traceback" not in err and (out / "results.json").read_bytes() == before
+    assert not (out / "report.md").exists()
+
+
+def test_a_results_file_as_written_rebuilds_its_report(world, tmp_path, capsys):
+    """The neighbour: the file unchanged (numbers as the run wrote them, nulls included) reports."""
+    out = _edited(world["tmp"] / "out5" / "results.json", tmp_path, lambda d: None)
+    code, _, err = run_bench(capsys, "field", "--report-only", "--no-plots", "--out", out)
+    assert code == 0, err
+    assert "zero-shot" in (out / "report.md").read_text().lower()
