@@ -141,3 +141,36 @@ def test_a_results_file_as_written_rebuilds_its_report(world, tmp_path, capsys):
     code, _, err = run_bench(capsys, "field", "--report-only", "--no-plots", "--out", out)
     assert code == 0, err
     assert "zero-shot" in (out / "report.md").read_text().lower()
+
+
+def test_a_shard_of_another_width_is_encoded_again(world, tmp_path, monkeypatch):
+    """An extraction's shard with the right name, stamp and positions but features of another width
+    (was a ValueError in the merge on resume) is discarded before encoding and encoded again."""
+    import mstta.extract as ex
+    import mstta.shards as shards
+
+    real_savez, calls = np.savez, {"n": 0}
+
+    def savez_then_stop(fh, **arrays):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return real_savez(fh, **arrays)
+
+    monkeypatch.setattr(shards.np, "savez", savez_then_stop)
+    out = tmp_path / "f.npz"
+    opts = dict(model="mstta-tiny", pretrained="none", device="cpu", workers=0, views=2, augment="crop", shard_size=2)
+    with pytest.raises(KeyboardInterrupt):
+        ex.run_extraction(world["three"], out, cache_dir=tmp_path / "c", **opts)
+    monkeypatch.setattr(shards.np, "savez", real_savez)
+    shard = tmp_path / ".f.npz.work" / "shard-000000.npz"
+    with np.load(shard) as z:
+        arrays = {k: z[k] for k in z.files}
+    n, v, d = arrays["features"].shape
+    arrays["features"] = np.ones((n, v, d + 8), np.float16)  # another model's width, same stamp
+    with open(shard, "wb") as fh:
+        np.savez(fh, **arrays)
+    res = ex.run_extraction(world["three"], out, cache_dir=tmp_path / "c", **opts)
+    fs = load_features(out)
+    assert res.n == 6 and fs.features.shape == (6, 2, d) and fs.text.shape[1] == d
+    assert not (fs.features[:, :, 0] == fs.features[0, 0, 0]).all()  # shard 0 encoded again, not ones
