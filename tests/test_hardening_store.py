@@ -174,3 +174,22 @@ def test_a_shard_of_another_width_is_encoded_again(world, tmp_path, monkeypatch)
     fs = load_features(out)
     assert res.n == 6 and fs.features.shape == (6, 2, d) and fs.text.shape[1] == d
     assert not (fs.features[:, :, 0] == fs.features[0, 0, 0]).all()  # shard 0 encoded again, not ones
+
+
+def test_a_damaged_mixed_in_stream_is_one_line_not_a_warning_per_dataset(world, tmp_path, capsys):
+    """Issue 32 point 5: a tampered digits store (its mixed-in photos' feature file cut) printed one
+    warning per shift, then the same error; the mixed-in stream is read before any cell: one line."""
+    store = tmp_path / "store"
+    shutil.copytree(world["tmp"] / "store", store)
+    mix = make_fake_dataset(tmp_path / "mix", "imagefolder", classes=2, per_class=2, seed=2).dataset
+    path = _key(mix).path(store)
+    path.parent.mkdir(parents=True)
+    data = world["file5"].read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    argv = ["field", "--datasets", f"{world['five']},{world['three']}", "--store", store, "--out", tmp_path / "out"]
+    argv += [*FIELD[:-2], "--open", "mixed", "--mix-with", mix]
+    code, _, err = run_bench(capsys, *argv)
+    lines = [ln for ln in err.strip().splitlines() if "RANDOM weights" not in ln]
+    assert code == 2 and len(lines) == 1, err
+    assert str(path) in lines[0] and "not a valid .npz" in lines[0] and "Traceback" not in err
+    assert not _key(world["three"]).path(store).exists()  # refused before any extraction

@@ -307,8 +307,11 @@ class FieldRun:
         return self._foreign[fkey]
 
     def precheck(self, backbone: Backbone, dataset: str) -> None:
-        """Bad text files and open settings a dataset cannot hold, before anything is written: one
-        UserError for the whole run (not a skipped dataset)."""
+        """Bad text files, open settings a dataset cannot hold and a mixed-in stream that cannot be
+        read, before anything is written: one UserError for the whole run (not a warning for every
+        dataset that would mix it in, then the same error)."""
+        for fc in (fc for seed in self.cfg.seeds for fc in self.cells(dataset, backbone, seed)):
+            self.foreign(fc)  # extracted or loaded once per seed and view kind, kept for the cells
         found = self.describe(backbone, dataset)
         if found is None:
             return
