@@ -189,7 +189,8 @@ def ensure_features(
     progress: bool = False,
 ) -> Path:
     """The feature file of `key` in the store, extracted first when absent (the store is a cache:
-    an existing file is used as is; delete it to re-extract). The backbone's model is shared
+    an existing file is used as is once `check_stored` finds it the one its name promises; delete
+    it to re-extract). The backbone's model is shared
     through `models`, so it loads once per backbone. Another run extracting the same file at the
     same time is refused (`output_lock`), naming its pid."""
     from .. import extract
