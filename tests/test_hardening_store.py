@@ -15,6 +15,7 @@ from helpers_cli import run_bench
 from helpers_data import make_fake_dataset
 
 from mstta.benchmark.store import Backbone, FeatureKey
+from mstta.extract import run_extraction
 from mstta.features import load_features, save_features
 
 TINY = Backbone("mstta-tiny", "none")
@@ -35,7 +36,9 @@ def world(tmp_path_factory):
     five = make_fake_dataset(tmp / "d5", "imagefolder", classes=5, per_class=2, seed=1).dataset
     code = _field(tmp / "store", tmp / "out5", five)
     assert code == 0
-    return {"tmp": tmp, "three": three, "five": five, "file5": _key(five).path(tmp / "store")}
+    other = make_fake_dataset(tmp / "o3", "imagefolder", classes=3, per_class=3, seed=5).dataset  # same names, 9 images
+    file3 = run_extraction(other, tmp / "o3.npz", model="mstta-tiny", pretrained="none", device="cpu", workers=0)
+    return {"tmp": tmp, "three": three, "five": five, "file5": _key(five).path(tmp / "store"), "other3": file3.path}
 
 
 def _field(store: Path, out: Path, dataset: str, capsys=None, *extra) -> int:
@@ -49,11 +52,11 @@ def _planted(world, tmp_path, how: str) -> Path:
     store = tmp_path / "store"
     path = _key(world["three"]).path(store)
     path.parent.mkdir(parents=True)
-    shutil.copy(world["file5"], path)
+    shutil.copy(world["other3" if how == "same-classes-other-listing" else "file5"], path)
     if how == "cut":
         data = path.read_bytes()
         path.write_bytes(data[: len(data) // 2])
-    elif how == "claims-the-asked-dataset":  # self-consistent: only its meta rewritten
+    elif how in ("claims-the-asked-dataset", "same-classes-other-listing"):  # self-consistent: its meta rewritten
         fs = load_features(path)
         meta = {**fs.meta, "dataset": world["three"]}
         save_features(path, fs.features, fs.text, fs.labels, fs.classnames, meta, dtype=np.float32)
@@ -66,6 +69,7 @@ def _planted(world, tmp_path, how: str) -> Path:
         ("cut", "not a valid .npz"),  # was zipfile.BadZipFile, exit 1
         ("another-dataset", "holds other features than its name says: dataset"),  # was used, exit 0
         ("claims-the-asked-dataset", "holds 5 classes (class_0, class_1, class_2), but"),  # was used, exit 0
+        ("same-classes-other-listing", "holds another stream of images than"),  # another shift's file
     ],
 )
 @pytest.mark.parametrize("command", ["field", "run"])

@@ -253,15 +253,22 @@ def check_stored(path: Path, key: FeatureKey, data_root: str | Path | None) -> N
     diff = [f"{k} {peek.meta[k]!r} (asked: {v!r})" for k, v in want.items() if k in peek.meta and peek.meta[k] != v]
     if diff:
         raise UserError(f"--store: {path} holds other features than its name says: {'; '.join(diff[:3])}; {fix}")
-    names = _split_classnames(key, data_root)
-    if names is None:
+    split = _split(key, data_root)
+    if split is None:
         return
-    got, classes = peek.classnames, peek.text[0]
+    names, got, classes = list(split.classnames), peek.classnames, peek.text[0]
     if classes != len(names) or (got is not None and got != names):
         shown = ", ".join((got or [])[:3]) or "no names"
         raise UserError(
             f"--store: {path} holds {classes} classes ({shown}), but {key.dataset} has {len(names)} "
             f"({', '.join(names[:3])}): another dataset's file; {fix}"
+        )
+    want_hash = _stream_hash(split, key, data_root) if "stream_hash" in peek.meta else None
+    if want_hash is not None and peek.meta["stream_hash"] != want_hash:
+        raise UserError(
+            f"--store: {path} holds another stream of images than {key.dataset}'s (its stream_hash "
+            f"{str(peek.meta['stream_hash'])[:16]!r}, the dataset's {want_hash!r}): the images changed or "
+            f"it is another dataset's file; {fix}"
         )
 
 
@@ -288,11 +295,22 @@ def stored_settings(key: FeatureKey) -> dict[str, Any]:
     return want
 
 
-def _split_classnames(key: FeatureKey, data_root: str | Path | None) -> list[str] | None:
-    """The dataset's class names when its split can be read here (else None: a store serves without its data)."""
+def _split(key: FeatureKey, data_root: str | Path | None):
+    """The dataset's split when it can be read here (else None: a store serves without its data)."""
     from ..data import load_split
 
     try:
-        return list(load_split(key.dataset, data_root, key.listing).classnames)
+        return load_split(key.dataset, data_root, key.listing)
     except UserError:
         return None
+
+
+def _stream_hash(split, key: FeatureKey, data_root: str | Path | None) -> str:
+    """The `stream_hash` an extraction of `key` writes (`mstta.extract.plan`): its ordered images and labels."""
+    from ..data import FOLDER_PREFIX
+    from ..extract import stream_hash, stream_order
+
+    order = stream_order(len(split), key.seed)[: key.limit]
+    folder = split.key.startswith(FOLDER_PREFIX)
+    base = Path(split.key[len(FOLDER_PREFIX) :]) if folder else Path(data_root or ".")
+    return stream_hash(split, order, base.expanduser())
