@@ -307,19 +307,18 @@ class FieldRun:
         return self._foreign[fkey]
 
     def precheck(self, backbone: Backbone, dataset: str) -> None:
-        """Bad text files, open settings a dataset cannot hold and a mixed-in stream that cannot be
-        read, before anything is written: one UserError for the whole run (not a warning for every
-        dataset that would mix it in, then the same error)."""
-        for fc in (fc for seed in self.cfg.seeds for fc in self.cells(dataset, backbone, seed)):
+        """Bad text files, open settings a dataset cannot hold, an unreadable mixed-in stream: before
+        anything is written, one UserError for the whole run (never a warning per dataset, then it)."""
+        cells = [fc for seed in self.cfg.seeds for fc in self.cells(dataset, backbone, seed)]
+        for fc in cells:
             self.foreign(fc)  # extracted or loaded once per seed and view kind, kept for the cells
         found = self.describe(backbone, dataset)
         if found is None:
             return
-        classnames, C, d = found
-        for name in {fc.text.name for seed in self.cfg.seeds for fc in self.cells(dataset, backbone, seed)}:
-            self.texts.check(name, classnames, C, d)
+        for name in {fc.text.name for fc in cells}:
+            self.texts.check(name, *found)
         if "withheld" in self.opts.open:
-            M.withheld_classes(C, 0)
+            M.withheld_classes(found[1], 0)
 
     def describe(self, backbone: Backbone, dataset: str) -> tuple[list[str] | None, int, int | None] | None:
         """(class names, C, d) of a dataset: from a stored feature file, else from its split (d
@@ -330,10 +329,9 @@ class FieldRun:
             path = fc.cell.fkey.path(self.cfg.store)
             if path.is_file():
                 try:  # a damaged file: its dataset is reported (one line naming it) when it is read
-                    peek = peek_features(path)
+                    return (peek := peek_features(path)).classnames, int(peek.text[0]), int(peek.text[1])
                 except UserError:
                     return None
-                return peek.classnames, int(peek.text[0]), int(peek.text[1])
         try:
             split = load_split(dataset, self.cfg.data_root, self.cfg.listing)
         except UserError:
