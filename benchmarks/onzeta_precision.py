@@ -31,12 +31,12 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import reference_onzeta as ref
 
-from mstta.config import EngineConfig
 from mstta.data.digits import SHIFTS, make_shifted_digits
-from mstta.extract import run_extraction
-from mstta.features import load_features
-from mstta.models import bundled_checkpoint
-from mstta.replay import replay
+from mstta.engine.config import EngineConfig
+from mstta.engine.replay import replay
+from mstta.features.extract import run_extraction
+from mstta.features.format import load_features
+from mstta.features.models import bundled_checkpoint
 
 
 def features(work: Path, shift: str):

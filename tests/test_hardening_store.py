@@ -14,9 +14,9 @@ import pytest
 from helpers_cli import run_bench
 from helpers_data import make_fake_dataset
 
-from mstta.benchmark.store import Backbone, FeatureKey
-from mstta.extract import run_extraction
-from mstta.features import load_features, save_features
+from mstta.bench.store import Backbone, FeatureKey
+from mstta.features.extract import run_extraction
+from mstta.features.format import load_features, save_features
 
 TINY = Backbone("mstta-tiny", "none")
 FIELD = ["--backbone", "mstta-tiny", "--device", "cpu", "--no-progress", "--orders", "1", "--methods", "zero-shot"]
@@ -150,8 +150,8 @@ def test_a_results_file_as_written_rebuilds_its_report(world, tmp_path, capsys):
 def test_a_shard_of_another_width_is_encoded_again(world, tmp_path, monkeypatch):
     """An extraction's shard with the right name, stamp and positions but features of another width
     (was a ValueError in the merge on resume) is discarded before encoding and encoded again."""
-    import mstta.extract as ex
-    import mstta.shards as shards
+    import mstta.features.extract as ex
+    import mstta.features.shards as shards
 
     real_savez, calls = np.savez, {"n": 0}
 

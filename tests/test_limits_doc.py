@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from mstta.engine.families import FAMILIES
 from mstta.errors import UserError
-from mstta.families import FAMILIES
 
 LIMITS = Path(__file__).resolve().parent.parent / "docs" / "limits.md"
 SUPERSCRIPT = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹", "0123456789")
