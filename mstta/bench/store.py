@@ -273,7 +273,7 @@ def check_stored(path: Path, key: FeatureKey, data_root: str | Path | None) -> N
 
 
 def stored_settings(key: FeatureKey) -> dict[str, Any]:
-    """What a stored file's meta must say for `key` (`mstta.extract.ExtractSettings`' names)."""
+    """What a stored file's meta must say for `key` (`mstta.features.extract_settings.ExtractSettings`' names)."""
     from ..data import resolve_key
 
     try:
@@ -306,7 +306,7 @@ def _split(key: FeatureKey, data_root: str | Path | None):
 
 
 def _stream_hash(split, key: FeatureKey, data_root: str | Path | None) -> str:
-    """The `stream_hash` an extraction of `key` writes (`mstta.extract.plan`): its ordered images and labels."""
+    """The `stream_hash` an extraction of `key` writes (`mstta.features.extract.plan`): ordered images, labels."""
     from ..data import FOLDER_PREFIX
     from ..features.extract import stream_hash, stream_order
 
