@@ -28,8 +28,6 @@ from .bundled import apply_bundled
 from .encoder import MAX_VIEWS
 from .prog import PROG
 
-DEFAULT_PRETRAINED = DEFAULT_TAG  # the model and its weights: named once, in mstta.features.models
-
 
 def integer(text: str) -> int:
     """argparse's `type=int` (same message), with a long value cut in its error line (e.g. 5,000 digits)."""
@@ -99,7 +97,7 @@ def _add_model_arguments(p: argparse.ArgumentParser) -> None:
     mod.add_argument("--model", help=f"open_clip architecture (default {DEFAULT_MODEL}; mstta-tiny for a test run)")
     mod.add_argument(
         "--pretrained",
-        help=f"open_clip pretrained tag, a checkpoint path, or none for random weights (default {DEFAULT_PRETRAINED})",
+        help=f"open_clip pretrained tag, a checkpoint path, or none for random weights (default {DEFAULT_TAG})",
     )
     mod.add_argument("--precision", choices=("fp32", "fp16", "bf16"), help="default fp16 on GPU, fp32 on CPU")
     mod.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
@@ -227,7 +225,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if note:
         print(f"{PROG}: {note}", file=sys.stderr, flush=True)
     args.model = DEFAULT_MODEL if args.model is None else args.model
-    args.pretrained = DEFAULT_PRETRAINED if args.pretrained is None else args.pretrained
+    args.pretrained = DEFAULT_TAG if args.pretrained is None else args.pretrained
     return args
 
 

@@ -145,8 +145,8 @@ def _loss(img: torch.Tensor, txt: torch.Tensor, labels: torch.Tensor, scale: tor
 
 def train(seed: int, epochs: int = 60, batch: int = 128, lr: float = 2e-3):
     """Train mstta-digits from scratch on the train split; returns the loaded ClipModel (eval mode)."""
-    from mstta.features.models import load_clip
     from mstta.data.templates import fill
+    from mstta.features.models import load_clip
 
     torch.manual_seed(seed)
     logging.disable(logging.WARNING)  # its "RANDOM weights" warning: true, and the point here

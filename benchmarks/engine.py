@@ -402,7 +402,8 @@ def part_memory(args) -> dict:
     return json.loads(done.stdout)
 
 
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
+    """The command line (its flags, in one table)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--classes", type=int, default=1000)
     ap.add_argument("--dim", type=int, default=512)
@@ -436,6 +437,11 @@ def main() -> None:
         help="methods part: time budget per method's online run (default 10; a slower method replays a shorter prefix)",
     )
     ap.add_argument("--child-long-stream", action="store_true", help=argparse.SUPPRESS)
+    return ap
+
+
+def main() -> None:
+    ap = _parser()
     args = ap.parse_args()
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():

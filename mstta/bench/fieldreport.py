@@ -81,7 +81,8 @@ REPORT_COLUMNS = (
 )
 
 
-def write_csv(path: Path, runs: Sequence[dict[str, Any]]) -> None:
+def write_field_csv(path: Path, runs: Sequence[dict[str, Any]]) -> None:
+    """The field table's results.csv: its CSV_COLUMNS, the marks joined."""
     with atomic_open(path, "w", encoding="utf-8") as fh:
         w = csv.writer(fh, lineterminator="\n")
         w.writerow(CSV_COLUMNS)
@@ -270,7 +271,7 @@ def write_field_reports(out: Path, plots: bool = True) -> Path:
     """Rebuild results.csv, the plots and report.md from the field's results.json."""
     store = ResultsStore(out / FIELD_FILE, FIELD_KEY)
     runs = sorted(store.runs, key=lambda r: tuple(str(r.get(k)) for k in FIELD_KEY))
-    write_csv(out / "results.csv", runs)
+    write_field_csv(out / "results.csv", runs)
     pngs: list[Path] = []
     if plots and runs:
         from .fieldplots import field_plots

@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 import torch
 
 from ..checks import check_seed
@@ -40,6 +39,7 @@ from .context import (
     redundant,
 )
 from .memory import MemoryMeter
+from .metrics import accuracy
 from .results import predictions_path, save_predictions
 from .store import Backbone, FeatureKey, Models, ensure_features, resolve_backbone, resolved_precision, weights_status
 
@@ -121,11 +121,6 @@ def zero_shot_accuracy(fs: FeatureSet) -> float:
     f0 = fs.features if fs.features.dim() == 2 else fs.features[:, 0]
     pred = (f0.float() @ fs.text.T).argmax(-1).numpy()
     return accuracy(pred, fs.labels)
-
-
-def accuracy(pred: np.ndarray, labels: np.ndarray) -> float:
-    known = labels >= 0
-    return float((pred[known] == labels[known]).mean() * 100)
 
 
 def replay_cell(

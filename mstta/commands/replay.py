@@ -229,8 +229,9 @@ def search_on_labels(fs: FeatureSet, method: str, engine_cfg, device, out: Path 
         _, p_text, p_mem = dmn.replay_parts(
             torch.nn.functional.normalize(feats, dim=-1),
             torch.nn.functional.normalize(text.to(dtype), dim=-1),
-            engine_cfg,
-            mean_shift=row.mean_shift,
+            engine_cfg.dmn,
+            engine_cfg.logit_scale,
+            engine_cfg.shift_settings() if row.mean_shift else None,
         )
     weight, acc = dmn.search_weight(p_text, p_mem, fs.labels)
     engine_cfg.dmn.weight = weight

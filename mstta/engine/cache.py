@@ -159,6 +159,17 @@ def write_rows(dst: torch.Tensor, at: torch.Tensor, ok: torch.Tensor | None, new
     flat.index_copy_(0, at, new)
 
 
+@dataclass(frozen=True)
+class ShiftSettings:
+    """What a `+ms` row's mean shift reads of `EngineConfig` (`EngineConfig.shift_settings()`): k,
+    alpha, ms_steps and the bank's bound (None = unbounded)."""
+
+    k: int
+    alpha: float
+    steps: int
+    bank_size: int | None
+
+
 class FeatureBank:
     """One stream's earlier raw features (§4.1), FIFO past `bank_size` rows, in the classifier's
     dtype: directions and norms, as `Bank` keeps them, and each row's sample index."""
@@ -168,6 +179,11 @@ class FeatureBank:
         self.norm = torch.ones(rows, dtype=dtype, device=device)
         self.time = torch.zeros(rows, dtype=torch.long, device=device)
         self.count = 0  # features appended since the reset
+
+    @classmethod
+    def for_settings(cls, s: ShiftSettings, dim: int, dtype: torch.dtype, device: torch.device) -> FeatureBank:
+        """An empty bank of `s.bank_size` rows (unbounded: UNBOUNDED_START, doubled when full)."""
+        return cls(s.bank_size if s.bank_size is not None else UNBOUNDED_START, dim, dtype, device)
 
     def fill(self, bounded: bool) -> int:
         return min(self.count, self.dirs.shape[0]) if bounded else self.count
@@ -184,14 +200,14 @@ class FeatureBank:
         self.time[at] = self.count
         self.count += 1
 
-    def shift(self, v: torch.Tensor, k: int, alpha: float, steps: int, bounded: bool) -> torch.Tensor:
-        """Mean shift of rows v [n, d] toward their k nearest bank features, Eq. (9)-(11), `steps`
+    def shift(self, v: torch.Tensor, s: ShiftSettings) -> torch.Tensor:
+        """Mean shift of rows v [n, d] toward their k nearest bank features, Eq. (9)-(11), `s.steps`
         times; the identity at alpha = 0 (exactly: MS's normalisation would otherwise rescale a
         view mean) and before any earlier sample."""
-        n = self.fill(bounded)
-        if n == 0 or alpha == 0:
+        n = self.fill(s.bank_size is not None)
+        if n == 0 or s.alpha == 0:
             return v
         dirs, norm, age = self.dirs[:n], self.norm[:n], self.time[:n]
-        for _ in range(steps):
-            v = Fn.shift_by_sims(v, v @ dirs.T, dirs, norm, age, k, alpha, masked=False)
+        for _ in range(s.steps):
+            v = Fn.shift_by_sims(v, v @ dirs.T, dirs, norm, age, s.k, s.alpha, masked=False)
         return v

@@ -1,5 +1,6 @@
-"""The state of S independent streams and their step, batched over streams: the one implementation
-behind `Engine` (S = 1) and `MultiEngine` (S streams).
+"""The cache family's runner: the state of S independent streams and their step (Alg. 1), batched
+over streams, behind `Engine` (S = 1) and `MultiEngine` (S streams) of a cache-family method; the
+sibling of `family_runner.FamilyStreams` under `runner.Runner`.
 
 The whole state (bank, caches, a sample counter per stream) lives on the device and a step never
 waits on the host (no `.item()`, no branch on a tensor's value; BoostAdapter's per-view cache
@@ -25,33 +26,28 @@ from .cache import UNBOUNDED_START, Bank, Cache
 from .cache_rules import entropy_gate_t
 from .config import EngineConfig
 from .families import view_aggregator
-from .methods import Method, get_method
+from .families.base import Method
+from .runner import Runner
 
 log = logging.getLogger(__name__)
 
 RECORDS = ("bank", "pos", "neg")
 
 
-class Streams:
-    """S streams of one method and config over one text classifier, stepped together."""
+class Streams(Runner):
+    """S streams of one cache-family method and config over one text classifier, stepped together."""
 
     def __init__(
         self,
         text: torch.Tensor,
-        method: str | Method,
+        method: Method,
         config: EngineConfig | None,
         device: str | torch.device | None,
         cuda_graph: bool | None,
         streams: int,
-        stream_length: int | None = None,
+        stream_length: int | None = None,  # other families' schedules; the cache family needs none
     ):
-        self.method = get_method(method) if isinstance(method, str) else method  # stream_length: other families
-        self.config = config if config is not None else EngineConfig()
-        text = torch.as_tensor(text)
-        if text.dim() != 2 or text.shape[0] < 2:
-            raise UserError(f"text classifier must be [C, d] with C >= 2 classes, got shape {tuple(text.shape)}")
-        self.text = Fn.normalize(text.to(device=device or text.device, dtype=torch.float32))
-        self.streams = streams
+        super().__init__(text, method, config, device, streams)
         can_graph = (
             self.device.type == "cuda"
             and self.config.bank_size is not None
@@ -66,19 +62,6 @@ class Streams:
             )
         self.cuda_graph = can_graph if cuda_graph is None else bool(cuda_graph)
         self._graph_required = bool(cuda_graph)
-        self.reset()
-
-    @property
-    def num_classes(self) -> int:
-        return self.text.shape[0]
-
-    @property
-    def dim(self) -> int:
-        return self.text.shape[1]
-
-    @property
-    def device(self) -> torch.device:
-        return self.text.device
 
     # ------------------------------------------------------------------ state
     def reset(self, stream: int | None = None) -> None:
@@ -172,7 +155,7 @@ class Streams:
                 mine[k].copy_(v)
 
     # ------------------------------------------------------------------ step
-    def _run(self, x: torch.Tensor, active: np.ndarray | None):
+    def run(self, x: torch.Tensor, active: np.ndarray | None):
         """One step of every stream (the skipped ones' state untouched): x [S, V, d] float32 on the
         device, active [S] bool on the host (None = all) -> (logits, clip, H, query), [S, ...]."""
         ok = None if active is None else torch.as_tensor(active).to(self.device, non_blocking=True)

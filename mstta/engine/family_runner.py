@@ -26,17 +26,17 @@ from ..safety import check_memory, human_bytes
 from ..threads import small_ops
 from . import functional as Fn
 from .cache import UNBOUNDED_START, FeatureBank
-from .cache_runner import Streams
 from .config import EngineConfig
 from .families import get_family
 from .families.base import Method, StepOut
+from .runner import Runner
 
 
 def _identity(v: torch.Tensor) -> torch.Tensor:
     return v
 
 
-class FamilyStreams(Streams):
+class FamilyStreams(Runner):
     """S streams of one family method (the `Engine`/`MultiEngine` of a non-cache method)."""
 
     def __init__(
@@ -49,14 +49,8 @@ class FamilyStreams(Streams):
         streams: int,
         stream_length: int | None = None,
     ):
-        self.method = method
-        self.config = config if config is not None else EngineConfig()
-        text = torch.as_tensor(text)
-        if text.dim() != 2 or text.shape[0] < 2:
-            raise UserError(f"text classifier must be [C, d] with C >= 2 classes, got shape {tuple(text.shape)}")
-        dtype = torch.float64 if text.dtype == torch.float64 else torch.float32
-        self.text = Fn.normalize(text.to(device=device or text.device, dtype=dtype))
-        self.streams = streams
+        wide = torch.as_tensor(text).dtype == torch.float64
+        super().__init__(text, method, config, device, streams, torch.float64 if wide else torch.float32)
         if cuda_graph:
             raise UserError(
                 f"cuda_graph=True: {method.title} runs eagerly (only the cache family's step is "
@@ -67,7 +61,6 @@ class FamilyStreams(Streams):
         if stream_length is not None:
             int_in(stream_length, "stream_length", 1, extra=" or None")
         self.stream_length = stream_length
-        self.reset()
 
     @property
     def family(self):
@@ -78,7 +71,7 @@ class FamilyStreams(Streams):
     def reset(self, stream: int | None = None) -> None:
         """Forget everything adapted so far, of every stream (memory checked first) or of one."""
         if stream is not None:
-            self.states[stream] = self.family.init(self.text, self.config, self.stream_length)
+            self.states[stream] = self._init()
             self.banks[stream] = self._bank()
             self.seen[stream] = 0
             return
@@ -86,14 +79,21 @@ class FamilyStreams(Streams):
         self.graphs: dict[int, Any] = {}
         self.bank = self.pos = self.neg = None  # the cache family's records: none here
         self.seen = np.zeros(self.streams, dtype=np.int64)
-        self.states = [self.family.init(self.text, self.config, self.stream_length) for _ in range(self.streams)]
+        self.states = [self._init() for _ in range(self.streams)]
         self.banks = [self._bank() for _ in range(self.streams)]
+
+    @property
+    def params(self):
+        """The family's own hyperparameters (its section of the config)."""
+        return self.config.family_params(self.method.family)
+
+    def _init(self) -> dict[str, torch.Tensor]:
+        return self.family.init(self.text, self.params, self.config.logit_scale, self.stream_length)
 
     def _bank(self) -> FeatureBank | None:
         if not self.method.mean_shift:
             return None
-        rows = self.config.bank_size if self.config.bank_size is not None else UNBOUNDED_START
-        return FeatureBank(rows, self.dim, self.text.dtype, self.device)
+        return FeatureBank.for_settings(self.config.shift_settings(), self.dim, self.text.dtype, self.device)
 
     def _check_family_memory(self) -> None:
         check_family_memory(self.method, self.config, self.text, self.streams, self.device)
@@ -119,20 +119,23 @@ class FamilyStreams(Streams):
         bank = self.banks[s]
         if bank is None:
             return _identity
-        cfg = self.config
-        return lambda v: bank.shift(v, cfg.k, cfg.alpha, cfg.ms_steps, cfg.bank_size is not None)
+        settings = self.config.shift_settings()
+        return lambda v: bank.shift(v, settings)
 
-    def _run(self, x: torch.Tensor, active: np.ndarray | None):
+    def run(self, x: torch.Tensor, active: np.ndarray | None):
         """One step of every stepping stream: x [S, V, d] on the device -> (scores, clip, H,
         feature, probs), [S, ...] (a skipped stream's rows are zeros)."""
         outs: list[StepOut | None] = []
+        params = self.params
         with small_ops(self.device):
             for s in range(self.streams):
                 if active is not None and not active[s]:
                     outs.append(None)
                     continue
                 xs = x[s] if self.method.augment is not None or self.config.view_mode != "original" else x[s][:1]
-                out = self.family.step(self.states[s], Fn.normalize(xs), self.text, self.config, self._shifter(s))
+                out = self.family.step(
+                    self.states[s], Fn.normalize(xs), self.text, params, self.config.logit_scale, self._shifter(s)
+                )
                 if self.banks[s] is not None:
                     self.banks[s].append(out.feature, self.config.bank_size is not None)
                 outs.append(out)
@@ -147,10 +150,10 @@ class FamilyStreams(Streams):
 def check_family_memory(method, cfg, text: torch.Tensor, streams: int, device: torch.device) -> None:
     """Refuse, before anything is allocated, a family's state (`state_bytes`, S streams, the `+ms`
     bank) above 80% of this machine's memory (and of the GPU's on CUDA): the one bound of its
-    settings, whether the stream is stepped or replayed vectorised (`mstta.replay`)."""
+    settings, whether the stream is stepped or replayed vectorised (`mstta.engine.replay`)."""
     family = get_family(method.family)
     (C, d), S, item = text.shape, streams, text.element_size()
-    state = S * family.state_bytes(C, d, cfg) * item // 4
+    state = S * family.state_bytes(C, d, cfg.family_params(method.family)) * item // 4
     rows = (cfg.bank_size if cfg.bank_size is not None else UNBOUNDED_START) if method.mean_shift else 0
     bank = S * rows * (d + 2) * item
     per = f" per stream, {S} streams" if S > 1 else ""

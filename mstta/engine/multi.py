@@ -20,11 +20,9 @@ import torch
 
 from ..checks import int_in
 from ..errors import UserError
-from .cache_runner import Streams
 from .config import EngineConfig
-from .engine import StepResult, _family_class
-from .family_runner import FamilyStreams
-from .methods import Method, get_method
+from .engine import Front, StepResult, make_runner
+from .methods import Method
 
 
 @dataclass
@@ -57,7 +55,7 @@ class MultiStepResult:
         )
 
 
-class MultiEngine(Streams):
+class MultiEngine(Front):
     """`streams` independent engines of one method, config and text classifier, stepped together.
 
     `step(features, active=None)`: features `[S, d]` or `[S, V, d]` (one sample per stream, the
@@ -65,9 +63,6 @@ class MultiEngine(Streams):
     stream that skips this step; `active` ([S] bools) skips streams of a stacked input. A skipped
     stream's state and sample count do not move. `reset(stream=s)` empties one stream.
     """
-
-    def __new__(cls, *args, **kwargs):
-        return super().__new__(_family_class(cls, MultiEngine, _FamilyMultiEngine, *args, **kwargs))
 
     def __init__(
         self,
@@ -80,34 +75,27 @@ class MultiEngine(Streams):
         stream_length: int | None = None,
     ):
         int_in(streams, "streams", 1)
-        super().__init__(
-            text,
-            get_method(method) if isinstance(method, str) else method,
-            config,
-            device,
-            cuda_graph,
-            streams,
-            stream_length,
-        )
+        self.runner = make_runner(text, method, config, device, cuda_graph, streams, stream_length)
+        self.reset()
 
     @property
     def n_seen(self) -> np.ndarray:
         """Samples stepped by each stream since its last reset, [S]."""
-        return self.seen.copy()
+        return self.runner.seen.copy()
 
     def bank_len(self, stream: int) -> int:
         """Raw features in one stream's bank."""
-        return self._fill(stream)
+        return self.runner._fill(stream)
 
     @torch.inference_mode()
     def step(self, features, active: Sequence[bool] | np.ndarray | None = None) -> MultiStepResult:
         """Adapt every stepping stream to its sample and predict it (see the class doc)."""
         x, act = self._stack(features, active)
-        logits, clip, h, q, *probs = self._run(x, None if act.all() else act)
+        logits, clip, h, q, *probs = self.runner.run(x, None if act.all() else act)
         return MultiStepResult(logits, clip, h, q, act, *probs)
 
     def _stack(self, features, active) -> tuple[torch.Tensor, np.ndarray]:
-        S, d = self.streams, self.dim
+        S, d = self.runner.streams, self.runner.dim
         if isinstance(features, (list, tuple)):
             if len(features) != S:
                 raise UserError(f"got {len(features)} samples for {S} streams")
@@ -134,8 +122,4 @@ class MultiEngine(Streams):
             act = act & np.asarray(active, dtype=bool).reshape(S)
         if not act.any():
             raise UserError("every stream skips this step: pass at least one active stream")
-        return x.to(self.device, self.text.dtype), act
-
-
-class _FamilyMultiEngine(MultiEngine, FamilyStreams):
-    """A `MultiEngine` whose method belongs to a family of `mstta.engine.families`."""
+        return x.to(self.runner.device, self.runner.text.dtype), act

@@ -98,9 +98,9 @@ def _replay_family(feats, text, m, cfg, dev, online):
     if not online and not m.mean_shift and hasattr(family, "replay"):
         t = torch.as_tensor(text)
         dtype = torch.float64 if t.dtype == torch.float64 else torch.float32
-        t = Fn.normalize(t.to(dev, dtype))
-        check_family_memory(m, cfg, t, 1, torch.device(dev))  # the bound `Engine` checks: one for both paths
-        out = family.replay(Fn.normalize(feats.to(dtype)), t, cfg)
+        x, unit = Fn.normalize(feats.to(dtype)), Fn.normalize(t.to(dev, dtype))
+        check_family_memory(m, cfg, unit, 1, torch.device(dev))  # the bound `Engine` checks: one for both paths
+        out = family.replay(x, unit, cfg.family_params(m.family), cfg.logit_scale)
         return out.scores, out.clip, out.entropy, out.probs
     engine = Engine(text, m, cfg, device=dev, stream_length=max(1, feats.shape[0]))
     rows = [engine.step(x) for x in feats]

@@ -113,18 +113,18 @@ DATASET_PARAMS: dict[str, dict] = {
 }
 
 
-def state_bytes(C: int, d: int, cfg) -> int:
+def state_bytes(C: int, d: int, p: Params) -> int:
     """Bytes of one stream's state at float32: W_g and the cache keys [C, d], the cache [C, Q, d]
     and its entropies [C, Q], the prototype norms [C] and the average count."""
-    Q = cfg.dpe.capacity
+    Q = p.capacity
     return 4 * (C * d * (2 + Q) + C * (Q + 1)) + 8
 
 
-def init(text: torch.Tensor, cfg, length: int | None) -> dict[str, torch.Tensor]:
+def init(text: torch.Tensor, p: Params, logit_scale: float, length: int | None) -> dict[str, torch.Tensor]:
     """A fresh stream: W_g = the text (run_test_dpe `clip_weights_global = clip_weights.clone()`),
     an empty cache (+inf entropies), no average yet."""
     C, d = text.shape
-    Q = cfg.dpe.capacity
+    Q = p.capacity
     wg = text.clone()
     return {
         "wg": wg,
@@ -224,9 +224,9 @@ def insert(state: dict, c: int, key: torch.Tensor, h: float, capacity: int) -> N
     state["keys"][c] = k
 
 
-def step(state: dict, x: torch.Tensor, text: torch.Tensor, cfg, shift) -> StepOut:
+def step(state: dict, x: torch.Tensor, text: torch.Tensor, p: Params, logit_scale: float, shift) -> StepOut:
     """One sample of run_test_dpe (module doc, steps 1-4); updates `state` in place."""
-    p, scale = cfg.dpe, cfg.logit_scale
+    scale = logit_scale
     log2c = math.log2(text.shape[0])
     wg, wnorm = state["wg"], state["wnorm"]
     f, l, h = confident(x, wg, scale / wnorm, p.ratio)  # under W' = normalise(W_g)
