@@ -799,3 +799,19 @@ def test_any_finite_scale_gives_the_unit_scale_predictions(tmp_path, capsys, fea
 
 def test_machine_memory_is_known():
     assert machine_memory() > 0
+
+
+@pytest.mark.parametrize("online", [False, True], ids=["vectorised", "online"])
+@pytest.mark.parametrize("memory_size,refused", [(4096, True), (50, False)])
+def test_dmn_memory_has_one_bound_for_both_replays(tmp_path, capsys, monkeypatch, online, memory_size, refused):
+    """Issue 32 point 5: dmn-zs's memory (memory_size x C x d floats) that `--online` refuses was
+    accepted by the vectorised replay; now both refuse it in the same line, before replaying."""
+    f = _feats(tmp_path)
+    state = 4 * C * 4096 * (D + 1) + 8 * C  # dmn.state_bytes at memory_size 4096: 590 KB
+    monkeypatch.setattr("mstta.safety.machine_memory", lambda: int(state / 2 / 0.8))  # half of it fits
+    argv = ["--features", f, "--method", "dmn-zs", "--set", f"dmn.memory_size={memory_size}"]
+    code, _, err, _ = run_case(tmp_path, capsys, argv + (["--online"] if online else []))
+    if refused:
+        assert code == 2 and err.count("\n") == 1 and "DMN-ZS's state (590 KB for C = 4, d = 8) needs" in err, err
+    else:
+        assert code == 0, err

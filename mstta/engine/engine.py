@@ -91,7 +91,7 @@ class Front:
     runner: Runner
 
     def __getattr__(self, name: str):
-        if name == "runner":  # not set yet (copying, unpickling): no runner to read through
+        if name == "runner" or name.startswith("__"):  # no runner yet (copying, unpickling); no protocol
             raise AttributeError(name)
         return getattr(self.runner, name)
 

@@ -108,19 +108,7 @@ class FamilyStreams(Runner):
         return FeatureBank.for_settings(self.config.shift_settings(), self.dim, self.text.dtype, self.device)
 
     def _check_family_memory(self) -> None:
-        cfg, C, d, S = self.config, self.num_classes, self.dim, self.streams
-        item = self.text.element_size()
-        state = S * self.family.state_bytes(C, d, self.params) * item // 4
-        rows = (cfg.bank_size if cfg.bank_size is not None else UNBOUNDED_START) if self.method.mean_shift else 0
-        bank = S * rows * (d + 2) * item
-        per = f" per stream, {S} streams" if S > 1 else ""
-        what = f"{self.method.title}'s state ({human_bytes(state)} for C = {C}, d = {d}{per}"
-        what += f"; bank {rows} x {d} dims (bank_size))" if bank else ")"
-        check_memory(state + bank, what)
-        if self.device.type == "cuda":
-            have = torch.cuda.get_device_properties(self.device).total_memory
-            if state + bank > 0.8 * have:
-                raise UserError(f"{what} needs {human_bytes(state + bank)}; this GPU has {human_bytes(have)}; lower it")
+        check_family_memory(self.method, self.config, self.text, self.streams, self.device)
 
     def _fill(self, s: int) -> int:
         b = self.banks[s]
@@ -193,3 +181,22 @@ class FamilyStreams(Runner):
             torch.stack([o[i] if o is not None else torch.zeros_like(like[i]) for o in outs])
             for i in range(len(StepOut._fields))
         )
+
+
+def check_family_memory(method, cfg, text: torch.Tensor, streams: int, device: torch.device) -> None:
+    """Refuse, before anything is allocated, a family's state (`state_bytes`, S streams, the `+ms`
+    bank) above 80% of this machine's memory (and of the GPU's on CUDA): the one bound of its
+    settings, whether the stream is stepped or replayed vectorised (`mstta.engine.replay`)."""
+    family = get_family(method.family)
+    (C, d), S, item = text.shape, streams, text.element_size()
+    state = S * family.state_bytes(C, d, cfg.family_params(method.family)) * item // 4
+    rows = (cfg.bank_size if cfg.bank_size is not None else UNBOUNDED_START) if method.mean_shift else 0
+    bank = S * rows * (d + 2) * item
+    per = f" per stream, {S} streams" if S > 1 else ""
+    what = f"{method.title}'s state ({human_bytes(state)} for C = {C}, d = {d}{per}"
+    what += f"; bank {rows} x {d} dims (bank_size))" if bank else ")"
+    check_memory(state + bank, what)
+    if device.type == "cuda":
+        have = torch.cuda.get_device_properties(device).total_memory
+        if state + bank > 0.8 * have:
+            raise UserError(f"{what} needs {human_bytes(state + bank)}; this GPU has {human_bytes(have)}; lower it")

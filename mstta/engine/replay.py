@@ -28,6 +28,7 @@ from .config import EngineConfig
 from .engine import Engine
 from .families import get_family, view_aggregator
 from .families.base import CACHE
+from .family_runner import check_family_memory
 from .forget import stream_cuts, timeliness_slot
 from .methods import Method, get_method
 
@@ -118,6 +119,7 @@ def _replay_family(feats, text, m, cfg, dev, online):
         t = torch.as_tensor(text)
         dtype = torch.float64 if t.dtype == torch.float64 else torch.float32
         x, unit = Fn.normalize(feats.to(dtype)), Fn.normalize(t.to(dev, dtype))
+        check_family_memory(m, cfg, unit, 1, torch.device(dev))  # the bound `Engine` checks: one for both paths
         out = family.replay(x, unit, cfg.family_params(m.family), cfg.logit_scale)
         return out.scores, out.clip, out.entropy, out.probs, None
     engine = Engine(text, m, cfg, device=dev, stream_length=max(1, feats.shape[0]))
