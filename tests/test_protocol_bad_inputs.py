@@ -76,6 +76,8 @@ def _sub(token: str, world) -> str:
 
 
 RUN = ["--datasets", "dtd", "--backbone", "mstta-tiny", "--no-progress", "--fps-samples", "0"]
+FIELD = ["field", "--data-root", "DATA", *RUN[:-2], "--out", "T/r", "--store", "T/st", "--text", "cupl"]
+FIELD_USER = [*FIELD[:-1], "user", "--text-classifier"]
 CASES = [
     # (id, argv, expected in the one stderr line)
     ("extract-out-fifo", ["extract", "--dataset", "PHOTOS", *TINY, "--out", "T/fifo.npz"], "--out"),
@@ -243,6 +245,12 @@ CASES = [
         ],
         "--device meta: holds no data",
     ),
+    # issue 32 point 5: a prompt file that exists but is no regular file says what it is
+    ("field-cupl-dev-zero", [*FIELD, "--cupl", "/dev/zero"], "--cupl /dev/zero: is a device, not a regular file"),
+    ("field-cupl-fifo", [*FIELD, "--cupl", "T/fifo.npz"], "fifo.npz: is a FIFO, not a regular file"),
+    ("field-cupl-folder", [*FIELD, "--cupl", "T/dir.png"], "dir.png: is a folder, not a regular file"),
+    ("field-cupl-missing", [*FIELD, "--cupl", "T/none.json"], "none.json: file not found; pass a CuPL"),
+    ("field-user-fifo", [*FIELD_USER, "T/fifo.png"], "fifo.png: is a FIFO, not a regular file"),
 ]
 
 

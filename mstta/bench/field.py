@@ -23,7 +23,7 @@ from ..checks import int_in
 from ..engine.methods import get_method
 from ..engine.protocol import clip_path
 from ..errors import UserError
-from ..features.format import FeatureSet
+from ..features.format import FeatureSet, peek_features
 from . import metrics as M
 from . import paper
 from .context import BenchmarkConfig, Cell, Row, RunContext, cell_fingerprint, dataset_config, load_stream, protocol
@@ -225,16 +225,18 @@ class FieldRun:
         return self._foreign[fkey]
 
     def precheck(self, backbone: Backbone, dataset: str) -> None:
-        """Bad text files and open settings a dataset cannot hold, before anything is written: one
-        UserError for the whole run (not a skipped dataset)."""
+        """Bad text files, open settings a dataset cannot hold, an unreadable mixed-in stream: before
+        anything is written, one UserError for the whole run (never a warning per dataset, then it)."""
+        cells = [fc for seed in self.cfg.seeds for fc in self.cells(dataset, backbone, seed)]
+        for fc in cells:
+            self.foreign(fc)  # extracted or loaded once per seed and view kind, kept for the cells
         found = self.describe(backbone, dataset)
         if found is None:
             return
-        classnames, C, d = found
-        for name in {fc.text.name for seed in self.cfg.seeds for fc in self.cells(dataset, backbone, seed)}:
-            self.texts.check(name, classnames, C, d)
+        for name in {fc.text.name for fc in cells}:
+            self.texts.check(name, *found)
         if "withheld" in self.opts.open:
-            M.withheld_classes(C, 0)
+            M.withheld_classes(found[1], 0)
 
     def describe(self, backbone: Backbone, dataset: str) -> tuple[list[str] | None, int, int | None] | None:
         """(class names, C, d) of a dataset: from a stored feature file, else from its split (d
@@ -244,11 +246,9 @@ class FieldRun:
         for fc in self.cells(dataset, backbone, self.cfg.seeds[0]):
             path = fc.cell.fkey.path(self.cfg.store)
             if path.is_file():
-                try:
-                    with np.load(path, allow_pickle=False) as z:
-                        names = [str(c) for c in z["classnames"]] if "classnames" in z.files else None
-                        return names, int(z["text"].shape[0]), int(z["text"].shape[1])
-                except (OSError, ValueError, KeyError):
+                try:  # a damaged file: its dataset is reported (one line naming it) when it is read
+                    return (peek := peek_features(path)).classnames, int(peek.text[0]), int(peek.text[1])
+                except UserError:
                     return None
         try:
             split = load_split(dataset, self.cfg.data_root, self.cfg.listing)

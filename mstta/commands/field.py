@@ -127,6 +127,7 @@ def options(args: argparse.Namespace):
     from ..bench.field import FieldOptions
     from ..bench.runner import parse_datasets
     from ..bench.textsets import parse_text_sets
+    from ..safety import check_input_file
 
     opens = () if args.open.strip() == "none" else tuple(s.strip() for s in args.open.split(","))
     mix = None
@@ -138,9 +139,12 @@ def options(args: argparse.Namespace):
     texts = parse_text_sets(args.text)
     cupl = Path(args.cupl).expanduser() if args.cupl else None
     user = Path(args.text_classifier).expanduser() if args.text_classifier else None
-    for flag, path in (("--cupl", cupl), ("--text-classifier", user)):
-        if path is not None and not path.is_file():
-            raise UserError(f"{flag} {path}: file not found")
+    for flag, path, expected in (
+        ("--cupl", cupl, "a CuPL JSON file {class name: [prompts]}"),
+        ("--text-classifier", user, "a .npy file holding a [C, d] float array"),
+    ):
+        if path is not None:
+            check_input_file(flag, path, expected)
     if "cupl" in texts and cupl is None:
         raise UserError("--text cupl needs --cupl FILE.json (CuPL prompts {class name: [prompts]})")
     if "user" in texts and user is None:

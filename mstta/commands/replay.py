@@ -80,9 +80,11 @@ def summarise(fs: FeatureSet, result: ReplayResult, method: str, engine_cfg) -> 
         "protocol": describe(method, engine_cfg, int(fs.num_views), fs.meta.get("augment"), "the file's (peer)"),
         "zero_shot_label": clip_label(method, engine_cfg, int(fs.num_views)),
     }
-    marks = get_method(method).marks  # e.g. "not training-free": printed wherever the row is
+    marks = get_method(method).marks + engine_cfg.forget.marks  # e.g. "not training-free": wherever the row is
     if marks:
         out["marks"] = marks
+    if result.cuts is not None:  # forget's resets: the samples each one came before (mstta.engine.forget)
+        out["cuts"] = [int(i) for i in result.cuts.nonzero()[0]]
     if fs.labels is not None and (fs.labels >= 0).any():
         known = fs.labels >= 0
         out["labelled"] = int(known.sum())
@@ -130,6 +132,8 @@ def _rows(fs: FeatureSet, result: ReplayResult, mark: str | None = None):
             row["label"] = int(fs.labels[i])
         if mark is not None:
             row["label_tuned"] = mark
+        if result.cuts is not None:
+            row["cut"] = bool(result.cuts[i])
         yield row
 
 

@@ -16,12 +16,14 @@ from ..checks import check_num as _num
 from .cache import ShiftSettings
 from .families import CACHE, FAMILIES, BcaParams, DmnParams, DotaParams, DpeParams, MtaParams, OnzetaParams, ZeroParams
 from .families.cache import Params as CacheParams
+from .forget import ForgetConfig
 
 # Every dataset of the paper has fewer test samples (ImageNet-Sketch, the largest, 50,889), so
 # benchmark results equal the unbounded bank's bit for bit, while an endless stream (a webcam)
 # keeps flat memory and a flat step time.
 DEFAULT_BANK_SIZE = 65_536
 FAMILY_SECTIONS = tuple(n for n in FAMILIES if n != CACHE)  # EngineConfig's family sections, one per module
+SECTIONS = (*FAMILY_SECTIONS, "forget")  # EngineConfig's sections (--set SECTION.KEY=VALUE)
 # How a multi-view sample becomes one query: TDA's confident views, view 0, or a family's own view
 # combination (ZERO's voters, MTA's mode: combinations no paper reports for the cache methods).
 VIEW_MODES = ("confident", "original", *(n for n, f in FAMILIES.items() if hasattr(f, "aggregate")))
@@ -78,6 +80,8 @@ class EngineConfig:
     onzeta: OnzetaParams = field(default_factory=OnzetaParams)
     bca: BcaParams = field(default_factory=BcaParams)
     dpe: DpeParams = field(default_factory=DpeParams)
+    # Forgetting on streams (`--set forget.rule=timeliness`; mstta.engine.forget, docs/engine.md "Forgetting").
+    forget: ForgetConfig = field(default_factory=ForgetConfig)
 
     def __post_init__(self) -> None:
         _int(self, "k", 1, MAX_K)

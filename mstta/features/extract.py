@@ -349,7 +349,7 @@ def _extract(
         t0 = time.perf_counter()  # images/s: encoding and merging only
         work = out_path.parent / hidden_name(out_path.name, ".work")
         if dist.rank == 0:
-            _prepare_shards(work, out_path, s, enc.shard_size, len(order))
+            _prepare_shards(work, out_path, s, enc.shard_size, len(order), int(text.shape[-1]))
         dist.barrier()
         encoded = _encode_missing(clip, split, order, work, s, enc, dist)
         dist.barrier()
@@ -363,12 +363,13 @@ def _extract(
     return kept, skipped, encoded, time.perf_counter() - t0
 
 
-def _prepare_shards(work: Path, out_path: Path, s: ExtractSettings, shard_size: int, n: int) -> None:
-    """Rank 0, before any encoding: sweep dead writers' leftovers, ready the work folder, drop bad shards."""
+def _prepare_shards(work: Path, out_path: Path, s: ExtractSettings, shard_size: int, n: int, dim: int) -> None:
+    """Rank 0, before any encoding: sweep dead writers' leftovers, ready the work folder, drop bad
+    shards (of another width than the model's `dim` too)."""
     sweep_stale(out_path.parent)
     prepare_work(work, s)
     sweep_stale(work)
-    check_shards(work, s, shard_size, n)
+    check_shards(work, s, shard_size, n, dim)
 
 
 def _encode_missing(

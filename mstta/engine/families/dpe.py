@@ -59,6 +59,8 @@ METHODS = (
     ),
 )
 
+MAX_LR = 1.0  # AdamW's first step moves a residual by ~lr per dimension: 1 already replaces a unit feature
+
 
 @dataclass
 class Params:
@@ -83,7 +85,7 @@ class Params:
             check_num(self, key, 0.0, MAX_WEIGHT)
         check_int(self, "capacity", 1, 256)
         for key in ("lr_text", "lr_image"):
-            check_num(self, key, 0.0, 1.0)
+            check_num(self, key, 0.0, MAX_LR)
         check_num(self, "tau", 0.0, MAX_WEIGHT, low_open=True)
         check_num(self, "eps", 0.0, 1.0, low_open=True)
         check_num(self, "ratio", 0.0, 1.0, low_open=True)
