@@ -41,7 +41,7 @@ FAKE_CAMERA_FLAGS = ["--use-fake-device-for-media-stream", "--use-fake-ui-for-me
 LOOPBACK = re.compile(r"^(https?|wss?)://(127\.0\.0\.1|localhost)(:\d+)?/")
 SHOTS_DIR = Path("/tmp/mstta_ui_shots")  # screenshots are copied here for people to look at
 # method, k, alpha, lam, Q, bank size, raced methods, model ("": the server's own), views (the UI defaults)
-SETTINGS = ["ms-tta", 2, 0.8, 1.0, 3, 4096, [], "", 1]
+SETTINGS = ["ms-tta", 2, 0.8, 1.0, 3, 4096, [], "", 1, "off"]  # method .. views, forget
 
 
 def free_port() -> int:

@@ -341,8 +341,9 @@ def apply_with(
     race=(),
     model="",
     views=1,
+    forget="off",
 ):
-    return [truth, labels, template, method, k, alpha, lam, q, bank, list(race), model, views]
+    return [truth, labels, template, method, k, alpha, lam, q, bank, list(race), model, views, forget]
 
 
 # name -> (endpoint, data, what the client is told: "status" (a page whose status says it) or "error")
@@ -351,10 +352,10 @@ GRADIO_CASES = {
         "apply_settings",
         [None, L],
         "error",
-        "expected 12 input values (truth, labels, template, method, k, alpha, lam, capacity, bank, race, model, views)",
+        "expected 13 input values (truth, labels, template, method, k, alpha, lam, capacity, bank, race, model, views, forget)",
     ),
-    "arity_too_many": ("apply_settings", apply_with() + [1, 2], "error", "expected 12 input values"),
-    "arity_none": ("process_frame", [], "error", "expected 13 input values (image, keep, labels"),
+    "arity_too_many": ("apply_settings", apply_with() + [1, 2], "error", "expected 13 input values"),
+    "arity_none": ("process_frame", [], "error", "expected 14 input values (image, keep, labels"),
     "race_five": (
         "apply_settings",
         apply_with(race=["tda", "zero-shot", "tda+ms", "baseline"]),

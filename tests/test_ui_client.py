@@ -498,7 +498,7 @@ def test_the_page_shows_the_view_count_and_the_per_frame_cost(tmp_path):
     for views in (1, 4):
         demo = build_app(tiny_clip(), labels=LABELS, views=views, offer_demo_clip=False)
         with launched(demo) as url:
-            settings = [*SETTINGS[:-1], views]  # the form's views box holds the server's --views
+            settings = [*SETTINGS[:-2], views, SETTINGS[-1]]  # the form's views box holds the server's --views
             out = named(client(url).predict(*frame_args(frame, settings=settings), api_name="/process_frame"))
             with request.urlopen(f"{url}config", timeout=30) as r:
                 config = r.read().decode()
