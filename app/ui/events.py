@@ -27,7 +27,7 @@ from .browser_js import CAMERA_JS, TOOLTIP_JS
 from .gradio_patches import patch_app
 from .handlers import Context
 from .layout import Components, build_layout
-from .models import TINY, model_note, parse_value, views_note
+from .models import model_note, parse_value, views_note
 from .page import OUTPUTS, message, title_md, warn
 from .state import (
     CONTROLS,
@@ -178,10 +178,10 @@ def _hello(ctx: Context, video: str | None, autostart: bool) -> str:
     )
 
 
-def _model_changed(value: Any) -> tuple[Any, Any]:
+def _model_changed(value: Any, default: tuple[str, str]) -> tuple[Any, Any]:
     """The model's and the views' notes for the model picked (nothing loads until Apply or a run)."""
     try:
-        key = parse_value(value, TINY)
+        key = parse_value(value, default)
     except UserError:
         return gr.update(), gr.update()
     return gr.update(info=model_note(key)), gr.update(info=views_note(key[0]))
@@ -385,7 +385,13 @@ class Wiring:
             None, [reasons], None, js=TOOLTIP_JS
         )
         demo.load(None, [reasons], None, js=TOOLTIP_JS)
-        c.model.change(_model_changed, [c.model], [c.model, c.views], api_name=False, queue=False)
+        c.model.change(
+            lambda value: _model_changed(value, ctx.models.default),
+            [c.model],
+            [c.model, c.views],
+            api_name=False,
+            queue=False,
+        )
 
         def on_unload(request: gr.Request) -> None:
             ctx.sessions.forget(getattr(request, "session_hash", None))

@@ -124,15 +124,19 @@ def _hyperparameters(base: EngineConfig, notes: dict[str, tuple[str, bool]]) -> 
 
 def _model_and_views(model: tuple[str, str], views: int) -> dict:
     """The model (its choices and cost note) and the views per frame (their note for that model)."""
+    box = gr.Dropdown(
+        model_choices(model),
+        value=value_of(*model),
+        label=MODEL_LABEL,
+        info=model_note(model),
+        allow_custom_value=False,  # no free text in the page
+        elem_id="mstta-model",
+    )
+    # what an API client sends reaches the handler as sent: `models.parse_value` checks it against the
+    # list before anything is read, and refuses every other value in the same words ("" = the server's own)
+    box.preprocess = lambda payload: payload
     return dict(
-        model=Dropdown(
-            model_choices(model),
-            value=value_of(*model),
-            label=MODEL_LABEL,
-            info=model_note(model),
-            allow_custom_value=True,  # "" (the server's own) from API clients; `models.parse_value` checks
-            elem_id="mstta-model",
-        ),
+        model=box,
         views=Number(
             value=views,
             label=VIEWS_LABEL,
