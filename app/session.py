@@ -90,6 +90,7 @@ class MethodResult:
     method: str
     topk: list[Scored]
     ms: float  # this method's engine step (ms); the encoder pass is shared
+    title: str = ""  # its display name (`Method.title`), carried so that no frame looks it up again
 
     @property
     def label(self) -> str:
@@ -115,6 +116,11 @@ class FrameResult:
     cache_per_class: list[int] = field(default_factory=list)
     methods: list[MethodResult] = field(default_factory=list)  # every raced method, the first = tta_topk
     encode_ms: float = 0.0  # the shared encoder pass (ms)
+    title: str = ""  # the first method's display name (`Method.title`), carried: no frame looks it up again
+
+    def __post_init__(self) -> None:
+        if not self.title:  # made by hand (tests, replays): the registry's title, once
+            object.__setattr__(self, "title", method_title(self.method))
 
     @property
     def clip_label(self) -> str:
@@ -231,7 +237,7 @@ class StreamSession:
             t0 = time.perf_counter()
             step = engine.step(features)
             topk = self._scored(step.topk(self.topk))
-            raced.append(MethodResult(method.name, topk, (time.perf_counter() - t0) * 1000.0))
+            raced.append(MethodResult(method.name, topk, (time.perf_counter() - t0) * 1000.0, method.title))
             first = step if first is None else first
         latency = (time.perf_counter() - start) * 1000.0
         fill = self.engine.cache_fill()
@@ -244,6 +250,7 @@ class StreamSession:
             bank_rows=int(self.engine.bank_len),
             latency_ms=latency,
             method=self.method.name,
+            title=self.method.title,
             cache_per_class=[int(v) for v in fill],
             methods=raced,
             encode_ms=(encoded - start) * 1000.0,

@@ -144,3 +144,20 @@ def test_one_speed_figure_defined_once():
     stats, summary = plots.stats_markdown(h, Stream(), 99.0), plots.run_summary(h, 2.0, "MS-TTA")
     assert "20.0 ms per frame" in stats and "20.0 ms per frame" in summary
     assert "fps" not in stats and "fps" not in summary
+
+
+def test_the_method_title_travels_in_the_frame_result(monkeypatch, tiny_clip):
+    """Issue 30: the verdict and the drawn frame read the title the result carries; no frame looks
+    the method up in the registry again."""
+    import numpy as np
+
+    from app import annotate, session
+
+    stream = session.StreamSession(tiny_clip, LABELS, methods=["tda", "ms-tta"])
+    looked_up = []
+    real = session.get_method
+    monkeypatch.setattr(session, "get_method", lambda name: looked_up.append(name) or real(name))
+    r = stream.process(np.zeros((32, 32, 3), np.uint8))
+    assert r.title == "TDA" and [m.title for m in r.methods] == ["TDA", "MS-TTA"] and looked_up == []
+    r.title = "Carried"
+    assert "Carried" in plots.verdict_html(r) and "Carried" in annotate.truth_line(r, "cat")

@@ -34,6 +34,7 @@ from .state import (
     DEFAULT_CONCURRENCY,
     DEFAULT_MAX_SESSIONS,
     SESSION_TTL_S,
+    UPDATE_INTERVAL_S,
     ModelSlots,
     Sessions,
     UISession,
@@ -41,8 +42,6 @@ from .state import (
 
 log = logging.getLogger(__name__)
 
-UPDATE_INTERVAL_S = 0.15  # a run refreshes the frame, bars and plots at most every 0.15 s (>= 4 a second
-# when frames come that often: 5 per second by default)
 WEBCAM_EVERY_S = 0.2  # webcam: a frame to the server every 0.2 s
 WEBCAM_TIME_LIMIT_S = 600  # webcam: one stream lasts at most this long
 CACHE_CLEANUP_S = (300, 900)  # every 5 min, delete uploads and shown frames older than 15 min
@@ -302,7 +301,7 @@ class Wiring:
 
         def webcam(ui, form):
             result = handlers.process_frame(ctx, ui, form)
-            if ui.webcam_frames == 1 and ui.source == "webcam":  # a run starts: watch for its end
+            if ui.webcam.frames == 1 and ui.source == "webcam":  # a run starts: watch for its end
                 result = result | {"timer": gr.Timer(active=True)}
             return result
 

@@ -27,7 +27,7 @@ import html
 from typing import TYPE_CHECKING, Sequence
 
 from .. import palette
-from ..session import FrameResult, Scored, method_title
+from ..session import FrameResult, Scored
 from .charts import ADAPTED_COLOR, CLIP_COLOR, CLIP_NAME, frames, hbar_chart, line_chart
 
 # re-exported: the page (`app.ui.page`) and the tests reach every renderer as `plots.<name>`
@@ -132,7 +132,7 @@ def verdict_html(result: FrameResult | None) -> str:
     if result is None:
         return '<div id="mstta-verdict-box" class="none">No frame processed yet</div>'
     clip, tta = html.escape(result.clip_label), html.escape(result.tta_label)
-    title = html.escape(method_title(result.method))
+    title = html.escape(result.title)
     if result.disagree:
         text = f'✗ DISAGREE: CLIP says <b class="name">{clip}</b>, {title} says <b class="name">{tta}</b>'
         return f'<div id="mstta-verdict-box" class="disagree" title="{_plain(text)}">{text}</div>'

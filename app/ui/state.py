@@ -39,6 +39,8 @@ DEFAULT_MAX_SESSIONS = 16  # live sessions with an engine; beyond, the oldest id
 SESSION_TTL_S = 900  # a session's state is freed this long after its last event (or at page close)
 MAX_CLASSES = 1000  # classes in the labels box (ImageNet fits)
 HISTORY_POINTS = 600  # plotted frames kept per stream (the counters cover every frame)
+UPDATE_INTERVAL_S = 0.15  # a run refreshes the frame, bars and plots at most every 0.15 s (>= 4 a second
+# when frames come that often: 5 per second by default); the one definition (`AppOptions`, `Context`)
 DISAGREEMENTS_KEPT = 8  # the newest disagreement frames kept per stream, for the strip
 # The numeric controls: name -> (label, whole number, low, high). The page says each range.
 CONTROLS = {
@@ -176,6 +178,23 @@ class History:
         return self.tally.agreement or 0.0
 
 
+@dataclasses.dataclass
+class WebcamRun:
+    """The session's webcam run (as `video._Run` is a video's): its frames, its clock, its recording,
+    and how it ended. The webcam handlers in `app.ui.handlers` drive it."""
+
+    frames: int = 0  # frames processed in this run
+    started: float = 0.0  # monotonic time of the run's first frame
+    last: float = 0.0  # ... and of its latest one (the run ends when they stop coming)
+    recording: Any = None  # the run's downloads being written (`Downloads.start`)
+    stopped: float = 0.0  # when the camera's Stop was pressed (frames still in flight are dropped)
+    ended: dict | None = None  # the page of a run the server ended, for the page's timer
+
+    def close(self) -> None:
+        """Let go of the recording and the ended page (the session's folder deletes the files)."""
+        self.frames, self.recording, self.ended = 0, None, None
+
+
 class UISession:
     """One browser session: its StreamSession (made once labels are known), plot history, lock.
 
@@ -189,17 +208,12 @@ class UISession:
         self.lock = threading.RLock()
         self.meter = FpsMeter()
         self.source: str | None = None  # what the history shows: "video:<name>" or "webcam"
-        self.webcam_frames = 0
-        self.webcam_started = 0.0  # monotonic time of the webcam run's first frame
-        self.webcam_last = 0.0  # ... and of its latest one (the run ends when they stop coming)
-        self.webcam_recording = None  # the webcam run's downloads being written
-        self.last_plots = 0.0  # when the webcam last redrew the plots over time
+        self.webcam = WebcamRun()  # the webcam run (one at a time per session)
         self.runs = 0  # videos being processed (or asked for) now (normally 0 or 1)
         self.run_id = 0  # the newest video run asked for (an older one gives way to it)
         self.created = time.monotonic()  # the page's load (an auto-started run counts from here)
         self.autostarted = False  # the page's auto-started run has begun
         self.stop_at = 0.0  # when Stop was last pressed (monotonic clock)
-        self.webcam_stopped = 0.0  # when the webcam's Stop was pressed (frames in flight are dropped)
         self.expired = False  # dropped by the session cap: the user must press Reset
         self.closed = False  # the page closed or the state's time to live ran out
         self.session_hash: str | None = None
@@ -207,7 +221,6 @@ class UISession:
         self.downloads = Downloads()  # the last run's annotated MP4 and JSONL log
         self.active = 0  # events of this session being handled now
         self._active_lock = threading.Lock()
-        self.webcam_ended: dict | None = None  # a webcam run the server ended (its page, for the page's timer)
 
     def __deepcopy__(self, memo: dict) -> "UISession":
         return UISession()
@@ -233,7 +246,7 @@ class UISession:
         """Plots start over (new video, new settings, Reset); the engine is not touched."""
         self.history.clear()
         self.meter = FpsMeter()
-        self.webcam_frames = 0
+        self.webcam.frames = 0
         self.source = source
 
     def close(self, expired: bool = False) -> None:
@@ -241,8 +254,7 @@ class UISession:
         with self.lock:
             self.stream = None
             self.history.clear()
-            self.webcam_recording = None  # closed and deleted with the session's folder below
-            self.webcam_ended = None
+            self.webcam.close()  # its recording is closed and deleted with the session's folder below
             self.source = None
             self.downloads.close()
             self.expired = expired
