@@ -67,9 +67,11 @@ def check_methods(methods: Sequence[str] | str, flag: str = "--methods") -> list
     """Registry names of the methods raced on one stream (1..MAX_METHODS, no repeats), in order;
     a comma-separated string is split. One-line UserError naming `flag` otherwise."""
     names = [m.strip() for m in methods.split(",")] if isinstance(methods, str) else [str(m).strip() for m in methods]
-    names = [m for m in names if m]
-    if not names:
+    if not any(names):
         raise UserError(f"{flag}: name at least one method (e.g. ms-tta,tda)")
+    if not all(names):  # never dropped silently: "ms-tta,,tda" would race two where three were meant
+        shown = ",".join(names)[:80]
+        raise UserError(f"{flag} {shown}: an empty method name (two commas in a row, or one at an end); remove it")
     if len(names) > MAX_METHODS:
         raise UserError(f"{flag}: {len(names)} methods; at most {MAX_METHODS} race on one stream")
     repeated = sorted({m for m in names if names.count(m) > 1})

@@ -24,9 +24,10 @@ from ..frames import MAX_PIXELS
 from ..session import DEFAULT_BANK_SIZE
 from . import handlers, video
 from .browser_js import CAMERA_JS, TOOLTIP_JS
-from .gradio_patches import patch_app
+from .gradio_patches import drop_session_state, patch_app
 from .handlers import Context
 from .layout import Components, build_layout
+from .memory import release_memory
 from .models import model_note, parse_value, views_note
 from .page import OUTPUTS, message, title_md, warn
 from .state import (
@@ -38,6 +39,7 @@ from .state import (
     ModelSlots,
     Sessions,
     UISession,
+    race_control,
 )
 
 log = logging.getLogger(__name__)
@@ -384,6 +386,8 @@ class Wiring:
             None, [reasons], None, js=TOOLTIP_JS
         )
         demo.load(None, [reasons], None, js=TOOLTIP_JS)
+        for control in (c.method, c.race):  # a race the form would refuse is said at once, in the status line
+            control.change(_race_checked, [c.method, c.race], [c.status], api_name=False, queue=False)
         c.model.change(
             lambda value: _model_changed(value, ctx.models.default),
             [c.model],
@@ -392,8 +396,11 @@ class Wiring:
             queue=False,
         )
 
-        def on_unload(request: gr.Request) -> None:
-            ctx.sessions.forget(getattr(request, "session_hash", None))
+        def on_unload(request: gr.Request) -> None:  # the page closed: its session, and Gradio's copy, go now
+            key = getattr(request, "session_hash", None)
+            ctx.sessions.forget(key)
+            drop_session_state(demo, key)
+            release_memory()
 
         demo.load(None, None, None, js=CAMERA_JS)
         demo.unload(on_unload)
@@ -403,6 +410,15 @@ def _reasons(method: str) -> str:
     """Why each unused control is off ("" when used), for the hover text (TOOLTIP_JS)."""
     _, notes = handlers.method_info(method)
     return json.dumps({name: "" if used else note for name, (note, used) in notes.items()})
+
+
+def _race_checked(method: Any, race: Any) -> Any:
+    """The status line's word on a race the form refuses (a pick too many, the method itself); else unchanged."""
+    try:
+        race_control(get_method(str(method)).name, race)
+    except UserError as exc:
+        return warn(one_line(exc))
+    return gr.skip()
 
 
 def _method_changed(method: str):

@@ -34,6 +34,7 @@ from ..record import FrameRecord
 from ..session import StreamSession
 from ..sources import Frame
 from . import plots
+from .memory import release_memory
 from .models import SharedModels, crop_warning
 from .page import EXPIRED, check_truth, message, offered, record_options, render, shown, warn
 from .state import CONTROLS, UPDATE_INTERVAL_S, ModelSlots, Sessions, Settings, UISession, apply_settings
@@ -256,10 +257,13 @@ def process_frame(ctx: Context, ui: UISession, form: Mapping[str, Any]) -> dict[
 
 def _webcam_end(ctx: Context, ui: UISession, how: str) -> dict[str, Any]:
     """The webcam run's summary and downloads (under the session's lock)."""
-    text = plots.run_summary(ui.history, max(ui.webcam.last - ui.webcam.started, 1e-3), ui.stream.method.title)
+    text = plots.run_summary(
+        ui.history, max(ui.webcam.last - ui.webcam.started, 1e-3), ui.stream.method.title, views=ui.stream.encoder.views
+    )
     ui.source = "webcam-done"  # reported once; the next frame (after WEBCAM_LATE_S) starts a new run
     files = ui.downloads.finish(ui.webcam.recording) if ui.webcam.recording is not None else []
     ui.webcam.recording = None
+    release_memory()  # the run's frames and buffers go back to the system
     return render(ui, f"{how}: {text}", result=ui.history.last, views=ctx.views) | {"downloads": offered(files)}
 
 

@@ -67,7 +67,6 @@ CSS = """
 .mstta-board th {white-space: normal !important; line-height: .9rem !important; vertical-align: bottom}
 .mstta-board th:nth-child(1) {width: 22px} .mstta-board th:nth-child(3) {width: 68px}
 .mstta-board th:nth-child(4) {width: 56px} .mstta-board th:nth-child(5) {width: 50px}
-.mstta-board th:nth-child(6) {width: 50px}
 .mstta-board th, .mstta-board td {border: none !important; background: none !important; line-height: 1.15rem}
 .mstta-board th {font-weight: 600; color: #6b7280; text-align: right; padding: 0 4px !important; font-size: .72rem;
   white-space: nowrap}
@@ -83,8 +82,10 @@ CSS = """
   border: 2px solid #e5e7eb; border-radius: 6px; padding: 3px}
 .mstta-strip .item.fixed {border-color: #16a34a} .mstta-strip .item.broke {border-color: #dc2626}
 .mstta-strip img {width: 100%; cursor: zoom-in; border-radius: 3px}
-.mstta-strip img:focus {position: fixed; z-index: 1000; left: 50%; top: 50%; width: min(80vw, 640px);
-  transform: translate(-50%, -50%); cursor: zoom-out; box-shadow: 0 0 0 100vmax rgba(0,0,0,.6); outline: none}
+.mstta-strip .item:focus-within {position: fixed; z-index: 1000; left: 50%; top: 50%; width: min(80vw, 640px);
+  transform: translate(-50%, -50%); background: var(--background-fill-primary, white); font-size: 1rem;
+  box-shadow: 0 0 0 100vmax rgba(0,0,0,.6)}
+.mstta-strip .item:focus-within img {cursor: zoom-out; outline: none}
 .mstta-strip .clip b {color: #3b82f6} .mstta-strip .tta b {color: #b45309}
 #mstta-explain {flex: 0 0 auto; width: auto !important; min-width: 0 !important; padding: 2px 8px !important;
   position: relative; overflow: visible !important; z-index: 50}
@@ -109,8 +110,10 @@ while, the cache fills with that scene's frames and the adapted prediction can b
 - **Banner**: whether CLIP and the (first) adapted method agree on this frame.
 - **Top-k bars**: each one's probabilities for the current frame.
 - **Leaderboard**: every raced method: accuracy on frames the ground truth labels, how often it agrees
-  with CLIP, **fixed · broke** (frames CLIP got wrong and it got right, and the reverse), and its cost
-  (ms per frame: the shared encoder pass plus its own step).
+  with CLIP, **fixed · broke** (frames CLIP got wrong and it got right, and the reverse). Racing CLIP
+  (zero-shot) adds no row: the CLIP row is it.
+- **ms per frame** (the numbers line under the frame, and the run's summary): the model's mean time per
+  processed frame over the run, the shared encoder pass plus every raced method's step.
 - **Gain**: the adapted method's running accuracy minus CLIP's, in points: above zero it is ahead.
 - **Running accuracy**: CLIP's and every raced method's, over the processed frames.
 - **Disagreement strip** (below): the newest frames where the two differ, with the truth; click one to enlarge.

@@ -77,9 +77,8 @@ def record_options(ui: UISession) -> dict[str, Any]:
     s = ui.stream
 
     def count(step) -> None:
-        ui.history.update(
-            step.result, step.truth_label, plots.thumbnail(step.frame.image) if step.result.disagree else None
-        )
+        picture = plots.thumbnail(step.frame.image) if step.result.disagree else None
+        ui.history.update(step.result, step.truth_label, picture, frame=step.frame.index)  # the JSONL's number
 
     return dict(
         counts=count,
@@ -137,8 +136,8 @@ def render(
             "accuracy": plots.accuracy_chart(
                 h, title, ui.truth_state, [m.title for m in s.methods] if s is not None else None
             ),
-            "leaderboard": plots.leaderboard_html(h, s),
-            "gain": plots.gain_chart(h, title),
+            "leaderboard": plots.leaderboard_html(h, s, ui.truth_state),
+            "gain": plots.gain_chart(h, title, ui.truth_state),
             "per_class": plots.per_class_chart(h, title),
             "disagreements": plots.disagreement_strip(h, title),
         }

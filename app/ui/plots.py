@@ -27,6 +27,7 @@ import html
 from typing import TYPE_CHECKING, Sequence
 
 from .. import palette
+from ..progress import plural
 from ..session import FrameResult, Scored
 from .charts import ADAPTED_COLOR, CLIP_COLOR, CLIP_NAME, frames, hbar_chart, line_chart
 
@@ -153,10 +154,14 @@ RANDOM_WEIGHTS_HTML = (
 )
 
 
-def speed(h: History) -> str:
-    """The run's one speed figure, as the numbers line and the summary say it: the model's mean time
-    per processed frame (the encoder pass plus every raced method's step), in ms."""
-    return f"{h.tally.mean_ms:.1f} ms per frame" if h.processed else ""
+def speed(h: History, views: int = 1) -> str:
+    """The run's one speed figure, as the numbers line and the summary say it, with what it measures:
+    the model's mean time per processed frame (the encoder pass plus every raced method's step), in ms."""
+    if not h.processed:
+        return ""
+    steps = len(h.last.methods) if h.last is not None and h.last.methods else 1
+    encoder = "encoder" if views == 1 else f"encoder on {views} views"
+    return f"{h.tally.mean_ms:.1f} ms per frame ({encoder} + {steps} {plural(steps, 'method step')}, run mean)"
 
 
 def stats_markdown(
@@ -169,19 +174,19 @@ def stats_markdown(
     if h.processed == 0 or s is None or h.last is None:
         return ""
     parts = [f"**{frames(h.processed)}**", f"agreement **{h.agreement:.1f}%**"]
-    parts.append(f"{speed(h)} ({views} views)" if views > 1 else speed(h))
+    parts.append(speed(h, views))
     if skipped:
         parts.append(f"{frames(skipped)} skipped to keep real time")
     return " · ".join(parts)
 
 
-def run_summary(h: History, seconds: float, title: str, skipped: int = 0) -> str:
+def run_summary(h: History, seconds: float, title: str, skipped: int = 0, views: int = 1) -> str:
     """The end-of-run summary, the same for a video and the webcam: frames, the time it took, the
     speed (`speed`), agreement, switches, frames skipped to keep real time, and accuracy when
     frames were labelled."""
     t = h.tally
     text = (
-        f"{frames(h.processed)} processed in {seconds:.1f} s ({speed(h)}); agreement "
+        f"{frames(h.processed)} processed in {seconds:.1f} s, {speed(h, views)}; agreement "
         f"{h.agreement:.1f}%; switches CLIP {t.switches['clip']}, {title} {t.switches['tta']}"
     )
     if skipped:

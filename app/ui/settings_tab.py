@@ -12,7 +12,6 @@ import gradio as gr
 from mstta.config import EngineConfig
 from mstta.methods import get_method, list_methods
 
-from ..session import MAX_METHODS
 from .components import Dropdown, Number, quiet
 from .handlers import method_info
 from .models import MODEL_LABEL, model_choices, model_note, value_of, views_note
@@ -80,8 +79,7 @@ def _stream_inputs(
         race=Dropdown(
             method_choices(),
             value=list(race),
-            multiselect=True,
-            max_choices=MAX_METHODS - 1,
+            multiselect=True,  # no max_choices: a pick too many is refused in the status line, not ignored
             label=RACE_LABEL,
             info="Each one adapts on the same features of the same frames (one encoder pass); "
             "the leaderboard and the accuracy plot show them all",

@@ -30,6 +30,7 @@ from ..labels import parse_labels
 from ..session import MAX_METHODS, FrameResult, StreamSession, check_methods
 from ..summary import FpsMeter, Tally
 from .recording import Downloads
+from .webcam import WebcamRun
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +110,7 @@ class Point:
 class Disagreement:
     """A frame where CLIP and the (first) adapted method disagree, as the strip shows it."""
 
-    x: int  # its number among processed frames
+    x: int  # its frame number, as the JSONL log and the run's result name it (the video's own index)
     clip: str
     tta: str
     truth: str | None
@@ -132,9 +133,12 @@ class History:
         self.disagreements: collections.deque[Disagreement] = collections.deque(maxlen=DISAGREEMENTS_KEPT)
         self.per_class: dict[str, list[int]] = {}  # true class -> [labelled, CLIP right, first method right]
 
-    def update(self, result: FrameResult, truth: str | None = None, thumbnail: Any = None) -> None:
-        """Add one processed frame (its result, its true class name when a truth file has one, and a
-        small picture of it kept while it is among the newest disagreements)."""
+    def update(
+        self, result: FrameResult, truth: str | None = None, thumbnail: Any = None, frame: int | None = None
+    ) -> None:
+        """Add one processed frame (its result, its true class name when a truth file has one, a small
+        picture of it kept while it is among the newest disagreements, and its frame number as the
+        JSONL log has it; None: its number among processed frames)."""
         t = self.tally
         t.add(result, truth)
         clip_acc, tta_acc = t.accuracy("clip"), t.accuracy("tta")
@@ -161,7 +165,9 @@ class History:
             counts[2] += result.tta_label == truth
         if result.disagree:  # newest first
             self.disagreements.appendleft(
-                Disagreement(t.processed, result.clip_label, result.tta_label, truth, thumbnail)
+                Disagreement(
+                    t.processed if frame is None else frame, result.clip_label, result.tta_label, truth, thumbnail
+                )
             )
 
     @property
@@ -176,23 +182,6 @@ class History:
     def agreement(self) -> float:
         """% of processed frames where CLIP and the adapted method agree (0 before any frame)."""
         return self.tally.agreement or 0.0
-
-
-@dataclasses.dataclass
-class WebcamRun:
-    """The session's webcam run (as `video._Run` is a video's): its frames, its clock, its recording,
-    and how it ended. The webcam handlers in `app.ui.handlers` drive it."""
-
-    frames: int = 0  # frames processed in this run
-    started: float = 0.0  # monotonic time of the run's first frame
-    last: float = 0.0  # ... and of its latest one (the run ends when they stop coming)
-    recording: Any = None  # the run's downloads being written (`Downloads.start`)
-    stopped: float = 0.0  # when the camera's Stop was pressed (frames still in flight are dropped)
-    ended: dict | None = None  # the page of a run the server ended, for the page's timer
-
-    def close(self) -> None:
-        """Let go of the recording and the ended page (the session's folder deletes the files)."""
-        self.frames, self.recording, self.ended = 0, None, None
 
 
 class UISession:
@@ -356,7 +345,8 @@ RACE_LABEL = f"Race against (up to {MAX_METHODS - 1} more methods, same frames)"
 
 
 def race_control(method: str, race: Any) -> tuple[str, ...]:
-    """The raced methods: `method` first, then the race box's picks (the method itself left out)."""
+    """The raced methods: `method` first, then the race box's picks; a pick too many or the method
+    itself is refused in one line (never dropped silently)."""
     if race is None or race == "":
         picks: list[str] = []
     elif isinstance(race, str):
@@ -365,7 +355,9 @@ def race_control(method: str, race: Any) -> tuple[str, ...]:
         picks = list(race)
     else:
         raise UserError(f"{RACE_LABEL}: expected a list of method names")
-    picks = [p for p in picks if p != method]
+    if method in picks:  # refused, not dropped: its tag would stay in the box
+        title = get_method(method).title
+        raise UserError(f"{RACE_LABEL}: {title} is the Method already; remove it from the race")
     if len(picks) >= MAX_METHODS:
         raise UserError(f"{RACE_LABEL}: {len(picks)} picked; at most {MAX_METHODS - 1} race beside the method")
     return tuple(check_methods([method, *picks], RACE_LABEL))
