@@ -566,8 +566,8 @@ def test_the_page_shows_the_view_count_and_the_per_frame_cost(tmp_path):
                 config = r.read().decode()
         cost = f"{out['result']['latency_ms']:.1f} ms per frame"
         if views == 1:
-            assert f"{cost} (encoder + 1 method step" in out["stats"] and "views" not in out["stats"], out["stats"]
+            assert f"{cost} (encoder + 1 step" in out["stats"] and "views" not in out["stats"], out["stats"]
             assert "views per frame" not in config
         else:
-            assert f"{cost} (encoder on 4 views + 1 method step" in out["stats"], out["stats"]
+            assert f"{cost} (encoder on 4 views + 1 step" in out["stats"], out["stats"]
             assert "4 views per frame" in config, "the title says it too"

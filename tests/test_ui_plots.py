@@ -101,7 +101,7 @@ def test_page_text():
     h.update(result(0, 0), "cat")
     summary = plots.run_summary(h, 0.5, "MS-TTA")
     assert (
-        summary.startswith("1 frame processed in 0.5 s, 1.0 ms per frame (encoder + 1 method step, run mean)")
+        summary.startswith("1 frame processed in 0.5 s, 1.0 ms per frame (encoder + 1 step, mean)")
         and "accuracy CLIP 100.0%" in summary
     )
     assert plots.progress_bar(5, 10).endswith("50%") and plots.progress_bar(5, None) == ""
@@ -127,11 +127,10 @@ def test_stats_show_views_and_the_per_frame_cost():
     h = History()
     h.update(result(0, 0))
     one = plots.stats_markdown(h, Stream(), 10.0)
-    assert "1.0 ms per frame (encoder + 1 method step, run mean)" in one and "views" not in one
+    assert "1.0 ms per frame (encoder + 1 step, mean)" in one and "views" not in one
     four = plots.stats_markdown(h, Stream(), 10.0, views=4, skipped=3)
     assert (
-        "1.0 ms per frame (encoder on 4 views + 1 method step, run mean)" in four
-        and "3 frames skipped to keep real time" in four
+        "1.0 ms per frame (encoder on 4 views + 1 step, mean)" in four and "3 frames skipped to keep real time" in four
     )
 
 
@@ -148,7 +147,7 @@ def test_one_speed_figure_defined_once():
     for _i, ms in enumerate((10.0, 30.0, 20.0)):
         h.update(dataclasses.replace(result(0, 0), latency_ms=ms))
     stats, summary = plots.stats_markdown(h, Stream(), 99.0), plots.run_summary(h, 2.0, "MS-TTA")
-    said = "20.0 ms per frame (encoder + 1 method step, run mean)"  # the figure and what it measures
+    said = "20.0 ms per frame (encoder + 1 step, mean)"  # the figure and what it measures
     assert said in stats and said in summary
     assert "fps" not in stats and "fps" not in summary
 

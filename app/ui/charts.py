@@ -94,9 +94,11 @@ def line_chart(
     y_range: tuple[float, float] | None = None,
     integer_y: bool = False,
     x_title: str = X_TITLE,
+    legend: bool = True,
 ) -> str:
     """Lines over processed frames. `series`: (name, colour, [(x, y), ...]); `y_range` None fits the
-    data (from 0, whole-number ticks with `integer_y`). An empty series draws axes only."""
+    data (from 0, whole-number ticks with `integer_y`). An empty series draws axes only; `legend`
+    False leaves the keys out (a title that names its one line)."""
     xs = [x for _, _, pts in series for x, _ in pts]
     x0, x1 = (min(xs), max(xs)) if xs else (1, 10)
     x1 = max(x1, x0 + 1)
@@ -119,7 +121,7 @@ def line_chart(
                 f'<polyline class="series" {attrs} points="{coords}" fill="none" stroke="{color}" '
                 f'stroke-width="2" stroke-linejoin="round"{dash}/>'
             )
-    return _figure(chart_id, title, [(n, c) for n, c, _ in series], "".join(parts))
+    return _figure(chart_id, title, [(n, c) for n, c, _ in series] if legend else [], "".join(parts))
 
 
 def hbar_chart(

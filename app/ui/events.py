@@ -291,8 +291,22 @@ class Wiring:
             api_name=False,
             queue=False,
         )
-        if ctx.demo_clip is not None:
-            c.demo_clip.click(lambda: ctx.demo_clip, None, [c.video, c.labels, c.truth], api_name=False, queue=False)
+        if ctx.demo_clip is not None:  # the clip of the session's model, and a status line saying what came
+
+            def use_demo_clip(ui: Any, model: Any, request: gr.Request) -> tuple[Any, ...]:
+                ui = self.session_of(ui, request)
+                video, labels, truth, status = handlers.use_demo_clip(ctx, ui, model)
+                if video is None:
+                    return gr.skip(), gr.skip(), gr.skip(), status
+                return video, labels, truth, status
+
+            c.demo_clip.click(
+                use_demo_clip,
+                [c.state, c.model],
+                [c.video, c.labels, c.truth, c.status],
+                api_name=False,
+                queue=False,
+            )
 
     def webcam(self, *, streams: int, every: float, time_limit: float) -> None:
         """Webcam frames, its Stop (summary and downloads at once), the timer for runs without a Stop,

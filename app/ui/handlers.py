@@ -331,6 +331,27 @@ def watch(ctx: Context, every: float = 1.0) -> threading.Thread:
     return thread
 
 
+def use_demo_clip(ctx: Context, ui: UISession, model_value: Any) -> tuple[str | None, str | None, str | None, str]:
+    """ "Use the demo clip": the clip of the model the session chose (its Model box, else the model it
+    runs) as (video, labels text, truth CSV, status line saying what was loaded)."""
+    from .models import parse_value
+
+    try:
+        model = parse_value(model_value, ctx.models.default)[0]
+    except UserError:
+        model = ui.stream.clip.name if ui.stream is not None else ctx.models.default[0]
+    clip = demo_clip(model)
+    if clip is None:
+        return None, None, None, warn(f"No demo clip for {model} on this server (assets/ lacks it).")
+    video, labels, truth = clip
+    with_truth = " and its ground truth" if truth else ""
+    status = (
+        f"Demo clip for {model} loaded: **{Path(video).name}**, its {len(labels.splitlines())} labels{with_truth}. "
+        "Press **Process video**."
+    )
+    return video, labels, truth, status
+
+
 def demo_clip(model: str | None = None) -> tuple[str, str, str | None] | None:
     """The bundled clip made for `model` as (video, labels text, truth CSV): the digits clip for the
     bundled digits model, the photographs clip for CLIP models (`app.bundled`); None when assets/

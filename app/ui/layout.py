@@ -28,11 +28,10 @@ CSS = """
 .gradio-container .contain {gap: 8px !important}
 #mstta-header {align-items: center; gap: 8px; flex-wrap: nowrap; overflow: visible !important; z-index: 50;
   position: relative}
-#mstta-title p {margin: 0; font-size: .85rem; white-space: nowrap; overflow: hidden; text-overflow: ellipsis}
+#mstta-title p {margin: 0; font-size: .85rem; white-space: normal}
 #mstta-title strong:first-child {font-size: 1.05rem}
 #mstta-random-weights {padding: 2px 10px; border-radius: 8px; background: #fef3c7; color: #92400e;
-  font-weight: 600; border: 1px solid #f59e0b; font-size: .8rem; white-space: nowrap; overflow: hidden;
-  text-overflow: ellipsis}
+  font-weight: 600; border: 1px solid #f59e0b; font-size: .8rem; white-space: normal}
 #mstta-random-weights span {font-weight: 400}
 #mstta-right {gap: 6px}
 #mstta-verdict-box {padding: 5px 12px; border-radius: 8px; font-size: 1rem; font-weight: 600; color: white;
@@ -40,9 +39,11 @@ CSS = """
 #mstta-verdict-box.agree {background: #16a34a}
 #mstta-verdict-box.disagree {background: #dc2626}
 #mstta-verdict-box .name {font-weight: 800; text-decoration: none; color: inherit}
-#mstta-status {min-height: 0; padding: 3px 10px !important; font-size: .85rem; line-height: 1.25}
+#mstta-status {min-height: 4em; padding: 3px 10px !important; font-size: .85rem; line-height: 1.25}
+#mstta-topk-row {gap: 8px; flex-wrap: nowrap}
+#mstta-topk-row .axis, #mstta-topk-row .axis-title {display: none}
 #mstta-status p {margin: 0}
-#mstta-stats p {margin: 0; font-size: .85rem}
+#mstta-stats p {margin: 0; font-size: .78rem}
 #mstta-frame {padding: 0 !important; border: none !important; background: none !important}
 #mstta-middle {gap: 6px}
 .mstta-hidden {display: none !important}
@@ -295,8 +296,12 @@ def _results(first: dict[str, Any]) -> dict:
             stats=gr.Markdown("", elem_id="mstta-stats"),
         )
     with gr.Column(scale=4, min_width=340, elem_id="mstta-right"):
-        for name in ("leaderboard", "gain", "accuracy", "clip_topk", "tta_topk"):
-            c[name] = gr.HTML(first[name], elem_id=f"mstta-{name.replace('_', '-')}", padding=False)
+        c["leaderboard"] = gr.HTML(first["leaderboard"], elem_id="mstta-leaderboard", padding=False)
+        with gr.Row(elem_id="mstta-topk-row"):  # side by side, above the fold: CLIP's and the method's top-k
+            for name in ("clip_topk", "tta_topk"):
+                c[name] = gr.HTML(first[name], elem_id=f"mstta-{name.replace('_', '-')}", padding=False, min_width=160)
+        for name in ("gain", "accuracy"):
+            c[name] = gr.HTML(first[name], elem_id=f"mstta-{name}", padding=False)
     return c
 
 

@@ -188,8 +188,9 @@ class SharedModels:
 def views_note(model: str, views: int | None = None) -> str:
     """The views control's note: what V views cost, and where crops hurt."""
     note = (
-        "Images per frame fed to the encoder: the frame plus V-1 random crops. Cost: V encoder passes "
-        "per frame (about V times the 1-view ms per frame shown under the frame)."
+        "Images per frame fed to the encoder: the frame plus V-1 random crops, encoded together. What they "
+        "cost is measured, not assumed: the ms per frame under the frame is timed with the views chosen; "
+        "compare it with a 1-view run."
     )
     if model in models.BUNDLED_CHECKPOINTS:
         note += (

@@ -19,6 +19,7 @@ from mstta.errors import UserError, one_line
 from ..annotate import RANDOM_WEIGHTS_MARK, random_weights
 from ..truth import Truth, read_truth
 from . import plots
+from .models import tag_of
 from .state import UISession
 
 # Every output a handler may set, in the order of the components (gradio_client users get them so).
@@ -147,8 +148,8 @@ def render(
 def title_md(clip: Any, views: int) -> str:
     shown = f", {views} views per frame" if views > 1 else ""
     return (
-        f"**MS-TTA live** · zero-shot CLIP vs test-time adaptation · model **{getattr(clip, 'name', '?')}** "
-        f"({getattr(clip, 'pretrained', '?')}) on {getattr(clip, 'device', '?')}{shown}"
+        f"**MS-TTA live** · model **{getattr(clip, 'name', '?')}** "
+        f"({tag_of(str(getattr(clip, 'pretrained', None) or 'none'))}) on {getattr(clip, 'device', '?')}{shown}"
     )
 
 

@@ -97,7 +97,7 @@ def switches_chart(history: History, title: str) -> str:
 def topk_chart(chart_id: str, items: Sequence[Scored], color: str, title: str) -> str:
     """One method's top-k for the current frame, best first."""
     rows = [(s.label, float(s.prob), color if i == 0 else "#9ca3af") for i, s in enumerate(items)]
-    return hbar_chart(chart_id, f"{title} (probability, %)", rows, x_max=1.0, x_title="", percent=True)
+    return hbar_chart(chart_id, title, rows, x_max=1.0, x_title="", percent=True)
 
 
 def cache_chart(
@@ -148,9 +148,9 @@ def _plain(markup: str) -> str:
     return re.sub(r"<[^>]+>", "", markup).replace('"', "&quot;")
 
 
-RANDOM_WEIGHTS_HTML = (
-    '<div id="mstta-random-weights" role="alert">⚠️ Random weights — predictions are '
-    "meaningless <span>(<code>--pretrained none</code>: for trying the UI only)</span></div>"
+RANDOM_WEIGHTS_HTML = (  # one short line, whole at 1280x720; the rest on hover
+    '<div id="mstta-random-weights" role="alert" title="--pretrained none: a tiny random model, for trying the '
+    'UI only">⚠️ Random weights — predictions are meaningless</div>'
 )
 
 
@@ -161,7 +161,7 @@ def speed(h: History, views: int = 1) -> str:
         return ""
     steps = len(h.last.methods) if h.last is not None and h.last.methods else 1
     encoder = "encoder" if views == 1 else f"encoder on {views} views"
-    return f"{h.tally.mean_ms:.1f} ms per frame ({encoder} + {steps} {plural(steps, 'method step')}, run mean)"
+    return f"{h.tally.mean_ms:.1f} ms per frame ({encoder} + {steps} {plural(steps, 'step')}, mean)"
 
 
 def stats_markdown(

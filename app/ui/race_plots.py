@@ -77,6 +77,7 @@ def gain_chart(history: History, title: str, truth_state: str = "none") -> str:
         [(f"{title} − CLIP", palette.method_color(0), pts)],
         y_title="points",
         y_range=(-bound, bound),
+        legend=False,  # the title names the one line: no key row (the race stays above the fold)
     )
     return chart
 
