@@ -18,17 +18,15 @@ import logging
 import sys
 from typing import Sequence
 
-from mstta.config import DEFAULT_BANK_SIZE
+from mstta.engine.config import DEFAULT_BANK_SIZE
+from mstta.engine.methods import list_methods
 from mstta.errors import EXIT_INTERRUPTED, OneLineParser, UserError, run_cli
-from mstta.extract_views import VIEWS_ON
-from mstta.methods import list_methods
-from mstta.models import DEFAULT_MODEL, DEFAULT_TAG
+from mstta.features.extract_views import VIEWS_ON
+from mstta.features.models import DEFAULT_MODEL, DEFAULT_TAG
 
 from .bundled import apply_bundled
 from .encoder import MAX_VIEWS
-
-PROG = "mstta-demo"
-DEFAULT_PRETRAINED = DEFAULT_TAG  # the model and its weights: named once, in mstta.models
+from .prog import PROG
 
 
 def integer(text: str) -> int:
@@ -99,7 +97,7 @@ def _add_model_arguments(p: argparse.ArgumentParser) -> None:
     mod.add_argument("--model", help=f"open_clip architecture (default {DEFAULT_MODEL}; mstta-tiny for a test run)")
     mod.add_argument(
         "--pretrained",
-        help=f"open_clip pretrained tag, a checkpoint path, or none for random weights (default {DEFAULT_PRETRAINED})",
+        help=f"open_clip pretrained tag, a checkpoint path, or none for random weights (default {DEFAULT_TAG})",
     )
     mod.add_argument("--precision", choices=("fp32", "fp16", "bf16"), help="default fp16 on GPU, fp32 on CPU")
     mod.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
@@ -227,7 +225,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if note:
         print(f"{PROG}: {note}", file=sys.stderr, flush=True)
     args.model = DEFAULT_MODEL if args.model is None else args.model
-    args.pretrained = DEFAULT_PRETRAINED if args.pretrained is None else args.pretrained
+    args.pretrained = DEFAULT_TAG if args.pretrained is None else args.pretrained
     return args
 
 

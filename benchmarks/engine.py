@@ -49,12 +49,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-import mstta.streams as streams_mod
+import mstta.engine.cache_runner as streams_mod
 from mstta import Engine, EngineConfig, replay, threads
-from mstta.config import DEFAULT_BANK_SIZE
-from mstta.multi import MultiEngine
+from mstta.engine.config import DEFAULT_BANK_SIZE
+from mstta.engine.multi import MultiEngine
 
-replay_mod = importlib.import_module("mstta.replay")  # the module (`mstta.replay` is the function)
+replay_mod = importlib.import_module("mstta.engine.replay")  # the module (`mstta.replay` is the function)
 
 PARTS = ("online", "replay", "multi", "bank_dtype", "memory", "share", "methods")
 DEFAULT_PARTS = ("online", "replay", "multi", "bank_dtype", "memory")
@@ -402,7 +402,8 @@ def part_memory(args) -> dict:
     return json.loads(done.stdout)
 
 
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
+    """The command line (its flags, in one table)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--classes", type=int, default=1000)
     ap.add_argument("--dim", type=int, default=512)
@@ -436,6 +437,11 @@ def main() -> None:
         help="methods part: time budget per method's online run (default 10; a slower method replays a shorter prefix)",
     )
     ap.add_argument("--child-long-stream", action="store_true", help=argparse.SUPPRESS)
+    return ap
+
+
+def main() -> None:
+    ap = _parser()
     args = ap.parse_args()
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():

@@ -8,7 +8,7 @@ For each of the 15 datasets (the MS-TTA paper's sample and class counts, `paper_
 each registry row (default: every one), unit-norm random features [N, V, d = 512] in float16 are
 made with the view count the benchmark feeds that row (`configs/<dataset>.yaml` bench.views, with
 `run`'s view kind per method), and one field cell is measured exactly as `mstta-bench field` does
-(`mstta.benchmark.field.measure`: the main replay with probabilities, R - 1 more orders, the
+(`mstta.bench.field.measure`: the main replay with probabilities, R - 1 more orders, the
 withheld-class replay; no mixed setting). Reports seconds per (dataset, row) and the total per row.
 Random features: the predictions mean nothing, the work per sample is the real one (caches fill as
 entropy allows). Rows whose cost grows past linear with N or C (name them with --separate) are
@@ -30,14 +30,14 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mstta.benchmark import paper
-from mstta.benchmark.context import Cell, Row, dataset_config, row_engine_config, view_kind
-from mstta.benchmark.field import FieldCell, FieldOptions, measure
-from mstta.benchmark.store import Backbone, FeatureKey
-from mstta.benchmark.textsets import Choice
-from mstta.devices import resolve_device
-from mstta.features import FeatureSet
-from mstta.methods import list_methods
+from mstta.bench import paper
+from mstta.bench.context import Cell, Row, dataset_config, row_engine_config, view_kind
+from mstta.bench.field import FieldCell, FieldOptions, measure
+from mstta.bench.store import Backbone, FeatureKey
+from mstta.bench.textsets import Choice
+from mstta.engine.methods import list_methods
+from mstta.features.devices import resolve_device
+from mstta.features.format import FeatureSet
 
 DIM = 512
 
@@ -53,7 +53,29 @@ def _stream(n: int, views: int, classes: int, seed: int) -> FeatureSet:
     return FeatureSet(feats, text, labels.numpy(), [str(c) for c in range(classes)])
 
 
-def main(argv=None) -> int:
+def _summary(rows: list[dict], device: torch.device, a: argparse.Namespace, separate: set[str]) -> dict:
+    """The printed JSON: the machine, the settings, seconds per method and in total, every cell."""
+    total: dict[str, float] = {}
+    for r in rows:
+        total[r["method"]] = total.get(r["method"], 0.0) + r["seconds"]
+    out = {
+        "device": str(device),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cpu_threads": torch.get_num_threads(),
+        "scale": a.scale,
+        "orders": a.orders,
+        "d": DIM,
+        "per_method_seconds": {k: round(v, 2) for k, v in total.items()},
+        "total_seconds": round(sum(v for k, v in total.items() if k not in separate), 2),
+        "separate_seconds": round(sum(v for k, v in total.items() if k in separate), 2),
+        "cells": rows,
+    }
+    return out
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line (its flags, in one table)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--datasets", default=",".join(paper.GROUPS["all"] + ("imagenet",)))
     p.add_argument("--methods", default=",".join(list_methods()))
@@ -62,6 +84,11 @@ def main(argv=None) -> int:
     p.add_argument("--orders", type=int, default=10)
     p.add_argument("--device", default="auto")
     p.add_argument("--out", help="also write the JSON here")
+    return p
+
+
+def main(argv=None) -> int:
+    p = _parser()
     a = p.parse_args(argv)
     device = resolve_device(a.device)
     opts = FieldOptions(orders=a.orders, open=("withheld",))
@@ -101,22 +128,7 @@ def main(argv=None) -> int:
                 }
             )
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    total: dict[str, float] = {}
-    for r in rows:
-        total[r["method"]] = total.get(r["method"], 0.0) + r["seconds"]
-    out = {
-        "device": str(device),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "cpu_threads": torch.get_num_threads(),
-        "scale": a.scale,
-        "orders": a.orders,
-        "d": DIM,
-        "per_method_seconds": {k: round(v, 2) for k, v in total.items()},
-        "total_seconds": round(sum(v for k, v in total.items() if k not in separate), 2),
-        "separate_seconds": round(sum(v for k, v in total.items() if k in separate), 2),
-        "cells": rows,
-    }
+    out = _summary(rows, device, a, separate)
     text = json.dumps(out, indent=1)
     print(text)
     if a.out:

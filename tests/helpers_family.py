@@ -28,9 +28,9 @@ def run(engine, feats):
 
 def register_method(monkeypatch, row) -> None:
     """Add a registry row for this test only (undone at its end), as a new family's row would be."""
-    from mstta import methods
+    from mstta.engine import methods
 
-    # no public seam adds a row (a method is registered by code, mstta/methods.py or a family's METHODS)
+    # no public seam adds a row (a method is registered by code, mstta/engine/methods.py or a family's METHODS)
     monkeypatch.setitem(methods._METHODS, row.name, row)
 
 

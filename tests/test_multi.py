@@ -9,7 +9,7 @@ import torch
 from synthetic import as_tensors, make_stream
 
 from mstta import Engine, EngineConfig, UserError, list_methods
-from mstta.multi import MultiEngine
+from mstta.engine.multi import MultiEngine
 
 CFG = dict(
     cache_alpha=6.0,

@@ -106,7 +106,7 @@ def test_the_demo_clip_follows_the_sessions_model_and_says_what_it_loaded(ui, tm
     """The server runs mstta-tiny (the photographs clip); this session picks the digits model in
     Settings: "Use the demo clip" loads the digits clip and says so in the status line."""
     from app.ui.models import label_of
-    from mstta.models import BUNDLED_TAG
+    from mstta.features.models import BUNDLED_TAG
 
     with chromium(tmp_path, width=1280, height=720) as context:
         page = open_page(context, ui.url)

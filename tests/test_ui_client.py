@@ -208,7 +208,7 @@ def test_the_model_box_loads_only_what_its_list_offers(app, tmp_path):
     """Issue 32.1: a planted checkpoint, an uploaded one, /etc/passwd and a missing path are refused in
     the same words (nothing tells which paths exist), before anything is read; no model slot is taken."""
     from app.ui.models import NOT_OFFERED
-    from mstta.models import bundled_checkpoint
+    from mstta.features.models import bundled_checkpoint
 
     checkpoint = bundled_checkpoint("mstta-digits").read_bytes()
     planted = tmp_path / "planted.pt"
