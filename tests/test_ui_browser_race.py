@@ -120,3 +120,24 @@ def test_the_demo_clip_follows_the_sessions_model_and_says_what_it_loaded(ui, tm
         assert "digits.mp4" in status and "10 labels" in status and "ground truth" in status, status
         save_shot(page, tmp_path, "ui_race_demo_clip.png", full_page=False)
         assert_clean(page, context)
+
+
+def test_chart_text_is_whole_at_1280x720_and_not_oversized_at_1920x1080(ui, tmp_path):
+    """The confidence plot's y-axis title lies inside its chart; on a wide screen the charts' text
+    stays near the leaderboard's size (the charts stop growing)."""
+    for width, height in ((1280, 720), (1920, 1080)):
+        with chromium(tmp_path, width=width, height=height) as context:
+            page = open_page(context, ui.url)
+            page.locator("#mstta-confidence").scroll_into_view_if_needed()
+            inside = page.evaluate("""() => { const svg = document.querySelector('#mstta-confidence svg')
+                .getBoundingClientRect(); const t = document.querySelector('#mstta-confidence .axis-title.y')
+                .getBoundingClientRect(); return t.top >= svg.top - 0.5 && t.bottom <= svg.bottom + 0.5; }""")
+            assert inside, f"the confidence plot's y label is clipped at {width}x{height}"
+            board = page.evaluate(
+                "() => parseFloat(getComputedStyle(document.querySelector('#mstta-leaderboard td')).fontSize)"
+            )
+            chart = page.evaluate("""() => Math.max(...Array.from(document.querySelectorAll(
+                '#mstta-gain svg text, #mstta-accuracy svg text')).map(e => e.getBoundingClientRect().height))""")
+            assert chart <= 1.6 * board, f"chart text {chart:.1f} px beside the board's {board:.1f} px at {width}"
+            save_shot(page, tmp_path, f"ui_race_charts_{width}.png", full_page=False)
+            assert_clean(page, context)

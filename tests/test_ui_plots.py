@@ -57,7 +57,7 @@ def test_line_charts_carry_their_data_and_axis_titles():
     h = History()
     empty = plots.confidence_chart(h, "MS-TTA")
     assert series_points(empty) == {"CLIP zero-shot": 0, "MS-TTA": 0}, "an empty history draws axes only"
-    assert "processed frames" in empty and "top-1 probability" in empty
+    assert "processed frames" in empty and "top-1 prob." in empty
     h.update(result(0, 0))
     one = plots.confidence_chart(h, "MS-TTA")
     assert series_points(one) == {"CLIP zero-shot": 1, "MS-TTA": 1} and one.count("<circle") == 2

@@ -52,7 +52,7 @@ CSS = """
   margin-bottom: 1px}
 .mstta-chart .key i {display: inline-block; width: 18px; height: 4px; border-radius: 2px; margin-right: 4px;
   vertical-align: middle}
-.mstta-chart svg {width: 100%; height: auto; display: block}
+.mstta-chart svg {width: 100%; max-width: 460px; height: auto; display: block}
 .mstta-chart .axis-title {font-weight: 600}
 .mstta-bars .row {display: flex; align-items: center; gap: 6px; font-size: .8rem; line-height: 1.1rem}
 .mstta-bars .name {flex: 0 0 32%; text-align: right; overflow: hidden; text-overflow: ellipsis; white-space: nowrap}

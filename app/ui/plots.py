@@ -66,7 +66,7 @@ def confidence_chart(history: History, title: str) -> str:
         "mstta-confidence",
         "Confidence of the top class",
         [(CLIP_NAME, CLIP_COLOR, clip), (title, ADAPTED_COLOR, tta)],
-        y_title="top-1 probability",
+        y_title="top-1 prob.",  # fits the plot's height: never clipped
         y_range=(0, 1),
     )
 
