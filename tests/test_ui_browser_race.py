@@ -136,8 +136,12 @@ def test_chart_text_is_whole_at_1280x720_and_not_oversized_at_1920x1080(ui, tmp_
             board = page.evaluate(
                 "() => parseFloat(getComputedStyle(document.querySelector('#mstta-leaderboard td')).fontSize)"
             )
-            chart = page.evaluate("""() => Math.max(...Array.from(document.querySelectorAll(
-                '#mstta-gain svg text, #mstta-accuracy svg text')).map(e => e.getBoundingClientRect().height))""")
+            ticks = "#mstta-gain svg text.tick, #mstta-accuracy svg text.tick"
+            chart = page.evaluate(
+                "(s) => Math.max(...Array.from(document.querySelectorAll(s)).map(e => e.getBBox && "
+                "e.getBoundingClientRect().height))",
+                ticks,
+            )
             assert chart <= 1.6 * board, f"chart text {chart:.1f} px beside the board's {board:.1f} px at {width}"
             save_shot(page, tmp_path, f"ui_race_charts_{width}.png", full_page=False)
             assert_clean(page, context)

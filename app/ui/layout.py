@@ -290,7 +290,7 @@ def _results(first: dict[str, Any]) -> dict:
                 type="numpy",
                 format="jpeg",
                 interactive=False,
-                height=500,
+                height=480,  # room for a two-line numbers line under it on the first screen
                 elem_id="mstta-frame",
             ),
             stats=gr.Markdown("", elem_id="mstta-stats"),
