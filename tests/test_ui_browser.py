@@ -400,7 +400,9 @@ def test_first_screen_at_1280x720_and_the_random_weights_banner(ui, tmp_path):
         table = page.locator("#mstta-leaderboard table").bounding_box()
         column = page.locator("#mstta-leaderboard").bounding_box()
         assert table["x"] + table["width"] <= column["x"] + column["width"] + 0.5, (table, column)
-        assert "frame" not in page.locator("#mstta-leaderboard th").last.inner_text(), "one speed figure: no time column"
+        assert "frame" not in page.locator("#mstta-leaderboard th").last.inner_text(), (
+            "one speed figure: no time column"
+        )
         labels = page.locator("#mstta-frame label, #mstta-frame [data-testid=block-label]")
         for i in range(labels.count()):
             box = labels.nth(i).bounding_box()

@@ -43,7 +43,7 @@ CSS = """
 #mstta-topk-row {gap: 8px; flex-wrap: nowrap}
 #mstta-topk-row .axis, #mstta-topk-row .axis-title {display: none}
 #mstta-status p {margin: 0}
-#mstta-stats p {margin: 0; font-size: .78rem}
+#mstta-stats p {margin: 0; font-size: .72rem}
 #mstta-frame {padding: 0 !important; border: none !important; background: none !important}
 #mstta-middle {gap: 6px}
 .mstta-hidden {display: none !important}
@@ -290,7 +290,7 @@ def _results(first: dict[str, Any]) -> dict:
                 type="numpy",
                 format="jpeg",
                 interactive=False,
-                height=480,  # room for a two-line numbers line under it on the first screen
+                height=500,
                 elem_id="mstta-frame",
             ),
             stats=gr.Markdown("", elem_id="mstta-stats"),

@@ -176,7 +176,7 @@ def stats_markdown(
     parts = [f"**{frames(h.processed)}**", f"agreement **{h.agreement:.1f}%**"]
     parts.append(speed(h, views))
     if skipped:
-        parts.append(f"{frames(skipped)} skipped to keep real time")
+        parts.append(f"{frames(skipped)} skipped (real time)")
     return " · ".join(parts)
 
 
