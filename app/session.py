@@ -1,6 +1,7 @@
 """One stream's state: class names -> text classifier, the frame encoder and the adaptation engine.
 
     session = StreamSession(clip, ["cat", "dog"], method="ms-tta", config=EngineConfig(bank_size=4096))
+    session = StreamSession(clip, labels, methods=["ms-tta", "ms-tta@recommended"])  # forgetting raced too
     result = session.process(rgb)      # FrameResult: CLIP and adapted top-k, disagreement, entropy, cache...
     session.reset()                    # forget the adaptation (new scene, new video)
     session.set_labels(["cat", "dog", "bird"])   # rebuilds the classifier, starts the engine afresh
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -24,10 +25,10 @@ import torch
 from mstta.checks import int_in
 from mstta.engine.config import DEFAULT_BANK_SIZE, EngineConfig
 from mstta.engine.engine import Engine
-from mstta.engine.methods import get_method
 from mstta.errors import UserError
 
 from .encoder import FrameEncoder
+from .forgetting import Racer, parse_racer, racer_title
 from .labels import prompt_templates
 
 __all__ = [
@@ -46,12 +47,9 @@ MAX_METHODS = 4  # methods raced on one stream: one encoder pass per frame, one 
 
 
 def method_title(method: str) -> str:
-    """Display name of a method, the library's `Method.title`: 'ms-tta' -> 'MS-TTA'."""
-    try:
-        found = get_method(method)
-    except UserError:
-        return method
-    return found.title
+    """Display name of a raced entry, the library's `Method.title` (+ its own forgetting): 'ms-tta' ->
+    'MS-TTA', 'ms-tta@recommended' -> 'MS-TTA + forgetting'."""
+    return racer_title(method)
 
 
 @dataclass(frozen=True)
@@ -64,8 +62,9 @@ class Scored:
 
 
 def check_methods(methods: Sequence[str] | str, flag: str = "--methods") -> list[str]:
-    """Registry names of the methods raced on one stream (1..MAX_METHODS, no repeats), in order;
-    a comma-separated string is split. One-line UserError naming `flag` otherwise."""
+    """The entries raced on one stream (1..MAX_METHODS, no repeats), in order: registry names, or
+    NAME@CHOICE with its own forgetting (`app.forgetting`); a comma-separated string is split.
+    One-line UserError naming `flag` otherwise."""
     names = [m.strip() for m in methods.split(",")] if isinstance(methods, str) else [str(m).strip() for m in methods]
     if not any(names):
         raise UserError(f"{flag}: name at least one method (e.g. ms-tta,tda)")
@@ -74,25 +73,28 @@ def check_methods(methods: Sequence[str] | str, flag: str = "--methods") -> list
         raise UserError(f"{flag} {shown}: an empty method name (two commas in a row, or one at an end); remove it")
     if len(names) > MAX_METHODS:
         raise UserError(f"{flag}: {len(names)} methods; at most {MAX_METHODS} race on one stream")
+    names = [parse_racer(name, flag).name for name in names]
     repeated = sorted({m for m in names if names.count(m) > 1})
     if repeated:
         raise UserError(f"{flag}: {', '.join(repeated)} named twice; name each method once")
-    for name in names:
-        try:
-            get_method(name)
-        except UserError as exc:
-            raise UserError(f"{flag}: {exc}") from None
     return names
 
 
 @dataclass(frozen=True)
 class MethodResult:
-    """One raced method's output for a frame: its registry name, top-k (best first) and step time."""
+    """One raced method's output for a frame: its entry name, top-k (best first), step time, and
+    whether its forgetting reset its state at this frame (a detected scene cut)."""
 
     method: str
     topk: list[Scored]
     ms: float  # this method's engine step (ms); the encoder pass is shared
-    title: str = ""  # its display name (`Method.title`), carried so that no frame looks it up again
+    _: KW_ONLY  # by name: a title and a cut flag are never mistaken for each other
+    title: str = ""  # its display name (`Racer.title`), carried so that no frame looks it up again
+    cut: bool = False  # `StepResult.cut`: the state was reset before this frame (forget.detect)
+
+    def __post_init__(self) -> None:
+        if not self.title:  # made by hand (tests, replays): the entry's title, once
+            object.__setattr__(self, "title", method_title(self.method))
 
     @property
     def label(self) -> str:
@@ -118,7 +120,7 @@ class FrameResult:
     cache_per_class: list[int] = field(default_factory=list)
     methods: list[MethodResult] = field(default_factory=list)  # every raced method, the first = tta_topk
     encode_ms: float = 0.0  # the shared encoder pass (ms)
-    title: str = ""  # the first method's display name (`Method.title`), carried: no frame looks it up again
+    title: str = ""  # the first entry's display name (`Racer.title`), carried: no frame looks it up again
 
     def __post_init__(self) -> None:
         if not self.title:  # made by hand (tests, replays): the registry's title, once
@@ -175,7 +177,7 @@ class StreamSession:
         self.cache_dir = cache_dir
         self.encoder = FrameEncoder(clip, views=views, seed=seed, views_on=views_on)
         # the raced methods (registry rows), the first one shown as "the adapted method"
-        self.methods = [get_method(m) for m in check_methods(methods if methods is not None else [method])]
+        self.methods = [parse_racer(m) for m in check_methods(methods if methods is not None else [method])]
         self.config = config if config is not None else EngineConfig(bank_size=DEFAULT_BANK_SIZE)
         self.labels: list[str] = []
         self.template = template
@@ -192,8 +194,8 @@ class StreamSession:
         self._new_engine()
 
     @property
-    def method(self):
-        """The first raced method's registry row (the one the banner, the frame and "tta" show)."""
+    def method(self) -> Racer:
+        """The first raced entry (the one the banner, the frame and "tta" show)."""
         return self.methods[0]
 
     @property
@@ -205,14 +207,15 @@ class StreamSession:
     ) -> None:
         """Switch method(s) and/or hyperparameters; every engine starts afresh."""
         if methods is not None or method is not None:
-            self.methods = [get_method(m) for m in check_methods(methods if methods is not None else [method])]
+            self.methods = [parse_racer(m) for m in check_methods(methods if methods is not None else [method])]
         if config is not None:
             self.config = config
         self._new_engine()
 
     def _new_engine(self) -> None:
         self.engines = [
-            Engine(self.text, method=m.name, config=self.config, device=self.clip.device) for m in self.methods
+            Engine(self.text, method=m.method.name, config=m.config(self.config), device=self.clip.device)
+            for m in self.methods
         ]
         self.encoder.reset(self.seed)
 
@@ -239,7 +242,8 @@ class StreamSession:
             t0 = time.perf_counter()
             step = engine.step(features)
             topk = self._scored(step.topk(self.topk))
-            raced.append(MethodResult(method.name, topk, (time.perf_counter() - t0) * 1000.0, method.title))
+            ms = (time.perf_counter() - t0) * 1000.0
+            raced.append(MethodResult(method.name, topk, ms, title=method.title, cut=step.cut))
             first = step if first is None else first
         latency = (time.perf_counter() - start) * 1000.0
         fill = self.engine.cache_fill()

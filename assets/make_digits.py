@@ -17,8 +17,9 @@ fp16, loadable by open_clip (`--model mstta-digits`, tag `bundled`).
 
 The clip shows held-out digits (test split only, each once) one after the other, each for
 SEGMENT_FRAMES frames, scene after scene (`SCENES`): a short clean lead-in drawn exactly as the
-model was trained, then one steady camera change held to the end (the camera moved back: every
-digit smaller, hand-held). H.264 (libx264, yuv420p, faststart) written with PyAV.
+model was trained, then two scene changes, each held steady: the camera moved back (every digit
+smaller, hand-held), then the light goes (the camera still back: a grey page, a soft pencil,
+sensor noise). H.264 (libx264, yuv420p, faststart) written with PyAV.
 """
 
 from __future__ import annotations
@@ -217,7 +218,17 @@ LEAD_IN = Scene("lead-in: the training camera", digits=10)
 SCENES = (
     LEAD_IN,
     # the camera moved back: every digit at 5/8 of the size the model was trained on, hand-held
-    Scene("the camera moved back", digits=230, size=0.5, jitter=1.0),
+    Scene("the camera moved back", digits=110, size=0.5, jitter=1.0),
+    # then the light goes (the camera still back): a grey page, a soft pencil, sensor noise
+    Scene(
+        "the light goes",
+        digits=120,
+        size=0.5,
+        paper=(190.0, 190.0, 180.0),
+        ink=(70.0, 70.0, 68.0),
+        noise=6.0,
+        jitter=1.0,
+    ),
 )
 
 

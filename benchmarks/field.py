@@ -31,10 +31,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from mstta.bench import paper
-from mstta.bench.context import Cell, Row, dataset_config, row_engine_config, view_kind
+from mstta.bench.context import Cell, Row, dataset_config, row_engine_config
 from mstta.bench.field import FieldCell, FieldOptions, measure
 from mstta.bench.store import Backbone, FeatureKey
 from mstta.bench.textsets import Choice
+from mstta.bench.viewpolicy import view_kind
 from mstta.engine.methods import list_methods
 from mstta.features.devices import resolve_device
 from mstta.features.format import FeatureSet

@@ -314,7 +314,7 @@ def test_rows_follow_the_datasets_protocol_unless_they_have_their_own_views():
     """Under view_mode "original" (the cross-domain sets) a row without its own views reads view 0
     alone (DOTA's, DPE's, OnZeta's, BCA's code runs one view there); ZERO, MTA and DMN read their
     crops on every dataset; the benchmark gives each row the views its code reads."""
-    from mstta.bench.context import view_kind
+    from mstta.bench.viewpolicy import view_kind
     from mstta.configfile import CONFIG_DIR
 
     s = make_stream(n=12, classes=4, dim=16, views=12, seed=7, gap=0.5, view_noise=1.0)

@@ -147,3 +147,19 @@ def test_a_toy_family_added_by_the_route_runs_everywhere(toy):
     ms0 = Engine(text, "toy+ms", ToyConfig(toy=ToyParams(rate=0.5), alpha=0.0))
     assert [ms0.step(x).prediction for x in feats] == steps  # +ms at alpha = 0 is the base row
     assert get_method("toy+ms").mean_shift and "toy" in list_methods()
+
+
+@pytest.mark.parametrize("method", ["ms-tta", "dota"])
+def test_an_engine_copies_and_pickles_with_its_runner(method):
+    import copy
+    import pickle
+
+    text = torch.nn.functional.normalize(torch.randn(5, 8, generator=torch.Generator().manual_seed(0)), dim=-1)
+    feats = torch.randn(6, 8, generator=torch.Generator().manual_seed(1))
+    engine = Engine(text, method)
+    engine.step(feats[0])
+    for twin in (copy.deepcopy(engine), pickle.loads(pickle.dumps(engine))):
+        assert type(twin) is Engine and twin.runner is not engine.runner and twin.n_seen == 1
+    twin = copy.deepcopy(engine)
+    assert [engine.step(x).prediction for x in feats[1:]] == [twin.step(x).prediction for x in feats[1:]]
+    assert engine.n_seen == twin.n_seen == 6

@@ -155,12 +155,12 @@ def test_the_method_title_travels_in_the_frame_result(monkeypatch, tiny_clip):
     the method up in the registry again."""
     import numpy as np
 
-    from app import annotate, session
+    from app import annotate, forgetting, session
 
     stream = session.StreamSession(tiny_clip, LABELS, methods=["tda", "ms-tta"])
     looked_up = []
-    real = session.get_method
-    monkeypatch.setattr(session, "get_method", lambda name: looked_up.append(name) or real(name))
+    real = forgetting.get_method  # the registry as the session reads it (every raced entry via `parse_racer`)
+    monkeypatch.setattr(forgetting, "get_method", lambda name: looked_up.append(name) or real(name))
     r = stream.process(np.zeros((32, 32, 3), np.uint8))
     assert r.title == "TDA" and [m.title for m in r.methods] == ["TDA", "MS-TTA"] and looked_up == []
     r.title = "Carried"
@@ -184,7 +184,7 @@ def test_racing_zero_shot_adds_no_second_clip_row_nor_legend_entry():
 
     h = History()
     r = result(0, 1)
-    raced = [MethodResult("ms-tta", r.tta_topk, 1.0, "MS-TTA"), MethodResult("zero-shot", r.clip_topk, 1.0)]
+    raced = [MethodResult("ms-tta", r.tta_topk, 1.0, title="MS-TTA"), MethodResult("zero-shot", r.clip_topk, 1.0)]
     h.update(dataclasses.replace(r, methods=raced), "cat")
     board = plots.leaderboard_html(h, None, "loaded")
     assert board.count("data-method=") == 2 and 'data-method="zero-shot"' not in board

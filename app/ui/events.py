@@ -16,12 +16,11 @@ from typing import Any, Callable, Iterator, Sequence
 import gradio as gr
 
 from mstta.engine.config import EngineConfig
-from mstta.engine.methods import get_method
 from mstta.errors import UserError, one_line
 
 from ..annotate import random_weights
 from ..frames import MAX_PIXELS
-from ..session import DEFAULT_BANK_SIZE
+from ..session import DEFAULT_BANK_SIZE, check_methods
 from . import handlers, video
 from .browser_js import CAMERA_JS, TOOLTIP_JS
 from .context import WEBCAM_END_S, Context
@@ -93,7 +92,7 @@ class AppOptions:
 
     def __post_init__(self) -> None:
         self.config = self.config if self.config is not None else EngineConfig(bank_size=DEFAULT_BANK_SIZE)
-        self.method = get_method(self.method).name
+        self.method = check_methods([self.method], "method")[0]
         self.autostart = bool(self.video and self.labels) if self.autostart is None else self.autostart
 
 
@@ -429,7 +428,7 @@ def _reasons(method: str) -> str:
 def _race_checked(method: Any, race: Any) -> Any:
     """The status line's word on a race the form refuses (a pick too many, the method itself); else unchanged."""
     try:
-        race_control(get_method(str(method)).name, race)
+        race_control(check_methods([str(method)], "Method")[0], race)
     except UserError as exc:
         return warn(one_line(exc))
     return gr.skip()

@@ -115,7 +115,8 @@ while, the cache fills with that scene's frames and the adapted prediction can b
   (zero-shot) adds no row: the CLIP row is it.
 - **ms per frame** (the numbers line under the frame, and the run's summary): the model's mean time per
   processed frame over the run, the shared encoder pass plus every raced method's step.
-- **Gain**: the adapted method's running accuracy minus CLIP's, in points: above zero it is ahead.
+- **Gain**: each raced method's running accuracy minus CLIP's, in points: above zero it is ahead; a dashed
+  mark is a scene cut a method's forgetting detected (Settings: Forget old scenes).
 - **Running accuracy**: CLIP's and every raced method's, over the processed frames.
 - **Disagreement strip** (below): the newest frames where the two differ, with the truth; click one to enlarge.
 """
@@ -138,6 +139,7 @@ class Components:
     template: Any
     method: Any
     race: Any
+    forget: Any
     k: Any
     alpha: Any
     lam: Any

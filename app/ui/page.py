@@ -127,6 +127,7 @@ def render(
         page["frame"] = None
     if plots_too:
         fill = result.cache_per_class if result is not None else [0] * len(s.labels if s else [])
+        titles = [m.title for m in s.methods] if s is not None else None  # the raced methods, in race order
         page |= {
             "confidence": plots.confidence_chart(h, title),
             "agreement": plots.agreement_chart(h, title),
@@ -134,11 +135,9 @@ def render(
             "cache": plots.cache_chart(
                 s.labels if s else [], fill, s.config.capacity if s else None, plots.cache_title(s)
             ),
-            "accuracy": plots.accuracy_chart(
-                h, title, ui.truth_state, [m.title for m in s.methods] if s is not None else None
-            ),
+            "accuracy": plots.accuracy_chart(h, title, ui.truth_state, titles),
             "leaderboard": plots.leaderboard_html(h, s, ui.truth_state),
-            "gain": plots.gain_chart(h, title, ui.truth_state),
+            "gain": plots.gain_chart(h, title, ui.truth_state, titles),
             "per_class": plots.per_class_chart(h, title),
             "disagreements": plots.disagreement_strip(h, title),
         }

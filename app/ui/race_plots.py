@@ -3,7 +3,8 @@ from a stream's `History` (`app.ui.state`); no Gradio here, `app.ui.plots` re-ex
 
     leaderboard_html(history, stream, "loaded")  # CLIP and every raced method: accuracy, agreement, fixed · broke
     accuracy_chart(history, "MS-TTA", "loaded", titles)   # running accuracy of CLIP and every raced method
-    gain_chart(history, "MS-TTA"), per_class_chart(history, "MS-TTA")
+    gain_chart(history, "MS-TTA", "loaded", titles)  # every raced method's gain, a dashed mark at each detected cut
+    per_class_chart(history, "MS-TTA")
     disagreement_strip(history, "MS-TTA")    # the newest frames where CLIP and the first method differ
 """
 
@@ -56,9 +57,12 @@ def accuracy_chart(history: History, title: str, truth_state: str = "none", titl
     return line_chart("mstta-accuracy", heading, series, y_title="accuracy (%)", y_range=(0, 100))
 
 
-def gain_chart(history: History, title: str, truth_state: str = "none") -> str:
-    """The gain in sight: the first method's running accuracy minus CLIP's, in points, around a zero line;
-    without labelled frames its title says why, in the accuracy plot's words (`truth_state`)."""
+def gain_chart(history: History, title: str, truth_state: str = "none", titles: Sequence[str] | None = None) -> str:
+    """The gain in sight: each raced method's running accuracy minus CLIP's, in points, around a zero
+    line (`titles`: theirs in race order; default the first one's, `title`; zero-shot raced is CLIP
+    itself: no line), with a dashed mark at each scene cut a method's forgetting detected (issue 29);
+    without labelled frames its title says why, in the accuracy plot's words (`truth_state`). One line
+    and no mark: no key row, the title names it (the race stays above the fold)."""
     pts = [(p.x, p.gain) for p in history.points if p.gain is not None]
     t = history.tally
     racer = t.racers.get(history.last.method) if history.last is not None and history.last.methods else None
@@ -68,18 +72,43 @@ def gain_chart(history: History, title: str, truth_state: str = "none") -> str:
         if pts
         else f"Gain of {title} over CLIP: {truth_words(truth_state)}"
     )
-    top = max([abs(y) for _, y in pts] + [1.0])
+    titles = list(titles) if titles else [title]
+    series = [] if titles[0] == ZERO_SHOT_TITLE else [(f"{title} − CLIP", palette.method_color(0), pts)]
+    for i, name in enumerate(titles[1:], 1):
+        if name == ZERO_SHOT_TITLE:  # the same predictions as CLIP: its line would be the zero line
+            continue
+        more = [(p.x, p.accuracy_methods[i] - p.accuracy_clip) for p in history.points if _labelled(p, i)]
+        series.append((f"{name} − CLIP", palette.method_color(i), more))
+    everything = [y for _, _, line in series for _, y in line]
+    top = max([abs(y) for y in everything] + [1.0])
     ticks = nice_ticks(0, top, 3)
     bound = ticks[-1] if ticks[-1] >= top else ticks[-1] + (ticks[1] - ticks[0] if len(ticks) > 1 else 1)
-    chart = line_chart(
+    marks = cut_marks(history)
+    return line_chart(
         "mstta-gain",
         heading,
-        [(f"{title} − CLIP", palette.method_color(0), pts)],
+        series,
         y_title="points",
         y_range=(-bound, bound),
-        legend=False,  # the title names the one line: no key row (the race stays above the fold)
+        legend=len(series) > 1 or bool(marks),
+        marks=marks,
     )
-    return chart
+
+
+def _labelled(p, i: int) -> bool:
+    return p.accuracy_clip is not None and i < len(p.accuracy_methods) and p.accuracy_methods[i] is not None
+
+
+def cut_marks(history: History) -> list[tuple[int, str, str]]:
+    """(x, colour, what) for every scene cut a raced method detected among the plotted frames."""
+    raced = history.last.methods if history.last is not None else []
+    marks = []
+    for i, m in enumerate(raced):  # each method's title as its frame result carries it
+        racer = history.tally.racers.get(m.method)
+        for x, frame in racer.cuts if racer is not None else ():
+            at = f"source frame {frame}" if frame is not None else f"processed frame {x}"
+            marks.append((x, palette.method_color(i), f"{m.title}: scene cut detected at {at}"))
+    return marks
 
 
 def leaderboard_html(history: History, stream: StreamSession | None, truth_state: str = "none") -> str:

@@ -27,11 +27,12 @@ from .cache_rules import entropy_gate_t
 from .config import EngineConfig
 from .families import view_aggregator
 from .families.base import Method
+from .forget import Drift, drift_step_t, periodic_reset_t
 from .runner import Runner
 
 log = logging.getLogger(__name__)
 
-RECORDS = ("bank", "pos", "neg")
+RECORDS = ("bank", "pos", "neg", "drift")  # drift: the scene-cut detector (forget.detect)
 
 
 class Streams(Runner):
@@ -83,8 +84,11 @@ class Streams(Runner):
         self.seen = np.zeros(S, dtype=np.int64)  # samples seen, on the host
         self.clock = torch.zeros(S, dtype=torch.long, device=dev)  # the same, on the device
         self.bank = Bank.empty(S, rows, d, getattr(torch, cfg.bank_dtype), dev) if m.mean_shift else None
-        self.pos = Cache.empty(S, C, q, d, dev, values=False) if m.cache else None
-        self.neg = Cache.empty(S, C, qn, d, dev, values=True) if m.negative else None
+        idle = cfg.forget.rule == "idle"
+        self.pos = Cache.empty(S, C, q, d, dev, values=False, used=idle) if m.cache else None
+        self.neg = Cache.empty(S, C, qn, d, dev, values=True, used=idle) if m.negative else None
+        self.drift = Drift.empty(S, d, dev) if cfg.forget.detect else None
+        self.last_cut = torch.zeros(S, dtype=torch.bool, device=dev)  # the last step's resets (forget)
 
     def _check_memory(self, rows: int, q: int, qn: int) -> None:
         C, d, S = self.num_classes, self.dim, self.streams
@@ -172,12 +176,14 @@ class Streams(Runner):
         of them hold fewer (then the empty rows are masked by the bank's bias)."""
         fills = [self._fill(s) for s in range(self.streams) if active is None or active[s]]
         rows = max(fills, default=0)
-        return rows, any(f < rows for f in fills)
+        return rows, any(f < rows for f in fills) or self.config.forget.resets  # a reset masks its rows
 
     def _step(self, x: torch.Tensor, ok: torch.Tensor | None, rows: tuple[int, bool]):
         """The step on the device state, Alg. 1. `rows` = (bank rows searched, masked or not):
         eager, the filled prefix; under a CUDA graph, every row with the empty ones masked."""
         cfg, m = self.config, self.method
+        if cfg.forget.active:
+            self._forget(x, ok, rows[0])
         aggregate = view_aggregator(cfg.view_mode, getattr(cfg, cfg.view_mode, None))
         f, clip, h, probs = Fn.form_queries(x, self.text, cfg.logit_scale, cfg.view_mode, cfg.view_ratio, aggregate)
         if not m.cache:
@@ -191,7 +197,9 @@ class Streams(Runner):
             self._grow_if_full()
             self.bank.append(f, self.clock, cfg.bank_size is not None, ok)
         p = clip.argmax(-1)
-        self.pos.insert(p, h, q, self.clock, Fn.log_weight(cfg.cache_alpha, cfg.beta), ok=ok)
+        fg = cfg.forget
+        tl = (fg.steps, fg.weight) if fg.rule == "timeliness" else None
+        self.pos.insert(p, h, q, self.clock, Fn.log_weight(cfg.cache_alpha, cfg.beta), ok=ok, timeliness=tl)
         if m.negative:
             gate = entropy_gate_t(h, self.num_classes, cfg.neg_entropy_lower, cfg.neg_entropy_upper)
             self.neg.insert(
@@ -203,15 +211,45 @@ class Streams(Runner):
                 m.neg_policy == "fifo",
                 gate if ok is None else gate & ok,
                 Fn.negative_mask(probs, cfg.neg_mask_lower, cfg.neg_mask_upper),
+                tl,
             )
-        pos = self.pos.logits(q, cfg.beta, cfg.kernel, cfg.cache_alpha)
+        pos = self.pos.logits(q, cfg.beta, cfg.kernel, cfg.cache_alpha, self.clock, ok)
         if boost is not None:
             pos = boosted_logits(
                 q, pos, self.pos, *boost, self._stepping(ok), cfg.delta, cfg.beta, cfg.kernel, cfg.cache_alpha
             )
-        neg = self.neg.logits(q, cfg.neg_beta, "exp", cfg.neg_alpha) if m.negative else None
+        neg = self.neg.logits(q, cfg.neg_beta, "exp", cfg.neg_alpha, self.clock, ok) if m.negative else None
         self.clock += 1 if ok is None else ok
         return Fn.final_logits(clip, pos, neg, cfg.lam), clip, h, q
+
+    def _forget(self, x: torch.Tensor, ok: torch.Tensor | None, rows: int) -> None:
+        """The forget section's resets and expiries before the step (`mstta.engine.forget`), on the device:
+        a periodic reset (RDumb), a detected cut (view 0's unit feature into the detector), the
+        idle rule's expiry; `last_cut` [S] records the streams reset at this step."""
+        fg, cut = self.config.forget, None
+        if fg.rule == "periodic":
+            cut = periodic_reset_t(self.clock, fg.every)
+            if ok is not None:
+                cut = cut & ok
+            if self.drift is not None:  # the detector's reference starts over with the state
+                self.drift.forget(cut)
+        if fg.detect:
+            u = Fn.normalize(x[:, 0])
+            found = drift_step_t(
+                self.drift, u, fg.detect_rate, fg.detect_threshold, fg.detect_patience, fg.detect_warmup, ok
+            )
+            cut = found if cut is None else cut | found
+        if cut is not None:
+            if self.bank is not None:
+                self.bank.forget(cut, rows)  # the rows that can hold a feature (all under a graph)
+            for rec in (self.pos, self.neg):
+                if rec is not None:
+                    rec.forget(cut)
+            self.last_cut.copy_(cut)
+        if fg.rule == "idle":
+            for rec in (self.pos, self.neg):
+                if rec is not None:
+                    rec.expire(self.clock, fg.idle, ok)
 
     def _stepping(self, ok: torch.Tensor | None) -> list[int]:
         return list(range(self.streams)) if ok is None else ok.nonzero().flatten().tolist()

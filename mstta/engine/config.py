@@ -16,12 +16,14 @@ from ..checks import check_num as _num
 from .cache import ShiftSettings
 from .families import CACHE, FAMILIES, BcaParams, DmnParams, DotaParams, DpeParams, MtaParams, OnzetaParams, ZeroParams
 from .families.cache import Params as CacheParams
+from .forget import ForgetConfig
 
 # Every dataset of the paper has fewer test samples (ImageNet-Sketch, the largest, 50,889), so
 # benchmark results equal the unbounded bank's bit for bit, while an endless stream (a webcam)
 # keeps flat memory and a flat step time.
 DEFAULT_BANK_SIZE = 65_536
 FAMILY_SECTIONS = tuple(n for n in FAMILIES if n != CACHE)  # EngineConfig's family sections, one per module
+SECTIONS = (*FAMILY_SECTIONS, "forget")  # EngineConfig's sections (--set SECTION.KEY=VALUE)
 # How a multi-view sample becomes one query: TDA's confident views, view 0, or a family's own view
 # combination (ZERO's voters, MTA's mode: combinations no paper reports for the cache methods).
 VIEW_MODES = ("confident", "original", *(n for n, f in FAMILIES.items() if hasattr(f, "aggregate")))
@@ -62,7 +64,9 @@ class EngineConfig:
     neg_mask_lower: float = CacheParams.neg_mask_lower
     neg_mask_upper: float = CacheParams.neg_mask_upper
     delta: int = CacheParams.delta
-    view_mode: str = "confident"  # multi-view samples: "confident" (TDA, OOD) or "original" (view 0)
+    # multi-view samples: "original" (view 0: the cross-dataset protocol, the default wherever no dataset
+    # config chooses, docs/engine.md "Views and the logit scale") or "confident" (TDA's OOD protocol)
+    view_mode: str = "original"
     view_ratio: float = 0.1  # fraction of views kept by confidence (floor(0.1*64) = 6)
     bank_dtype: str = (
         "float32"  # storage of the kNN bank: float32 (exact) or float16/bfloat16 (half the bytes; sums in float32)
@@ -76,6 +80,8 @@ class EngineConfig:
     onzeta: OnzetaParams = field(default_factory=OnzetaParams)
     bca: BcaParams = field(default_factory=BcaParams)
     dpe: DpeParams = field(default_factory=DpeParams)
+    # Forgetting on streams (`--set forget.rule=timeliness`; mstta.engine.forget, docs/engine.md "Forgetting").
+    forget: ForgetConfig = field(default_factory=ForgetConfig)
 
     def __post_init__(self) -> None:
         _int(self, "k", 1, MAX_K)

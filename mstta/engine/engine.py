@@ -21,6 +21,7 @@ from .config import EngineConfig
 from .families.base import CACHE
 from .family_runner import FamilyStreams
 from .methods import Method, get_method
+from .protocol import warn_few_views
 from .runner import Runner
 
 
@@ -36,6 +37,12 @@ class StepResult:
     entropy_tensor: torch.Tensor
     feature: torch.Tensor
     probs: torch.Tensor | None = None
+    cut_tensor: torch.Tensor | None = None  # 0-d bool: the state was reset before this step (forget)
+
+    @property
+    def cut(self) -> bool:
+        """Whether `forget` reset the state before this sample (a periodic reset or a detected cut)."""
+        return self.cut_tensor is not None and bool(self.cut_tensor)
 
     @property
     def entropy(self) -> float:
@@ -85,7 +92,7 @@ class Front:
     runner: Runner
 
     def __getattr__(self, name: str):
-        if name == "runner":  # not set yet (copying, unpickling): no runner to read through
+        if name == "runner" or name.startswith("__"):  # no runner yet (copying, unpickling); no protocol
             raise AttributeError(name)
         return getattr(self.runner, name)
 
@@ -151,6 +158,13 @@ class Engine(Front):
             return np.full((self.runner.num_classes, 0), np.inf)
         return self.runner.pos.ent[0].cpu().numpy().astype(np.float64)
 
+    def cache_times(self) -> np.ndarray:
+        """Insertion step of every positive-cache slot, [C, Q] ints (-1 = empty slot); a host copy.
+        Steps count from the engine's reset (a `forget` reset empties slots, not the count)."""
+        if self.pos is None:
+            return np.full((self.num_classes, 0), -1, dtype=np.int64)
+        return self.pos.time[0].cpu().numpy().astype(np.int64)
+
     @torch.inference_mode()
     def step(self, features: torch.Tensor | np.ndarray) -> StepResult:
         """Adapt to one sample and predict it. `[d]` or `[V, d]` -> StepResult (see class doc)."""
@@ -161,5 +175,9 @@ class Engine(Front):
             x = x.unsqueeze(0)
         if x.dim() != 2 or x.shape[1] != r.dim or x.shape[0] == 0:
             raise UserError(f"feature shape {shape} does not match the classifier: expected [{r.dim}] or [V, {r.dim}]")
+        if x.shape[0] > 1 and x.shape[0] != getattr(self, "_views_checked", 1):
+            self._views_checked = x.shape[0]  # once per view count: floor(ratio V) < 2 is a warning
+            warn_few_views(r.method, r.config, x.shape[0])
         out = r.run(x.to(r.device, r.text.dtype).unsqueeze(0), None)
-        return StepResult(*(t[0] for t in out))
+        cut = r.last_cut[0].clone() if r.config.forget.resets else None
+        return StepResult(*(t[0] for t in out), cut_tensor=cut)

@@ -15,6 +15,7 @@ classifier: the exact path the independent references are checked on, else float
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any, Callable
 
 import numpy as np
@@ -29,6 +30,7 @@ from .cache import UNBOUNDED_START, FeatureBank
 from .config import EngineConfig
 from .families import get_family
 from .families.base import Method, StepOut
+from .forget import Drift, drift_step_t, periodic_reset
 from .runner import Runner
 
 
@@ -61,6 +63,12 @@ class FamilyStreams(Runner):
         if stream_length is not None:
             int_in(stream_length, "stream_length", 1, extra=" or None")
         self.stream_length = stream_length
+        rule = self.config.forget.rule
+        if rule in ("timeliness", "idle") and not method.episodic and rule not in getattr(self.family, "FORGET", ()):
+            raise UserError(
+                f"forget.rule={rule}: not defined for {method.title} (docs/engine.md, Forgetting); "
+                "use forget.rule=periodic or forget.detect=true"
+            )
 
     @property
     def family(self):
@@ -74,6 +82,8 @@ class FamilyStreams(Runner):
             self.states[stream] = self._init()
             self.banks[stream] = self._bank()
             self.seen[stream] = 0
+            if self.drift is not None:
+                self.drift.clear(stream)
             return
         self._check_family_memory()
         self.graphs: dict[int, Any] = {}
@@ -81,6 +91,8 @@ class FamilyStreams(Runner):
         self.seen = np.zeros(self.streams, dtype=np.int64)
         self.states = [self._init() for _ in range(self.streams)]
         self.banks = [self._bank() for _ in range(self.streams)]
+        self.drift = Drift.empty(self.streams, self.dim, self.device) if self.config.forget.detect else None
+        self.last_cut = torch.zeros(self.streams, dtype=torch.bool, device=self.device)
 
     @property
     def params(self):
@@ -96,19 +108,7 @@ class FamilyStreams(Runner):
         return FeatureBank.for_settings(self.config.shift_settings(), self.dim, self.text.dtype, self.device)
 
     def _check_family_memory(self) -> None:
-        cfg, C, d, S = self.config, self.num_classes, self.dim, self.streams
-        item = self.text.element_size()
-        state = S * self.family.state_bytes(C, d, self.params) * item // 4
-        rows = (cfg.bank_size if cfg.bank_size is not None else UNBOUNDED_START) if self.method.mean_shift else 0
-        bank = S * rows * (d + 2) * item
-        per = f" per stream, {S} streams" if S > 1 else ""
-        what = f"{self.method.title}'s state ({human_bytes(state)} for C = {C}, d = {d}{per}"
-        what += f"; bank {rows} x {d} dims (bank_size))" if bank else ")"
-        check_memory(state + bank, what)
-        if self.device.type == "cuda":
-            have = torch.cuda.get_device_properties(self.device).total_memory
-            if state + bank > 0.8 * have:
-                raise UserError(f"{what} needs {human_bytes(state + bank)}; this GPU has {human_bytes(have)}; lower it")
+        check_family_memory(self.method, self.config, self.text, self.streams, self.device)
 
     def _fill(self, s: int) -> int:
         b = self.banks[s]
@@ -116,14 +116,14 @@ class FamilyStreams(Runner):
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume the streams (copies)."""
-        return copy.deepcopy({"states": self.states, "banks": self.banks, "seen": self.seen})
+        return copy.deepcopy({"states": self.states, "banks": self.banks, "seen": self.seen, "drift": self.drift})
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from `state_dict()`."""
         state = copy.deepcopy(state)
-        if set(state) != {"states", "banks", "seen"} or len(state["states"]) != self.streams:
+        if set(state) != {"states", "banks", "seen", "drift"} or len(state["states"]) != self.streams:
             raise UserError(f"state_dict does not match {self.streams} stream(s) of {self.method.title}")
-        self.states, self.banks = state["states"], state["banks"]
+        self.states, self.banks, self.drift = state["states"], state["banks"], state["drift"]
         self.seen = np.array(state["seen"], dtype=np.int64)
 
     # ------------------------------------------------------------------ step
@@ -134,16 +134,40 @@ class FamilyStreams(Runner):
         settings = self.config.shift_settings()
         return lambda v: bank.shift(v, settings)
 
+    def _forget(self, x: torch.Tensor, active: np.ndarray | None) -> None:
+        """The forget section's resets before the step (`mstta.engine.forget`): RDumb's periodic reset and
+        the detector's cuts restart a stream's family state and bank (`last_cut` [S] records them).
+        Read on the host: a family's step is eager, stream after stream."""
+        fg = self.config.forget
+        ok = np.ones(self.streams, dtype=bool) if active is None else np.asarray(active, dtype=bool)
+        cut = ok & np.array([fg.rule == "periodic" and periodic_reset(int(t), fg.every) for t in self.seen])
+        if self.drift is not None:
+            self.drift.forget(torch.as_tensor(cut, device=self.device))
+            okt = torch.as_tensor(ok, device=self.device)
+            u = Fn.normalize(x[:, 0].float())
+            found = drift_step_t(
+                self.drift, u, fg.detect_rate, fg.detect_threshold, fg.detect_patience, fg.detect_warmup, okt
+            )
+            cut = cut | found.cpu().numpy()
+        for s in np.nonzero(cut)[0]:
+            self.states[s] = self._init()
+            self.banks[s] = self._bank()
+        self.last_cut.copy_(torch.as_tensor(cut, device=self.device))
+
     def run(self, x: torch.Tensor, active: np.ndarray | None):
         """One step of every stepping stream: x [S, V, d] on the device -> (scores, clip, H,
         feature, probs), [S, ...] (a skipped stream's rows are zeros)."""
         outs: list[StepOut | None] = []
         params = self.params
         with small_ops(self.device):
+            if self.config.forget.resets:
+                self._forget(x, active)
             for s in range(self.streams):
                 if active is not None and not active[s]:
                     outs.append(None)
                     continue
+                if self.config.forget.rule == "timeliness" and not self.method.episodic:
+                    self.family.decay(self.states[s], math.exp(-1 / self.config.forget.steps), params)
                 xs = x[s] if self.method.augment is not None or self.config.view_mode != "original" else x[s][:1]
                 out = self.family.step(
                     self.states[s], Fn.normalize(xs), self.text, params, self.config.logit_scale, self._shifter(s)
@@ -157,3 +181,22 @@ class FamilyStreams(Runner):
             torch.stack([o[i] if o is not None else torch.zeros_like(like[i]) for o in outs])
             for i in range(len(StepOut._fields))
         )
+
+
+def check_family_memory(method, cfg, text: torch.Tensor, streams: int, device: torch.device) -> None:
+    """Refuse, before anything is allocated, a family's state (`state_bytes`, S streams, the `+ms`
+    bank) above 80% of this machine's memory (and of the GPU's on CUDA): the one bound of its
+    settings, whether the stream is stepped or replayed vectorised (`mstta.engine.replay`)."""
+    family = get_family(method.family)
+    (C, d), S, item = text.shape, streams, text.element_size()
+    state = S * family.state_bytes(C, d, cfg.family_params(method.family)) * item // 4
+    rows = (cfg.bank_size if cfg.bank_size is not None else UNBOUNDED_START) if method.mean_shift else 0
+    bank = S * rows * (d + 2) * item
+    per = f" per stream, {S} streams" if S > 1 else ""
+    what = f"{method.title}'s state ({human_bytes(state)} for C = {C}, d = {d}{per}"
+    what += f"; bank {rows} x {d} dims (bank_size))" if bank else ")"
+    check_memory(state + bank, what)
+    if device.type == "cuda":
+        have = torch.cuda.get_device_properties(device).total_memory
+        if state + bank > 0.8 * have:
+            raise UserError(f"{what} needs {human_bytes(state + bank)}; this GPU has {human_bytes(have)}; lower it")

@@ -36,6 +36,14 @@ class MultiStepResult:
     feature: torch.Tensor  # [S, d]
     active: np.ndarray  # [S] bool
     probs: torch.Tensor | None = None  # [S, C] the method's probabilities (None = softmax of logits)
+    cut_tensor: torch.Tensor | None = None  # [S] bool: the stream's state was reset before this step (forget)
+
+    @property
+    def cuts(self) -> np.ndarray:
+        """Per stream, whether `forget` reset its state before this step (False where it skipped)."""
+        if self.cut_tensor is None:
+            return np.zeros(len(self.active), dtype=bool)
+        return self.cut_tensor.cpu().numpy() & self.active
 
     @property
     def predictions(self) -> np.ndarray:
@@ -52,6 +60,7 @@ class MultiStepResult:
             self.entropy_tensor[s],
             self.feature[s],
             None if self.probs is None else self.probs[s],
+            None if self.cut_tensor is None else self.cut_tensor[s],
         )
 
 
@@ -92,7 +101,8 @@ class MultiEngine(Front):
         """Adapt every stepping stream to its sample and predict it (see the class doc)."""
         x, act = self._stack(features, active)
         logits, clip, h, q, *probs = self.runner.run(x, None if act.all() else act)
-        return MultiStepResult(logits, clip, h, q, act, *probs)
+        cut = self.runner.last_cut.clone() if self.runner.config.forget.resets else None
+        return MultiStepResult(logits, clip, h, q, act, *(probs or [None]), cut_tensor=cut)
 
     def _stack(self, features, active) -> tuple[torch.Tensor, np.ndarray]:
         S, d = self.runner.streams, self.runner.dim

@@ -74,7 +74,7 @@ class Method:
     # names no other kind (DMN: AugMix, but crops on the ImageNet family); None = the dataset's protocol
     # (`bench.augment`, and view 0 alone where the dataset's `view_mode` is "original")
     views: str | None = None  # its view policy: which views (kind and count) its authors' code reads on
-    # the ImageNet family and on the other sets, a key of `mstta.bench.context.VIEW_POLICIES`;
+    # the ImageNet family and on the other sets, a key of `mstta.bench.viewpolicy.VIEW_POLICIES`;
     # None = `augment` (else the dataset's `bench.augment`) with the dataset's `bench.views`
 
     @property

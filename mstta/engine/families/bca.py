@@ -30,6 +30,12 @@ from .. import functional as Fn
 from .base import Method, StepOut
 
 NAME = "bca"
+# Its protocol in words (`mstta.engine.protocol`): what a row predicts from when it reads V > 1 views
+# ({kept}: the views its confident selection keeps, {views}: V), its Params key of that selection's
+# fraction (None: no selection), and whether its CLIP reference (`StepOut.clip`) is on those views.
+PREDICTS = "the mean of its {kept} most confident views"
+SELECTION = "selection_p"
+CLIP_FROM_VIEWS = True
 PROVENANCE = "a third-party port's semantics, not the authors' code"
 
 METHODS = (

@@ -30,6 +30,12 @@ from ..cache import FeatureBank, ShiftSettings
 from .base import Method, StepOut
 
 NAME = "dmn"
+# Its protocol in words (`mstta.engine.protocol`): what a row predicts from when it reads V > 1 views
+# ({kept}: the views its confident selection keeps, {views}: V), its Params key of that selection's
+# fraction (None: no selection), and whether its CLIP reference (`StepOut.clip`) is on those views.
+PREDICTS = "the original image, with a memory of its {kept} most confident views' mean"
+SELECTION = "selection_p"
+CLIP_FROM_VIEWS = False
 
 METHODS = (
     Method(

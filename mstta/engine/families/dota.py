@@ -26,6 +26,12 @@ from .. import functional as Fn
 from .base import Method, StepOut
 
 NAME = "dota"
+# Its protocol in words (`mstta.engine.protocol`): what a row predicts from when it reads V > 1 views
+# ({kept}: the views its confident selection keeps, {views}: V), its Params key of that selection's
+# fraction (None: no selection), and whether its CLIP reference (`StepOut.clip`) is on those views.
+PREDICTS = "the mean logits of its {kept} most confident views + a Gaussian discriminant fit on them"
+SELECTION = "view_ratio"
+CLIP_FROM_VIEWS = True
 
 METHODS = (
     Method(
@@ -108,6 +114,19 @@ def init(text: torch.Tensor, p: Params, logit_scale: float, length: int | None) 
         "scatter": scatter,
         "Lambda": _rounded(lam, p),
     }
+
+
+FORGET = ("timeliness",)  # the forget rules this family defines beside the runner's resets (mstta.engine.forget)
+
+
+def decay(state: dict[str, torch.Tensor], gamma: float, p: Params) -> None:
+    """`forget.rule=timeliness` (the project's adaptation, no published rule): before each step the
+    evidence beyond the prior fades by gamma = exp(-1 / horizon): c_k <- 1 + gamma (c_k - 1), S_k <-
+    sigma I + gamma (S_k - sigma I) (`init`'s values), so a sample `horizon` steps old weighs 1/e
+    in the means, covariances and DOTA's weight."""
+    count, scatter = state["count"], state["scatter"]
+    count.sub_(1).mul_(gamma).add_(1)
+    scatter.mul_(gamma).diagonal(dim1=1, dim2=2).add_((1 - gamma) * p.sigma)
 
 
 def _rounded(lam: torch.Tensor, p: Params) -> torch.Tensor:

@@ -35,6 +35,12 @@ from .. import functional as Fn
 from .base import Method, StepOut
 
 NAME = "dpe"
+# Its protocol in words (`mstta.engine.protocol`): what a row predicts from when it reads V > 1 views
+# ({kept}: the views its confident selection keeps, {views}: V), its Params key of that selection's
+# fraction (None: no selection), and whether its CLIP reference (`StepOut.clip`) is on those views.
+PREDICTS = "the original image, with a cache of its {kept} most confident views' mean"
+SELECTION = "ratio"
+CLIP_FROM_VIEWS = True
 
 _SUMMARY = (
     "DPE: evolving text prototypes and a 3-shot cache, refined by one AdamW step on "
@@ -52,6 +58,8 @@ METHODS = (
         summary="DPE with mean-shifted cache keys and queries (plug-in)",
     ),
 )
+
+MAX_LR = 1.0  # AdamW's first step moves a residual by ~lr per dimension: 1 already replaces a unit feature
 
 
 @dataclass
@@ -77,7 +85,7 @@ class Params:
             check_num(self, key, 0.0, MAX_WEIGHT)
         check_int(self, "capacity", 1, 256)
         for key in ("lr_text", "lr_image"):
-            check_num(self, key, 0.0, 1.0)
+            check_num(self, key, 0.0, MAX_LR)
         check_num(self, "tau", 0.0, MAX_WEIGHT, low_open=True)
         check_num(self, "eps", 0.0, 1.0, low_open=True)
         check_num(self, "ratio", 0.0, 1.0, low_open=True)

@@ -23,6 +23,12 @@ from .. import functional as Fn
 from .base import Method, StepOut
 
 NAME = "mta"
+# Its protocol in words (`mstta.engine.protocol`): what a row predicts from when it reads V > 1 views
+# ({kept}: the views its confident selection keeps, {views}: V), its Params key of that selection's
+# fraction (None: no selection), and whether its CLIP reference (`StepOut.clip`) is on those views.
+PREDICTS = "the MeanShift mode of its {views} views"
+SELECTION = None
+CLIP_FROM_VIEWS = False
 
 METHODS = (
     Method(

@@ -29,6 +29,12 @@ from .. import functional as Fn
 from .base import Method, StepOut
 
 NAME = "onzeta"
+# Its protocol in words (`mstta.engine.protocol`): what a row predicts from when it reads V > 1 views
+# ({kept}: the views its confident selection keeps, {views}: V), its Params key of that selection's
+# fraction (None: no selection), and whether its CLIP reference (`StepOut.clip`) is on those views.
+PREDICTS = "the original image"
+SELECTION = None
+CLIP_FROM_VIEWS = False
 
 METHODS = (
     Method(
