@@ -17,7 +17,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from . import palette
-from .session import FrameResult, Scored, method_title
+from .session import FrameResult, Scored
 
 MIN_WIDTH = 480  # narrower frames are scaled up so the panel text stays legible
 BG = (22, 24, 28)
@@ -71,7 +71,7 @@ def truth_line(result: FrameResult, truth: str) -> str:
     def mark(label: str) -> str:
         return "right" if label == truth else "wrong"
 
-    title = method_title(result.method)
+    title = result.title
     return f"true label: {truth}  ·  CLIP {mark(result.clip_label)}, {title} {mark(result.tta_label)}"
 
 
@@ -154,7 +154,7 @@ def annotate(
     if mark:
         draw_mark(draw, out_w, mark)
     _column(draw, pad, y, col_w, line, font, "CLIP zero-shot", result.clip_topk, CLIP_COLOR)
-    _column(draw, 2 * pad + col_w, y, col_w, line, font, method_title(result.method), result.tta_topk, TTA_COLOR)
+    _column(draw, 2 * pad + col_w, y, col_w, line, font, result.title, result.tta_topk, TTA_COLOR)
     status = status_line(result, fps, bank_limit)
     _draw_status(draw, result, status, truth, pad, ph + pad + line * (k + 1), out_w, line, font)
     return np.asarray(canvas, dtype=np.uint8).copy()

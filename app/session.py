@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -66,9 +66,11 @@ def check_methods(methods: Sequence[str] | str, flag: str = "--methods") -> list
     NAME@CHOICE with its own forgetting (`app.forgetting`); a comma-separated string is split.
     One-line UserError naming `flag` otherwise."""
     names = [m.strip() for m in methods.split(",")] if isinstance(methods, str) else [str(m).strip() for m in methods]
-    names = [m for m in names if m]
-    if not names:
+    if not any(names):
         raise UserError(f"{flag}: name at least one method (e.g. ms-tta,tda)")
+    if not all(names):  # never dropped silently: "ms-tta,,tda" would race two where three were meant
+        shown = ",".join(names)[:80]
+        raise UserError(f"{flag} {shown}: an empty method name (two commas in a row, or one at an end); remove it")
     if len(names) > MAX_METHODS:
         raise UserError(f"{flag}: {len(names)} methods; at most {MAX_METHODS} race on one stream")
     names = [parse_racer(name, flag).name for name in names]
@@ -86,7 +88,13 @@ class MethodResult:
     method: str
     topk: list[Scored]
     ms: float  # this method's engine step (ms); the encoder pass is shared
+    _: KW_ONLY  # by name: a title and a cut flag are never mistaken for each other
+    title: str = ""  # its display name (`Racer.title`), carried so that no frame looks it up again
     cut: bool = False  # `StepResult.cut`: the state was reset before this frame (forget.detect)
+
+    def __post_init__(self) -> None:
+        if not self.title:  # made by hand (tests, replays): the entry's title, once
+            object.__setattr__(self, "title", method_title(self.method))
 
     @property
     def label(self) -> str:
@@ -112,6 +120,11 @@ class FrameResult:
     cache_per_class: list[int] = field(default_factory=list)
     methods: list[MethodResult] = field(default_factory=list)  # every raced method, the first = tta_topk
     encode_ms: float = 0.0  # the shared encoder pass (ms)
+    title: str = ""  # the first entry's display name (`Racer.title`), carried: no frame looks it up again
+
+    def __post_init__(self) -> None:
+        if not self.title:  # made by hand (tests, replays): the registry's title, once
+            object.__setattr__(self, "title", method_title(self.method))
 
     @property
     def clip_label(self) -> str:
@@ -229,7 +242,8 @@ class StreamSession:
             t0 = time.perf_counter()
             step = engine.step(features)
             topk = self._scored(step.topk(self.topk))
-            raced.append(MethodResult(method.name, topk, (time.perf_counter() - t0) * 1000.0, step.cut))
+            ms = (time.perf_counter() - t0) * 1000.0
+            raced.append(MethodResult(method.name, topk, ms, title=method.title, cut=step.cut))
             first = step if first is None else first
         latency = (time.perf_counter() - start) * 1000.0
         fill = self.engine.cache_fill()
@@ -242,6 +256,7 @@ class StreamSession:
             bank_rows=int(self.engine.bank_len),
             latency_ms=latency,
             method=self.method.name,
+            title=self.method.title,
             cache_per_class=[int(v) for v in fill],
             methods=raced,
             encode_ms=(encoded - start) * 1000.0,

@@ -166,3 +166,25 @@ def test_a_single_method_run_keeps_the_one_method_summary(tiny_clip, media):
     cfg = DemoConfig(video=media["video"], labels=media["labels"], every=8, model="mstta-tiny", pretrained="none")
     s = run_pipeline(cfg, clip=tiny_clip)
     assert s["methods"] == ["ms-tta"] and "leaderboard" not in format_summary(s)
+
+
+@pytest.mark.parametrize("spec", ["ms-tta,,tda", "ms-tta,tda,", ",ms-tta"])
+def test_an_empty_method_name_is_refused_not_dropped(spec):
+    """Issue 32.4: `--methods ms-tta,,tda` quietly raced two; now one line says what was refused."""
+    with pytest.raises(UserError, match="an empty method name") as info:
+        check_methods(spec)
+    assert "\n" not in str(info.value) and spec in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "method, race, why",
+    [
+        ("tda", ["tda", "ms-tta"], "TDA is the Method already"),
+        ("ms-tta", ["tda", "zero-shot", "baseline", "tda+ms"], "4 picked; at most 3"),
+    ],
+)
+def test_the_race_box_refuses_a_pick_too_many_and_the_method_itself(method, race, why):
+    from app.ui.state import race_control
+
+    with pytest.raises(UserError, match=why):
+        race_control(method, race)

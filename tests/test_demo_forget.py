@@ -92,7 +92,7 @@ def test_a_detected_cut_reaches_the_jsonl_and_the_summary(tmp_path, capsys):
 def _result(methods: list[tuple[str, int, bool]], truth: int = 0) -> FrameResult:
     """A frame's result: CLIP right, each raced (name, predicted index, cut) method."""
     top = [Scored(LABELS[0], 0, 0.9)]
-    raced = [MethodResult(name, [Scored(LABELS[i], i, 0.8)], 1.0, cut) for name, i, cut in methods]
+    raced = [MethodResult(name, [Scored(LABELS[i], i, 0.8)], 1.0, cut=cut) for name, i, cut in methods]
     return FrameResult(top, raced[0].topk, 0.1, 0, 9, 1, 2.0, method=raced[0].method, methods=raced)
 
 
@@ -106,10 +106,10 @@ def test_the_gain_plot_marks_each_detected_cut():
             100 + x,
         )
     titles = ["MS-TTA", "MS-TTA + forgetting + cuts"]
-    chart = plots.gain_chart(h, "MS-TTA", titles)
+    chart = plots.gain_chart(h, "MS-TTA", titles=titles)
     assert chart.count('class="cut"') == 2 and 'data-x="8"' in chart and 'data-x="15"' in chart
     assert "scene cut detected at source frame 108" in chart and "MS-TTA + forgetting + cuts − CLIP" in chart
-    assert 'class="cut"' not in plots.gain_chart(History(), "MS-TTA", titles)  # nothing detected: no mark
+    assert 'class="cut"' not in plots.gain_chart(History(), "MS-TTA", titles=titles)  # nothing detected: no mark
     assert "scene cuts detected: MS-TTA + forgetting + cuts 2 (frames 108, 115)" in plots.run_summary(h, 1.0, "MS-TTA")
 
 

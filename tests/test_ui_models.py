@@ -43,12 +43,13 @@ def ctx(tiny_clip):
 def test_the_list_offers_digits_cached_weights_and_tiny_marked_random(monkeypatch):
     monkeypatch.setattr(choice, "cached_pairs", lambda: [("ViT-B-32", "laion2b_s34b_b79k")])
     offered = dict((v, label) for label, v in choice.model_choices(DIGITS))
-    assert list(offered)[0] == "mstta-digits|bundled", "the model running now comes first"
-    assert "ViT-B-32|laion2b_s34b_b79k" in offered
-    assert "RANDOM WEIGHTS" in offered["mstta-tiny|none"]
-    assert all("RANDOM" not in label for v, label in offered.items() if v != "mstta-tiny|none")
+    assert list(offered)[0] == "mstta-digits (bundled)", "the model running now comes first"
+    assert "ViT-B-32 (laion2b_s34b_b79k)" in offered
+    assert all("|" not in v and "/" not in v for v in offered), "by model and tag: no internal syntax, no path"
+    assert "RANDOM WEIGHTS" in offered["mstta-tiny (random weights)"]
+    assert all("RANDOM" not in label for v, label in offered.items() if v != "mstta-tiny (random weights)")
     assert len(offered) == 3, "no duplicates: the current model is also the bundled one"
-    assert choice.parse_value("mstta-digits|bundled", choice.TINY) == DIGITS
+    assert choice.parse_value("mstta-digits (bundled)", choice.TINY) == DIGITS
     assert choice.parse_value("", DIGITS) == DIGITS
 
 
@@ -68,12 +69,12 @@ def test_switch_tiny_to_digits_and_back_shares_loaded_models(ctx):
     one, two = UISession(), UISession()
     page = apply(ctx, one, form())
     assert random_weights(one.stream.clip) and "random weights" in page["banner"].lower()
-    page = apply(ctx, one, form(model="mstta-digits|bundled"))
+    page = apply(ctx, one, form(model="mstta-digits (bundled)"))
     assert one.stream.clip.name == "mstta-digits" and not random_weights(one.stream.clip)
     assert page["banner"] == "" and "mstta-digits" in page["title"] and "New model mstta-digits" in page["status"]
-    apply(ctx, two, form(model="mstta-digits|bundled"))
+    apply(ctx, two, form(model="mstta-digits (bundled)"))
     assert two.stream.clip is one.stream.clip, "one loaded model for both sessions"
-    page = apply(ctx, one, form(model="mstta-tiny|none"))
+    page = apply(ctx, one, form(model="mstta-tiny (random weights)"))
     assert one.stream.clip is ctx.clip and "random weights" in page["banner"].lower()
     assert ctx.loads == [DIGITS], "digits loaded once; tiny was never reloaded"
     assert ctx.models.loaded() == [DIGITS, choice.TINY]
@@ -84,7 +85,7 @@ def test_views_on_digits_say_that_crops_cut_digits(ctx):
     from app.ui.state import UISession
 
     ui = UISession()
-    page = apply(ctx, ui, form(model="mstta-digits|bundled", views=3))
+    page = apply(ctx, ui, form(model="mstta-digits (bundled)", views=3))
     assert ui.stream.encoder.views == 3 and "cut a digit apart" in page["status"]
     assert "cut a digit apart" in choice.views_note("mstta-digits") and "cut" not in choice.views_note("ViT-B-16")
 
@@ -112,9 +113,8 @@ def test_an_uncached_model_is_refused_in_one_line_and_nothing_changes(ctx, monke
     apply(ctx, ui, form())
     before = ui.stream
     with pytest.raises(UserError) as err:
-        apply(ctx, ui, form(model="RN50|openai"))
-    text = str(err.value)
-    assert "RN50 (openai)" in text and "never downloads" in text and "\n" not in text
+        apply(ctx, ui, form(model="RN50 (openai)"))
+    assert str(err.value) == choice.NOT_OFFERED, "not cached, so not offered: the one refusal"
     assert ui.stream is before and ctx.loads == [] and ctx.models.loaded() == [choice.TINY]
 
 
@@ -124,7 +124,7 @@ def test_memory_is_checked_before_a_load(ctx, monkeypatch):
 
     monkeypatch.setattr("mstta.safety.machine_memory", lambda: 1000)
     with pytest.raises(UserError, match="needs .*this machine has"):
-        apply(ctx, UISession(), form(model="mstta-digits|bundled"))
+        apply(ctx, UISession(), form(model="mstta-digits (bundled)"))
     assert ctx.loads == []
 
 
@@ -132,8 +132,9 @@ def test_bad_model_and_views_values_are_one_line_errors(ctx):
     from app.ui.handlers import apply
     from app.ui.state import UISession
 
-    for bad, match in (("nonsense", "not a choice"), ("no-such|x", "not a model open_clip knows")):
-        with pytest.raises(UserError, match=match):
+    for bad in ("nonsense", "no-such|x", "mstta-digits|bundled", ["mstta-tiny (random weights)"], 3):
+        with pytest.raises(UserError) as err:
             apply(ctx, UISession(), form(model=bad))
+        assert str(err.value) == choice.NOT_OFFERED
     with pytest.raises(UserError, match="Views per frame"):
         apply(ctx, UISession(), form(views=0))

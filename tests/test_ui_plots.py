@@ -8,7 +8,7 @@ import pytest
 from helpers_ui import bar_values, series_points
 
 from app.session import FrameResult, Scored
-from app.ui import plots
+from app.ui import plots, race_plots
 from app.ui.state import History
 
 LABELS = ["cat", "dog", "bird"]
@@ -57,7 +57,7 @@ def test_line_charts_carry_their_data_and_axis_titles():
     h = History()
     empty = plots.confidence_chart(h, "MS-TTA")
     assert series_points(empty) == {"CLIP zero-shot": 0, "MS-TTA": 0}, "an empty history draws axes only"
-    assert "processed frames" in empty and "top-1 probability" in empty
+    assert "processed frames" in empty and "top-1 prob." in empty
     h.update(result(0, 0))
     one = plots.confidence_chart(h, "MS-TTA")
     assert series_points(one) == {"CLIP zero-shot": 1, "MS-TTA": 1} and one.count("<circle") == 2
@@ -100,7 +100,10 @@ def test_page_text():
     h = History()
     h.update(result(0, 0), "cat")
     summary = plots.run_summary(h, 0.5, "MS-TTA")
-    assert summary.startswith("1 frame processed in 0.5 s (1.0 ms per frame)") and "accuracy CLIP 100.0%" in summary
+    assert (
+        summary.startswith("1 frame processed in 0.5 s, 1.0 ms per frame (encoder + 1 step, mean)")
+        and "accuracy CLIP 100.0%" in summary
+    )
     assert plots.progress_bar(5, 10).endswith("50%") and plots.progress_bar(5, None) == ""
     assert "Random weights — predictions are meaningless" in plots.RANDOM_WEIGHTS_HTML
     assert "<u>" not in plots.verdict_html(result(0, 1)), "class names must not look like links"
@@ -124,9 +127,9 @@ def test_stats_show_views_and_the_per_frame_cost():
     h = History()
     h.update(result(0, 0))
     one = plots.stats_markdown(h, Stream(), 10.0)
-    assert "1.0 ms per frame" in one and "views" not in one
+    assert "1.0 ms per frame (encoder + 1 step, mean)" in one and "views" not in one
     four = plots.stats_markdown(h, Stream(), 10.0, views=4, skipped=3)
-    assert "1.0 ms per frame (4 views)" in four and "3 frames skipped to keep real time" in four
+    assert "1.0 ms per frame (encoder on 4 views + 1 step, mean)" in four and "3 frames skipped (real time)" in four
 
 
 def test_one_speed_figure_defined_once():
@@ -142,5 +145,57 @@ def test_one_speed_figure_defined_once():
     for _i, ms in enumerate((10.0, 30.0, 20.0)):
         h.update(dataclasses.replace(result(0, 0), latency_ms=ms))
     stats, summary = plots.stats_markdown(h, Stream(), 99.0), plots.run_summary(h, 2.0, "MS-TTA")
-    assert "20.0 ms per frame" in stats and "20.0 ms per frame" in summary
+    said = "20.0 ms per frame (encoder + 1 step, mean)"  # the figure and what it measures
+    assert said in stats and said in summary
     assert "fps" not in stats and "fps" not in summary
+
+
+def test_the_method_title_travels_in_the_frame_result(monkeypatch, tiny_clip):
+    """Issue 30: the verdict and the drawn frame read the title the result carries; no frame looks
+    the method up in the registry again."""
+    import numpy as np
+
+    from app import annotate, forgetting, session
+
+    stream = session.StreamSession(tiny_clip, LABELS, methods=["tda", "ms-tta"])
+    looked_up = []
+    real = forgetting.get_method  # the registry as the session reads it (every raced entry via `parse_racer`)
+    monkeypatch.setattr(forgetting, "get_method", lambda name: looked_up.append(name) or real(name))
+    r = stream.process(np.zeros((32, 32, 3), np.uint8))
+    assert r.title == "TDA" and [m.title for m in r.methods] == ["TDA", "MS-TTA"] and looked_up == []
+    r.title = "Carried"
+    assert "Carried" in plots.verdict_html(r) and "Carried" in annotate.truth_line(r, "cat")
+
+
+def test_the_truth_is_said_alike_on_the_board_the_gain_and_the_accuracy_plot():
+    """Issue 32.4: before a labelled frame, the three say what ground truth the run has, in the same words."""
+    h = History()
+    for state in ("loaded", "none", "off", "webcam"):
+        words = race_plots.TRUTH_WORDS[state]
+        assert words in plots.accuracy_chart(h, "MS-TTA", state)
+        assert words in plots.gain_chart(h, "MS-TTA", state) and words in plots.leaderboard_html(h, None, state)
+
+
+def test_racing_zero_shot_adds_no_second_clip_row_nor_legend_entry():
+    """Issue 32.4: CLIP (zero-shot) raced is the CLIP reference: one row, one line; no time column."""
+    import dataclasses
+
+    from app.session import MethodResult
+
+    h = History()
+    r = result(0, 1)
+    raced = [MethodResult("ms-tta", r.tta_topk, 1.0, title="MS-TTA"), MethodResult("zero-shot", r.clip_topk, 1.0)]
+    h.update(dataclasses.replace(r, methods=raced), "cat")
+    board = plots.leaderboard_html(h, None, "loaded")
+    assert board.count("data-method=") == 2 and 'data-method="zero-shot"' not in board
+    assert "CLIP (zero-shot), reference" in board and "ms / frame" not in board
+    chart = plots.accuracy_chart(h, "MS-TTA", "loaded", ["MS-TTA", "CLIP (zero-shot)"])
+    assert set(series_points(chart)) == {"CLIP zero-shot", "MS-TTA"}
+
+
+def test_the_strip_numbers_frames_as_the_jsonl_does():
+    """Issue 32.4: a disagreement is named by its frame number in the log, not its rank among processed frames."""
+    h = History()
+    h.update(result(0, 1), "cat", frame=840)
+    strip = plots.disagreement_strip(h, "MS-TTA")
+    assert 'data-frame="840"' in strip and "frame 840" in strip and "frame 1<" not in strip

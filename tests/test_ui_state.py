@@ -277,22 +277,22 @@ def test_an_api_webcam_run_ends_on_the_servers_clock_and_its_page_is_shown_once(
     ctx.sessions.touch(ui, "api")
     for _ in range(3):
         handlers.process_frame(ctx, ui, form)
-    assert ui.source == "webcam" and ui.webcam_recording is not None
+    assert ui.source == "webcam" and ui.webcam.recording is not None
     assert handlers.sweep(ctx) == 1 and handlers.sweep(ctx) == 0
-    assert ui.webcam_recording is None and len(ui.downloads.files) == 2
+    assert ui.webcam.recording is None and len(ui.downloads.files) == 2
     page = handlers.webcam_tick(ctx, ui)
     assert page["status"].startswith("Webcam ended") and handlers.webcam_tick(ctx, ui) is None
     handlers.process_frame(ctx, ui, form)  # a new run
     assert (
         ui.source == "webcam"
-        and ui.webcam_frames == 1
+        and ui.webcam.frames == 1
         and handlers.webcam_stop(ctx, ui)["status"].startswith("Webcam stopped")
     )  # its own summary, not the run before's
 
 
 def test_a_session_is_busy_only_while_it_handles_an_event():
     ui = UISession()
-    ui.webcam_last = time.monotonic()  # a frame a moment ago: idle between frames
+    ui.webcam.last = time.monotonic()  # a frame a moment ago: idle between frames
     assert not ui.busy
     with ui.handling():
         assert ui.busy
@@ -311,3 +311,15 @@ def test_a_rows_marks_follow_its_summary_in_the_method_list():
         m = get_method(name)
         assert summary.startswith(m.summary) and all(f"[{mark}]" in summary for mark in m.marks)
     assert "[not training-free]" in method_info("dpe")[0] and "[" not in method_info("tda")[0]
+
+
+def test_the_webcam_run_is_one_object_freed_with_the_session():
+    """Issue 30: the webcam run's frames, clock, recording and ended page live in one `WebcamRun`."""
+    from app.ui.state import UISession, WebcamRun
+
+    ui = UISession()
+    assert isinstance(ui.webcam, WebcamRun)
+    assert not [name for name in vars(ui) if name.startswith("webcam_") or name == "last_plots"]
+    ui.webcam.frames, ui.webcam.recording, ui.webcam.ended = 3, object(), {"status": "x"}
+    ui.close()
+    assert (ui.webcam.frames, ui.webcam.recording, ui.webcam.ended) == (0, None, None)

@@ -95,11 +95,13 @@ def line_chart(
     y_range: tuple[float, float] | None = None,
     integer_y: bool = False,
     x_title: str = X_TITLE,
+    legend: bool = True,
     marks: Sequence[tuple[int, str, str]] = (),
 ) -> str:
     """Lines over processed frames. `series`: (name, colour, [(x, y), ...]); `y_range` None fits the
-    data (from 0, whole-number ticks with `integer_y`). An empty series draws axes only. `marks`:
-    (x, colour, what) vertical dashed lines at events, e.g. a detected scene cut (its tooltip `what`)."""
+    data (from 0, whole-number ticks with `integer_y`). An empty series draws axes only; `legend`
+    False leaves the lines' keys out (a title that names its one line). `marks`: (x, colour, what)
+    vertical dashed lines at events, e.g. a detected scene cut (its tooltip `what`), with their key."""
     xs = [x for _, _, pts in series for x, _ in pts]
     x0, x1 = (min(xs), max(xs)) if xs else (1, 10)
     x1 = max(x1, x0 + 1)
@@ -128,8 +130,8 @@ def line_chart(
                 f'<line class="cut" data-x="{x}" x1="{sx(x):.1f}" x2="{sx(x):.1f}" y1="{TOP}" y2="{H - BOTTOM}" '
                 f'stroke="{color}" stroke-width="1.5" stroke-dasharray="3 3"><title>{html.escape(what)}</title></line>'
             )
-    legend = [(n, c) for n, c, _ in series] + ([(MARK_NAME, MARK_COLOR)] if marks else [])
-    return _figure(chart_id, title, legend, "".join(parts))
+    keys = ([(n, c) for n, c, _ in series] if legend else []) + ([(MARK_NAME, MARK_COLOR)] if marks else [])
+    return _figure(chart_id, title, keys, "".join(parts))
 
 
 def hbar_chart(

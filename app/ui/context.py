@@ -13,7 +13,7 @@ from mstta.engine.config import EngineConfig
 from ..frames import MAX_PIXELS
 from ..session import StreamSession
 from .models import SharedModels
-from .state import ModelSlots, Sessions, Settings, UISession
+from .state import UPDATE_INTERVAL_S, ModelSlots, Sessions, Settings, UISession
 
 WEBCAM_END_S = 5.0  # without Stop, the webcam run has ended when no frame came for this long
 
@@ -31,7 +31,7 @@ class Context:
     topk: int = 3
     max_frames: int | None = None
     max_pixels: int = MAX_PIXELS
-    update_interval: float = 0.15  # a run refreshes the frame, bars and plots at most this often (s)
+    update_interval: float = UPDATE_INTERVAL_S  # a run refreshes the frame, bars and plots at most this often (s)
     demo_clip: tuple[str, str, str | None] | None = None  # (video, labels text, truth CSV)
     webcam_end: float = WEBCAM_END_S  # a webcam run without a Stop ends this long after its last frame
     models: SharedModels | None = None  # the loaded models all sessions share (default: `clip` first)

@@ -24,24 +24,25 @@ from ..session import DEFAULT_BANK_SIZE, check_methods
 from . import handlers, video
 from .browser_js import CAMERA_JS, TOOLTIP_JS
 from .context import WEBCAM_END_S, Context
-from .gradio_patches import patch_app
+from .gradio_patches import drop_session_state, patch_app
 from .layout import Components, build_layout
-from .models import TINY, model_note, parse_value, views_note
+from .memory import release_memory
+from .models import model_note, parse_value, views_note
 from .page import OUTPUTS, message, title_md, warn
 from .state import (
     CONTROLS,
     DEFAULT_CONCURRENCY,
     DEFAULT_MAX_SESSIONS,
     SESSION_TTL_S,
+    UPDATE_INTERVAL_S,
     ModelSlots,
     Sessions,
     UISession,
+    race_control,
 )
 
 log = logging.getLogger(__name__)
 
-UPDATE_INTERVAL_S = 0.15  # a run refreshes the frame, bars and plots at most every 0.15 s (>= 4 a second
-# when frames come that often: 5 per second by default)
 WEBCAM_EVERY_S = 0.2  # webcam: a frame to the server every 0.2 s
 WEBCAM_TIME_LIMIT_S = 600  # webcam: one stream lasts at most this long
 CACHE_CLEANUP_S = (300, 900)  # every 5 min, delete uploads and shown frames older than 15 min
@@ -177,10 +178,10 @@ def _hello(ctx: Context, video: str | None, autostart: bool) -> str:
     )
 
 
-def _model_changed(value: Any) -> tuple[Any, Any]:
+def _model_changed(value: Any, default: tuple[str, str]) -> tuple[Any, Any]:
     """The model's and the views' notes for the model picked (nothing loads until Apply or a run)."""
     try:
-        key = parse_value(value, TINY)
+        key = parse_value(value, default)
     except UserError:
         return gr.update(), gr.update()
     return gr.update(info=model_note(key)), gr.update(info=views_note(key[0]))
@@ -289,8 +290,22 @@ class Wiring:
             api_name=False,
             queue=False,
         )
-        if ctx.demo_clip is not None:
-            c.demo_clip.click(lambda: ctx.demo_clip, None, [c.video, c.labels, c.truth], api_name=False, queue=False)
+        if ctx.demo_clip is not None:  # the clip of the session's model, and a status line saying what came
+
+            def use_demo_clip(ui: Any, model: Any, request: gr.Request) -> tuple[Any, ...]:
+                ui = self.session_of(ui, request)
+                video, labels, truth, status = handlers.use_demo_clip(ctx, ui, model)
+                if video is None:
+                    return gr.skip(), gr.skip(), gr.skip(), status
+                return video, labels, truth, status
+
+            c.demo_clip.click(
+                use_demo_clip,
+                [c.state, c.model],
+                [c.video, c.labels, c.truth, c.status],
+                api_name=False,
+                queue=False,
+            )
 
     def webcam(self, *, streams: int, every: float, time_limit: float) -> None:
         """Webcam frames, its Stop (summary and downloads at once), the timer for runs without a Stop,
@@ -301,7 +316,7 @@ class Wiring:
 
         def webcam(ui, form):
             result = handlers.process_frame(ctx, ui, form)
-            if ui.webcam_frames == 1 and ui.source == "webcam":  # a run starts: watch for its end
+            if ui.webcam.frames == 1 and ui.source == "webcam":  # a run starts: watch for its end
                 result = result | {"timer": gr.Timer(active=True)}
             return result
 
@@ -384,10 +399,21 @@ class Wiring:
             None, [reasons], None, js=TOOLTIP_JS
         )
         demo.load(None, [reasons], None, js=TOOLTIP_JS)
-        c.model.change(_model_changed, [c.model], [c.model, c.views], api_name=False, queue=False)
+        for control in (c.method, c.race):  # a race the form would refuse is said at once, in the status line
+            control.change(_race_checked, [c.method, c.race], [c.status], api_name=False, queue=False)
+        c.model.change(
+            lambda value: _model_changed(value, ctx.models.default),
+            [c.model],
+            [c.model, c.views],
+            api_name=False,
+            queue=False,
+        )
 
-        def on_unload(request: gr.Request) -> None:
-            ctx.sessions.forget(getattr(request, "session_hash", None))
+        def on_unload(request: gr.Request) -> None:  # the page closed: its session, and Gradio's copy, go now
+            key = getattr(request, "session_hash", None)
+            ctx.sessions.forget(key)
+            drop_session_state(demo, key)
+            release_memory()
 
         demo.load(None, None, None, js=CAMERA_JS)
         demo.unload(on_unload)
@@ -397,6 +423,15 @@ def _reasons(method: str) -> str:
     """Why each unused control is off ("" when used), for the hover text (TOOLTIP_JS)."""
     _, notes = handlers.method_info(method)
     return json.dumps({name: "" if used else note for name, (note, used) in notes.items()})
+
+
+def _race_checked(method: Any, race: Any) -> Any:
+    """The status line's word on a race the form refuses (a pick too many, the method itself); else unchanged."""
+    try:
+        race_control(check_methods([str(method)], "Method")[0], race)
+    except UserError as exc:
+        return warn(one_line(exc))
+    return gr.skip()
 
 
 def _method_changed(method: str):

@@ -13,7 +13,9 @@ What it changes on a built `gr.Blocks` (nothing global, nothing in Gradio's modu
   `IsADirectoryError` for good; an error Gradio raises while preparing inputs becomes one line too.
 - the session State's per-page-load factory is no API endpoint (`api_visibility = "private"`).
 And one thing read from Gradio: `served_folder()`, its upload folder (files there are served in
-place; the run downloads live there so that deleting them ends their URLs).
+place; the run downloads live there so that deleting them ends their URLs); one thing dropped:
+`drop_session_state(demo, hash)`, Gradio's copy of a closed page's session (its State and the last
+value of every output), which Gradio would keep an hour, up to 10,000 sessions.
 """
 
 from __future__ import annotations
@@ -54,6 +56,19 @@ def served_folder() -> Path:
     from gradio import utils
 
     return Path(utils.get_upload_folder())
+
+
+def drop_session_state(demo: Any, session_hash: str | None) -> bool:
+    """Forget Gradio's state of a closed session now (`StateHolder.session_data`: its `gr.State`
+    values and every output's last value); True when there was one."""
+    holder = getattr(demo, "state_holder", None)
+    data = getattr(holder, "session_data", None)
+    if not session_hash or data is None:
+        return False
+    with holder.lock:
+        found = data.pop(session_hash, None) is not None
+        getattr(holder, "time_last_used", {}).pop(session_hash, None)
+    return found
 
 
 def patch_app(demo: Any, state_factory: Callable | None = None) -> None:

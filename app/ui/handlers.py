@@ -31,6 +31,7 @@ from ..record import FrameRecord
 from ..sources import Frame
 from . import plots
 from .context import Context, fresh_or_kept
+from .memory import release_memory
 from .models import crop_warning
 from .page import EXPIRED, check_truth, message, offered, record_options, render, shown, warn
 from .state import CONTROLS, UISession, apply_settings
@@ -133,10 +134,10 @@ def _webcam_start(ctx: Context, ui: UISession, keep: bool, note: str | None) -> 
     """The first frame of a webcam run (under the session's lock): fresh stream, history, recording."""
     prefix = (note + " ") if note else fresh_or_kept(ui, keep)
     ui.restart_history("webcam")
-    ui.webcam_ended = None  # a page of the run before, never shown for this one
+    ui.webcam.ended = None  # a page of the run before, never shown for this one
     ui.truth_state = "webcam"
-    ui.webcam_started = time.monotonic()
-    ui.webcam_recording = ui.downloads.start("webcam", fps=5.0, **record_options(ui))
+    ui.webcam.started = time.monotonic()
+    ui.webcam.recording = ui.downloads.start("webcam", fps=5.0, **record_options(ui))
     return prefix
 
 
@@ -144,7 +145,7 @@ def process_frame(ctx: Context, ui: UISession, form: Mapping[str, Any]) -> dict[
     """One webcam (or API) frame: adapt, predict, draw, record."""
     if ui.expired:
         return message(ui, warn(EXPIRED))
-    if not form.get("image") or (ui.source == "webcam-done" and time.monotonic() - ui.webcam_stopped < WEBCAM_LATE_S):
+    if not form.get("image") or (ui.source == "webcam-done" and time.monotonic() - ui.webcam.stopped < WEBCAM_LATE_S):
         return {"state": ui}  # nothing sent, or a frame still in flight after Stop
     image = read_frame(form["image"], ctx.max_pixels)
     settings = ctx.settings(form)
@@ -154,17 +155,17 @@ def process_frame(ctx: Context, ui: UISession, form: Mapping[str, Any]) -> dict[
             prefix = _webcam_start(ctx, ui, bool(form.get("keep")), note)
         else:
             prefix = (note + " ") if note else ""
-        frame = Frame(ui.webcam_frames, time.monotonic() - ui.webcam_started, image, "webcam")
-        step = step_once(frame, ui.stream, meter=ui.meter, processed=ui.webcam_frames + 1)  # the one frame step
+        frame = Frame(ui.webcam.frames, time.monotonic() - ui.webcam.started, image, "webcam")
+        step = step_once(frame, ui.stream, meter=ui.meter, processed=ui.webcam.frames + 1)  # the one frame step
         record = (
-            ui.webcam_recording.record
-            if ui.webcam_recording is not None
+            ui.webcam.recording.record
+            if ui.webcam.recording is not None
             else FrameRecord(picture=True, **record_options(ui))
         )
         shown_image = record.write(step)  # the one per-frame record: history, JSONL, MP4, picture
-        ui.webcam_frames += 1
-        ui.webcam_last = time.monotonic()
-        result, index = step.result, ui.webcam_frames
+        ui.webcam.frames += 1
+        ui.webcam.last = time.monotonic()
+        result, index = step.result, ui.webcam.frames
         page = render(
             ui,
             f"{prefix}Webcam: frame {index} processed.",
@@ -180,19 +181,22 @@ def process_frame(ctx: Context, ui: UISession, form: Mapping[str, Any]) -> dict[
 
 def _webcam_end(ctx: Context, ui: UISession, how: str) -> dict[str, Any]:
     """The webcam run's summary and downloads (under the session's lock)."""
-    text = plots.run_summary(ui.history, max(ui.webcam_last - ui.webcam_started, 1e-3), ui.stream.method.title)
+    text = plots.run_summary(
+        ui.history, max(ui.webcam.last - ui.webcam.started, 1e-3), ui.stream.method.title, views=ui.stream.encoder.views
+    )
     ui.source = "webcam-done"  # reported once; the next frame (after WEBCAM_LATE_S) starts a new run
-    files = ui.downloads.finish(ui.webcam_recording) if ui.webcam_recording is not None else []
-    ui.webcam_recording = None
+    files = ui.downloads.finish(ui.webcam.recording) if ui.webcam.recording is not None else []
+    ui.webcam.recording = None
+    release_memory()  # the run's frames and buffers go back to the system
     return render(ui, f"{how}: {text}", result=ui.history.last, views=ctx.views) | {"downloads": offered(files)}
 
 
 def webcam_stop(ctx: Context, ui: UISession) -> dict[str, Any] | None:
     """The webcam's Stop was pressed: the run's summary and downloads at once."""
     with ui.lock:
-        ui.webcam_stopped = time.monotonic()
-        if ui.source != "webcam" or not ui.webcam_frames or ui.stream is None:
-            page, ui.webcam_ended = ui.webcam_ended, None  # the server ended it first: its page now
+        ui.webcam.stopped = time.monotonic()
+        if ui.source != "webcam" or not ui.webcam.frames or ui.stream is None:
+            page, ui.webcam.ended = ui.webcam.ended, None  # the server ended it first: its page now
             return page
         return _webcam_end(ctx, ui, "Webcam stopped")
 
@@ -202,7 +206,7 @@ def webcam_tick(ctx: Context, ui: UISession) -> dict[str, Any] | None:
     stopped coming (an API client, a closed camera); None while it runs."""
     with ui.lock:
         end_idle_webcam(ctx, ui)
-        page, ui.webcam_ended = ui.webcam_ended, None
+        page, ui.webcam.ended = ui.webcam.ended, None
         return page
 
 
@@ -210,11 +214,11 @@ def end_idle_webcam(ctx: Context, ui: UISession, now: float | None = None) -> bo
     """End `ui`'s webcam run on the server's clock when no frame came for `ctx.webcam_end` s: its
     recording is finished (downloads), its page kept for the page's timer. True when it ended now."""
     with ui.lock:
-        if ui.source != "webcam" or not ui.webcam_frames or ui.stream is None:
+        if ui.source != "webcam" or not ui.webcam.frames or ui.stream is None:
             return False
-        if (time.monotonic() if now is None else now) - ui.webcam_last < ctx.webcam_end:
+        if (time.monotonic() if now is None else now) - ui.webcam.last < ctx.webcam_end:
             return False
-        ui.webcam_ended = _webcam_end(ctx, ui, "Webcam ended (no frame for a while)")
+        ui.webcam.ended = _webcam_end(ctx, ui, "Webcam ended (no frame for a while)")
         return True
 
 
@@ -249,6 +253,27 @@ def watch(ctx: Context, every: float = 1.0) -> threading.Thread:
     thread = threading.Thread(target=loop, name="mstta-ui-clock", daemon=True)
     thread.start()
     return thread
+
+
+def use_demo_clip(ctx: Context, ui: UISession, model_value: Any) -> tuple[str | None, str | None, str | None, str]:
+    """ "Use the demo clip": the clip of the model the session chose (its Model box, else the model it
+    runs) as (video, labels text, truth CSV, status line saying what was loaded)."""
+    from .models import parse_value
+
+    try:
+        model = parse_value(model_value, ctx.models.default)[0]
+    except UserError:
+        model = ui.stream.clip.name if ui.stream is not None else ctx.models.default[0]
+    clip = demo_clip(model)
+    if clip is None:
+        return None, None, None, warn(f"No demo clip for {model} on this server (assets/ lacks it).")
+    video, labels, truth = clip
+    with_truth = " and its ground truth" if truth else ""
+    status = (
+        f"Demo clip for {model} loaded: **{Path(video).name}**, its {len(labels.splitlines())} labels{with_truth}. "
+        "Press **Process video**."
+    )
+    return video, labels, truth, status
 
 
 def demo_clip(model: str | None = None) -> tuple[str, str, str | None] | None:

@@ -28,11 +28,10 @@ CSS = """
 .gradio-container .contain {gap: 8px !important}
 #mstta-header {align-items: center; gap: 8px; flex-wrap: nowrap; overflow: visible !important; z-index: 50;
   position: relative}
-#mstta-title p {margin: 0; font-size: .85rem; white-space: nowrap; overflow: hidden; text-overflow: ellipsis}
+#mstta-title p {margin: 0; font-size: .85rem; white-space: normal}
 #mstta-title strong:first-child {font-size: 1.05rem}
 #mstta-random-weights {padding: 2px 10px; border-radius: 8px; background: #fef3c7; color: #92400e;
-  font-weight: 600; border: 1px solid #f59e0b; font-size: .8rem; white-space: nowrap; overflow: hidden;
-  text-overflow: ellipsis}
+  font-weight: 600; border: 1px solid #f59e0b; font-size: .8rem; white-space: normal}
 #mstta-random-weights span {font-weight: 400}
 #mstta-right {gap: 6px}
 #mstta-verdict-box {padding: 5px 12px; border-radius: 8px; font-size: 1rem; font-weight: 600; color: white;
@@ -40,9 +39,11 @@ CSS = """
 #mstta-verdict-box.agree {background: #16a34a}
 #mstta-verdict-box.disagree {background: #dc2626}
 #mstta-verdict-box .name {font-weight: 800; text-decoration: none; color: inherit}
-#mstta-status {min-height: 0; padding: 3px 10px !important; font-size: .85rem; line-height: 1.25}
+#mstta-status {min-height: 4em; padding: 3px 10px !important; font-size: .85rem; line-height: 1.25}
+#mstta-topk-row {gap: 8px; flex-wrap: nowrap}
+#mstta-topk-row .axis, #mstta-topk-row .axis-title {display: none}
 #mstta-status p {margin: 0}
-#mstta-stats p {margin: 0; font-size: .85rem}
+#mstta-stats p {margin: 0; font-size: .72rem}
 #mstta-frame {padding: 0 !important; border: none !important; background: none !important}
 #mstta-middle {gap: 6px}
 .mstta-hidden {display: none !important}
@@ -51,7 +52,7 @@ CSS = """
   margin-bottom: 1px}
 .mstta-chart .key i {display: inline-block; width: 18px; height: 4px; border-radius: 2px; margin-right: 4px;
   vertical-align: middle}
-.mstta-chart svg {width: 100%; height: auto; display: block}
+.mstta-chart svg {width: 100%; max-width: 460px; height: auto; display: block}
 .mstta-chart .axis-title {font-weight: 600}
 .mstta-bars .row {display: flex; align-items: center; gap: 6px; font-size: .8rem; line-height: 1.1rem}
 .mstta-bars .name {flex: 0 0 32%; text-align: right; overflow: hidden; text-overflow: ellipsis; white-space: nowrap}
@@ -67,7 +68,6 @@ CSS = """
 .mstta-board th {white-space: normal !important; line-height: .9rem !important; vertical-align: bottom}
 .mstta-board th:nth-child(1) {width: 22px} .mstta-board th:nth-child(3) {width: 68px}
 .mstta-board th:nth-child(4) {width: 56px} .mstta-board th:nth-child(5) {width: 50px}
-.mstta-board th:nth-child(6) {width: 50px}
 .mstta-board th, .mstta-board td {border: none !important; background: none !important; line-height: 1.15rem}
 .mstta-board th {font-weight: 600; color: #6b7280; text-align: right; padding: 0 4px !important; font-size: .72rem;
   white-space: nowrap}
@@ -83,8 +83,10 @@ CSS = """
   border: 2px solid #e5e7eb; border-radius: 6px; padding: 3px}
 .mstta-strip .item.fixed {border-color: #16a34a} .mstta-strip .item.broke {border-color: #dc2626}
 .mstta-strip img {width: 100%; cursor: zoom-in; border-radius: 3px}
-.mstta-strip img:focus {position: fixed; z-index: 1000; left: 50%; top: 50%; width: min(80vw, 640px);
-  transform: translate(-50%, -50%); cursor: zoom-out; box-shadow: 0 0 0 100vmax rgba(0,0,0,.6); outline: none}
+.mstta-strip .item:focus-within {position: fixed; z-index: 1000; left: 50%; top: 50%; width: min(80vw, 640px);
+  transform: translate(-50%, -50%); background: var(--background-fill-primary, white); font-size: 1rem;
+  box-shadow: 0 0 0 100vmax rgba(0,0,0,.6)}
+.mstta-strip .item:focus-within img {cursor: zoom-out; outline: none}
 .mstta-strip .clip b {color: #3b82f6} .mstta-strip .tta b {color: #b45309}
 #mstta-explain {flex: 0 0 auto; width: auto !important; min-width: 0 !important; padding: 2px 8px !important;
   position: relative; overflow: visible !important; z-index: 50}
@@ -109,8 +111,10 @@ while, the cache fills with that scene's frames and the adapted prediction can b
 - **Banner**: whether CLIP and the (first) adapted method agree on this frame.
 - **Top-k bars**: each one's probabilities for the current frame.
 - **Leaderboard**: every raced method: accuracy on frames the ground truth labels, how often it agrees
-  with CLIP, **fixed · broke** (frames CLIP got wrong and it got right, and the reverse), and its cost
-  (ms per frame: the shared encoder pass plus its own step).
+  with CLIP, **fixed · broke** (frames CLIP got wrong and it got right, and the reverse). Racing CLIP
+  (zero-shot) adds no row: the CLIP row is it.
+- **ms per frame** (the numbers line under the frame, and the run's summary): the model's mean time per
+  processed frame over the run, the shared encoder pass plus every raced method's step.
 - **Gain**: each raced method's running accuracy minus CLIP's, in points: above zero it is ahead; a dashed
   mark is a scene cut a method's forgetting detected (Settings: Forget old scenes).
 - **Running accuracy**: CLIP's and every raced method's, over the processed frames.
@@ -294,8 +298,12 @@ def _results(first: dict[str, Any]) -> dict:
             stats=gr.Markdown("", elem_id="mstta-stats"),
         )
     with gr.Column(scale=4, min_width=340, elem_id="mstta-right"):
-        for name in ("leaderboard", "gain", "accuracy", "clip_topk", "tta_topk"):
-            c[name] = gr.HTML(first[name], elem_id=f"mstta-{name.replace('_', '-')}", padding=False)
+        c["leaderboard"] = gr.HTML(first["leaderboard"], elem_id="mstta-leaderboard", padding=False)
+        with gr.Row(elem_id="mstta-topk-row"):  # side by side, above the fold: CLIP's and the method's top-k
+            for name in ("clip_topk", "tta_topk"):
+                c[name] = gr.HTML(first[name], elem_id=f"mstta-{name.replace('_', '-')}", padding=False, min_width=160)
+        for name in ("gain", "accuracy"):
+            c[name] = gr.HTML(first[name], elem_id=f"mstta-{name}", padding=False)
     return c
 
 

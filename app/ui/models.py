@@ -1,10 +1,11 @@
 """The Settings tab's model choice: which models this machine can load offline, and the loaded
 models every session shares (at most `MAX_LOADED`, keyed by model + weights).
 
-    choices = model_choices(("mstta-digits", "bundled"))  # [(label, "model|pretrained"), ...]
+    choices = model_choices(("mstta-digits", "bundled"))  # [(label, "mstta-digits (bundled)"), ...]
+    key = parse_value("mstta-tiny (random weights)", default)  # ("mstta-tiny", "none"); any value not
+                                                          # offered is one line, the same for every one
     models = SharedModels(device="cpu", precision="fp32", first=clip)
-    clip = models.get("mstta-tiny|none")                  # loaded once, shared; a model not on
-                                                          # local disk is a one-line UserError
+    clip = models.get(key)                                # loaded once, shared
 
 Offered: the bundled digits model (its checkpoint under assets/), every open_clip (architecture,
 tag) whose weights are already in the local cache (`mstta.features.weights.weights_cached`, as
@@ -24,27 +25,26 @@ from mstta.features import models, weights
 from mstta.safety import check_memory
 
 MAX_LOADED = 2  # models held in memory at once, all sessions together
-SEP = "|"  # a choice's value: "<model>|<pretrained>"
 TINY = ("mstta-tiny", "none")
 RANDOM_MARK = "RANDOM WEIGHTS"
 MODEL_LABEL = "Model (weights on this machine only; nothing is downloaded)"
 LOAD_FACTOR = 2.5  # a load holds the checkpoint and the built model at once (+ slack)
 UNKNOWN_BYTES = 2 * 10**9  # a model whose weight file size is not known here
+# every value that is not an offered choice gets this one line, before any file is looked at: the
+# words never depend on whether a path exists, is readable or is a checkpoint
+NOT_OFFERED = "Model: not one of the offered models; pick one from the Model list (the UI loads nothing else)"
+
+
+def tag_of(pretrained: str) -> str:
+    """The weights' name as the page shows it: the tag, or the bare file name of a server-side checkpoint."""
+    if pretrained in ("none", ""):
+        return "random weights"
+    return Path(pretrained).name if ("/" in pretrained or "\\" in pretrained) else pretrained
 
 
 def value_of(model: str, pretrained: str) -> str:
-    return f"{model}{SEP}{pretrained}"
-
-
-def parse_value(value: Any, default: tuple[str, str]) -> tuple[str, str]:
-    """A choice's value as (model, pretrained); empty means `default` (the model the server started with)."""
-    if value is None or value == "":
-        return default
-    if not isinstance(value, str) or value.count(SEP) != 1 or not all(value.split(SEP)):
-        shown = str(value)[:60]
-        raise UserError(f"Model: {shown!r} is not a choice of the list (expected model{SEP}pretrained)")
-    model, pretrained = value.split(SEP)
-    return model, pretrained
+    """A choice's value, by model and tag ("ViT-B-16 (openai)"), never by path."""
+    return f"{model} ({tag_of(pretrained)})"
 
 
 def label_of(model: str, pretrained: str) -> str:
@@ -52,7 +52,7 @@ def label_of(model: str, pretrained: str) -> str:
         return f"{model} ({RANDOM_MARK}: for trying the UI only)"
     if models.bundled_checkpoint(model) is not None and pretrained == models.BUNDLED_TAG:
         return f"{model} (bundled: handwritten digits, offline)"
-    return f"{model} ({pretrained})"
+    return value_of(model, pretrained)
 
 
 def cached_pairs() -> list[tuple[str, str]]:
@@ -69,17 +69,41 @@ def cached_pairs() -> list[tuple[str, str]]:
     return found
 
 
+def _fixed_pairs(current: tuple[str, str] | None) -> list[tuple[str, str]]:
+    """The choices known without looking at the weights cache: `current`, the bundled model(s), mstta-tiny."""
+    pairs: list[tuple[str, str]] = [current] if current else []
+    pairs += [(name, models.BUNDLED_TAG) for name, path in models.BUNDLED_CHECKPOINTS.items() if path.is_file()]
+    return pairs + [TINY]
+
+
 def model_choices(current: tuple[str, str] | None = None) -> list[tuple[str, str]]:
     """The dropdown's (label, value) pairs: `current` first, the bundled digits model, cached open_clip
     weights, then mstta-tiny with random weights."""
-    pairs: list[tuple[str, str]] = [current] if current else []
-    for name, path in models.BUNDLED_CHECKPOINTS.items():
-        if path.is_file():
-            pairs.append((name, models.BUNDLED_TAG))
-    pairs += cached_pairs()
-    pairs.append(TINY)
-    unique = list(dict.fromkeys(pairs))
+    fixed = _fixed_pairs(current)
+    unique = list(dict.fromkeys(fixed[:-1] + cached_pairs() + fixed[-1:]))
     return [(label_of(m, p), value_of(m, p)) for m, p in unique]
+
+
+def parse_value(value: Any, default: tuple[str, str]) -> tuple[str, str]:
+    """The (model, pretrained) of an offered choice's value; empty means `default` (the server's own).
+
+    Checked against the list before anything is read: the server's model, the bundled one and
+    mstta-tiny by their values, else an open_clip (architecture, tag) pair of its registry (names,
+    never paths) whose weights are in the local cache. Anything else is `NOT_OFFERED`, in the same
+    words whatever it names."""
+    if value is None or value == "":
+        return default
+    if not isinstance(value, str):
+        raise UserError(NOT_OFFERED)
+    for pair in _fixed_pairs(default):
+        if value == value_of(*pair):
+            return pair
+    import open_clip
+
+    for pair in open_clip.list_pretrained():
+        if value == value_of(*pair) and weights.weights_cached(*pair):
+            return pair
+    raise UserError(NOT_OFFERED)
 
 
 def weights_file(model: str, pretrained: str) -> Path | None:
@@ -164,8 +188,9 @@ class SharedModels:
 def views_note(model: str, views: int | None = None) -> str:
     """The views control's note: what V views cost, and where crops hurt."""
     note = (
-        "Images per frame fed to the encoder: the frame plus V-1 random crops. Cost: V encoder passes "
-        "per frame (about V times the 1-view ms per frame shown under the frame)."
+        "Images per frame fed to the encoder: the frame plus V-1 random crops, encoded together. What they "
+        "cost is measured, not assumed: the ms per frame under the frame is timed with the views chosen; "
+        "compare it with a 1-view run."
     )
     if model in models.BUNDLED_CHECKPOINTS:
         note += (

@@ -19,6 +19,7 @@ from mstta.errors import UserError, one_line
 from ..annotate import RANDOM_WEIGHTS_MARK, random_weights
 from ..truth import Truth, read_truth
 from . import plots
+from .models import tag_of
 from .state import UISession
 
 # Every output a handler may set, in the order of the components (gradio_client users get them so).
@@ -77,12 +78,8 @@ def record_options(ui: UISession) -> dict[str, Any]:
     s = ui.stream
 
     def count(step) -> None:
-        ui.history.update(
-            step.result,
-            step.truth_label,
-            plots.thumbnail(step.frame.image) if step.result.disagree else None,
-            step.frame.index,
-        )
+        picture = plots.thumbnail(step.frame.image) if step.result.disagree else None
+        ui.history.update(step.result, step.truth_label, picture, frame=step.frame.index)  # the JSONL's number
 
     return dict(
         counts=count,
@@ -130,6 +127,7 @@ def render(
         page["frame"] = None
     if plots_too:
         fill = result.cache_per_class if result is not None else [0] * len(s.labels if s else [])
+        titles = [m.title for m in s.methods] if s is not None else None  # the raced methods, in race order
         page |= {
             "confidence": plots.confidence_chart(h, title),
             "agreement": plots.agreement_chart(h, title),
@@ -137,11 +135,9 @@ def render(
             "cache": plots.cache_chart(
                 s.labels if s else [], fill, s.config.capacity if s else None, plots.cache_title(s)
             ),
-            "accuracy": plots.accuracy_chart(
-                h, title, ui.truth_state, [m.title for m in s.methods] if s is not None else None
-            ),
-            "leaderboard": plots.leaderboard_html(h, s),
-            "gain": plots.gain_chart(h, title, [m.title for m in s.methods] if s is not None else None),
+            "accuracy": plots.accuracy_chart(h, title, ui.truth_state, titles),
+            "leaderboard": plots.leaderboard_html(h, s, ui.truth_state),
+            "gain": plots.gain_chart(h, title, ui.truth_state, titles),
             "per_class": plots.per_class_chart(h, title),
             "disagreements": plots.disagreement_strip(h, title),
         }
@@ -151,8 +147,8 @@ def render(
 def title_md(clip: Any, views: int) -> str:
     shown = f", {views} views per frame" if views > 1 else ""
     return (
-        f"**MS-TTA live** · zero-shot CLIP vs test-time adaptation · model **{getattr(clip, 'name', '?')}** "
-        f"({getattr(clip, 'pretrained', '?')}) on {getattr(clip, 'device', '?')}{shown}"
+        f"**MS-TTA live** · model **{getattr(clip, 'name', '?')}** "
+        f"({tag_of(str(getattr(clip, 'pretrained', None) or 'none'))}) on {getattr(clip, 'device', '?')}{shown}"
     )
 
 

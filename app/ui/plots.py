@@ -27,7 +27,8 @@ import html
 from typing import TYPE_CHECKING, Sequence
 
 from .. import palette
-from ..session import FrameResult, Scored, method_title
+from ..progress import plural
+from ..session import FrameResult, Scored
 from ..summary import cuts_entry
 from .charts import ADAPTED_COLOR, CLIP_COLOR, CLIP_NAME, frames, hbar_chart, line_chart
 
@@ -66,7 +67,7 @@ def confidence_chart(history: History, title: str) -> str:
         "mstta-confidence",
         "Confidence of the top class",
         [(CLIP_NAME, CLIP_COLOR, clip), (title, ADAPTED_COLOR, tta)],
-        y_title="top-1 probability",
+        y_title="top-1 prob.",  # fits the plot's height: never clipped
         y_range=(0, 1),
     )
 
@@ -97,7 +98,7 @@ def switches_chart(history: History, title: str) -> str:
 def topk_chart(chart_id: str, items: Sequence[Scored], color: str, title: str) -> str:
     """One method's top-k for the current frame, best first."""
     rows = [(s.label, float(s.prob), color if i == 0 else "#9ca3af") for i, s in enumerate(items)]
-    return hbar_chart(chart_id, f"{title} (probability, %)", rows, x_max=1.0, x_title="", percent=True)
+    return hbar_chart(chart_id, title, rows, x_max=1.0, x_title="", percent=True)
 
 
 def cache_chart(
@@ -133,7 +134,7 @@ def verdict_html(result: FrameResult | None) -> str:
     if result is None:
         return '<div id="mstta-verdict-box" class="none">No frame processed yet</div>'
     clip, tta = html.escape(result.clip_label), html.escape(result.tta_label)
-    title = html.escape(method_title(result.method))
+    title = html.escape(result.title)
     if result.disagree:
         text = f'✗ DISAGREE: CLIP says <b class="name">{clip}</b>, {title} says <b class="name">{tta}</b>'
         return f'<div id="mstta-verdict-box" class="disagree" title="{_plain(text)}">{text}</div>'
@@ -148,16 +149,20 @@ def _plain(markup: str) -> str:
     return re.sub(r"<[^>]+>", "", markup).replace('"', "&quot;")
 
 
-RANDOM_WEIGHTS_HTML = (
-    '<div id="mstta-random-weights" role="alert">⚠️ Random weights — predictions are '
-    "meaningless <span>(<code>--pretrained none</code>: for trying the UI only)</span></div>"
+RANDOM_WEIGHTS_HTML = (  # one short line, whole at 1280x720; the rest on hover
+    '<div id="mstta-random-weights" role="alert" title="--pretrained none: a tiny random model, for trying the '
+    'UI only">⚠️ Random weights — predictions are meaningless</div>'
 )
 
 
-def speed(h: History) -> str:
-    """The run's one speed figure, as the numbers line and the summary say it: the model's mean time
-    per processed frame (the encoder pass plus every raced method's step), in ms."""
-    return f"{h.tally.mean_ms:.1f} ms per frame" if h.processed else ""
+def speed(h: History, views: int = 1) -> str:
+    """The run's one speed figure, as the numbers line and the summary say it, with what it measures:
+    the model's mean time per processed frame (the encoder pass plus every raced method's step), in ms."""
+    if not h.processed:
+        return ""
+    steps = len(h.last.methods) if h.last is not None and h.last.methods else 1
+    encoder = "encoder" if views == 1 else f"encoder on {views} views"
+    return f"{h.tally.mean_ms:.1f} ms per frame ({encoder} + {steps} {plural(steps, 'step')}, mean)"
 
 
 def stats_markdown(
@@ -170,19 +175,19 @@ def stats_markdown(
     if h.processed == 0 or s is None or h.last is None:
         return ""
     parts = [f"**{frames(h.processed)}**", f"agreement **{h.agreement:.1f}%**"]
-    parts.append(f"{speed(h)} ({views} views)" if views > 1 else speed(h))
+    parts.append(speed(h, views))
     if skipped:
-        parts.append(f"{frames(skipped)} skipped to keep real time")
+        parts.append(f"{frames(skipped)} skipped (real time)")
     return " · ".join(parts)
 
 
-def run_summary(h: History, seconds: float, title: str, skipped: int = 0) -> str:
+def run_summary(h: History, seconds: float, title: str, skipped: int = 0, views: int = 1) -> str:
     """The end-of-run summary, the same for a video and the webcam: frames, the time it took, the
     speed (`speed`), agreement, switches, frames skipped to keep real time, and accuracy when
     frames were labelled."""
     t = h.tally
     text = (
-        f"{frames(h.processed)} processed in {seconds:.1f} s ({speed(h)}); agreement "
+        f"{frames(h.processed)} processed in {seconds:.1f} s, {speed(h, views)}; agreement "
         f"{h.agreement:.1f}%; switches CLIP {t.switches['clip']}, {title} {t.switches['tta']}"
     )
     if skipped:

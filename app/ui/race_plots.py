@@ -1,9 +1,10 @@
 """The race on the page: how the adapted methods fare against zero-shot CLIP, as markup drawn
 from a stream's `History` (`app.ui.state`); no Gradio here, `app.ui.plots` re-exports them.
 
-    leaderboard_html(history, stream)        # CLIP and every raced method: accuracy, agreement, fixed · broke, ms
+    leaderboard_html(history, stream, "loaded")  # CLIP and every raced method: accuracy, agreement, fixed · broke
     accuracy_chart(history, "MS-TTA", "loaded", titles)   # running accuracy of CLIP and every raced method
-    gain_chart(history, "MS-TTA"), per_class_chart(history, "MS-TTA")
+    gain_chart(history, "MS-TTA", "loaded", titles)  # every raced method's gain, a dashed mark at each detected cut
+    per_class_chart(history, "MS-TTA")
     disagreement_strip(history, "MS-TTA")    # the newest frames where CLIP and the first method differ
 """
 
@@ -20,12 +21,18 @@ if TYPE_CHECKING:
     from .state import History
 
 
-ACCURACY_HEADINGS = {  # the accuracy plot says what ground truth the run shown has
-    "loaded": "Running accuracy: ground truth loaded, no labelled frame yet",
-    "off": "Running accuracy: off (the ground truth names classes the labels lack)",
-    "none": "Running accuracy: no ground-truth CSV for this run",
-    "webcam": "Running accuracy: the webcam has no ground truth",
+TRUTH_WORDS = {  # what ground truth the run shown has, in the same words on the accuracy plot, the gain, the board
+    "loaded": "ground truth loaded, no labelled frame yet",
+    "off": "off (the ground truth names classes the labels lack)",
+    "none": "no ground-truth CSV for this run",
+    "webcam": "the webcam has no ground truth",
 }
+ACCURACY_HEADINGS = {state: f"Running accuracy: {words}" for state, words in TRUTH_WORDS.items()}
+ZERO_SHOT, ZERO_SHOT_TITLE = "zero-shot", "CLIP (zero-shot)"  # raced, it is the CLIP reference itself: one row
+
+
+def truth_words(truth_state: str) -> str:
+    return TRUTH_WORDS.get(truth_state, TRUTH_WORDS["none"])
 
 
 def accuracy_chart(history: History, title: str, truth_state: str = "none", titles: Sequence[str] | None = None) -> str:
@@ -35,6 +42,8 @@ def accuracy_chart(history: History, title: str, truth_state: str = "none", titl
     titles = list(titles) if titles else [title]
     series = [(CLIP_NAME, CLIP_COLOR, [(p.x, p.accuracy_clip) for p in history.points if p.accuracy_clip is not None])]
     for i, name in enumerate(titles):
+        if name == ZERO_SHOT_TITLE:  # the CLIP line already is it: one legend entry
+            continue
         pts = [
             (p.x, p.accuracy_methods[i] if i < len(p.accuracy_methods) else (p.accuracy_tta if i == 0 else None))
             for p in history.points
@@ -48,27 +57,41 @@ def accuracy_chart(history: History, title: str, truth_state: str = "none", titl
     return line_chart("mstta-accuracy", heading, series, y_title="accuracy (%)", y_range=(0, 100))
 
 
-def gain_chart(history: History, title: str, titles: Sequence[str] | None = None) -> str:
+def gain_chart(history: History, title: str, truth_state: str = "none", titles: Sequence[str] | None = None) -> str:
     """The gain in sight: each raced method's running accuracy minus CLIP's, in points, around a zero
-    line (`titles`: theirs in race order; default the first one's, `title`), with a dashed mark at each
-    scene cut a method's forgetting detected (issue 29)."""
+    line (`titles`: theirs in race order; default the first one's, `title`; zero-shot raced is CLIP
+    itself: no line), with a dashed mark at each scene cut a method's forgetting detected (issue 29);
+    without labelled frames its title says why, in the accuracy plot's words (`truth_state`). One line
+    and no mark: no key row, the title names it (the race stays above the fold)."""
     pts = [(p.x, p.gain) for p in history.points if p.gain is not None]
     t = history.tally
     racer = t.racers.get(history.last.method) if history.last is not None and history.last.methods else None
     counts = f" · fixed {racer.fixed} · broke {racer.broke}" if racer is not None and t.labelled else ""
-    heading = f"Gain of {title} over CLIP (points){counts}" if pts else f"Gain of {title} over CLIP: needs ground truth"
-    series = [(f"{title} − CLIP", palette.method_color(0), pts)]
-    for i, name in enumerate(list(titles or [])[1:], 1):
+    heading = (
+        f"Gain of {title} over CLIP (points){counts}"
+        if pts
+        else f"Gain of {title} over CLIP: {truth_words(truth_state)}"
+    )
+    titles = list(titles) if titles else [title]
+    series = [] if titles[0] == ZERO_SHOT_TITLE else [(f"{title} − CLIP", palette.method_color(0), pts)]
+    for i, name in enumerate(titles[1:], 1):
+        if name == ZERO_SHOT_TITLE:  # the same predictions as CLIP: its line would be the zero line
+            continue
         more = [(p.x, p.accuracy_methods[i] - p.accuracy_clip) for p in history.points if _labelled(p, i)]
         series.append((f"{name} − CLIP", palette.method_color(i), more))
-    if len(series) > 1 and pts:
-        heading = f"Gain over CLIP (points); {title}{counts}"
     everything = [y for _, _, line in series for _, y in line]
     top = max([abs(y) for y in everything] + [1.0])
     ticks = nice_ticks(0, top, 3)
     bound = ticks[-1] if ticks[-1] >= top else ticks[-1] + (ticks[1] - ticks[0] if len(ticks) > 1 else 1)
+    marks = cut_marks(history)
     return line_chart(
-        "mstta-gain", heading, series, y_title="points", y_range=(-bound, bound), marks=cut_marks(history)
+        "mstta-gain",
+        heading,
+        series,
+        y_title="points",
+        y_range=(-bound, bound),
+        legend=len(series) > 1 or bool(marks),
+        marks=marks,
     )
 
 
@@ -78,27 +101,28 @@ def _labelled(p, i: int) -> bool:
 
 def cut_marks(history: History) -> list[tuple[int, str, str]]:
     """(x, colour, what) for every scene cut a raced method detected among the plotted frames."""
-    from ..session import method_title
-
-    raced = [m.method for m in history.last.methods] if history.last is not None else []
+    raced = history.last.methods if history.last is not None else []
     marks = []
-    for i, name in enumerate(raced):
-        racer = history.tally.racers.get(name)
+    for i, m in enumerate(raced):  # each method's title as its frame result carries it
+        racer = history.tally.racers.get(m.method)
         for x, frame in racer.cuts if racer is not None else ():
             at = f"source frame {frame}" if frame is not None else f"processed frame {x}"
-            marks.append((x, palette.method_color(i), f"{method_title(name)}: scene cut detected at {at}"))
+            marks.append((x, palette.method_color(i), f"{m.title}: scene cut detected at {at}"))
     return marks
 
 
-def leaderboard_html(history: History, stream: StreamSession | None) -> str:
+def leaderboard_html(history: History, stream: StreamSession | None, truth_state: str = "none") -> str:
     """The live leaderboard: CLIP and every raced method, with accuracy (labelled frames), agreement
-    with CLIP, fixed · broke, and ms per frame (the encoder pass + the method's own step); a
-    method's `marks` beside its name."""
+    with CLIP, fixed · broke (no time column: the page's one speed figure is the numbers line's,
+    `plots.speed`); a method's `marks` beside its name; without labelled frames it says why (`truth_state`)."""
     rows = history.tally.leaderboard()
     if not history.processed and stream is not None:  # before the first frame: the names, nothing measured
         rows = [{"method": "clip", "title": "CLIP (reference)", "marks": []}] + [
             {"method": m.name, "title": m.title, "marks": list(m.marks)} for m in stream.methods
         ]
+    if any(row["method"] == ZERO_SHOT for row in rows):  # the same predictions as the CLIP row: one row
+        rows = [row for row in rows if row["method"] != ZERO_SHOT]
+        rows = [row | {"title": f"{ZERO_SHOT_TITLE}, reference"} if row["method"] == "clip" else row for row in rows]
     order = {m.name: i for i, m in enumerate(stream.methods)} if stream is not None else {}
     labelled = history.tally.labelled
 
@@ -115,15 +139,14 @@ def leaderboard_html(history: History, stream: StreamSession | None) -> str:
             f'<td class="name" title="{html.escape(row["title"])}"><i style="background:{color}"></i>'
             f"{html.escape(row['title'])}{marks}</td>"
             f"<td>{cell(row.get('accuracy'), '{:.1f}%')}</td><td>{cell(row.get('agreement'), '{:.1f}%')}</td>"
-            f"<td>{fixed}</td><td>{cell(row.get('ms_per_frame'), '{:.1f}')}</td></tr>"
+            f"<td>{fixed}</td></tr>"
         )
-    what = "best accuracy first" if labelled else "no ground truth: no accuracy"
+    what = "best accuracy first" if labelled else f"no accuracy: {truth_words(truth_state)}"
     return (
         f'<figure class="mstta-chart mstta-board" id="mstta-leaderboard-chart"><figcaption><b>Leaderboard</b>'
         f"<span>{frames(history.processed)}, {what}</span></figcaption><table><thead><tr><th></th><th>method</th>"
         f'<th>accuracy</th><th title="agrees with CLIP">agree</th><th title="frames CLIP got wrong and it got right · '
-        f'the reverse">fixed · broke</th>'
-        f'<th title="milliseconds per frame: encoder pass + its own step">ms / frame</th></tr></thead>'
+        f'the reverse">fixed · broke</th></tr></thead>'
         f"<tbody>{''.join(body)}</tbody></table></figure>"
     )
 

@@ -14,7 +14,6 @@ from mstta.engine.config import EngineConfig
 from mstta.engine.methods import get_method, list_methods
 
 from ..forgetting import CHOICES, RECOMMENDED_HORIZON, choice_of, racer_title
-from ..session import MAX_METHODS
 from .components import Dropdown, Number, quiet
 from .handlers import method_info
 from .models import MODEL_LABEL, model_choices, model_note, value_of, views_note
@@ -88,8 +87,7 @@ def _stream_inputs(
         race=Dropdown(
             method_choices([method, *race]),
             value=list(race),
-            multiselect=True,
-            max_choices=MAX_METHODS - 1,
+            multiselect=True,  # no max_choices: a pick too many is refused in the status line, not ignored
             label=RACE_LABEL,
             info="Each one adapts on the same features of the same frames (one encoder pass); "
             "the leaderboard and the accuracy plot show them all",
@@ -150,15 +148,19 @@ def _hyperparameters(base: EngineConfig, notes: dict[str, tuple[str, bool]]) -> 
 
 def _model_and_views(model: tuple[str, str], views: int) -> dict:
     """The model (its choices and cost note) and the views per frame (their note for that model)."""
+    box = gr.Dropdown(
+        model_choices(model),
+        value=value_of(*model),
+        label=MODEL_LABEL,
+        info=model_note(model),
+        allow_custom_value=False,  # no free text in the page
+        elem_id="mstta-model",
+    )
+    # what an API client sends reaches the handler as sent: `models.parse_value` checks it against the
+    # list before anything is read, and refuses every other value in the same words ("" = the server's own)
+    box.preprocess = lambda payload: payload
     return dict(
-        model=Dropdown(
-            model_choices(model),
-            value=value_of(*model),
-            label=MODEL_LABEL,
-            info=model_note(model),
-            allow_custom_value=True,  # "" (the server's own) from API clients; `models.parse_value` checks
-            elem_id="mstta-model",
-        ),
+        model=box,
         views=Number(
             value=views,
             label=VIEWS_LABEL,

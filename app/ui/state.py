@@ -31,6 +31,7 @@ from ..labels import parse_labels
 from ..session import MAX_METHODS, FrameResult, StreamSession, check_methods
 from ..summary import FpsMeter, Tally
 from .recording import Downloads
+from .webcam import WebcamRun
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,8 @@ DEFAULT_MAX_SESSIONS = 16  # live sessions with an engine; beyond, the oldest id
 SESSION_TTL_S = 900  # a session's state is freed this long after its last event (or at page close)
 MAX_CLASSES = 1000  # classes in the labels box (ImageNet fits)
 HISTORY_POINTS = 600  # plotted frames kept per stream (the counters cover every frame)
+UPDATE_INTERVAL_S = 0.15  # a run refreshes the frame, bars and plots at most every 0.15 s (>= 4 a second
+# when frames come that often: 5 per second by default); the one definition (`AppOptions`, `Context`)
 DISAGREEMENTS_KEPT = 8  # the newest disagreement frames kept per stream, for the strip
 # The numeric controls: name -> (label, whole number, low, high). The page says each range.
 CONTROLS = {
@@ -110,7 +113,7 @@ class Point:
 class Disagreement:
     """A frame where CLIP and the (first) adapted method disagree, as the strip shows it."""
 
-    x: int  # its number among processed frames
+    x: int  # its frame number, as the JSONL log and the run's result name it (the video's own index)
     clip: str
     tta: str
     truth: str | None
@@ -136,8 +139,9 @@ class History:
     def update(
         self, result: FrameResult, truth: str | None = None, thumbnail: Any = None, frame: int | None = None
     ) -> None:
-        """Add one processed frame (its result, its true class name when a truth file has one, a
-        small picture of it kept while it is among the newest disagreements, its source index)."""
+        """Add one processed frame (its result, its true class name when a truth file has one, a small
+        picture of it kept while it is among the newest disagreements, and its frame number as the
+        JSONL log has it, the source's own index; None: its number among processed frames)."""
         t = self.tally
         t.add(result, truth, frame)
         clip_acc, tta_acc = t.accuracy("clip"), t.accuracy("tta")
@@ -163,9 +167,8 @@ class History:
             counts[1] += result.clip_label == truth
             counts[2] += result.tta_label == truth
         if result.disagree:  # newest first
-            self.disagreements.appendleft(
-                Disagreement(t.processed, result.clip_label, result.tta_label, truth, thumbnail)
-            )
+            x = t.processed if frame is None else frame
+            self.disagreements.appendleft(Disagreement(x, result.clip_label, result.tta_label, truth, thumbnail))
 
     @property
     def processed(self) -> int:
@@ -194,17 +197,12 @@ class UISession:
         self.lock = threading.RLock()
         self.meter = FpsMeter()
         self.source: str | None = None  # what the history shows: "video:<name>" or "webcam"
-        self.webcam_frames = 0
-        self.webcam_started = 0.0  # monotonic time of the webcam run's first frame
-        self.webcam_last = 0.0  # ... and of its latest one (the run ends when they stop coming)
-        self.webcam_recording = None  # the webcam run's downloads being written
-        self.last_plots = 0.0  # when the webcam last redrew the plots over time
+        self.webcam = WebcamRun()  # the webcam run (one at a time per session)
         self.runs = 0  # videos being processed (or asked for) now (normally 0 or 1)
         self.run_id = 0  # the newest video run asked for (an older one gives way to it)
         self.created = time.monotonic()  # the page's load (an auto-started run counts from here)
         self.autostarted = False  # the page's auto-started run has begun
         self.stop_at = 0.0  # when Stop was last pressed (monotonic clock)
-        self.webcam_stopped = 0.0  # when the webcam's Stop was pressed (frames in flight are dropped)
         self.expired = False  # dropped by the session cap: the user must press Reset
         self.closed = False  # the page closed or the state's time to live ran out
         self.session_hash: str | None = None
@@ -212,7 +210,6 @@ class UISession:
         self.downloads = Downloads()  # the last run's annotated MP4 and JSONL log
         self.active = 0  # events of this session being handled now
         self._active_lock = threading.Lock()
-        self.webcam_ended: dict | None = None  # a webcam run the server ended (its page, for the page's timer)
 
     def __deepcopy__(self, memo: dict) -> "UISession":
         return UISession()
@@ -238,7 +235,7 @@ class UISession:
         """Plots start over (new video, new settings, Reset); the engine is not touched."""
         self.history.clear()
         self.meter = FpsMeter()
-        self.webcam_frames = 0
+        self.webcam.frames = 0
         self.source = source
 
     def close(self, expired: bool = False) -> None:
@@ -246,8 +243,7 @@ class UISession:
         with self.lock:
             self.stream = None
             self.history.clear()
-            self.webcam_recording = None  # closed and deleted with the session's folder below
-            self.webcam_ended = None
+            self.webcam.close()  # its recording is closed and deleted with the session's folder below
             self.source = None
             self.downloads.close()
             self.expired = expired
@@ -351,7 +347,8 @@ RACE_LABEL = f"Race against (up to {MAX_METHODS - 1} more methods, same frames)"
 
 
 def race_control(method: str, race: Any) -> tuple[str, ...]:
-    """The raced methods: `method` first, then the race box's picks (the method itself left out)."""
+    """The raced methods: `method` first, then the race box's picks; a pick too many or the method
+    itself is refused in one line (never dropped silently)."""
     if race is None or race == "":
         picks: list[str] = []
     elif isinstance(race, str):
@@ -360,7 +357,9 @@ def race_control(method: str, race: Any) -> tuple[str, ...]:
         picks = list(race)
     else:
         raise UserError(f"{RACE_LABEL}: expected a list of method names")
-    picks = [p for p in picks if p != method]
+    if method in picks:  # refused, not dropped: its tag would stay in the box
+        title = parse_racer(method, RACE_LABEL).title
+        raise UserError(f"{RACE_LABEL}: {title} is the Method already; remove it from the race")
     if len(picks) >= MAX_METHODS:
         raise UserError(f"{RACE_LABEL}: {len(picks)} picked; at most {MAX_METHODS - 1} race beside the method")
     return tuple(check_methods([method, *picks], RACE_LABEL))

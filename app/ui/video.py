@@ -26,6 +26,7 @@ from ..sampling import Sampler, default_every
 from ..truth import Truth
 from . import plots
 from .context import Context, fresh_or_kept
+from .memory import release_memory
 from .page import EXPIRED, check_truth, message, offered, record_options, render, upload_message, warn
 from .state import UISession, apply_settings, int_control
 
@@ -129,6 +130,7 @@ def process_video(
     finally:
         with ui.lock:
             ui.runs -= 1
+        release_memory()  # the run's frames and buffers go back to the system, not just to the allocator
 
 
 class _Run:
@@ -270,7 +272,7 @@ def _final_page(run: _Run, last) -> dict[str, Any]:
         if h.processed == 0:
             text = "Stopped before the first frame." if stopped else warn(f"{run.name}: no frame could be processed.")
             return render(ui, text, clear_frame=True, views=run.ctx.views)
-        summary = plots.run_summary(h, seconds, ui.stream.method.title, run.pacer.skipped)
+        summary = plots.run_summary(h, seconds, ui.stream.method.title, run.pacer.skipped, ui.stream.encoder.views)
         if stopped:
             status = (
                 f"Stopped after {plots.frames(h.processed)} of **{run.shown}**: {summary} The adaptation state is "
