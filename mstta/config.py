@@ -22,7 +22,18 @@ from .checks import check_num as _num
 from .checks import is_int_in
 from .checks import show as _show
 from .errors import UserError
-from .families import FAMILIES, BcaParams, DmnParams, DotaParams, DpeParams, MtaParams, OnzetaParams, ZeroParams
+from .families import (
+    FAMILIES,
+    BcaParams,
+    CtptParams,
+    DmnParams,
+    DotaParams,
+    DpeParams,
+    MtaParams,
+    OnzetaParams,
+    TptParams,
+    ZeroParams,
+)
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
@@ -89,6 +100,8 @@ class EngineConfig:
     onzeta: OnzetaParams = field(default_factory=OnzetaParams)
     bca: BcaParams = field(default_factory=BcaParams)
     dpe: DpeParams = field(default_factory=DpeParams)
+    tpt: TptParams = field(default_factory=TptParams)
+    ctpt: CtptParams = field(default_factory=CtptParams)
 
     def __post_init__(self) -> None:
         _int(self, "k", 1, MAX_K)

@@ -73,6 +73,8 @@ class Engine(Streams):
     `cuda_graph`: None = capture the step as a CUDA graph when it can be (a CUDA device, a bounded
     bank, a method without BoostAdapter's boosting; a failed capture logs a warning and runs
     eagerly); True = require it (an error otherwise); False = always run eagerly.
+    `text_tower`: a `mstta.text_tower.TextTower` over the classifier's classes, which the
+    prompt-tuning methods (tpt, c-tpt) need and every other method ignores.
     """
 
     def __new__(cls, *args, **kwargs):
@@ -86,7 +88,9 @@ class Engine(Streams):
         device: str | torch.device | None = None,
         cuda_graph: bool | None = None,
         stream_length: int | None = None,
+        text_tower=None,
     ):
+        self.text_tower = text_tower  # the model's text tower (`mstta.text_tower`): the prompt-tuning family's
         super().__init__(
             text,
             get_method(method) if isinstance(method, str) else method,

@@ -78,8 +78,10 @@ class MultiEngine(Streams):
         device: str | torch.device | None = None,
         cuda_graph: bool | None = None,
         stream_length: int | None = None,
+        text_tower=None,
     ):
         int_in(streams, "streams", 1)
+        self.text_tower = text_tower  # as `Engine`'s: the prompt-tuning family's text tower
         super().__init__(
             text,
             get_method(method) if isinstance(method, str) else method,

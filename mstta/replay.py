@@ -61,10 +61,12 @@ def replay(
     online: bool = False,
     chunk: int = 256,
     keep_probs: bool = False,
+    text_tower=None,
 ) -> ReplayResult:
     """Run `method` over `features` [N, d] or [N, V, d] in stream order. `online=True` forces the
     per-sample engine loop (the reference the vectorised path must match); `keep_probs` keeps
-    every sample's probabilities ([N, C]: the softmax of the logits, or the family's own)."""
+    every sample's probabilities ([N, C]: the softmax of the logits, or the family's own).
+    `text_tower`: the model's text tower over the classes (`mstta.text_tower`; tpt, c-tpt only)."""
     m = get_method(method) if isinstance(method, str) else method
     cfg = config if config is not None else EngineConfig()
     dev = torch.device(device) if device is not None else torch.as_tensor(text).device
@@ -75,7 +77,7 @@ def replay(
     t0 = time.perf_counter()
     with torch.inference_mode():
         if m.family != CACHE:  # another family: its own replay, or its step sample by sample
-            out = [_summarise(*_replay_family(feats, text, m, cfg, dev, online), keep_probs)]
+            out = [_summarise(*_replay_family(feats, text, m, cfg, dev, online, text_tower), keep_probs)]
         elif online or m.boost:  # the engine's step: small ops, one thread (mstta.threads)
             logits, clip, ent = _replay_online(feats, text, m, cfg, dev)
             out = [_summarise(logits, clip, ent, None, keep_probs)]
@@ -89,7 +91,7 @@ def replay(
     return ReplayResult(pred, cpred, pf, pc, ent, seconds, probs[0].astype(np.float32) if probs else None)
 
 
-def _replay_family(feats, text, m, cfg, dev, online):
+def _replay_family(feats, text, m, cfg, dev, online, tower=None):
     """(scores, clip, H, probs) [N, ...] of a family method: the family's vectorised `replay` where
     it has one and the row has no mean shift (its bank makes every step depend on the last), else
     its step over the stream (`Engine`, told the stream's length)."""
@@ -99,7 +101,7 @@ def _replay_family(feats, text, m, cfg, dev, online):
         dtype = torch.float64 if t.dtype == torch.float64 else torch.float32
         out = family.replay(Fn.normalize(feats.to(dtype)), Fn.normalize(t.to(dev, dtype)), cfg)
         return out.scores, out.clip, out.entropy, out.probs
-    engine = Engine(text, m, cfg, device=dev, stream_length=max(1, feats.shape[0]))
+    engine = Engine(text, m, cfg, device=dev, stream_length=max(1, feats.shape[0]), text_tower=tower)
     rows = [engine.step(x) for x in feats]
     return tuple(
         torch.stack([getattr(r, k) for r in rows]) for k in ("logits", "clip_logits", "entropy_tensor", "probs")

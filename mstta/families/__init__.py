@@ -5,15 +5,16 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from . import bca, dmn, dota, dpe, mta, onzeta, zero
+from . import bca, ctpt, dmn, dota, dpe, mta, onzeta, tpt, zero
 from .base import CACHE, Method, StepOut
 
 # The families beside the cache one, in the order their rows follow the paper's in the registry.
-FAMILIES: dict[str, ModuleType] = {m.NAME: m for m in (zero, mta, dmn, dota, onzeta, bca, dpe)}
+FAMILIES: dict[str, ModuleType] = {m.NAME: m for m in (zero, mta, dmn, dota, onzeta, bca, dpe, tpt, ctpt)}
 
 # Their hyperparameters, as EngineConfig's sections (engine: <name>: {...} in a dataset YAML).
 ZeroParams, MtaParams, DmnParams, DotaParams = zero.Params, mta.Params, dmn.Params, dota.Params
 OnzetaParams, BcaParams, DpeParams = onzeta.Params, bca.Params, dpe.Params
+TptParams, CtptParams = tpt.Params, ctpt.Params
 
 
 def get_family(name: str) -> ModuleType:
@@ -40,4 +41,6 @@ __all__ = [
     "MtaParams",
     "OnzetaParams",
     "ZeroParams",
+    "TptParams",
+    "CtptParams",
 ]

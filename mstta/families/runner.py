@@ -69,6 +69,22 @@ class FeatureBank:
         return v
 
 
+def check_text_tower(method: Method, tower, classes: int):
+    """The text tower a family with `TOWER` needs (None for the others), over the classifier's classes."""
+    if not getattr(get_family(method.family), "TOWER", False):
+        return None
+    if tower is None:
+        raise UserError(
+            f"{method.title} tunes a prompt through the model's text tower: pass "
+            "text_tower=mstta.text_tower.TextTower(model, tokenizer, classnames)"
+        )
+    if tower.num_classes != classes:
+        raise UserError(
+            f"text_tower has {tower.num_classes} classes, the text classifier {classes}; build both from one list"
+        )
+    return tower
+
+
 def _identity(v: torch.Tensor) -> torch.Tensor:
     return v
 
@@ -94,6 +110,7 @@ class FamilyStreams(Streams):
         dtype = torch.float64 if text.dtype == torch.float64 else torch.float32
         self.text = Fn.normalize(text.to(device=device or text.device, dtype=dtype))
         self.streams = streams
+        self.text_tower = check_text_tower(method, getattr(self, "text_tower", None), self.text.shape[0])
         if cuda_graph:
             raise UserError(
                 f"cuda_graph=True: {method.title} runs eagerly (only the cache family's step is "
@@ -180,7 +197,10 @@ class FamilyStreams(Streams):
                     outs.append(None)
                     continue
                 xs = x[s] if self.method.augment is not None or self.config.view_mode != "original" else x[s][:1]
-                out = self.family.step(self.states[s], Fn.normalize(xs), self.text, self.config, self._shifter(s))
+                extra = {"tower": self.text_tower} if self.text_tower is not None else {}
+                out = self.family.step(
+                    self.states[s], Fn.normalize(xs), self.text, self.config, self._shifter(s), **extra
+                )
                 if self.banks[s] is not None:
                     self.banks[s].append(out.feature, self.config.bank_size is not None)
                 outs.append(out)
