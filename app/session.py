@@ -25,7 +25,8 @@ from mstta.checks import int_in
 from mstta.config import DEFAULT_BANK_SIZE, EngineConfig
 from mstta.engine import Engine
 from mstta.errors import UserError
-from mstta.methods import get_method
+from mstta.methods import get_method, needs_text_tower
+from mstta.text_tower import text_tower
 
 from .encoder import FrameEncoder
 from .labels import prompt_templates
@@ -181,6 +182,7 @@ class StreamSession:
             raise UserError(f"need at least 2 class names, got {len(labels)}")
         text = build_classifier(self.clip, labels, template, self.cache_dir)
         self.labels, self.template, self.text = labels, template, text
+        self.tower = None  # the prompt-tuning methods' text tower over these labels, built when one is raced
         self._new_engine()
 
     @property
@@ -203,8 +205,23 @@ class StreamSession:
         self._new_engine()
 
     def _new_engine(self) -> None:
+        tuned = [m for m in self.methods if needs_text_tower(m)]
+        if tuned and self.encoder.views < 2:
+            raise UserError(
+                f"--views {self.encoder.views}: {tuned[0].title} picks its most confident views; "
+                "give it at least 2 (its authors use 64)"
+            )
+        if tuned and self.tower is None:
+            self.tower = text_tower(self.clip, self.labels)
         self.engines = [
-            Engine(self.text, method=m.name, config=self.config, device=self.clip.device) for m in self.methods
+            Engine(
+                self.text,
+                method=m.name,
+                config=self.config,
+                device=self.clip.device,
+                text_tower=self.tower if needs_text_tower(m) else None,
+            )
+            for m in self.methods
         ]
         self.encoder.reset(self.seed)
 

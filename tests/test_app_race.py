@@ -9,7 +9,7 @@ import json
 
 import numpy as np
 import pytest
-from helpers_family import register_method
+from helpers_family import feature_methods, register_method
 from helpers_video import LABELS, scene, write_labels, write_video
 
 from app.cli import main
@@ -17,7 +17,7 @@ from app.pipeline import DemoConfig, run_pipeline
 from app.session import MAX_METHODS, StreamSession, check_methods
 from app.summary import format_summary
 from mstta.errors import UserError
-from mstta.methods import get_method, list_methods
+from mstta.methods import get_method
 
 
 def _frames(n: int = 10) -> list[np.ndarray]:
@@ -28,7 +28,7 @@ def _groups(names: list[str], size: int = MAX_METHODS) -> list[list[str]]:
     return [names[i : i + size] for i in range(0, len(names), size)]
 
 
-@pytest.mark.parametrize("group", _groups(list_methods()), ids=lambda g: ",".join(g))
+@pytest.mark.parametrize("group", _groups(feature_methods()), ids=lambda g: ",".join(g))
 def test_every_registered_method_races_as_it_runs_alone(tiny_clip, group):
     frames = _frames()
     race = StreamSession(tiny_clip, LABELS, methods=group)
@@ -166,3 +166,16 @@ def test_a_single_method_run_keeps_the_one_method_summary(tiny_clip, media):
     cfg = DemoConfig(video=media["video"], labels=media["labels"], every=8, model="mstta-tiny", pretrained="none")
     s = run_pipeline(cfg, clip=tiny_clip)
     assert s["methods"] == ["ms-tta"] and "leaderboard" not in format_summary(s)
+
+
+def test_prompt_tuning_races_on_views_and_refuses_one(tiny_clip):
+    """TPT in the demo: its engine gets the model's text tower and steps on the frame's views; with
+    one view per frame it is refused in one line naming --views."""
+    frames = _frames(3)
+    race = StreamSession(tiny_clip, LABELS, methods=["tpt", "tda"], views=8)
+    alone = StreamSession(tiny_clip, LABELS, method="tpt", views=8)
+    for f in frames:
+        a, b = race.process(f).methods[0], alone.process(f)
+        assert [s.index for s in a.topk] == [s.index for s in b.tta_topk]
+    with pytest.raises(UserError, match="--views 1"):
+        StreamSession(tiny_clip, LABELS, method="c-tpt")

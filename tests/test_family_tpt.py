@@ -108,7 +108,7 @@ def test_rows_and_config():
 @pytest.mark.parametrize(
     "case,match",
     [
-        ("one view", "needs the augmented views"),
+        ("one view", "at least 2"),
         ("nan", "NaN or infinite"),
         ("no tower", "text tower"),
         ("classes", "classes"),

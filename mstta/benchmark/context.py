@@ -199,6 +199,11 @@ VIEW_POLICIES: dict[str, dict[str, Views]] = {
     # 64 AugMix views on ImageNet and A/V2/R/S (DPE's get_preprocess), the dataset's on the other sets
     # (one view: view_mode original there)
     "augmix64-imagenet": {"imagenet": Views("augmix", 64), "other": DATASETS},
+    # TPT's AugMixAugmenter(n_views=63, augmix=len(set_id) > 1): the original + 63 crops on the ImageNet
+    # family, + 63 AugMix views on the other sets (tpt_classification.py:164-173)
+    "tpt64": {"imagenet": Views("crop", 64), "other": Views("augmix", 64)},
+    # C-TPT's --I_augmix (scripts/test_tpt_ctpt_ds.sh): AugMix on every dataset, 64 views
+    "augmix64": {"imagenet": Views("augmix", 64), "other": Views("augmix", 64)},
 }
 
 

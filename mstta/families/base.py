@@ -58,6 +58,8 @@ class Method:
     # the ImageNet family and on the other sets, a key of `mstta.benchmark.context.VIEW_POLICIES`;
     # None = `augment` (else the dataset's `bench.augment`) with the dataset's `bench.views`
 
+    cost: str | None = None  # a slow method's cost per sample, as the demo's method list shows it
+
     @property
     def marks(self) -> list[str]:
         """The notes every output that shows this method carries (empty for most)."""

@@ -29,6 +29,7 @@ METHODS = (
         episodic=True,
         augment="augmix",
         views="augmix64",
+        cost=tpt.COST,
         summary="C-TPT: TPT's prompt step with a text-feature dispersion bonus for calibration (ICLR-24)",
     ),
 )

@@ -36,6 +36,7 @@ _SUMMARY = (
     "TPT: per sample, one AdamW step on a CoOp prompt minimising the entropy of the 10% most "
     "confident views' mean prediction; the live text tower (NeurIPS-22)"
 )
+COST = "one text-tower forward and backward over all C class prompts, one more forward (docs/methods/tpt.md: measured)"
 METHODS = (
     Method(
         name="tpt",
@@ -44,8 +45,9 @@ METHODS = (
         family=NAME,
         training_free=False,
         episodic=True,
-        augment="crop",
+        augment="augmix",  # crops on the ImageNet family (`views`)
         views="tpt64",
+        cost=COST,
     ),
     Method(
         name="tpt+ms",
@@ -53,8 +55,9 @@ METHODS = (
         family=NAME,
         mean_shift=True,
         training_free=False,
-        augment="crop",
+        augment="augmix",  # crops on the ImageNet family (`views`)
         views="tpt64",
+        cost=COST,
         summary="TPT with mean-shifted view features in its loss and prediction (plug-in)",
     ),
 )
@@ -158,7 +161,10 @@ def run(state: dict, x: torch.Tensor, text: torch.Tensor, cfg, shift, tower, lam
     if tower is None:
         raise UserError("tpt/c-tpt need the model's text tower: Engine(text, method, text_tower=TextTower(...))")
     if x.shape[0] < 2:
-        raise UserError(f"TPT needs the augmented views: got {x.shape[0]} view(s); extract with --views 64")
+        raise UserError(
+            f"features: {x.shape[0]} view per sample; TPT needs the augmented views (at least 2, 64 in its "
+            "authors' runs): use a store with --views 64"
+        )
     if not bool(torch.isfinite(x).all()):
         raise UserError("features: NaN or infinite values reached TPT; re-extract the feature file")
     raw0 = x[0]
