@@ -5,17 +5,21 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import numpy as np
 import open_clip
 import pytest
 import torch
+from helpers_cli import run_bench
 from reference_tpt import ReferenceTPT, tiny_clip
 from synthetic import make_stream
 
 from mstta import Engine, EngineConfig, MultiEngine, UserError, get_method, replay
 from mstta.families import ctpt, tpt
-from mstta.text_tower import TextTower
+from mstta.features import load_features, save_features
+from mstta.models import load_clip
+from mstta.text_tower import TextTower, text_tower
 
 WORDS = ["cat", "dog", "golden_retriever", "sea lion", "tree", "car", "ship", "apple pie", "x", "zebra"]
 
@@ -134,3 +138,35 @@ def test_bad_input(clip, case, match):
                 text_cfg={"context_length": 16, "vocab_size": 1000, "width": 32, "heads": 2, "layers": 1},
             )
             TextTower(model, open_clip.tokenize, WORDS)
+
+
+def _file(tmp_path, views=64, meta=True):
+    s = make_stream(n=4, classes=3, dim=64, views=views, seed=8)
+    names = ["cat", "dog", "car"]
+    path = tmp_path / f"f{views}{meta}.npz"
+    save_features(
+        path,
+        s["features"],
+        s["text"],
+        s["labels"],
+        names,
+        {"model": "mstta-tiny", "pretrained": "none"} if meta else {},
+    )
+    return path
+
+
+def test_replay_cli_builds_the_feature_files_tower(tmp_path, capsys):
+    """`mstta-bench replay --method tpt` loads the file's model for its text tower; equal to the library."""
+    path = _file(tmp_path)
+    code, out, err = run_bench(capsys, "replay", "--features", path, "--method", "tpt", "--json")
+    assert code == 0, err
+    fs = load_features(path)
+    clip = load_clip("mstta-tiny", "none", "cpu", "fp32")
+    want = replay(fs.features, fs.text, "tpt", text_tower=text_tower(clip, fs.classnames))
+    assert json.loads(out)["accuracy"] == pytest.approx(100 * float(np.mean(want.predictions == fs.labels)), abs=0.01)
+
+
+@pytest.mark.parametrize("views,meta,match", [(1, True, "at least 2"), (64, False, "names no model")])
+def test_replay_cli_refusals(tmp_path, capsys, views, meta, match):
+    code, _, err = run_bench(capsys, "replay", "--features", _file(tmp_path, views, meta), "--method", "c-tpt")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and match in err

@@ -1,11 +1,10 @@
-"""`run_field(cfg, opts)`: the field table (docs/field.md). Cells are backbone x dataset x method
-row x text set x seed (x label-tuned); each replays its row over the stored features of the
-run's feature store (`run`'s store and view kinds, extracted once when absent) and records
-accuracy, calibration (ECE, NLL), open-set detection (withheld classes; another dataset mixed in),
-stability over stream orders and halves of the stream, speed and state bytes. Rows come from the
-registry (`list_methods()`): nothing here knows a method by name. A finished cell with the same
-settings is skipped on a rerun, as in `run`.
-"""
+"""`run_field(cfg, opts)`: the field table (docs/field.md). Cells are backbone x dataset x method row x
+text set x seed (x label-tuned); each replays its row over the stored features of the run's feature
+store (`run`'s store and view kinds, extracted once when absent; a prompt-tuning row also gets its
+backbone's text tower) and records accuracy, calibration (ECE, NLL), open-set detection (withheld
+classes; another dataset mixed in), stability over stream orders and halves of the stream, speed and
+state bytes. Rows come from the registry (`list_methods()`): nothing here knows a method by name. A
+finished cell with the same settings is skipped on a rerun, as in `run`."""
 
 from __future__ import annotations
 
@@ -99,9 +98,9 @@ def _orders_perm(n: int, seed: int, r: int) -> np.ndarray:
     return np.random.default_rng([seed, r]).permutation(n)
 
 
-def state_bytes(text: torch.Tensor, method, ecfg, device) -> int:
+def state_bytes(text: torch.Tensor, method, ecfg, device, tower=None) -> int:
     """Bytes of the tensors of a method's state right after it is made (preallocated to its bounds)."""
-    eng = Engine(text, method, ecfg, device=device)
+    eng = Engine(text, method, ecfg, device=device, text_tower=tower)
     seen: set[int] = set()
 
     def walk(obj) -> int:
@@ -119,19 +118,19 @@ def state_bytes(text: torch.Tensor, method, ecfg, device) -> int:
     return int(walk(eng.state_dict()))
 
 
-def _replay(feats, text, method, ecfg, device, probs=True):
-    return replay(feats, text, method, ecfg, device=device, keep_probs=probs)
+def _replay(feats, text, method, ecfg, device, probs=True, tower=None):
+    return replay(feats, text, method, ecfg, device=device, keep_probs=probs, text_tower=tower)
 
 
-def open_withheld(fs: FeatureSet, text: torch.Tensor, method, ecfg, device, seed: int) -> dict[str, float]:
+def open_withheld(fs: FeatureSet, text: torch.Tensor, method, ecfg, device, seed: int, tower=None) -> dict[str, float]:
     """Half the classes withheld from the text classifier, their samples unknown (label -1)."""
     drop = M.withheld_classes(text.shape[0], seed)
     kept, labels = M.withhold(fs.labels, text.shape[0], drop)
-    r = _replay(fs.features, text[torch.as_tensor(kept)], method, ecfg, device)
+    r = _replay(fs.features, text[torch.as_tensor(kept)], method, ecfg, device, tower=tower and tower.subset(kept))
     return M.open_set(r.predictions, r.probs, labels)
 
 
-def open_mixed(fs: FeatureSet, foreign: FeatureSet, text, method, ecfg, device, seed: int, share: float):
+def open_mixed(fs: FeatureSet, foreign: FeatureSet, text, method, ecfg, device, seed: int, share: float, tower=None):
     """Another dataset's samples (label -1) mixed into the stream at random places."""
     n_f = min(foreign.num_samples, max(1, round(share * fs.num_samples)))
     v = min(fs.num_views, foreign.num_views)
@@ -150,31 +149,31 @@ def open_mixed(fs: FeatureSet, foreign: FeatureSet, text, method, ecfg, device, 
         other.to(own.dtype)[(-1 - pos_t).clamp_min(0)],
     )
     labels = np.where(pos >= 0, fs.labels[np.maximum(pos, 0)], -1)
-    r = _replay(feats, text, method, ecfg, device)
+    r = _replay(feats, text, method, ecfg, device, tower=tower)
     return M.open_set(r.predictions, r.probs, labels)
 
 
-def order_accuracies(fs: FeatureSet, text: torch.Tensor, method, ecfg, device, seed: int, orders: int, acc: float):
+def order_accuracies(fs: FeatureSet, text, method, ecfg, device, seed: int, orders: int, acc: float, tower=None):
     """Accuracy over `orders` stream orders: the stored order's `acc`, then each seeded permutation's."""
     accs = [acc]
     for k in range(1, orders):
         perm = _orders_perm(fs.num_samples, seed, k)
-        r = _replay(fs.features[torch.as_tensor(perm)], text, method, ecfg, device, probs=False)
+        r = _replay(fs.features[torch.as_tensor(perm)], text, method, ecfg, device, probs=False, tower=tower)
         accs.append(M.accuracy(r.predictions, fs.labels[perm]))
     return accs
 
 
 def open_set_metrics(
-    fs: FeatureSet, text: torch.Tensor, method, ecfg, device, seed: int, opts: FieldOptions, foreign: FeatureSet | None
+    fs: FeatureSet, text, method, ecfg, device, seed: int, opts: FieldOptions, foreign: FeatureSet | None, tower=None
 ) -> dict[str, float | None]:
     """AUROC, FPR at 95% TPR and known-class accuracy per open setting (`mixed_` prefixed), None where not run."""
     rec: dict[str, float | None] = {}
     for name in OPEN_SETTINGS:
         got = None
         if name == "withheld" and name in opts.open:
-            got = open_withheld(fs, text, method, ecfg, device, seed)
+            got = open_withheld(fs, text, method, ecfg, device, seed, tower)
         elif name == "mixed" and name in opts.open and foreign is not None:
-            got = open_mixed(fs, foreign, text, method, ecfg, device, seed, opts.mix_share)
+            got = open_mixed(fs, foreign, text, method, ecfg, device, seed, opts.mix_share, tower)
         prefix = "" if name == "withheld" else "mixed_"
         for k in ("auroc", "fpr95", "known_accuracy"):
             rec[prefix + k] = None if got is None else got[k]
@@ -197,17 +196,18 @@ def measure(
     device,
     foreign: FeatureSet | None,
     out: Path | None,
+    tower=None,
 ) -> dict[str, Any]:
     """Every metric of one cell (docs/field.md defines each)."""
     cell, method, ecfg, seed = fc.cell, fc.cell.row.method, fc.cell.ecfg, fc.cell.key["seed"]
     labels = fs.labels
-    r = _replay(fs.features, text, method, ecfg, device)
+    r = _replay(fs.features, text, method, ecfg, device, tower=tower)
     acc = M.accuracy(r.predictions, labels)
     f0 = fs.features if fs.features.dim() == 2 else fs.features[:, 0]
     zs = M.accuracy((f0.float().cpu() @ text.T.float().cpu()).argmax(-1).numpy(), labels)
     clip_views = M.accuracy(r.clip_predictions, labels)
     first, second = M.halves(r.predictions, labels)
-    st = M.order_stats(order_accuracies(fs, text, method, ecfg, device, seed, opts.orders, acc))
+    st = M.order_stats(order_accuracies(fs, text, method, ecfg, device, seed, opts.orders, acc, tower))
     rec: dict[str, Any] = {
         "accuracy": acc,
         "ece": M.ece(r.probs, labels, opts.ece_bins),
@@ -224,9 +224,9 @@ def measure(
         "worst10": st["worst"],
         "samples_per_s": r.samples_per_s,
         "seconds": r.seconds,
-        "state_bytes": state_bytes(text, method, ecfg, device),
+        "state_bytes": state_bytes(text, method, ecfg, device, tower),
     }
-    rec.update(open_set_metrics(fs, text, method, ecfg, device, seed, opts, foreign))
+    rec.update(open_set_metrics(fs, text, method, ecfg, device, seed, opts, foreign, tower))
     if out is not None:
         save_predictions(
             predictions_path(out, {**cell.key, "method": _pred_name(fc)}), r.predictions, r.clip_predictions, labels
@@ -366,10 +366,10 @@ class FieldRun:
         if fc.tuned:
             marks.append("hyperparameters chosen on test labels: " + ", ".join(f"{k}={v}" for k, v in fc.tuned.items()))
         fs = cell.features(fs)  # the views this row reads of its file's (`context.view_spec`)
-        augment = cell.augment
+        augment, tower = cell.augment, self.run.models.tower(_backbone(cell), cell.row.method, fs.classnames)
         rec = {
             **cell.key,
-            **measure(fs, text, fc, self.opts, self.run.device, self.foreign(fc), Path(self.cfg.out)),
+            **measure(fs, text, fc, self.opts, self.run.device, self.foreign(fc), Path(self.cfg.out), tower),
             "marks": marks,
             "text_requested": fc.text.requested,
             "family": m.family,
