@@ -49,6 +49,7 @@ class TextTower:
         name: str = "the model",
     ):
         check_tower(model, name)
+        model.requires_grad_(False)  # tpt_classification.py:121-128: only the context is trained
         self.model = model
         self.name = name
         self.n_ctx = len(ctx_init.split(" "))  # custom_clip.py:87 n_ctx = len(ctx_init.split(" "))
@@ -57,6 +58,7 @@ class TextTower:
         self.tokens = tokenizer([f"{ctx_init} {c}." for c in names]).to(device)  # custom_clip.py:109
         init = tokenizer([ctx_init]).to(device)
         span = slice(1, 1 + self.n_ctx)
+        self.length = _used_length(model, self.tokens)
         same = bool((self.tokens[:, : 1 + self.n_ctx] == init[:, : 1 + self.n_ctx]).all())
         if not same or int((init[0] != 0).sum()) != self.n_ctx + 2:  # start, one token per word, end
             raise UserError(
@@ -64,6 +66,8 @@ class TextTower:
             )
         with torch.no_grad():  # custom_clip.py:88-91: the init's embeddings at positions 1..n_ctx
             self.ctx_init = model.token_embedding(init)[0, span].detach().float().clone()
+            emb = model.token_embedding(self.tokens[:, : self.length])
+        self.prefix, self.suffix = emb[:, :1], emb[:, 1 + self.n_ctx :]  # custom_clip.py:128-131 buffers
         self.logit_scale = float(model.logit_scale.detach().float().exp())  # custom_clip.py:318
         self._initial: torch.Tensor | None = None
 
@@ -80,13 +84,12 @@ class TextTower:
 
     def __call__(self, ctx: torch.Tensor) -> torch.Tensor:
         """open_clip `CLIP.encode_text` with positions 1..n_ctx = ctx, normalised. [n_ctx, w] -> [C, d]."""
-        m, tokens = self.model, self.tokens
-        cast = m.transformer.get_cast_dtype()
-        emb = m.token_embedding(tokens).to(cast)
+        m, n = self.model, self.length
+        tokens, cast = self.tokens[:, :n], m.transformer.get_cast_dtype()
         ctx = ctx.to(cast).unsqueeze(0).expand(tokens.shape[0], -1, -1)
-        x = torch.cat([emb[:, :1], ctx, emb[:, 1 + self.n_ctx :]], dim=1)  # custom_clip.py:196-203
-        x = x + m.positional_embedding.to(cast)
-        x = m.transformer(x, attn_mask=m.attn_mask)
+        x = torch.cat([self.prefix.to(cast), ctx, self.suffix.to(cast)], dim=1)  # custom_clip.py:196-203
+        x = x + m.positional_embedding[:n].to(cast)
+        x = m.transformer(x, attn_mask=m.attn_mask[:n, :n])
         x = m.ln_final(x)
         x = _pool(x, tokens, m)
         if m.text_projection is not None:
@@ -104,8 +107,23 @@ class TextTower:
         """The same tower over some of its classes (a withheld-class run)."""
         out = object.__new__(TextTower)
         out.__dict__.update(self.__dict__)
-        out.tokens, out._initial = self.tokens[torch.as_tensor(list(keep), device=self.tokens.device)], None
+        rows = torch.as_tensor(list(keep), device=self.tokens.device)
+        out.tokens, out.prefix, out.suffix = self.tokens[rows], self.prefix[rows], self.suffix[rows]
+        out._initial = None
         return out
+
+
+def _used_length(model: nn.Module, tokens: torch.Tensor) -> int:
+    """Positions up to the longest prompt's pooled token: with the causal mask, the rows pooled at
+    or before it never see a later position, so the rest of the context is skipped (exactly)."""
+    full = tokens.shape[1]
+    mask = model.attn_mask
+    causal = mask is not None and bool(torch.equal(torch.isinf(mask), torch.ones_like(mask, dtype=torch.bool).triu(1)))
+    if not causal or model.text_pool_type not in ("argmax", "eos"):
+        return full
+    if model.text_pool_type == "argmax":
+        return int(tokens.argmax(dim=-1).max()) + 1
+    return int((tokens == model.text_eos_id).int().argmax(dim=-1).max()) + 1
 
 
 def _pool(x: torch.Tensor, tokens: torch.Tensor, model: nn.Module) -> torch.Tensor:

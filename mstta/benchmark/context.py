@@ -32,7 +32,7 @@ from ..devices import resolve_device
 from ..errors import UserError, one_line
 from ..extract_views import VIEWS_ON, view_path
 from ..features import FeatureSet, load_features
-from ..methods import get_method, list_methods
+from ..methods import get_method, list_methods, needs_text_tower
 from .paper import OOD
 from .results import RUN_KEY, ResultsStore, fingerprint, versions
 from .store import Backbone, FeatureKey, Models, ensure_features, resolved_precision
@@ -179,11 +179,13 @@ GROUPS = ("imagenet", "other")  # a view policy's dataset groups: the ImageNet f
 class Views:
     """What a row reads on one dataset group: `kind` (augmix | crop; None: the dataset's
     `bench.augment`), the store's `store` views per sample (None: the dataset's `bench.views`) and
-    the first `read` of them (None: all)."""
+    the first `read` of them (None: all); `users`: the store's count also on a user's `imagefolder:`
+    dataset (the digits table), where the others read one view unless --views says more."""
 
     kind: str | None = None
     store: int | None = None
     read: int | None = None
+    users: bool = False
 
 
 DATASETS = Views()  # the dataset's protocol (`bench.augment`, `bench.views`)
@@ -201,9 +203,10 @@ VIEW_POLICIES: dict[str, dict[str, Views]] = {
     "augmix64-imagenet": {"imagenet": Views("augmix", 64), "other": DATASETS},
     # TPT's AugMixAugmenter(n_views=63, augmix=len(set_id) > 1): the original + 63 crops on the ImageNet
     # family, + 63 AugMix views on the other sets (tpt_classification.py:164-173)
-    "tpt64": {"imagenet": Views("crop", 64), "other": Views("augmix", 64)},
+    # (its selection needs the views: 64 on a user's imagefolder: too)
+    "tpt64": {"imagenet": Views("crop", 64, users=True), "other": Views("augmix", 64, users=True)},
     # C-TPT's --I_augmix (scripts/test_tpt_ctpt_ds.sh): AugMix on every dataset, 64 views
-    "augmix64": {"imagenet": Views("augmix", 64), "other": Views("augmix", 64)},
+    "augmix64": {"imagenet": Views("augmix", 64, users=True), "other": Views("augmix", 64, users=True)},
 }
 
 
@@ -226,7 +229,7 @@ def view_spec(
     m = get_method(method)
     policy = VIEW_POLICIES[m.views][dataset_group(dataset)] if m.views is not None else DATASETS
     kind = forced or policy.kind or m.augment or ("crop" if m.boost else dcfg.bench.augment)
-    users = views_set or (dataset or "").startswith("imagefolder:")
+    users = views_set or ((dataset or "").startswith("imagefolder:") and not policy.users)
     store = dcfg.bench.views if users or policy.store is None else policy.store
     read = store if policy.read is None else min(policy.read, store)
     return kind, store, read
@@ -240,7 +243,9 @@ def view_kind(method: str, dcfg: DatasetConfig, forced: str | None = None, datas
 def protocol(method: str, ecfg: EngineConfig, augment: str | None) -> str:
     """What a cell's CLIP logits are computed on (its λ = 0): `original image`, or `<augment> views,
     confident` (the mean of the most confident views' logits); `augment` None: a one-view stream."""
-    confident = ecfg.view_mode == "confident" and method != "zero-shot" and augment is not None
+    # TPT's CLIP logits are view 0's (it predicts from view 0)
+    original = method == "zero-shot" or needs_text_tower(method.split(ROW_SEP)[0])
+    confident = ecfg.view_mode == "confident" and not original and augment is not None
     return f"{augment} views, confident" if confident else "original image"
 
 

@@ -176,11 +176,9 @@ def run(state: dict, x: torch.Tensor, text: torch.Tensor, cfg, shift, tower, lam
         with torch.no_grad(), _autocast(v.device.type == "cuda" and cfg.tpt.amp):
             scores = (tower.logit_scale * v[0] @ tower(ctx).T).float()  # :289-294 model(image)
     dt = text.dtype
-    clip = tower.logit_scale * raw0.float() @ tower.initial().T  # the untuned prompt: TPT's zero-shot
+    clip = cfg.logit_scale * raw0 @ text.T  # CLIP on its prediction path (view 0), the run's classifier
     logp = torch.log_softmax(clip, -1)
-    return StepOut(
-        scores.to(dt), clip.to(dt), -(logp.exp() * logp).sum().to(dt), raw0, torch.softmax(scores, -1).to(dt)
-    )
+    return StepOut(scores.to(dt), clip, -(logp.exp() * logp).sum(), raw0, torch.softmax(scores, -1).to(dt))
 
 
 def step(state: dict, x: torch.Tensor, text: torch.Tensor, cfg, shift, tower=None) -> StepOut:
