@@ -33,9 +33,11 @@ test: install browser
 
 # Static checks (rules in pyproject.toml, [tool.ruff]): the layout (`ruff format`, line length 120),
 # unused/undefined names, likely bugs, import order. `$(VENV)/bin/ruff format .` applies the layout.
+# Then no import cycle in app/, mstta/ or benchmarks/, deferred and TYPE_CHECKING imports counted.
 lint: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
+	$(PY) tools/import_cycles.py app mstta benchmarks
 
 # The README's screenshot of the UI (assets/ui.png), made by the browser tests' tooling at 1280x720.
 screenshot: install

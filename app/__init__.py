@@ -10,7 +10,7 @@ One-way flow, one small module per stage:
     sampling.py  Sampler(every): which frames of a file reach the encoder
     labels.py    read_labels(path) / parse_labels(text), prompt_templates(template)
     encoder.py   FrameEncoder(clip, views): RGB frames -> CLIP features (the model's open_clip
-                 transform and mstta.views crops, as the benchmark; views encoded in chunks)
+                 transform and mstta.features.views crops, as the benchmark; views encoded in chunks)
     session.py   StreamSession: classifier + encoder + engine; process(rgb) -> FrameResult
     annotate.py  annotate(rgb, result) -> annotated RGB frame
     sinks.py     VideoSink (H.264 via PyAV), JsonlSink, prediction_row; atomic, valid when interrupted

@@ -32,7 +32,7 @@ RANDOM_WEIGHTS_MARK = "RANDOM WEIGHTS: predictions are meaningless"
 
 
 def random_weights(clip: object) -> bool:
-    """Whether `clip` runs on random weights (`--pretrained none`, as `mstta.models.load_clip` reads
+    """Whether `clip` runs on random weights (`--pretrained none`, as `mstta.features.models.load_clip` reads
     an empty or absent tag): the one test behind every RANDOM WEIGHTS mark, banner and log field."""
     tag = getattr(clip, "pretrained", None)
     return tag is None or str(tag).strip().lower() in ("", "none")

@@ -3,7 +3,7 @@
     note = apply_bundled(args)      # fills args.model/.pretrained and args.video/.labels/.truth
 
 OpenAI's ViT-B-16 plays `assets/demo.mp4` (nine photographs under a strengthening shift) when its
-weights are already in the local cache (`mstta.weights.weights_cached`; nothing is downloaded to
+weights are already in the local cache (`mstta.features.weights.weights_cached`; nothing is downloaded to
 find out). Otherwise the project's own small digits CLIP (`--model mstta-digits --pretrained bundled`:
 `assets/mstta-digits.pt`, trained on scikit-learn's handwritten digits by `assets/make_digits.py`)
 plays `assets/digits.mp4`, a clip of digits under a strengthening shift, and `apply_bundled`
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mstta.errors import UserError
-from mstta.models import ASSETS_DIR, DEFAULT_MODEL, DEFAULT_TAG
+from mstta.features.models import ASSETS_DIR, DEFAULT_MODEL, DEFAULT_TAG
 
 FLAG = "--bundled-demo"
 
@@ -55,7 +55,7 @@ DIGITS_DEMO = BundledDemo(
 
 def choose_demo() -> BundledDemo:
     """CLIP's demo when ViT-B-16/openai weights are on local disk, else the digits demo."""
-    from mstta import weights
+    from mstta.features import weights
 
     return CLIP_DEMO if weights.weights_cached(CLIP_DEMO.model, CLIP_DEMO.pretrained) else DIGITS_DEMO
 
@@ -72,7 +72,7 @@ def _check_model(demo: BundledDemo, assets: Path) -> None:
     """A shipped model needs its config (open_clip knows the name) and its checkpoint under assets/."""
     if demo.checkpoint is None:
         return
-    from mstta import models
+    from mstta.features import models
 
     path = assets / demo.checkpoint
     if demo.model not in models.list_models() or not path.is_file():

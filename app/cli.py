@@ -18,17 +18,17 @@ import logging
 import sys
 from typing import Sequence
 
-from mstta.config import DEFAULT_BANK_SIZE
+from mstta.engine.config import DEFAULT_BANK_SIZE
+from mstta.engine.methods import list_methods
 from mstta.errors import EXIT_INTERRUPTED, OneLineParser, UserError, run_cli
-from mstta.extract_views import VIEWS_ON
-from mstta.methods import list_methods
-from mstta.models import DEFAULT_MODEL, DEFAULT_TAG
+from mstta.features.extract_views import VIEWS_ON
+from mstta.features.models import DEFAULT_MODEL, DEFAULT_TAG
 
 from .bundled import apply_bundled
 from .encoder import MAX_VIEWS
+from .prog import PROG
 
-PROG = "mstta-demo"
-DEFAULT_PRETRAINED = DEFAULT_TAG  # the model and its weights: named once, in mstta.models
+DEFAULT_PRETRAINED = DEFAULT_TAG  # the model and its weights: named once, in mstta.features.models
 
 
 def integer(text: str) -> int:

@@ -2,13 +2,13 @@
 
 `FrameEncoder(clip).encode(images)` runs the model's own open_clip transform (its image size,
 mean/std, interpolation and resize mode, e.g. 0.5/0.5 for a SigLIP model) through
-`mstta.views.ViewMaker`: view 0 is the plain frame, and with `views=V > 1` the V-1 extra views
-are the random resized crops with flips of `mstta.views.crop_view` (BoostAdapter's views,
+`mstta.features.views.ViewMaker`: view 0 is the plain frame, and with `views=V > 1` the V-1 extra views
+are the random resized crops with flips of `mstta.features.views.crop_view` (BoostAdapter's views,
 paper Sec. 4.1), seeded per frame so a replayed stream gets the same views. The engine then sees
 `[V, d]` per frame. Views are encoded in chunks of `VIEW_CHUNK`, so Ctrl-C and SIGTERM end a
 many-view frame between chunks. `views_on`: where extra views are made, as `mstta-bench extract
 --views-on`: `device` makes them from the frame tensor on the model's device
-(`mstta.tensor_views`, the same parameters), `cpu` with PIL; `auto` (default) is device on CUDA.
+(`mstta.features.tensor_views`, the same parameters), `cpu` with PIL; `auto` (default) is device on CUDA.
 """
 
 from __future__ import annotations
@@ -20,11 +20,10 @@ import torch
 from PIL import Image
 
 from mstta.checks import int_in
-from mstta.config import MAX_VIEWS
 from mstta.errors import UserError
-from mstta.extract_views import resolve_views_on
-from mstta.tensor_views import TensorViewMaker
-from mstta.views import ViewMaker, split_preprocess, to_pixels
+from mstta.features.extract_views import resolve_views_on
+from mstta.features.tensor_views import TensorViewMaker
+from mstta.features.views import MAX_VIEWS, ViewMaker, split_preprocess, to_pixels
 
 __all__ = ["MAX_VIEWS", "VIEW_CHUNK", "FrameEncoder", "check_views"]
 VIEW_CHUNK = 32  # views per encoder forward

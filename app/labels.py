@@ -70,7 +70,7 @@ def read_labels(path: str | Path) -> list[str]:
 
 def prompt_templates(template: str | None) -> list[str]:
     """`[template]` when one is given (it needs exactly one `{}`), else the default prompt ensemble."""
-    from mstta.templates import DEFAULT_TEMPLATES, check_templates
+    from mstta.data.templates import DEFAULT_TEMPLATES, check_templates
 
     if template is not None:
         return check_templates([template], "--template")

@@ -23,11 +23,12 @@ from typing import Any, Callable, ContextManager, Iterable, Iterator
 
 from mstta.atomic import sweep_stale
 from mstta.checks import int_in
-from mstta.config import EngineConfig, from_dict, parse_overrides
+from mstta.configfile import from_dict, parse_overrides
+from mstta.engine.config import EngineConfig
+from mstta.engine.methods import get_method
 from mstta.errors import UserError
-from mstta.extract_views import VIEWS_ON
-from mstta.methods import get_method
-from mstta.models import DEFAULT_MODEL, DEFAULT_TAG
+from mstta.features.extract_views import VIEWS_ON
+from mstta.features.models import DEFAULT_MODEL, DEFAULT_TAG
 from mstta.safety import STDOUT, check_outputs
 
 from .annotate import RANDOM_WEIGHTS_MARK, random_weights
@@ -54,7 +55,7 @@ class DemoConfig:
     camera: int | None = None  # webcam index (instead of video)
     labels: str | None = None  # labels file: one class name per line
     template: str | None = None  # prompt template with one {}; None = default ensemble
-    model: str = DEFAULT_MODEL  # mstta.models' defaults (named once)
+    model: str = DEFAULT_MODEL  # mstta.features.models' defaults (named once)
     pretrained: str = DEFAULT_TAG
     precision: str | None = None  # fp32 / fp16 / bf16; None = fp16 on GPU, fp32 on CPU
     device: str = "auto"
@@ -308,7 +309,7 @@ def _open_run(cfg: DemoConfig, clip: Any, source: Source | None, stack: ExitStac
             open_source(spec, retries=cfg.retries, backoff=cfg.backoff, max_pixels=cfg.max_pixels)
         )
     if clip is None:
-        from mstta.models import load_clip
+        from mstta.features.models import load_clip
 
         clip = load_clip(cfg.model, cfg.pretrained, device=cfg.device, precision=cfg.precision)
     engine_cfg = with_model_scale(prep.engine_cfg, clip, cfg.overrides)

@@ -22,11 +22,11 @@ import numpy as np
 import torch
 
 from mstta.checks import int_in
-from mstta.config import DEFAULT_BANK_SIZE, EngineConfig
-from mstta.engine import Engine
+from mstta.engine.config import DEFAULT_BANK_SIZE, EngineConfig
+from mstta.engine.engine import Engine
+from mstta.engine.methods import get_method, needs_text_tower
 from mstta.errors import UserError
-from mstta.methods import get_method, needs_text_tower
-from mstta.text_tower import text_tower
+from mstta.features.text_tower import text_tower
 
 from .encoder import FrameEncoder
 from .labels import prompt_templates
@@ -138,7 +138,7 @@ def build_classifier(
     clip: Any, labels: Sequence[str], template: str | None = None, cache_dir: str | Path | None = None
 ) -> torch.Tensor:
     """Zero-shot text classifier [C, d] for `labels` with `template` (or the default ensemble)."""
-    from mstta.models import build_text_classifier
+    from mstta.features.models import build_text_classifier
 
     return build_text_classifier(clip, list(labels), prompt_templates(template), cache_dir=cache_dir)
 

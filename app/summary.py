@@ -137,7 +137,7 @@ class Tally:
 
 def method_marks(method: str) -> list[str]:
     """The notes a method's row carries wherever it is shown (`Method.marks`: e.g. not training-free)."""
-    from mstta.methods import get_method
+    from mstta.engine.methods import get_method
 
     try:
         return list(get_method(method).marks)

@@ -105,14 +105,14 @@ def pixels(clip, frames: list[np.ndarray]) -> torch.Tensor:
 # -------------------------------------------------------------------------------------- model
 def templates() -> list[str]:
     """Training templates: the project's default prompt ensemble (what the demo prompts with) + digit ones."""
-    from mstta.templates import DEFAULT_TEMPLATES
+    from mstta.data.templates import DEFAULT_TEMPLATES
 
     return list(DEFAULT_TEMPLATES) + DIGIT_TEMPLATES
 
 
 def zero_shot_accuracy(clip, images: torch.Tensor, labels: np.ndarray, prompt_templates: list[str]) -> float:
     """Top-1 zero-shot accuracy (%) of preprocessed images against the class prompts, Eq. (1)."""
-    from mstta.models import encode_classes
+    from mstta.features.models import encode_classes
 
     text = encode_classes(clip, CLASSNAMES, prompt_templates)
     feats = torch.cat([clip.encode_images(chunk) for chunk in images.split(256)])
@@ -145,8 +145,8 @@ def _loss(img: torch.Tensor, txt: torch.Tensor, labels: torch.Tensor, scale: tor
 
 def train(seed: int, epochs: int = 60, batch: int = 128, lr: float = 2e-3):
     """Train mstta-digits from scratch on the train split; returns the loaded ClipModel (eval mode)."""
-    from mstta.models import load_clip
-    from mstta.templates import fill
+    from mstta.features.models import load_clip
+    from mstta.data.templates import fill
 
     torch.manual_seed(seed)
     logging.disable(logging.WARNING)  # its "RANDOM weights" warning: true, and the point here
@@ -355,7 +355,7 @@ def make_clip(out_dir: Path, seed: int) -> dict:
 # --------------------------------------------------------------------------------------- main
 def report(clip, seed: int) -> dict:
     """Clean test-split zero-shot accuracy (both prompt sets) and the accuracy along the shifted clip."""
-    from mstta.templates import DEFAULT_TEMPLATES
+    from mstta.data.templates import DEFAULT_TEMPLATES
 
     xs, ys = digits_split()["test"]
     clean = pixels(clip, [as_rgb(render(d)) for d in xs])
@@ -390,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--clip-only", action="store_true", help="keep the checkpoint, rewrite only the clip files")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
-    from mstta.models import load_clip
+    from mstta.features.models import load_clip
 
     checkpoint = args.out_dir / CHECKPOINT.name
     if args.clip_only:

@@ -55,13 +55,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-import mstta.streams as streams_mod
+import mstta.engine.cache_runner as streams_mod
 from mstta import Engine, EngineConfig, replay, threads
-from mstta.config import DEFAULT_BANK_SIZE
-from mstta.methods import needs_text_tower
-from mstta.multi import MultiEngine
+from mstta.engine.config import DEFAULT_BANK_SIZE
+from mstta.engine.methods import needs_text_tower
+from mstta.engine.multi import MultiEngine
 
-replay_mod = importlib.import_module("mstta.replay")  # the module (`mstta.replay` is the function)
+replay_mod = importlib.import_module("mstta.engine.replay")  # the module (`mstta.replay` is the function)
 
 PARTS = ("online", "replay", "multi", "bank_dtype", "memory", "share", "methods")
 DEFAULT_PARTS = ("online", "replay", "multi", "bank_dtype", "memory")

@@ -9,8 +9,8 @@ Per model, on `--samples` generated 500x375 JPEGs (ImageNet-A's typical size) wi
   a CPU: tensor views in the workers);
 - `*_vs_encoder`: each extraction rate over the encoder-only rate;
 - `view_making_ms_per_view`: one process making the 63 augmented views of one image, PIL against
-  `mstta.tensor_views` on the device's tensors (no encoder; on a CPU one thread each, the fast path
-  of `mstta.fast_views`); `view_making_224px_ms_per_view`: the
+  `mstta.features.tensor_views` on the device's tensors (no encoder; on a CPU one thread each, the fast path
+  of `mstta.features.fast_views`); `view_making_224px_ms_per_view`: the
   same at 224 px (ViT-B/16's Resize + CenterCrop), whatever the model's size.
 
     .venv/bin/python benchmarks/extract.py [--models mstta-tiny,ViT-B-16] [--samples 64] [--views 64]
@@ -37,11 +37,11 @@ from helpers_data import make_fake_dataset  # the tests' dataset builder, on sys
 from test_tensor_views import smooth_image  # photo-like generated images
 
 from mstta.data import load_split
-from mstta.decode import pil_tensor
-from mstta.extract import default_workers, run_extraction
-from mstta.models import load_clip
-from mstta.tensor_views import TensorViewMaker
-from mstta.views import ViewMaker, split_preprocess, to_pixels
+from mstta.features.decode import pil_tensor
+from mstta.features.extract import default_workers, run_extraction
+from mstta.features.models import load_clip
+from mstta.features.tensor_views import TensorViewMaker
+from mstta.features.views import ViewMaker, split_preprocess, to_pixels
 
 
 def _sync(device: torch.device) -> None:
@@ -96,12 +96,12 @@ def extraction(
 
 def view_making(clip, path: Path, views: int, augment: str, repeats: int = 5, view_size: int = 0) -> dict:
     """ms per augmented view, one process (one thread on a CPU): PIL (the reference) vs tensor views on
-    the model's device (on a CPU the fast path, `mstta.fast_views`), median of `repeats` samples."""
+    the model's device (on a CPU the fast path, `mstta.features.fast_views`), median of `repeats` samples."""
     from PIL import Image
 
     geometry, size, _, _ = split_preprocess(clip.preprocess)
     if view_size:  # ViT-B/16's own preprocessing at that size
-        from mstta.views import Geometry
+        from mstta.features.views import Geometry
 
         geometry, size = Geometry(view_size), view_size
     maker = ViewMaker(geometry, size, views, augment, 1)

@@ -8,7 +8,7 @@ For each of the 15 datasets (the MS-TTA paper's sample and class counts, `paper_
 each registry row (default: every one), unit-norm random features [N, V, d = 512] in float16 are
 made with the view count the benchmark feeds that row (`configs/<dataset>.yaml` bench.views, with
 `run`'s view kind per method), and one field cell is measured exactly as `mstta-bench field` does
-(`mstta.benchmark.field.measure`: the main replay with probabilities, R - 1 more orders, the
+(`mstta.bench.field.measure`: the main replay with probabilities, R - 1 more orders, the
 withheld-class replay; no mixed setting). Reports seconds per (dataset, row) and the total per row.
 Random features: the predictions mean nothing, the work per sample is the real one (caches fill as
 entropy allows). Rows whose cost grows past linear with N or C (name them with --separate) are
@@ -30,14 +30,14 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mstta.benchmark import paper
-from mstta.benchmark.context import Cell, Row, dataset_config, row_engine_config, view_kind
-from mstta.benchmark.field import FieldCell, FieldOptions, measure
-from mstta.benchmark.store import Backbone, FeatureKey
-from mstta.benchmark.textsets import Choice
-from mstta.devices import resolve_device
-from mstta.features import FeatureSet
-from mstta.methods import list_methods
+from mstta.bench import paper
+from mstta.bench.context import Cell, Row, dataset_config, row_engine_config, view_kind
+from mstta.bench.field import FieldCell, FieldOptions, measure
+from mstta.bench.store import Backbone, FeatureKey
+from mstta.bench.textsets import Choice
+from mstta.engine.methods import list_methods
+from mstta.features.devices import resolve_device
+from mstta.features.format import FeatureSet
 
 DIM = 512
 

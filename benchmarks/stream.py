@@ -11,7 +11,7 @@ Parts:
   long stream), frame by frame in alternating order. Reports fps, per-frame latency p50/p95
   (preprocess + encode + engine) and the fps ratio MS-TTA / zero-shot (target >= 0.95). With
   `--views V` both modes encode V views per frame (the frame + V-1 crops, `mstta-demo --views`),
-  made where `--views-on` says (auto: on the GPU under CUDA, `mstta.tensor_views`; cpu: PIL).
+  made where `--views-on` says (auto: on the GPU under CUDA, `mstta.features.tensor_views`; cpu: PIL).
 - engine: the engine step alone at the ViT-B-16 feature size with a full bank.
 - race: the bundled digits model on its clip, MS-TTA alone vs four methods raced on the same
   frames (`mstta-demo --methods`): ms per frame p50/p95 against the real-time budget.
@@ -49,9 +49,9 @@ from app.sources import IterableSource, open_source
 from mstta import Engine, EngineConfig, __version__
 from mstta.atomic import atomic_open
 from mstta.checks import int_in
-from mstta.config import MAX_VIEWS
 from mstta.errors import UserError
-from mstta.models import load_clip
+from mstta.features.models import load_clip
+from mstta.features.views import MAX_VIEWS
 
 LABELS = ["circle", "square", "triangle", "star", "heart", "arrow"]
 BANK = 4096
@@ -359,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(str(exc))
     models = [m for m in args.models.split(",") if m]
     logging.basicConfig(level=logging.ERROR)
-    from mstta.devices import resolve_device
+    from mstta.features.devices import resolve_device
 
     try:
         device = str(resolve_device(args.device))

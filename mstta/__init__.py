@@ -8,20 +8,21 @@
 The engine keeps its state on the text classifier's device and, on CUDA, captures its step as a
 CUDA graph (`Engine(..., cuda_graph=None|True|False)`); `list_methods()` gives the methods in the
 paper's order, then the field's families (ZERO, MTA, DMN-ZS, DOTA, OnZeta, BCA, DPE and their `+ms`
-rows, `mstta.families`), `get_method(name).title` their human titles. Every one runs through the
+rows, `mstta.engine.families`), `get_method(name).title` their human titles. Every one runs through the
 same `Engine(text, name)`; OnZeta's schedule reads `Engine(..., stream_length=N)` when N is known.
 `MultiEngine(text, method, config, streams=S)` steps S independent streams together, equal to S
 engines. Semantics: docs/engine.md.
 """
 
 from ._version import __version__
-from .config import BenchConfig, DatasetConfig, EngineConfig, load_dataset_config
-from .engine import Engine, StepResult
+from .bench.config import BenchConfig, DatasetConfig, load_dataset_config
+from .engine.config import EngineConfig
+from .engine.engine import Engine, StepResult
+from .engine.methods import Method, get_method, list_methods
+from .engine.multi import MultiEngine
+from .engine.replay import ReplayResult, mean_shifted, replay
 from .errors import UserError
-from .features import FeatureSet, load_features, save_features
-from .methods import Method, get_method, list_methods
-from .multi import MultiEngine
-from .replay import ReplayResult, mean_shifted, replay
+from .features.format import FeatureSet, load_features, save_features
 
 __all__ = [
     "BenchConfig",
@@ -49,11 +50,11 @@ __all__ = [
 
 def __getattr__(name: str):
     if name in ("load_clip", "build_text_classifier"):
-        from . import models
+        from .features import models
 
         return getattr(models, name)
     if name == "extract_features":
-        from .extract import extract_features
+        from .features.extract import extract_features
 
         return extract_features
     raise AttributeError(f"module 'mstta' has no attribute {name!r}")

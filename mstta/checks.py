@@ -9,6 +9,10 @@ from typing import Any
 
 from .errors import UserError
 
+MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes a 64-bit integer; seeds are >= 0
+MAX_WEIGHT = 1e6  # lam, alphas, betas, logit_scale (TDA's are <= 10; CLIP's scale 100):
+# keeps every logit far inside float32 (1e6 x 1e6 x 256 << 3.4e38)
+
 
 def check(ok: bool, key: str, value: Any, expected: str) -> None:
     if not ok:
@@ -64,3 +68,16 @@ def show(value: Any) -> str:
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
         return f"{'-' if value < 0 else ''}an integer of {value.bit_length():,} bits"
     return _REPR.repr(value)
+
+
+def check_seed(value: Any, flag: str) -> int:
+    """A seed: an integer in [0, 2^63 - 1] (what torch.Generator.manual_seed takes), else a UserError."""
+    shown = show(value)
+    if isinstance(value, str):
+        try:
+            value = int(value.strip()) if len(value) <= 40 else None
+        except ValueError:
+            value = None
+    if not is_int_in(value, 0, MAX_SEED):
+        raise UserError(f"{flag} {shown}: expected an integer seed in [0, 2^63 - 1], e.g. {flag} 1")
+    return value

@@ -16,7 +16,7 @@ def _seed():
 
 @pytest.fixture(scope="session")
 def tiny_clip():
-    """The random-weight `mstta-tiny` CLIP (a `mstta.models.ClipModel`, 64x64 input, CPU, fp32), loaded
+    """The random-weight `mstta-tiny` CLIP (a `mstta.features.models.ClipModel`, 64x64 input, CPU, fp32), loaded
     once per test session and shared: tests read it, never change it."""
     from helpers_video import tiny_clip as load_tiny  # one cached model, also for tests that call the helper
 

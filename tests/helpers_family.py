@@ -28,9 +28,9 @@ def run(engine, feats):
 
 def register_method(monkeypatch, row) -> None:
     """Add a registry row for this test only (undone at its end), as a new family's row would be."""
-    from mstta import methods
+    from mstta.engine import methods
 
-    # no public seam adds a row (a method is registered by code, mstta/methods.py or a family's METHODS)
+    # no public seam adds a row (a method is registered by code, mstta/engine/methods.py or a family's METHODS)
     monkeypatch.setitem(methods._METHODS, row.name, row)
 
 
@@ -60,7 +60,7 @@ def assert_no_host_reads(method, feats, text, monkeypatch, warm=6):
 def feature_methods() -> list[str]:
     """The registry's rows that run on features alone: the prompt-tuning rows (tpt, c-tpt) also need
     a model's text tower, and tests/test_family_tpt.py runs them behind Engine, MultiEngine, replay."""
-    from mstta.methods import list_methods, needs_text_tower
+    from mstta.engine.methods import list_methods, needs_text_tower
 
     return [m for m in list_methods() if not needs_text_tower(m)]
 
@@ -70,8 +70,8 @@ def tower_kw(method: str, classes: int, dim: int) -> dict:
     classes named c0, c1, ...), else nothing."""
     from reference_tpt import tiny_clip
 
-    from mstta.methods import needs_text_tower
-    from mstta.text_tower import TextTower
+    from mstta.engine.methods import needs_text_tower
+    from mstta.features.text_tower import TextTower
 
     if not needs_text_tower(method):
         return {}

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 from synthetic import make_stream
 
-from mstta.benchmark.store import Backbone, FeatureKey
-from mstta.features import save_features
+from mstta.bench.store import Backbone, FeatureKey
+from mstta.features.format import save_features
 
 CLASSES, N, DIM = 4, 48, 64  # DIM: mstta-tiny's, so its text tower can prompt these classes
 

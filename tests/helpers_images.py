@@ -7,7 +7,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from mstta.views import Geometry
+from mstta.features.views import Geometry
 
 GEOMETRY = Geometry(224)  # ViT-B/16's view 0 (open_clip's default preprocess config: bicubic, shortest)
 

@@ -198,7 +198,7 @@ sys.exit(run_cli("mstta-demo", lambda argv: run_ui(parser.parse_args(argv)), sys
 # The loader stubbed to claim real weights (none exist here): the page must then show no random-weights banner.
 STUB_WEIGHTS_SCRIPT = (
     """
-import mstta.models as models
+import mstta.features.models as models
 real = models.load_clip
 def load_clip(name, pretrained, **kw):
     clip = real("mstta-tiny", "none", **kw)

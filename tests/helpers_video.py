@@ -139,6 +139,6 @@ def tiny_clip():
     """The random-weight `mstta-tiny` model (64x64 input), loaded once per test process: every call
     returns the same object (`functools.lru_cache`; `tests/test_app_pipeline.py` checks it), so a
     module-level or session-scoped fixture may hand it out freely. Do not modify it in a test."""
-    from mstta.models import load_clip
+    from mstta.features.models import load_clip
 
     return load_clip("mstta-tiny", "none", device="cpu")

@@ -33,7 +33,7 @@ def _args(**kw) -> argparse.Namespace:
 @pytest.fixture
 def cache(monkeypatch):
     """`cache(True)`: ViT-B-16/openai weights are on disk; `cache(False)`: they are not (offline)."""
-    import mstta.weights as weights
+    import mstta.features.weights as weights
 
     seen = []
 
@@ -70,7 +70,7 @@ def test_cached_clip_weights_play_the_bundled_photographs_with_no_note(cache):
 
 
 def test_offline_falls_back_to_the_digits_model_and_clip(cache, digits_assets, monkeypatch):
-    import mstta.models as models
+    import mstta.features.models as models
 
     cache(False)
     monkeypatch.setattr(models, "list_models", lambda: ["mstta-tiny", "mstta-digits"])  # its config is known
@@ -100,7 +100,7 @@ def test_explicit_flags_replace_their_part(cache, digits_assets):
 
 
 def test_a_missing_digits_asset_names_it_and_how_to_make_it(cache, digits_assets, monkeypatch):
-    import mstta.models as models
+    import mstta.features.models as models
 
     cache(False)
     (digits_assets / "digits_truth.csv").unlink()

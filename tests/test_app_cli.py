@@ -17,7 +17,7 @@ import pytest
 from helpers_video import read_video, write_labels, write_video
 
 from app.cli import build_parser, main, parse_args
-from mstta.config import DEFAULT_BANK_SIZE
+from mstta.engine.config import DEFAULT_BANK_SIZE
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--model", "mstta-tiny", "--pretrained", "none"]
@@ -241,7 +241,7 @@ def test_the_demo_names_the_engines_default_model_extensions_and_random_weights_
     from app.annotate import random_weights
     from app.ui.serving import ui_config
     from mstta.data.common import IMAGE_EXTENSIONS
-    from mstta.models import DEFAULT_MODEL, DEFAULT_TAG
+    from mstta.features.models import DEFAULT_MODEL, DEFAULT_TAG
 
     assert (pipeline.DemoConfig().model, pipeline.DemoConfig().pretrained) == (DEFAULT_MODEL, DEFAULT_TAG)
     assert (bundled.CLIP_DEMO.model, bundled.CLIP_DEMO.pretrained) == (DEFAULT_MODEL, DEFAULT_TAG)

@@ -98,7 +98,7 @@ def test_prompt_templates(template, expected, error):
 
 
 def test_default_templates_are_the_project_ensemble():
-    from mstta.templates import DEFAULT_TEMPLATES
+    from mstta.data.templates import DEFAULT_TEMPLATES
 
     assert prompt_templates(None) == list(DEFAULT_TEMPLATES)
 

@@ -16,8 +16,8 @@ from app.cli import main
 from app.pipeline import DemoConfig, run_pipeline
 from app.session import MAX_METHODS, StreamSession, check_methods
 from app.summary import format_summary
+from mstta.engine.methods import get_method
 from mstta.errors import UserError
-from mstta.methods import get_method
 
 
 def _frames(n: int = 10) -> list[np.ndarray]:

@@ -10,7 +10,7 @@ from PIL import Image
 
 from app.encoder import FrameEncoder
 from app.session import StreamSession
-from mstta.config import EngineConfig
+from mstta.engine.config import EngineConfig
 from mstta.errors import UserError
 
 

@@ -466,7 +466,7 @@ def test_a_full_disk_leaves_no_output_under_its_final_name(outputs, flag, tmp_pa
         text=True,
         timeout=600,
     )
-    lines = [line for line in proc.stderr.splitlines() if not line.startswith("mstta.models:")]
+    lines = [line for line in proc.stderr.splitlines() if not line.startswith("mstta.features.models:")]
     assert proc.returncode == 2, proc.stderr
     assert len(lines) == 1 and "writing failed after" in lines[0] and "nothing was kept" in lines[0], proc.stderr
     assert flag is None or lines[0].startswith(f"mstta-demo: error: {flag} ")

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from mstta.benchmark import paper
-from mstta.benchmark.report import render_report, write_reports
-from mstta.benchmark.reportfmt import stats
-from mstta.benchmark.results import ResultsStore
-from mstta.benchmark.runner import parse_datasets, parse_methods, parse_seeds
+from mstta.bench import paper
+from mstta.bench.report import render_report, write_reports
+from mstta.bench.reportfmt import stats
+from mstta.bench.results import ResultsStore
+from mstta.bench.runner import parse_datasets, parse_methods, parse_seeds
 from mstta.errors import UserError
 
 

@@ -12,11 +12,11 @@ import pytest
 from helpers_cli import default_model_dir, default_views_suffix, run_bench
 from helpers_data import make_fake_dataset
 
-from mstta.benchmark import runner
+from mstta.bench import runner
 from mstta.cli import main
-from mstta.features import load_features
-from mstta.methods import list_methods
-from mstta.replay import replay
+from mstta.engine.methods import list_methods
+from mstta.engine.replay import replay
+from mstta.features.format import load_features
 
 DATASETS = ("imagenet_a", "dtd")
 # every method on both datasets, plus the +boost reading predicting from the original image on the
@@ -123,7 +123,7 @@ def test_one_feature_file_per_dataset_and_accuracy_matches_replay(bench):
     run = next(r for r in bench["data"]["runs"] if r["dataset"] == "imagenet_a" and r["method"] == "ms-tta")
     fs = load_features(run["features"])
     assert fs.num_views == 4 and fs.num_samples == 9 and fs.classnames[0] == "class_0 name"
-    from mstta.config import load_dataset_config
+    from mstta.bench.config import load_dataset_config
 
     cfg = load_dataset_config("configs/imagenet_a.yaml", ["views=4"])
     r = replay(fs.features, fs.text, "ms-tta", cfg.engine)
@@ -202,7 +202,7 @@ def test_interrupted_run_resumes(bench, tmp_path, monkeypatch, capsys):
 
 
 def test_interrupt_while_writing_keeps_old_results(bench, tmp_path, monkeypatch):
-    from mstta.benchmark import results as results_mod
+    from mstta.bench import results as results_mod
 
     out = tmp_path / "r"
     shutil.copytree(bench["out"], out)

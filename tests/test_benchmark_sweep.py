@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from synthetic import make_stream
 
-from mstta.benchmark.store import Backbone, FeatureKey
-from mstta.benchmark.sweep import expand, parse_param
+from mstta.bench.store import Backbone, FeatureKey
+from mstta.bench.sweep import expand, parse_param
 from mstta.cli import main
 from mstta.errors import UserError
-from mstta.features import save_features
+from mstta.features.format import save_features
 
 VIT = Backbone("ViT-B-16", "openai")
 

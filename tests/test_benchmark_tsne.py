@@ -7,13 +7,13 @@ import pytest
 import torch
 from synthetic import make_stream
 
-from mstta.benchmark.plots import pick_classes, running_accuracy
-from mstta.benchmark.store import Backbone, FeatureKey
+from mstta.bench.plots import pick_classes, running_accuracy
+from mstta.bench.store import Backbone, FeatureKey
 from mstta.cli import main
-from mstta.config import EngineConfig
-from mstta.engine import Engine
-from mstta.features import save_features
-from mstta.replay import mean_shifted
+from mstta.engine.config import EngineConfig
+from mstta.engine.engine import Engine
+from mstta.engine.replay import mean_shifted
+from mstta.features.format import save_features
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ import pytest
 from helpers_cli import run_bench
 from synthetic import make_stream
 
-from mstta.features import save_features
+from mstta.features.format import save_features
 
 
 @pytest.fixture

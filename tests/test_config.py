@@ -8,20 +8,11 @@ import pytest
 import torch
 
 from mstta import UserError, load_dataset_config
-from mstta.config import (
-    CONFIG_DIR,
-    MAX_BANK_SIZE,
-    MAX_CAPACITY,
-    MAX_K,
-    MAX_MS_STEPS,
-    MAX_VIEWS,
-    MAX_WEIGHT,
-    MIN_LOGIT_SCALE,
-    BenchConfig,
-    EngineConfig,
-    check_seed,
-    parse_overrides,
-)
+from mstta.bench.config import BenchConfig
+from mstta.checks import MAX_WEIGHT, check_seed
+from mstta.configfile import CONFIG_DIR, parse_overrides
+from mstta.engine.config import MAX_BANK_SIZE, MAX_CAPACITY, MAX_K, MAX_MS_STEPS, MIN_LOGIT_SCALE, EngineConfig
+from mstta.features.views import MAX_VIEWS
 
 DATASETS = [
     "imagenet",

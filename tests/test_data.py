@@ -11,8 +11,8 @@ from helpers_cli import run_bench
 from helpers_data import ALL_KEYS, make_fake_dataset, make_image
 
 from mstta.data import ALIASES, layout_of, list_datasets, load_split, resolve_key
+from mstta.data.templates import templates_for
 from mstta.errors import UserError
-from mstta.templates import templates_for
 
 
 @pytest.mark.parametrize("key", ALL_KEYS)

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 import torch
 
-import mstta.models as models
-import mstta.weights as weights
+import mstta.features.models as models
+import mstta.features.weights as weights
 from app.labels import read_labels
 from app.truth import read_truth
+from mstta.data.templates import DEFAULT_TEMPLATES
 from mstta.errors import UserError
-from mstta.models import BUNDLED_TAG, default_pretrained, load_clip
-from mstta.templates import DEFAULT_TEMPLATES
+from mstta.features.models import BUNDLED_TAG, default_pretrained, load_clip
 
 REPO = Path(__file__).resolve().parent.parent
 ASSETS = REPO / "assets"

@@ -1,5 +1,5 @@
 """`app.encoder.FrameEncoder` follows each model's own open_clip preprocessing (size, mean/std,
-interpolation, resize mode) and makes its extra views with `mstta.views`, exactly as the benchmark."""
+interpolation, resize mode) and makes its extra views with `mstta.features.views`, exactly as the benchmark."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from PIL import Image
 
 from app.encoder import MAX_VIEWS, VIEW_CHUNK, FrameEncoder
 from mstta.errors import UserError
-from mstta.models import MODEL_CONFIG_DIR, ClipModel
-from mstta.views import Preprocess, ViewMaker, split_preprocess, to_pixels
+from mstta.features.models import MODEL_CONFIG_DIR, ClipModel
+from mstta.features.views import Preprocess, ViewMaker, split_preprocess, to_pixels
 
 
 def _tiny_variant(tmp_path, name: str, image_size: int, **force) -> ClipModel:
@@ -123,8 +123,8 @@ def test_device_views_encode_like_pil_views(variants, augment):
     features of tensor views and PIL views of the same sample agree (cosine, measured >= 0.9999)."""
     from helpers_images import smooth_image
 
-    from mstta.models import load_clip
-    from mstta.tensor_views import TensorViewMaker
+    from mstta.features.models import load_clip
+    from mstta.features.tensor_views import TensorViewMaker
 
     for clip in (load_clip("mstta-tiny", "none", device="cpu"), variants[1]):
         geometry, size, mean, std = split_preprocess(clip.preprocess)

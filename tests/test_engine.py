@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mstta import Engine, EngineConfig, UserError, get_method, list_methods
-from mstta import functional as Fn
+from mstta.engine import functional as Fn
 
 # The cache family (its reference, its device-resident step); the other families have their own tests.
 CACHE_METHODS = [m for m in list_methods() if get_method(m).family == "cache"]
@@ -228,7 +228,7 @@ def test_memory_is_checked_before_allocating():
 
 
 def test_default_bank_is_a_fixed_ring_buffer():
-    from mstta.config import DEFAULT_BANK_SIZE
+    from mstta.engine.config import DEFAULT_BANK_SIZE
 
     eng = Engine(TEXT, "ms-tta")
     assert eng.config.bank_size == DEFAULT_BANK_SIZE and eng.bank.rows.shape[1] == DEFAULT_BANK_SIZE

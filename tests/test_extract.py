@@ -15,14 +15,15 @@ from helpers_cli import run_bench
 from helpers_data import make_fake_dataset
 from PIL import Image
 
-import mstta.extract as ex
-import mstta.extract_encode as encode
+import mstta.features.extract as ex
+import mstta.features.extract_encode as encode
 from mstta.cli import main as bench_main
 from mstta.data import load_split
 from mstta.errors import UserError
-from mstta.extract import ExtractSettings, default_file_name, run_extraction, stream_order
-from mstta.features import load_features
-from mstta.models import build_text_classifier
+from mstta.features.extract import default_file_name, run_extraction, stream_order
+from mstta.features.extract_settings import ExtractSettings
+from mstta.features.format import load_features
+from mstta.features.models import build_text_classifier
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = {"model": "mstta-tiny", "pretrained": "none", "device": "cpu", "workers": 0}
@@ -181,8 +182,8 @@ def test_views_on_device_match_cpu_views_and_replay_alike(tmp_path):
     feature cosine and every method's replayed predictions."""
     from helpers_images import smooth_image
 
-    from mstta.methods import list_methods
-    from mstta.replay import replay
+    from mstta.engine.methods import list_methods
+    from mstta.engine.replay import replay
 
     fake = make_fake_dataset(tmp_path / "d", "oxford_pets", classes=4, per_class=10)
     for k, (path, _) in enumerate(fake.items):  # photo-like 160x120 JPEGs, not 24x20 noise

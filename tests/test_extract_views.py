@@ -1,4 +1,4 @@
-"""Extraction's view side (`mstta.extract_views`, `mstta.decode`): every file gets the same outcome
+"""Extraction's view side (`mstta.features.extract_views`, `mstta.features.decode`): every file gets the same outcome
 whether views are made with PIL in the workers (`cpu`), with tensors in the workers (`device` on a
 CPU) or from raw JPEG bytes decoded on the encoder's device (`device` on CUDA; here the same code
 path with the device set to the CPU)."""
@@ -16,11 +16,11 @@ import torch
 from helpers_images import GEOMETRY, figures, smooth_image
 from PIL import Image
 
-from mstta.decode import complete_jpeg, decode, load
 from mstta.errors import UserError
-from mstta.extract_views import ViewSource, collate, on_device, resolve_views_on
-from mstta.tensor_views import TensorViewMaker
-from mstta.views import ViewMaker
+from mstta.features.decode import complete_jpeg, decode, load
+from mstta.features.extract_views import ViewSource, collate, on_device, resolve_views_on
+from mstta.features.tensor_views import TensorViewMaker
+from mstta.features.views import ViewMaker
 
 
 def _bomb_png(path: Path, w: int = 20000, h: int = 20000) -> None:

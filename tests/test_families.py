@@ -15,10 +15,10 @@ import torch
 from helpers_family import register_method, tower_kw
 from synthetic import make_stream
 
-import mstta.families as families
+import mstta.engine.families as families
 from mstta import Engine, EngineConfig, MultiEngine, UserError, get_method, list_methods, load_dataset_config, replay
-from mstta.config import FAMILY_SECTIONS
-from mstta.families.base import CACHE, Method, StepOut
+from mstta.engine.config import FAMILY_SECTIONS
+from mstta.engine.families.base import CACHE, Method, StepOut
 
 
 # ---------------------------------------------------------------- a family written for the test
@@ -215,7 +215,7 @@ def test_nothing_outside_the_families_branches_on_a_new_method_name():
 
 
 def test_config_file_that_cannot_be_read_is_one_line(tmp_path, monkeypatch):
-    from mstta.config import read_yaml
+    from mstta.configfile import read_yaml
 
     p = tmp_path / "c.yaml"
     p.write_text("engine: {k: 2}\n")
@@ -241,7 +241,7 @@ def test_config_from_proc_is_refused_in_one_line(capsys):
 def test_dataset_configs_hold_each_familys_published_values():
     """configs/<dataset>.yaml's family sections equal the values each family module transcribes from
     its authors' per-dataset configs (each family's own test checks those against its copy)."""
-    from mstta.config import CONFIG_DIR
+    from mstta.configfile import CONFIG_DIR
 
     checked = 0
     for name, fam in families.FAMILIES.items():
@@ -303,7 +303,7 @@ def test_cache_methods_read_a_familys_view_combination(mode):
 
 
 def test_a_familys_view_mode_is_a_checked_value():
-    from mstta.config import VIEW_MODES
+    from mstta.engine.config import VIEW_MODES
 
     assert {"confident", "original", "zero", "mta"} <= set(VIEW_MODES)
     with pytest.raises(UserError, match="view_mode"):
@@ -314,8 +314,8 @@ def test_rows_follow_the_datasets_protocol_unless_they_have_their_own_views():
     """Under view_mode "original" (the cross-domain sets) a row without its own views reads view 0
     alone (DOTA's, DPE's, OnZeta's, BCA's code runs one view there); ZERO, MTA and DMN read their
     crops on every dataset; the benchmark gives each row the views its code reads."""
-    from mstta.benchmark.context import view_kind
-    from mstta.config import CONFIG_DIR
+    from mstta.bench.context import view_kind
+    from mstta.configfile import CONFIG_DIR
 
     s = make_stream(n=12, classes=4, dim=16, views=12, seed=7, gap=0.5, view_noise=1.0)
     text, feats = torch.tensor(s["text"]), torch.tensor(s["features"], dtype=torch.float32)

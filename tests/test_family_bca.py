@@ -13,8 +13,8 @@ import torch.nn.functional as F
 from helpers_family import CASES, assert_no_host_reads, run, unit_stream
 
 from mstta import Engine, EngineConfig, MultiEngine, UserError, get_method, replay
-from mstta.config import load_dataset_config
-from mstta.families import bca
+from mstta.bench.config import load_dataset_config
+from mstta.engine.families import bca
 
 stream = unit_stream
 

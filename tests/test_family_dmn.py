@@ -1,4 +1,4 @@
-"""DMN-ZS (mstta.families.dmn) against the independent reference (tests/reference_dmn.py), the
+"""DMN-ZS (mstta.engine.families.dmn) against the independent reference (tests/reference_dmn.py), the
 engine/replay/MultiEngine contracts, constructed ties, the replace rules and the test-label search
 of the fusion weight (also through `mstta-bench replay --search-on-labels`)."""
 
@@ -15,12 +15,13 @@ from helpers_cli import run_bench
 from synthetic import make_stream
 
 from mstta import Engine, MultiEngine, replay
-from mstta import functional as Fn
-from mstta.config import EngineConfig, load_dataset_config
+from mstta.bench.config import load_dataset_config
+from mstta.engine import functional as Fn
+from mstta.engine.config import EngineConfig
+from mstta.engine.families import dmn
+from mstta.engine.methods import get_method
 from mstta.errors import UserError
-from mstta.families import dmn
-from mstta.features import save_features
-from mstta.methods import get_method
+from mstta.features.format import save_features
 
 
 def stream(C, V, seed, n, d=32, dtype=torch.float64):

@@ -1,4 +1,4 @@
-"""DOTA (mstta.families.dota) against the independent float64 reference (tests/reference_dota.py,
+"""DOTA (mstta.engine.families.dota) against the independent float64 reference (tests/reference_dota.py,
 written from skylineeeeen/DOTA dota.py and utils.py), and the runner's contract: replay, MultiEngine,
 +MS at alpha = 0, reset, state_dict, value checks, the memory refusal."""
 
@@ -15,8 +15,8 @@ from synthetic import make_stream
 import mstta
 import mstta.safety
 from mstta import Engine, EngineConfig, MultiEngine, UserError
-from mstta.config import load_dataset_config
-from mstta.families import dota
+from mstta.bench.config import load_dataset_config
+from mstta.engine.families import dota
 
 # The official values, copied here from skylineeeeen/DOTA configs/vit/*.yaml (@ bc67d44), by the
 # repository's own file names: (epsilon, sigma, eta, rho).

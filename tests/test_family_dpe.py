@@ -1,4 +1,4 @@
-"""DPE (mstta.families.dpe) against an independent float64 reference of its official code
+"""DPE (mstta.engine.families.dpe) against an independent float64 reference of its official code
 (tests/reference_dpe.py: autograd + torch.optim.AdamW), and behind Engine/MultiEngine/replay."""
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from reference_dpe import ReferenceDPE, avg_entropy, info_nce
 from synthetic import make_stream
 
 from mstta import Engine, MultiEngine, UserError, get_method, replay
-from mstta.config import EngineConfig, load_dataset_config
-from mstta.families import dpe
+from mstta.bench.config import load_dataset_config
+from mstta.engine.config import EngineConfig
+from mstta.engine.families import dpe
 
 # zhangce01/DPE-CLIP @ fecae5a5 configs/*.yaml, read by hand: (alpha, beta, lr text = image, align);
 # shot_capacity 3 in every file; ImageNet-A alone predicts from its confident views (main_dpe.py).

@@ -1,4 +1,4 @@
-"""MTA (mstta.families.mta) against the independent reference (tests/reference_mta.py), the
+"""MTA (mstta.engine.families.mta) against the independent reference (tests/reference_mta.py), the
 engine/replay/MultiEngine contracts, per-sample convergence in batches and the few-view fallbacks."""
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ import torch
 from synthetic import make_stream
 
 from mstta import Engine, MultiEngine, replay
-from mstta.config import EngineConfig, load_dataset_config
+from mstta.bench.config import load_dataset_config
+from mstta.engine.config import EngineConfig
+from mstta.engine.families import mta
+from mstta.engine.methods import get_method
 from mstta.errors import UserError
-from mstta.families import mta
-from mstta.methods import get_method
 
 
 def stream(C, V, seed, n, d=32, view_noise=0.5):

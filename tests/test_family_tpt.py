@@ -1,6 +1,6 @@
-"""TPT and C-TPT (mstta.families.tpt, ctpt) against an independent autograd reference
+"""TPT and C-TPT (mstta.engine.families.tpt, ctpt) against an independent autograd reference
 (tests/reference_tpt.py) on a tiny open_clip CLIP built in the test, and the text tower
-(mstta.text_tower) against open_clip's own `encode_text`."""
+(mstta.features.text_tower) against open_clip's own `encode_text`."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from reference_tpt import ReferenceTPT, tiny_clip
 from synthetic import make_stream
 
 from mstta import Engine, EngineConfig, MultiEngine, UserError, get_method, replay
-from mstta.families import ctpt, tpt
-from mstta.features import load_features, save_features
-from mstta.models import load_clip
-from mstta.text_tower import TextTower, text_tower
+from mstta.engine.families import ctpt, tpt
+from mstta.features.format import load_features, save_features
+from mstta.features.models import load_clip
+from mstta.features.text_tower import TextTower, text_tower
 
 WORDS = ["cat", "dog", "golden_retriever", "sea lion", "tree", "car", "ship", "apple pie", "x", "zebra"]
 

@@ -1,4 +1,4 @@
-"""ZERO (mstta.families.zero) against the independent reference (tests/reference_zero.py), the
+"""ZERO (mstta.engine.families.zero) against the independent reference (tests/reference_zero.py), the
 engine/replay/MultiEngine contracts, constructed ties and the official tie-break quirk."""
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ import torch
 from synthetic import make_stream
 
 from mstta import Engine, MultiEngine, replay
-from mstta.config import EngineConfig, load_dataset_config
+from mstta.bench.config import load_dataset_config
+from mstta.engine.config import EngineConfig
+from mstta.engine.families import zero
+from mstta.engine.methods import get_method
 from mstta.errors import UserError
-from mstta.families import zero
-from mstta.methods import get_method
 
 
 def stream(C, V, seed, n, d=32):

@@ -15,11 +15,11 @@ from helpers_cli import run_bench
 from helpers_family import register_method
 from helpers_field import CLASSES, DIM, feature_store, field_argv
 
-from mstta import metrics as M
-from mstta.benchmark import field as F
-from mstta.benchmark.store import Backbone, FeatureKey
-from mstta.families import FAMILIES, Method, StepOut
-from mstta.replay import replay
+from mstta.bench import field as F
+from mstta.bench import metrics as M
+from mstta.bench.store import Backbone, FeatureKey
+from mstta.engine.families import FAMILIES, Method, StepOut
+from mstta.engine.replay import replay
 
 ROWS = ("zero-shot", "tda", "ms-tta", "fake-row")
 
@@ -98,7 +98,7 @@ def test_every_row_with_its_metrics(tmp_path, capsys, fake_family):
             assert r[col] != "", (r["method"], col)
         assert (r["mixed_auroc"] != "") == (r["dataset"] == keys[0])  # b mixed with itself is skipped
     # the numbers are the library's: replay + metrics on the stored stream, the family's own probabilities
-    from mstta.features import load_features
+    from mstta.features.format import load_features
 
     fs = load_features(FeatureKey(keys[0], Backbone("mstta-tiny", "none"), "fp32", 1, "augmix", 1).path(store))
     for method in ("tda", "fake-row"):
@@ -125,7 +125,7 @@ def test_withheld_auroc_is_the_sliced_classifier(tmp_path, capsys):
     store, keys = feature_store(tmp_path, names=("a",), classes=6)
     out = tmp_path / "out"
     assert run_bench(capsys, *field_argv(store, out, keys, "--methods", "tda", "--open", "withheld"))[0] == 0
-    from mstta.features import load_features
+    from mstta.features.format import load_features
 
     fs = load_features(FeatureKey(keys[0], Backbone("mstta-tiny", "none"), "fp32", 1, "augmix", 1).path(store))
     kept, labels = M.withhold(fs.labels, 6, M.withheld_classes(6, 1))

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from mstta import cache_rules as rules
-from mstta import functional as Fn
+from mstta.engine import cache_rules as rules
+from mstta.engine import functional as Fn
 
 E = torch.eye(4)
 TEXT = E[:3]

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from mstta.decode import native_stderr_to_log
+from mstta.features.decode import native_stderr_to_log
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -73,7 +73,7 @@ def test_views_on_device_prints_no_decoder_chatter(tmp_path):
 
 
 def test_native_stderr_goes_to_the_debug_log(capfd, caplog):
-    with caplog.at_level(logging.DEBUG, logger="mstta.decode"):
+    with caplog.at_level(logging.DEBUG, logger="mstta.features.decode"):
         with native_stderr_to_log("JPEG decoder"):
             os.write(2, b"Corrupt JPEG data: 2 extraneous bytes before marker 0xda\n")
         os.write(2, b"after\n")

@@ -1,6 +1,6 @@
 """Issue 25, memory in proportion: a 475-byte 1 x 100000 (or 100000 x 1) image used to make extraction
 peak near 3 GB (view 0 resizes its shorter side to the model's size). Such an image is refused before
-its views are made (`mstta.views.check_image_shape`), skipped with its reason; peak memory is measured
+its views are made (`mstta.features.views.check_image_shape`), skipped with its reason; peak memory is measured
 as the process's max RSS (`resource.getrusage`) in a fresh subprocess, no timing involved."""
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ import pytest
 from PIL import Image
 
 from mstta.errors import UserError
-from mstta.views import MAX_ASPECT, ImageShapeError, ViewMaker, check_image_shape
+from mstta.features.views import MAX_ASPECT, ImageShapeError, ViewMaker, check_image_shape
 
 REPO = Path(__file__).resolve().parent.parent
 MEASURE = r"""
 import json, resource, sys
-from mstta.extract import run_extraction
-from mstta.features import load_features
+from mstta.features.extract import run_extraction
+from mstta.features.format import load_features
 
 def peak_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

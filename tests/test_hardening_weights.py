@@ -15,8 +15,8 @@ from helpers_data import make_fake_dataset
 
 from mstta.cli import main as bench_main
 from mstta.errors import UserError
-from mstta.extract import run_extraction
-from mstta.models import build_text_classifier, load_clip
+from mstta.features.extract import run_extraction
+from mstta.features.models import build_text_classifier, load_clip
 
 REPO = Path(__file__).resolve().parent.parent
 

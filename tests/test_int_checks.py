@@ -15,10 +15,10 @@ from app.pipeline import demo_engine_config
 from app.sampling import Sampler
 from app.ui.serving import resolve_port
 from mstta import Engine, MultiEngine
+from mstta.bench.metrics import MAX_ECE_BINS, ece
 from mstta.checks import int_in, int_range, is_int_in
-from mstta.config import MAX_VIEWS
 from mstta.errors import UserError
-from mstta.metrics import MAX_ECE_BINS, ece
+from mstta.features.views import MAX_VIEWS
 
 WORDING = re.compile(r"^(?P<name>\S+) (?P<value>.+): expected an integer (>= [\d,]+|in \[[\d,]+, [\d,]+\])")
 

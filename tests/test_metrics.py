@@ -1,4 +1,4 @@
-"""mstta.metrics: each metric against a hand-computed value or a brute-force definition."""
+"""mstta.bench.metrics: each metric against a hand-computed value or a brute-force definition."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from mstta import metrics as M
+from mstta.bench import metrics as M
 from mstta.errors import UserError
 
 

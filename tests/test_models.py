@@ -12,11 +12,11 @@ import pytest
 import torch
 from helpers_data import make_fake_dataset
 
-import mstta.weights as weights
+import mstta.features.weights as weights
+from mstta.data.templates import DEFAULT_TEMPLATES, check_templates, fill, template_set, templates_for
 from mstta.errors import UserError
-from mstta.models import build_text_classifier, load_clip
-from mstta.templates import DEFAULT_TEMPLATES, check_templates, fill, template_set, templates_for
-from mstta.weights import weights_cached
+from mstta.features.models import build_text_classifier, load_clip
+from mstta.features.weights import weights_cached
 
 REPO = Path(__file__).resolve().parent.parent
 

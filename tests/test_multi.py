@@ -10,7 +10,7 @@ from helpers_family import feature_methods
 from synthetic import as_tensors, make_stream
 
 from mstta import Engine, EngineConfig, UserError
-from mstta.multi import MultiEngine
+from mstta.engine.multi import MultiEngine
 
 CFG = dict(
     cache_alpha=6.0,

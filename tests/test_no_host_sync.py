@@ -78,7 +78,7 @@ def test_boosting_views_are_the_documented_exception(monkeypatch):
 @pytest.mark.parametrize("method", [m for m in CACHE_METHODS if not get_method(m).boost])
 def test_multi_engine_step_has_no_host_sync(method, monkeypatch):
     """Several streams, some skipping the step: still no Python number read from a tensor."""
-    from mstta.multi import MultiEngine
+    from mstta.engine.multi import MultiEngine
 
     f, t, _ = as_tensors(make_stream(n=30, classes=5, dim=12, seed=5, noise=1.5))
     engine = MultiEngine(t, method, EngineConfig(bank_size=16, k=3, **CFG), streams=3)

@@ -13,12 +13,12 @@ import pytest
 from helpers_cli import default_model_dir, default_views_suffix, run_bench
 from helpers_data import make_fake_dataset
 
-from mstta.benchmark.report import render_report
+from mstta.bench.config import load_dataset_config
+from mstta.bench.report import render_report
 from mstta.cli import main
-from mstta.config import load_dataset_config
-from mstta.features import load_features, read_meta
-from mstta.methods import get_method, list_methods
-from mstta.replay import replay
+from mstta.engine.methods import get_method, list_methods
+from mstta.engine.replay import replay
+from mstta.features.format import load_features, read_meta
 
 BOOSTING = {m for m in list_methods() if get_method(m).boost} | {"ms-tta+boost@original", "baseline+boost@original"}
 OWN_CROPS = {m for m in list_methods() if get_method(m).views == "crop64"}  # ZERO, MTA: crops everywhere
@@ -156,8 +156,8 @@ def synthetic(tmp_path_factory):
     method read and which CLIP logits it reports can be told apart."""
     from synthetic import make_stream
 
-    from mstta.benchmark.store import Backbone, FeatureKey
-    from mstta.features import save_features
+    from mstta.bench.store import Backbone, FeatureKey
+    from mstta.features.format import save_features
 
     tmp = tmp_path_factory.mktemp("synthetic")
     store, out = tmp / "features", tmp / "results"
@@ -305,10 +305,10 @@ def test_efficiency_protocol_ranks_by_work_not_by_order_or_load(bench, monkeypat
     first (the warm-up is charged to nobody) and although one round meets a busy machine."""
     import types
 
-    from mstta.benchmark import efficiency
+    from mstta.bench import efficiency
     from mstta.data import load_split
-    from mstta.engine import Engine
-    from mstta.models import load_clip
+    from mstta.engine.engine import Engine
+    from mstta.features.models import load_clip
 
     clock = _Clock()
     real = load_clip("mstta-tiny", "none", device="cpu")

@@ -19,8 +19,8 @@ import pytest
 from helpers_cli import run_bench
 from helpers_data import make_fake_dataset, make_image
 
-import mstta.extract as ex
-import mstta.shards as shards
+import mstta.features.extract as ex
+import mstta.features.shards as shards
 
 TINY = ["--model", "mstta-tiny", "--pretrained", "none", "--workers", "0"]
 
@@ -468,9 +468,9 @@ def test_a_second_sweep_of_one_file_is_refused(world, tmp_path, capsys, holder):
 def test_two_runs_sharing_a_store_never_extract_one_file_at_once(world, tmp_path, capsys, holder):
     """Another run extracting the same feature file: this run skips it, naming that run, leaves no
     orphan work folder, and extracts it on the next try."""
-    from mstta.benchmark.context import feature_key
-    from mstta.benchmark.store import Backbone
-    from mstta.config import load_dataset_config
+    from mstta.bench.config import load_dataset_config
+    from mstta.bench.context import feature_key
+    from mstta.bench.store import Backbone
 
     store = tmp_path / "st"
     key = feature_key(world["photos"], Backbone("mstta-tiny", "none"), "fp32", load_dataset_config(), 1)

@@ -48,7 +48,7 @@ def test_a_chunk_budget_keeps_the_predictions(monkeypatch, bank_size):
     as the online engine, and no chunk's similarities over the budget."""
     import importlib
 
-    replay_mod = importlib.import_module("mstta.replay")
+    replay_mod = importlib.import_module("mstta.engine.replay")
     f, t, _ = as_tensors(make_stream(n=80, classes=4, dim=8, seed=3))
     monkeypatch.setattr(replay_mod, "SIMS_BYTES", 600)
     seen = []

@@ -14,10 +14,10 @@ import torch
 from helpers_cli import run_bench
 from helpers_data import make_fake_dataset
 
-from mstta.benchmark.store import Backbone, FeatureKey
+from mstta.bench.store import Backbone, FeatureKey
 from mstta.errors import UserError
-from mstta.extract_views import view_path
-from mstta.features import read_meta, save_features
+from mstta.features.extract_views import view_path
+from mstta.features.format import read_meta, save_features
 
 
 @pytest.mark.parametrize(
@@ -92,7 +92,7 @@ def test_run_keeps_pil_and_tensor_views_apart(world, capsys):
     assert code == 0, err
     code, _, err = run_bench(capsys, *_argv(world, store, world / "r2", "--views-on", "cpu", "--fps-samples", "2"))
     assert code == 0, err
-    for d, how in (("r1", "on CPU tensors (mstta.tensor_views, the fast path) by "), ("r2", "with PIL by ")):
+    for d, how in (("r1", "on CPU tensors (mstta.features.tensor_views, the fast path) by "), ("r2", "with PIL by ")):
         eff = json.loads((world / d / "results.json").read_text())["efficiency"]  # timed as its features were made
         assert eff and all(e["views_made"].startswith(how) for e in eff), eff
     files = {p.name: read_meta(p)["views_on"] for p in store.rglob("*.npz")}

@@ -1,4 +1,4 @@
-"""`mstta.tensor_views` against the PIL reference (`mstta.views`), same parameters, CPU tensors.
+"""`mstta.features.tensor_views` against the PIL reference (`mstta.features.views`), same parameters, CPU tensors.
 
 Measured here (torch 2.14.1, torchvision 0.29.1, Pillow 12.3.0; 500x375 smoothed random images,
 parameters drawn as `ViewMaker.params` draws them); the asserted bound is the issue's tolerance
@@ -7,7 +7,7 @@ parameters drawn as `ViewMaker.params` draws them); the asserted bound is the is
   bit-exact; rotate and shear_y max 1 level on a handful of pixels (mean < 1e-5);
 - crops (RandomResizedCrop + flip): bit-exact (PIL's fixed-point weights, float64 sums);
 - whole AugMix views: max 1 level (bit-exact crops, so no op amplifies a crop difference);
-- the fast path on CPU tensors (`exact=False`, `mstta.fast_views`): crops max 2 levels, mean <= .05
+- the fast path on CPU tensors (`exact=False`, `mstta.features.fast_views`): crops max 2 levels, mean <= .05
   per view; autocontrast, equalize, posterize, solarize, translate bit-exact; rotate/shear mean <= .06
   (float32 grid), a source point on the image's edge may flip (1 pixel in 10^6); whole AugMix views:
   worst view mean .11, >= 99.75% within 2;
@@ -25,9 +25,9 @@ import torch
 from helpers_images import GEOMETRY, as_tensor, figures, smooth_image, within_tolerance
 from PIL import Image
 
-from mstta import tensor_views as tv
 from mstta.errors import UserError
-from mstta.views import AUGMIX_OPS, PIL_OPS, ViewMaker, ViewParams, draw_view, sample_rng
+from mstta.features import tensor_views as tv
+from mstta.features.views import AUGMIX_OPS, PIL_OPS, ViewMaker, ViewParams, draw_view, sample_rng
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +103,7 @@ def test_whole_views_match_pil_with_the_same_parameters(augment, exact):
 def test_view0_is_the_models_preprocessing(mode, interpolation):
     import open_clip
 
-    from mstta.views import split_preprocess
+    from mstta.features.views import split_preprocess
 
     geometry, size, _, _ = split_preprocess(
         open_clip.transform.PreprocessCfg(size=64, resize_mode=mode, interpolation=interpolation)
@@ -185,8 +185,8 @@ def test_gpu_matmul_path_equals_the_cpu_tap_path():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the GPU path is tested on CPU tensors above")
 @pytest.mark.parametrize("augment", ["crop", "augmix"])
 def test_views_on_cuda_match_pil(augment, tmp_path):
-    """On a GPU: views of an image decoded there (nvjpeg) and made there, against PIL's views."""
-    from mstta.decode import decode, load
+    """On a GPU: views of an image decoded for the GPU (libjpeg-turbo, then moved) and made there, against PIL's views."""
+    from mstta.features.decode import decode, load
 
     maker = ViewMaker(GEOMETRY, 224, views=64, augment=augment, seed=1)
     img = smooth_image(seed=7)

@@ -1,4 +1,4 @@
-"""Text sets (mstta.templates, mstta.benchmark.textsets) and the field command's bad input: one
+"""Text sets (mstta.data.templates, mstta.bench.textsets) and the field command's bad input: one
 line, exit 2, nothing written."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pytest
 from helpers_cli import run_bench
 from helpers_field import CLASSES, DIM, feature_store, field_argv
 
-from mstta.benchmark.textsets import choose, parse_text_sets
+from mstta.bench.textsets import choose, parse_text_sets
+from mstta.data.templates import official_sets, read_cupl, read_user_text, set_templates
+from mstta.engine.families import Method
 from mstta.errors import UserError
-from mstta.families import Method
-from mstta.templates import official_sets, read_cupl, read_user_text, set_templates
 
 NAMES = ["class_0", "class 1", "Class2"]
 

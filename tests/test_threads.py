@@ -12,7 +12,7 @@ import torch
 from synthetic import as_tensors, make_stream
 
 from mstta import Engine, replay, threads
-from mstta import functional as Fn
+from mstta.engine import functional as Fn
 
 
 def _in_thread(fn):

@@ -452,7 +452,7 @@ def test_digits_model_demo_clip_and_its_disagreement_strip(tmp_path):
     shrinks it)."""
     from app.bundled import DIGITS_DEMO
     from app.labels import read_labels
-    from mstta.models import ASSETS_DIR as ASSETS
+    from mstta.features.models import ASSETS_DIR as ASSETS
 
     require_chromium()
     if not (ASSETS / DIGITS_DEMO.checkpoint).is_file() or not (ASSETS / DIGITS_DEMO.video).is_file():
@@ -574,7 +574,7 @@ def test_notes_match_the_method_after_every_method_change(ui, tmp_path):
     """All n x n transitions between the registry's methods: after each change every control's note and state are the new method's
     (never the previous method's "Unused: ..." on a control that is enabled again)."""
     from app.ui.handlers import method_info
-    from mstta.methods import get_method, list_methods
+    from mstta.engine.methods import get_method, list_methods
 
     names = list(list_methods())
     other_notes = [method_info(m)[1] for m in names]
@@ -717,7 +717,7 @@ def test_switching_the_model_in_settings_moves_the_random_weights_mark(ui, tmp_p
     """Settings' model list at 1280x720: the bundled digits model clears the RANDOM WEIGHTS banner,
     mstta-tiny (random weights) brings it back; the model's note follows the choice."""
     from app.ui.models import label_of
-    from mstta.models import BUNDLED_TAG
+    from mstta.features.models import BUNDLED_TAG
 
     with chromium(tmp_path, width=1280, height=720) as context:
         page = open_page(context, ui.url, preloaded=False)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from app.ui import models as choice
-from mstta import models, weights
-from mstta.config import EngineConfig
+from mstta.engine.config import EngineConfig
 from mstta.errors import UserError
+from mstta.features import models, weights
 
 LABELS = "\n".join(str(i) for i in range(10))
 DIGITS = ("mstta-digits", "bundled")
@@ -23,7 +23,7 @@ def form(model="", views=1, **kw):
 
 @pytest.fixture
 def ctx(tiny_clip):
-    from app.ui.handlers import Context
+    from app.ui.context import Context
     from app.ui.state import ModelSlots, Sessions
 
     loads = []

@@ -118,8 +118,8 @@ def test_the_accuracy_plot_says_what_ground_truth_the_run_has():
 
 def test_stats_show_views_and_the_per_frame_cost():
     class Stream:
-        method = __import__("mstta.methods", fromlist=["get_method"]).get_method("ms-tta")
-        config = __import__("mstta.config", fromlist=["EngineConfig"]).EngineConfig(bank_size=16)
+        method = __import__("mstta.engine.methods", fromlist=["get_method"]).get_method("ms-tta")
+        config = __import__("mstta.engine.config", fromlist=["EngineConfig"]).EngineConfig(bank_size=16)
 
     h = History()
     h.update(result(0, 0))
@@ -135,8 +135,8 @@ def test_one_speed_figure_defined_once():
     import dataclasses
 
     class Stream:
-        method = __import__("mstta.methods", fromlist=["get_method"]).get_method("ms-tta")
-        config = __import__("mstta.config", fromlist=["EngineConfig"]).EngineConfig(bank_size=16)
+        method = __import__("mstta.engine.methods", fromlist=["get_method"]).get_method("ms-tta")
+        config = __import__("mstta.engine.config", fromlist=["EngineConfig"]).EngineConfig(bank_size=16)
 
     h = History()
     for _i, ms in enumerate((10.0, 30.0, 20.0)):

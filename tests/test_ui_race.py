@@ -11,7 +11,7 @@ import pytest
 from helpers_ui import SETTINGS, client, launched, named, series_points, video_args, write_truth
 from helpers_video import LABELS, tiny_clip, write_video
 
-from mstta.methods import get_method
+from mstta.engine.methods import get_method
 
 RACE = ["tda", "zero-shot", "tda+ms"]
 

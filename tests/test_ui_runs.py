@@ -10,12 +10,12 @@ import pytest
 from helpers_ui import LABELS, SETTINGS
 from helpers_video import tiny_clip, write_video
 
-from mstta.config import EngineConfig
+from mstta.engine.config import EngineConfig
 from mstta.errors import UserError
 
 
 def context(**kw):
-    from app.ui.handlers import Context
+    from app.ui.context import Context
     from app.ui.state import ModelSlots, Sessions
 
     return Context(

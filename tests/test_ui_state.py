@@ -8,7 +8,7 @@ import time
 import pytest
 
 from app.ui.state import SESSION_BANK_LIMIT, ModelSlots, Sessions, Settings, UISession
-from mstta.config import MAX_BANK_SIZE, EngineConfig
+from mstta.engine.config import MAX_BANK_SIZE, EngineConfig
 from mstta.errors import UserError
 
 
@@ -231,7 +231,7 @@ def test_two_overlapping_runs_of_one_session_never_share_a_file(tmp_path):
 @pytest.mark.parametrize("views_on", ["cpu", "device"])
 def test_every_session_makes_its_views_where_the_demo_was_told(tiny_clip, views_on):
     """`mstta-demo --views 3 --views-on ...` in the UI: each new stream's encoder makes its views there."""
-    from app.ui.handlers import Context
+    from app.ui.context import Context
 
     ctx = Context(
         clip=tiny_clip,
@@ -253,7 +253,7 @@ def test_an_api_webcam_run_ends_on_the_servers_clock_and_its_page_is_shown_once(
     from PIL import Image
 
     from app.ui import handlers
-    from app.ui.handlers import Context
+    from app.ui.context import Context
 
     buf = io.BytesIO()
     Image.new("RGB", (64, 48), (120, 30, 30)).save(buf, "PNG")
@@ -304,7 +304,7 @@ def test_a_session_is_busy_only_while_it_handles_an_event():
 def test_a_rows_marks_follow_its_summary_in_the_method_list():
     """The method list's note carries a row's marks (DPE is not training-free), the others none."""
     from app.ui.handlers import method_info
-    from mstta.methods import get_method, list_methods
+    from mstta.engine.methods import get_method, list_methods
 
     for name in list_methods():
         summary, _ = method_info(name)

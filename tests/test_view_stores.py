@@ -10,10 +10,10 @@ import pytest
 from helpers_cli import default_model_dir, default_views_suffix
 from helpers_data import make_fake_dataset
 
-from mstta.benchmark import context
-from mstta.benchmark.context import VIEW_POLICIES, dataset_config, view_spec
-from mstta.features import read_meta
-from mstta.methods import get_method, list_methods
+from mstta.bench import context
+from mstta.bench.context import VIEW_POLICIES, dataset_config, view_spec
+from mstta.engine.methods import get_method, list_methods
+from mstta.features.format import read_meta
 
 ROWS = "tda,boostadapter,ms-tta,zero,mta,dmn-zs,dpe"
 
@@ -97,9 +97,9 @@ def test_a_row_reading_fewer_views_replays_exactly_the_first_ones(stores):
     where the extra views change a prediction: not asserted, the fake data is random)."""
     import numpy as np
 
-    from mstta.benchmark.results import predictions_path
-    from mstta.features import load_features
-    from mstta.replay import replay
+    from mstta.bench.results import predictions_path
+    from mstta.engine.replay import replay
+    from mstta.features.format import load_features
 
     r = stores["by"]["dtd", "dmn-zs"]
     fs = load_features(r["features"])

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from mstta.errors import UserError
-from mstta.views import (
+from mstta.features.views import (
     AUGMENTS,
     OP_VALUES,
     PIL_OPS,

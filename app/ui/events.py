@@ -15,17 +15,17 @@ from typing import Any, Callable, Iterator, Sequence
 
 import gradio as gr
 
-from mstta.config import EngineConfig
+from mstta.engine.config import EngineConfig
+from mstta.engine.methods import get_method
 from mstta.errors import UserError, one_line
-from mstta.methods import get_method
 
 from ..annotate import random_weights
 from ..frames import MAX_PIXELS
 from ..session import DEFAULT_BANK_SIZE
 from . import handlers, video
 from .browser_js import CAMERA_JS, TOOLTIP_JS
+from .context import WEBCAM_END_S, Context
 from .gradio_patches import patch_app
-from .handlers import Context
 from .layout import Components, build_layout
 from .models import TINY, model_note, parse_value, views_note
 from .page import OUTPUTS, message, title_md, warn
@@ -87,7 +87,7 @@ class AppOptions:
     webcam_every: float = WEBCAM_EVERY_S
     webcam_time_limit: float = WEBCAM_TIME_LIMIT_S
     offer_demo_clip: bool = True
-    webcam_end: float = handlers.WEBCAM_END_S
+    webcam_end: float = WEBCAM_END_S
     own_scale: bool = True
 
     def __post_init__(self) -> None:

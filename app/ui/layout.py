@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import gradio as gr
 
-from mstta.config import EngineConfig
+from mstta.engine.config import EngineConfig
 
 from . import plots
 from .components import Number, frame_input, quiet

@@ -7,7 +7,7 @@ models every session shares (at most `MAX_LOADED`, keyed by model + weights).
                                                           # local disk is a one-line UserError
 
 Offered: the bundled digits model (its checkpoint under assets/), every open_clip (architecture,
-tag) whose weights are already in the local cache (`mstta.weights.weights_cached`, as
+tag) whose weights are already in the local cache (`mstta.features.weights.weights_cached`, as
 `app.bundled` decides; nothing is downloaded, nothing probed on the network), and `mstta-tiny`
 with random weights (marked). Gradio-free.
 """
@@ -19,8 +19,8 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from mstta import models, weights
 from mstta.errors import UserError
+from mstta.features import models, weights
 from mstta.safety import check_memory
 
 MAX_LOADED = 2  # models held in memory at once, all sessions together

@@ -17,9 +17,9 @@ from typing import Any
 
 from mstta.checks import int_in
 from mstta.errors import UserError
-from mstta.models import ASSETS_DIR  # the demo's own files (served)
+from mstta.features.models import ASSETS_DIR  # the demo's own files (served)
 
-from ..cli import PROG
+from ..prog import PROG
 from ..session import DEFAULT_BANK_SIZE
 from .state import DEFAULT_CONCURRENCY, DEFAULT_MAX_SESSIONS, SESSION_BANK_LIMIT, SESSION_TTL_S
 
@@ -165,8 +165,8 @@ def run_ui(args: argparse.Namespace) -> int:
     host, port = _opt(args, "host", DEFAULT_HOST), _opt(args, "port", DEFAULT_PORT)
     port = resolve_port(host, port)
 
-    from mstta.config import parse_overrides
-    from mstta.models import load_clip
+    from mstta.configfile import parse_overrides
+    from mstta.features.models import load_clip
 
     from ..pipeline import with_model_scale
 

@@ -9,8 +9,8 @@ from typing import Any, Sequence
 
 import gradio as gr
 
-from mstta.config import EngineConfig
-from mstta.methods import get_method, list_methods
+from mstta.engine.config import EngineConfig
+from mstta.engine.methods import get_method, list_methods
 
 from ..session import MAX_METHODS
 from .components import Dropdown, Number, quiet

@@ -22,9 +22,10 @@ import threading
 import time
 from typing import Any, Callable, Iterator, Mapping
 
-from mstta.config import MAX_VIEWS, EngineConfig
+from mstta.engine.config import EngineConfig
+from mstta.engine.methods import get_method
 from mstta.errors import UserError
-from mstta.methods import get_method
+from mstta.features.views import MAX_VIEWS
 
 from ..labels import parse_labels
 from ..session import MAX_METHODS, FrameResult, StreamSession, check_methods
@@ -316,7 +317,7 @@ class Settings:
         """Validate the form (values by name, `FORM`) into Settings; a one-line UserError names the
         control and its range otherwise (nothing is clamped). `model` and `views` stand for an empty
         Model box and an absent Views value (API clients that send none)."""
-        from mstta.templates import check_templates
+        from mstta.data.templates import check_templates
 
         from .models import parse_value
 

@@ -25,7 +25,7 @@ from ..pipeline import Step, expected_frames, iter_steps
 from ..sampling import Sampler, default_every
 from ..truth import Truth
 from . import plots
-from .handlers import Context, fresh_or_kept
+from .context import Context, fresh_or_kept
 from .page import EXPIRED, check_truth, message, offered, record_options, render, upload_message, warn
 from .state import UISession, apply_settings, int_control
 

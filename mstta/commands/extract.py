@@ -8,12 +8,13 @@ import argparse
 import json
 import os
 
-from ..config import MAX_VIEWS, BenchConfig, check_seed, dataset_config_path, load_dataset_config
+from ..bench.config import BenchConfig, dataset_config_path, load_dataset_config
+from ..checks import check_seed
 from ..data import FOLDER_PREFIX, LISTINGS, list_datasets, resolve_key
-from ..extract import run_extraction
-from ..extract_views import VIEWS_ON
-from ..models import DEFAULT_MODEL, DEFAULT_TAG, PRECISIONS
-from ..views import AUGMENTS
+from ..features.extract import run_extraction
+from ..features.extract_views import VIEWS_ON
+from ..features.models import DEFAULT_MODEL, DEFAULT_TAG, PRECISIONS
+from ..features.views import AUGMENTS, MAX_VIEWS
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

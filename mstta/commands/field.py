@@ -29,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _add_rows(p: argparse.ArgumentParser) -> None:
     """The method rows."""
-    from ..methods import list_methods
+    from ..engine.methods import list_methods
 
     p.add_argument(
         "--methods",
@@ -55,8 +55,8 @@ def _add_text_sets(p: argparse.ArgumentParser) -> None:
 
 def _add_metrics(p: argparse.ArgumentParser) -> None:
     """Stream orders per seed and ECE bins."""
-    from ..benchmark.field import MAX_ORDERS
-    from ..metrics import ECE_BINS, MAX_ECE_BINS
+    from ..bench.field import MAX_ORDERS
+    from ..bench.metrics import ECE_BINS, MAX_ECE_BINS
 
     p.add_argument(
         "--orders",
@@ -76,7 +76,7 @@ def _add_metrics(p: argparse.ArgumentParser) -> None:
 
 def _add_open_set(p: argparse.ArgumentParser) -> None:
     """The open-set settings and the mixed-in dataset."""
-    from ..benchmark.field import OPEN_SETTINGS
+    from ..bench.field import OPEN_SETTINGS
 
     p.add_argument(
         "--open",
@@ -120,9 +120,9 @@ def _add_outputs(p: argparse.ArgumentParser) -> None:
 
 
 def options(args: argparse.Namespace):
-    from ..benchmark.field import FieldOptions
-    from ..benchmark.runner import parse_datasets
-    from ..benchmark.textsets import parse_text_sets
+    from ..bench.field import FieldOptions
+    from ..bench.runner import parse_datasets
+    from ..bench.textsets import parse_text_sets
 
     opens = () if args.open.strip() == "none" else tuple(s.strip() for s in args.open.split(","))
     mix = None
@@ -157,7 +157,7 @@ def options(args: argparse.Namespace):
 def digits_preset(args: argparse.Namespace) -> None:
     """--digits: generate the shifted-digits benchmark under --store and point the run at it."""
     from ..data.digits import SHIFTS, make_shifted_digits
-    from ..models import bundled_checkpoint, load_clip
+    from ..features.models import bundled_checkpoint, load_clip
 
     if args.datasets not in (None, "all") or args.mix_with:
         raise UserError("--digits chooses the datasets and the mixed-in one; drop --datasets/--mix-with")
@@ -184,9 +184,9 @@ def digits_preset(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..atomic import output_lock, sweep_stale
-    from ..benchmark.field import plan_field, run_field
-    from ..benchmark.fieldreport import write_field_reports
-    from ..benchmark.runner import parse_methods
+    from ..bench.field import plan_field, run_field
+    from ..bench.fieldreport import write_field_reports
+    from ..bench.runner import parse_methods
 
     if args.report_only:
         check_places(args)

@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 
 from ..atomic import atomic_open, sweep_stale
-from ..config import load_dataset_config
-from ..devices import resolve_device
+from ..bench.config import load_dataset_config
+from ..engine.methods import get_method, list_methods
+from ..engine.replay import ReplayResult, replay
 from ..errors import UserError
-from ..features import FeatureSet, load_features
-from ..methods import get_method, list_methods
-from ..replay import ReplayResult, replay
+from ..features.devices import resolve_device
+from ..features.format import FeatureSet, load_features
 from ..safety import check_memory, check_outputs
 
 OUT_FORMATS = (".npy", ".csv", ".jsonl")
@@ -151,7 +151,7 @@ def write_predictions(path: Path, fs: FeatureSet, result: ReplayResult, mark: st
 
 def replay_bytes(fs: FeatureSet) -> int:
     """Working memory of a replay beyond the loaded file: float32 queries, shifted and cache
-    features [N, d] x 3 and logits, CLIP logits, probabilities [N, C] x 6 (see mstta/replay.py)."""
+    features [N, d] x 3 and logits, CLIP logits, probabilities [N, C] x 6 (see mstta/engine/replay.py)."""
     n, c, d = fs.num_samples, fs.num_classes, fs.features.shape[-1]
     return 4 * n * (3 * d + 6 * c)
 
@@ -159,9 +159,9 @@ def replay_bytes(fs: FeatureSet) -> int:
 def feature_file_tower(fs: FeatureSet, method: str, path, device):
     """A prompt-tuning method's text tower: the feature file's own model (its meta's `model` and
     `pretrained`, loaded in fp32 as TPT keeps its weights) over its class names; None for the others."""
-    from ..methods import needs_text_tower
-    from ..models import load_clip
-    from ..text_tower import text_tower
+    from ..engine.methods import needs_text_tower
+    from ..features.models import load_clip
+    from ..features.text_tower import text_tower
 
     if not needs_text_tower(method):
         return None
@@ -197,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
     report["features"] = str(args.features)
     mark = None
     if searched is not None:
-        from ..families.dmn import LABEL_TUNED
+        from ..engine.families.dmn import LABEL_TUNED
 
         mark = LABEL_TUNED
         report.update(label_tuned=mark, searched_weight=searched[0], searched_accuracy=searched[1])
@@ -224,11 +224,11 @@ def run(args: argparse.Namespace) -> int:
 
 def search_on_labels(fs: FeatureSet, method: str, engine_cfg, device, out: Path | None) -> tuple[float, float]:
     """--search-on-labels: DMN's fusion weight with the best accuracy on the file's test labels
-    (`mstta.families.dmn.search_weight`), written into `engine_cfg.dmn.weight` -> (weight, accuracy %)."""
+    (`mstta.engine.families.dmn.search_weight`), written into `engine_cfg.dmn.weight` -> (weight, accuracy %)."""
     import torch
 
-    from ..families import dmn
-    from ..methods import get_method
+    from ..engine.families import dmn
+    from ..engine.methods import get_method
 
     row = get_method(method)
     if row.family != dmn.NAME:

@@ -9,12 +9,12 @@ import argparse
 import sys
 
 from ..checks import int_in
-from ..config import VIEW_MODES
 from ..data import LISTINGS
+from ..engine.config import VIEW_MODES
 from ..errors import UserError
-from ..extract_views import VIEWS_ON
-from ..models import DEFAULT_MODEL, PRECISIONS
-from ..views import AUGMENTS
+from ..features.extract_views import VIEWS_ON
+from ..features.models import DEFAULT_MODEL, PRECISIONS
+from ..features.views import AUGMENTS
 
 SEEDS_HELP = (
     "stream-order seeds, e.g. 1,2,3,4,5 (default 1). Seed S orders the stream by torch.randperm(n) "
@@ -139,7 +139,7 @@ def _add_run_mode(p: argparse.ArgumentParser) -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..benchmark.context import default_methods
+    from ..bench.context import default_methods
 
     add_common(p)
     p.add_argument(
@@ -180,7 +180,7 @@ def build_config(args: argparse.Namespace, methods: list[str]):
     """argparse namespace -> BenchmarkConfig (every bad value is a one-line UserError)."""
     from pathlib import Path
 
-    from ..benchmark.runner import BenchmarkConfig, parse_backbones, parse_datasets, parse_seeds
+    from ..bench.runner import BenchmarkConfig, parse_backbones, parse_datasets, parse_seeds
 
     check_places(args)
     for flag, value, low in (
@@ -249,8 +249,8 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ..atomic import output_lock, sweep_stale
-    from ..benchmark.report import write_reports
-    from ..benchmark.runner import parse_datasets, parse_methods, plan_benchmark, run_benchmark
+    from ..bench.report import write_reports
+    from ..bench.runner import parse_datasets, parse_methods, plan_benchmark, run_benchmark
 
     if args.report_only:
         check_places(args)

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import argparse
 
-from ..methods import list_methods
+from ..engine.methods import list_methods
 from .run import add_common, build_config
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..benchmark.sweep import DEFAULT_METHOD
+    from ..bench.sweep import DEFAULT_METHOD
 
     p.add_argument(
         "--param",
@@ -33,8 +33,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..atomic import output_lock, sweep_stale
-    from ..benchmark.context import Row
-    from ..benchmark.sweep import check_grid, default_datasets, parse_param, plan_sweep, run_sweep
+    from ..bench.context import Row
+    from ..bench.sweep import check_grid, default_datasets, parse_param, plan_sweep, run_sweep
 
     method = Row.parse(args.method, "--method").name
     param, values = parse_param(args.param)

@@ -10,7 +10,7 @@ from pathlib import Path
 from ..checks import int_in
 from ..data import LISTINGS
 from ..errors import UserError
-from ..models import DEFAULT_MODEL, PRECISIONS
+from ..features.models import DEFAULT_MODEL, PRECISIONS
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -64,8 +64,8 @@ def _class_ids(spec: str | None) -> list[int] | None:
 
 def run(args: argparse.Namespace) -> int:
     from ..atomic import sweep_stale
-    from ..benchmark.plots import tsne_figure
-    from ..config import check_seed
+    from ..bench.plots import tsne_figure
+    from ..checks import check_seed
     from ..safety import check_output_dir, check_outputs
 
     out = Path(args.out)
@@ -100,9 +100,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _from_file(args):
-    from ..benchmark.paper import dataset_label
-    from ..config import dataset_config_path, load_dataset_config
-    from ..features import load_features
+    from ..bench.config import dataset_config_path, load_dataset_config
+    from ..bench.paper import dataset_label
+    from ..features.format import load_features
 
     fs = load_features(args.features)
     dataset = str(fs.meta.get("dataset", ""))
@@ -122,9 +122,9 @@ def _from_file(args):
 
 
 def _from_store(args):
-    from ..benchmark.paper import dataset_label
-    from ..benchmark.runner import BenchmarkConfig, parse_datasets, stream_features
-    from ..benchmark.store import resolve_backbone
+    from ..bench.paper import dataset_label
+    from ..bench.runner import BenchmarkConfig, parse_datasets, stream_features
+    from ..bench.store import resolve_backbone
 
     datasets = parse_datasets(args.dataset)
     if len(datasets) != 1:

@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import UserError
-from ..templates import DEFAULT_TEMPLATES, templates_for
 from .aircraft import LAYOUT as AIRCRAFT_LAYOUT
 from .aircraft import load_aircraft
 from .common import LISTINGS, TestSplit
 from .coop import COOP, coop_layout, load_coop
 from .folder import load_folder
 from .imagenet import IMAGENET, imagenet_layout, load_imagenet
+from .templates import DEFAULT_TEMPLATES, templates_for
 
 FOLDER_PREFIX = "imagefolder:"
 

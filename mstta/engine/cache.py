@@ -1,0 +1,197 @@
+"""The engine's state records, S streams at once: the feature bank and the two caches; and
+`FeatureBank`, one stream's bank as the other families' `+ms` rows keep it.
+
+Each record is a small dataclass of device tensors with a leading stream dimension; the online
+engine (S = 1) and `MultiEngine` (S streams) hold the same records and step them with the same
+code. Writes are masked per stream (`ok`), so a stream that skips a step, or whose sample is not
+admitted, keeps its slots, with no host round trip.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, fields
+
+import torch
+
+from . import functional as Fn
+from .cache_rules import EMPTY_TIME, entropy_slot_t, fifo_slot_t
+
+UNBOUNDED_START = 1024  # first bank allocation when bank_size is None (it doubles when full)
+
+
+@dataclass
+class Bank:
+    """The raw features of earlier samples, §4.1: a ring buffer of R rows per stream holding each
+    feature as its direction (`rows`, in `bank_dtype`) and norm, its sample index (`time`, -1 =
+    empty) and its kNN bias (0 filled, -inf empty: the mask lives in the state, so a step never
+    builds one over the whole bank)."""
+
+    rows: torch.Tensor  # [S, R, d] f / |f|
+    norm: torch.Tensor  # [S, R] |f|
+    time: torch.Tensor  # [S, R] long
+    bias: torch.Tensor  # [S, R] 0 or -inf
+
+    @classmethod
+    def empty(cls, streams: int, rows: int, dim: int, dtype: torch.dtype, device) -> Bank:
+        return cls(
+            torch.zeros(streams, rows, dim, dtype=dtype, device=device),
+            torch.ones(streams, rows, device=device),
+            torch.full((streams, rows), EMPTY_TIME, dtype=torch.long, device=device),
+            torch.full((streams, rows), float("-inf"), device=device),
+        )
+
+    def clear(self, s: int) -> None:
+        self.rows[s] = 0
+        self.norm[s] = 1
+        self.time[s] = EMPTY_TIME
+        self.bias[s] = float("-inf")
+
+    def grown(self) -> Bank:
+        """Twice the rows (an unbounded bank that is full), the new ones empty."""
+        more = Bank.empty(self.rows.shape[0], self.rows.shape[1], self.rows.shape[2], self.rows.dtype, self.rows.device)
+        return Bank(*(torch.cat([a, b], 1) for a, b in zip(tensors(self), tensors(more))))
+
+    def append(self, f: torch.Tensor, clock: torch.Tensor, bounded: bool, ok: torch.Tensor | None) -> None:
+        """Each stream's feature f [S, d] enters its slot clock (mod R when bounded), Alg. 1."""
+        at = slots(self.rows, clock % self.rows.shape[1] if bounded else clock)
+        norm = f.norm(dim=-1, keepdim=True)
+        write_rows(self.rows, at, ok, f / norm.clamp_min(1e-12))  # = F.normalize
+        write_rows(self.norm, at, ok, norm.squeeze(-1))
+        write_rows(self.time, at, ok, clock)
+        write_rows(self.bias, at, ok, torch.zeros_like(norm.squeeze(-1)))
+
+
+@dataclass
+class Cache:
+    """One cache (§3.1 positive, or TDA's negative), Q class-major slots per class per stream:
+    keys, entropies (+inf = empty), insertion times (-1 = empty), the fused kernel's bias (ln a -
+    beta filled, -inf empty) and, for the negative cache, the values (one-hot otherwise)."""
+
+    keys: torch.Tensor  # [S, C*Q, d]
+    ent: torch.Tensor  # [S, C, Q]
+    time: torch.Tensor  # [S, C, Q] long
+    bias: torch.Tensor  # [S, C*Q]
+    values: torch.Tensor | None  # [S, C*Q, C] or None (one-hot of the slot's class)
+
+    @classmethod
+    def empty(cls, streams: int, classes: int, capacity: int, dim: int, device, values: bool) -> Cache:
+        e = classes * capacity
+        return cls(
+            torch.zeros(streams, e, dim, device=device),
+            torch.full((streams, classes, capacity), float("inf"), device=device),
+            torch.full((streams, classes, capacity), EMPTY_TIME, dtype=torch.long, device=device),
+            torch.full((streams, e), float("-inf"), device=device),
+            torch.zeros(streams, e, classes, device=device) if values else None,
+        )
+
+    def clear(self, s: int) -> None:
+        fresh = Cache.empty(
+            1, self.ent.shape[1], self.ent.shape[2], self.keys.shape[2], self.keys.device, self.values is not None
+        )
+        for mine, new in zip(tensors(self), tensors(fresh)):
+            mine[s] = new[0]
+
+    def insert(
+        self,
+        p: torch.Tensor,
+        h: torch.Tensor,
+        key: torch.Tensor,
+        clock: torch.Tensor,
+        log_w: float,
+        fifo: bool = False,
+        ok: torch.Tensor | None = None,
+        value: torch.Tensor | None = None,
+    ) -> None:
+        """Each stream's sample (pseudo-label p [S], entropy h [S], key [S, d], value [S, C]) into
+        class p's slots: lowest-entropy rule (§3.1, TDA `update_cache`: the first empty slot, else
+        over the highest-entropy entry when h is strictly lower) or first in, first out
+        (BoostAdapter `update_cache(..., fifo=True)`); only where `ok` [S] (None = every stream)."""
+        S, C, Q = self.ent.shape
+        row = p.view(S, 1, 1).expand(S, 1, Q)
+        row_time = self.time.gather(1, row).squeeze(1)
+        if fifo:
+            j, fits = fifo_slot_t(row_time)
+        else:
+            j, fits = entropy_slot_t(self.ent.gather(1, row).squeeze(1), row_time, h)
+        ok = fits if ok is None else fits & ok
+        at = slots(self.keys, p * Q + j)
+        write_rows(self.ent.view(S, C * Q), at, ok, h)
+        write_rows(self.time.view(S, C * Q), at, ok, clock)
+        write_rows(self.keys, at, ok, key)
+        write_rows(self.bias, at, ok, torch.full_like(h, log_w))
+        if self.values is not None:
+            write_rows(self.values, at, ok, value)
+
+    def logits(self, q: torch.Tensor, beta: float, kernel: str, a: float) -> torch.Tensor:
+        """Cache logits, Eq. (3)/(13): sum over live slots of the kernel's weight (fused, one batched
+        GEMM + exp) times the slot's value. q [S, d] -> [S, C]."""
+        w = Fn.cache_weights(q, self.keys, self.bias, beta, kernel, a)
+        if self.values is None:
+            return w.view(w.shape[0], self.ent.shape[1], -1).sum(-1)
+        return torch.bmm(w.unsqueeze(1), self.values).squeeze(1)
+
+
+def tensors(record) -> list[torch.Tensor]:
+    """The record's tensors, in field order (an absent `values` left out)."""
+    return [t for t in (getattr(record, f.name) for f in fields(record)) if t is not None]
+
+
+def slots(dst: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Row of each stream's slot index[s] in dst [S, E, ...] seen as [S*E, ...]."""
+    S, E = dst.shape[:2]
+    return index if S == 1 else index + _offsets(S, E, index.device)
+
+
+@functools.lru_cache(maxsize=64)
+def _offsets(streams: int, rows: int, device: torch.device) -> torch.Tensor:
+    return torch.arange(streams, device=device) * rows
+
+
+def write_rows(dst: torch.Tensor, at: torch.Tensor, ok: torch.Tensor | None, new: torch.Tensor) -> None:
+    """dst[s, slot s] = new[s] for each stream s where ok[s] (None: all), in place, on the device.
+    dst [S, E, ...], at [S] from `slots`, ok [S] bool or None, new [S, ...]."""
+    flat = dst.view(-1, *dst.shape[2:])
+    if new.dtype != dst.dtype:
+        new = new.to(dst.dtype)
+    if ok is not None:
+        new = torch.where(ok.view(-1, *([1] * (new.dim() - 1))), new, flat.index_select(0, at))
+    flat.index_copy_(0, at, new)
+
+
+class FeatureBank:
+    """One stream's earlier raw features (§4.1), FIFO past `bank_size` rows, in the classifier's
+    dtype: directions and norms, as `Bank` keeps them, and each row's sample index."""
+
+    def __init__(self, rows: int, dim: int, dtype: torch.dtype, device: torch.device):
+        self.dirs = torch.zeros(rows, dim, dtype=dtype, device=device)
+        self.norm = torch.ones(rows, dtype=dtype, device=device)
+        self.time = torch.zeros(rows, dtype=torch.long, device=device)
+        self.count = 0  # features appended since the reset
+
+    def fill(self, bounded: bool) -> int:
+        return min(self.count, self.dirs.shape[0]) if bounded else self.count
+
+    def append(self, f: torch.Tensor, bounded: bool) -> None:
+        if self.count >= self.dirs.shape[0] and not bounded:  # unbounded: double when full
+            for name in ("dirs", "norm", "time"):
+                t = getattr(self, name)
+                setattr(self, name, torch.cat([t, torch.zeros_like(t)]))
+        at = self.count % self.dirs.shape[0]
+        norm = f.norm()
+        self.dirs[at] = f / norm.clamp_min(1e-12)
+        self.norm[at] = norm
+        self.time[at] = self.count
+        self.count += 1
+
+    def shift(self, v: torch.Tensor, k: int, alpha: float, steps: int, bounded: bool) -> torch.Tensor:
+        """Mean shift of rows v [n, d] toward their k nearest bank features, Eq. (9)-(11), `steps`
+        times; the identity at alpha = 0 (exactly: MS's normalisation would otherwise rescale a
+        view mean) and before any earlier sample."""
+        n = self.fill(bounded)
+        if n == 0 or alpha == 0:
+            return v
+        dirs, norm, age = self.dirs[:n], self.norm[:n], self.time[:n]
+        for _ in range(steps):
+            v = Fn.shift_by_sims(v, v @ dirs.T, dirs, norm, age, k, alpha, masked=False)
+        return v

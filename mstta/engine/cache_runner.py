@@ -1,0 +1,252 @@
+"""The state of S independent streams and their step, batched over streams: the one implementation
+behind `Engine` (S = 1) and `MultiEngine` (S streams).
+
+The whole state (bank, caches, a sample counter per stream) lives on the device and a step never
+waits on the host (no `.item()`, no branch on a tensor's value; BoostAdapter's per-view cache
+copies excepted), so on CUDA the step of a bounded bank can be captured once as a CUDA graph.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import UserError
+from ..safety import check_memory, human_bytes
+from ..threads import small_ops
+from . import functional as Fn
+from . import graphs
+from .boost import boosted_logits, select_views
+from .cache import UNBOUNDED_START, Bank, Cache
+from .cache_rules import entropy_gate_t
+from .config import EngineConfig
+from .families import view_aggregator
+from .methods import Method, get_method
+
+log = logging.getLogger(__name__)
+
+RECORDS = ("bank", "pos", "neg")
+
+
+class Streams:
+    """S streams of one method and config over one text classifier, stepped together."""
+
+    def __init__(
+        self,
+        text: torch.Tensor,
+        method: str | Method,
+        config: EngineConfig | None,
+        device: str | torch.device | None,
+        cuda_graph: bool | None,
+        streams: int,
+        stream_length: int | None = None,
+    ):
+        self.method = get_method(method) if isinstance(method, str) else method  # stream_length: other families
+        self.config = config if config is not None else EngineConfig()
+        text = torch.as_tensor(text)
+        if text.dim() != 2 or text.shape[0] < 2:
+            raise UserError(f"text classifier must be [C, d] with C >= 2 classes, got shape {tuple(text.shape)}")
+        self.text = Fn.normalize(text.to(device=device or text.device, dtype=torch.float32))
+        self.streams = streams
+        can_graph = (
+            self.device.type == "cuda"
+            and self.config.bank_size is not None
+            and not self.method.boost
+            and self.config.view_mode in ("confident", "original")
+        )  # a family's view mode syncs
+        if cuda_graph and not can_graph:
+            raise UserError(
+                "cuda_graph=True needs a CUDA device, a bounded bank (bank_size), a method "
+                "without boosting views and view_mode confident or original; "
+                "pass cuda_graph=None to choose automatically"
+            )
+        self.cuda_graph = can_graph if cuda_graph is None else bool(cuda_graph)
+        self._graph_required = bool(cuda_graph)
+        self.reset()
+
+    @property
+    def num_classes(self) -> int:
+        return self.text.shape[0]
+
+    @property
+    def dim(self) -> int:
+        return self.text.shape[1]
+
+    @property
+    def device(self) -> torch.device:
+        return self.text.device
+
+    # ------------------------------------------------------------------ state
+    def reset(self, stream: int | None = None) -> None:
+        """Forget everything adapted so far, of every stream (memory checked, state reallocated)
+        or of one stream (its slots emptied in place: a captured CUDA graph stays valid)."""
+        if stream is not None:
+            for name in RECORDS:
+                if getattr(self, name) is not None:
+                    getattr(self, name).clear(stream)
+            self.clock[stream] = 0
+            self.seen[stream] = 0
+            return
+        cfg, C, d, dev, m, S = self.config, self.num_classes, self.dim, self.device, self.method, self.streams
+        rows = (cfg.bank_size if cfg.bank_size is not None else UNBOUNDED_START) if m.mean_shift else 0
+        q = cfg.capacity if m.cache else 0
+        qn = cfg.neg_capacity if m.negative else 0
+        self._check_memory(rows, q, qn)
+        self.graphs: dict[int, Any] = {}
+        self.seen = np.zeros(S, dtype=np.int64)  # samples seen, on the host
+        self.clock = torch.zeros(S, dtype=torch.long, device=dev)  # the same, on the device
+        self.bank = Bank.empty(S, rows, d, getattr(torch, cfg.bank_dtype), dev) if m.mean_shift else None
+        self.pos = Cache.empty(S, C, q, d, dev, values=False) if m.cache else None
+        self.neg = Cache.empty(S, C, qn, d, dev, values=True) if m.negative else None
+
+    def _check_memory(self, rows: int, q: int, qn: int) -> None:
+        C, d, S = self.num_classes, self.dim, self.streams
+        item = torch.empty(0, dtype=getattr(torch, self.config.bank_dtype)).element_size()
+        per = f" per stream, {S} streams" if S > 1 else ""
+        parts = [
+            (S * rows * (d * item + 16), f"bank {rows} x {d} dims (bank_size){per}"),
+            (S * C * q * (d + 3) * 4, f"positive cache: capacity {q} x {C} classes x {d} dims{per}"),
+            (
+                S * C * qn * (d + C + 4) * 4,
+                f"negative cache: neg_capacity {qn} x {C} classes x ({d} dims + {C} classes){per}",
+            ),
+        ]
+        used = [(b, w) for b, w in parts if b > 0]
+        total = sum(b for b, _ in used)
+        what = "the engine's state (" + "; ".join(w for _, w in used) + ")"
+        check_memory(total, what)
+        if self.device.type == "cuda":
+            have = torch.cuda.get_device_properties(self.device).total_memory
+            if total > 0.8 * have:
+                raise UserError(f"{what} needs {human_bytes(total)}; this GPU has {human_bytes(have)}; lower it")
+
+    def _fill(self, s: int) -> int:
+        """Raw features in stream s's bank (known on the host)."""
+        if not self.method.mean_shift:
+            return 0
+        n = int(self.seen[s])
+        return n if self.config.bank_size is None else min(n, self.config.bank_size)
+
+    def _tensors(self) -> dict[str, torch.Tensor]:
+        out = {"clock": self.clock}
+        for name in RECORDS:
+            rec = getattr(self, name)
+            if rec is not None:
+                out.update({f"{name}.{k}": v for k, v in vars(rec).items() if v is not None})
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume the streams (tensors and counters; copies)."""
+        return copy.deepcopy({**self._tensors(), "seen": self.seen})
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from `state_dict()`: copied into the current tensors when their shapes match (a
+        captured CUDA graph stays valid), else the tensors are replaced (and graphs dropped)."""
+        mine = self._tensors()
+        fits = mine.keys() == {k for k in state if k != "seen"} and all(
+            mine[k].shape == v.shape and mine[k].dtype == v.dtype for k, v in state.items() if k != "seen"
+        )
+        if fits:
+            self._restore(state)
+            return
+        for k, v in copy.deepcopy(state).items():
+            if "." in k:
+                rec, field = k.split(".")
+                setattr(getattr(self, rec), field, v)
+            else:
+                setattr(self, k, v)
+        self.graphs = {}  # captured graphs point at the replaced tensors
+
+    @torch.inference_mode()
+    def _restore(self, state: dict[str, Any]) -> None:
+        """Copy saved values into the existing state tensors (a graph keeps their addresses)."""
+        mine = self._tensors()
+        for k, v in state.items():
+            if k == "seen":
+                self.seen = np.array(v, dtype=np.int64)
+            else:
+                mine[k].copy_(v)
+
+    # ------------------------------------------------------------------ step
+    def _run(self, x: torch.Tensor, active: np.ndarray | None):
+        """One step of every stream (the skipped ones' state untouched): x [S, V, d] float32 on the
+        device, active [S] bool on the host (None = all) -> (logits, clip, H, query), [S, ...]."""
+        ok = None if active is None else torch.as_tensor(active).to(self.device, non_blocking=True)
+        if self.cuda_graph:
+            out = graphs.run(self, x, ok)
+        else:
+            with small_ops(self.device):
+                out = self._step(x, ok, self._rows(active))
+        self.seen += 1 if active is None else active
+        return out
+
+    def _rows(self, active: np.ndarray | None) -> tuple[int, bool]:
+        """Bank rows to search eagerly: the largest fill of the stepping streams, and whether some
+        of them hold fewer (then the empty rows are masked by the bank's bias)."""
+        fills = [self._fill(s) for s in range(self.streams) if active is None or active[s]]
+        rows = max(fills, default=0)
+        return rows, any(f < rows for f in fills)
+
+    def _step(self, x: torch.Tensor, ok: torch.Tensor | None, rows: tuple[int, bool]):
+        """The step on the device state, Alg. 1. `rows` = (bank rows searched, masked or not):
+        eager, the filled prefix; under a CUDA graph, every row with the empty ones masked."""
+        cfg, m = self.config, self.method
+        aggregate = view_aggregator(cfg.view_mode, getattr(cfg, cfg.view_mode, None))
+        f, clip, h, probs = Fn.form_queries(x, self.text, cfg.logit_scale, cfg.view_mode, cfg.view_ratio, aggregate)
+        if not m.cache:
+            self.clock += 1 if ok is None else ok
+            return clip, clip, h, f
+        q = self._shift(f.unsqueeze(1), rows).squeeze(1) if m.mean_shift else f
+        boost = select_views(x, self.text, cfg.logit_scale, cfg.view_ratio) if m.boost else None
+        if boost is not None and m.mean_shift:
+            boost = (self._shift(boost[0], rows), *boost[1:])
+        if m.mean_shift:
+            self._grow_if_full()
+            self.bank.append(f, self.clock, cfg.bank_size is not None, ok)
+        p = clip.argmax(-1)
+        self.pos.insert(p, h, q, self.clock, Fn.log_weight(cfg.cache_alpha, cfg.beta), ok=ok)
+        if m.negative:
+            gate = entropy_gate_t(h, self.num_classes, cfg.neg_entropy_lower, cfg.neg_entropy_upper)
+            self.neg.insert(
+                p,
+                h,
+                q,
+                self.clock,
+                Fn.log_weight(cfg.neg_alpha, cfg.neg_beta),
+                m.neg_policy == "fifo",
+                gate if ok is None else gate & ok,
+                Fn.negative_mask(probs, cfg.neg_mask_lower, cfg.neg_mask_upper),
+            )
+        pos = self.pos.logits(q, cfg.beta, cfg.kernel, cfg.cache_alpha)
+        if boost is not None:
+            pos = boosted_logits(
+                q, pos, self.pos, *boost, self._stepping(ok), cfg.delta, cfg.beta, cfg.kernel, cfg.cache_alpha
+            )
+        neg = self.neg.logits(q, cfg.neg_beta, "exp", cfg.neg_alpha) if m.negative else None
+        self.clock += 1 if ok is None else ok
+        return Fn.final_logits(clip, pos, neg, cfg.lam), clip, h, q
+
+    def _stepping(self, ok: torch.Tensor | None) -> list[int]:
+        return list(range(self.streams)) if ok is None else ok.nonzero().flatten().tolist()
+
+    def _shift(self, q: torch.Tensor, rows: tuple[int, bool]) -> torch.Tensor:
+        """Mean shift of queries [S, n, d] toward their k nearest bank features, Eq. (9)-(11)."""
+        n, masked = rows
+        if n == 0:
+            return q
+        b = self.bank
+        bias = b.bias[:, None, :n] if masked else None
+        for _ in range(self.config.ms_steps):
+            q = Fn.mean_shift_step(
+                q, b.rows[:, :n], b.norm[:, :n], b.time[:, None, :n], self.config.k, self.config.alpha, bias
+            )
+        return q
+
+    def _grow_if_full(self) -> None:
+        """An unbounded bank doubles when a stream has filled it (host-known: no sync)."""
+        if self.config.bank_size is None and int(self.seen.max()) >= self.bank.rows.shape[1]:
+            self.bank = self.bank.grown()

@@ -1,0 +1,296 @@
+"""Replay: run a method over a whole stream of precomputed features.
+
+Gives exactly the predictions of feeding the samples one by one to `Engine.step()`, but
+vectorised where the semantics allow: everything a sample's cache decision depends on (its
+CLIP pseudo-label, entropy, and mean-shifted feature, whose kNN bank holds only earlier raw
+features) is known up front. So replay computes those in batches with the engine's own pieces
+(`functional.form_queries`, `shift_by_sims`, `cache_weights`, `final_logits`), decides cache
+membership with the engine's slot rules in one host-side scan (each cached entry lives over an
+interval of the stream), and computes cache logits in chunks over the entries alive in each
+chunk. Every batched phase is a list of independent row chunks (`mstta.threads.map_chunks`). The
+boosting methods' per-sample boosted caches do not decompose this way; they replay online, and
+so do the other families without a vectorised `replay` of their own (`mstta.engine.families`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..threads import map_chunks
+from . import functional as Fn
+from .cache_rules import EMPTY_TIME, entropy_gate, entropy_slot, fifo_slot
+from .config import EngineConfig
+from .engine import Engine
+from .families import get_family, view_aggregator
+from .families.base import CACHE
+from .methods import Method, get_method
+
+SIMS_BYTES = (
+    64 * 2**20
+)  # similarities of one mean-shift chunk at most (255 rows x the default bank's 65,536 + 254 columns)
+
+
+@dataclass
+class ReplayResult:
+    """Per-sample outputs of a replay, all [N] numpy arrays."""
+
+    predictions: np.ndarray  # final prediction
+    clip_predictions: np.ndarray  # zero-shot CLIP prediction
+    confidence: np.ndarray  # softmax probability of the final prediction
+    clip_confidence: np.ndarray  # softmax probability of CLIP's prediction
+    entropy: np.ndarray  # CLIP entropy (nats) used by the caches
+    seconds: float  # adaptation time, loading excluded
+    probs: np.ndarray | None = None  # [N, C] float32, the method's probabilities (`keep_probs=True`)
+
+    @property
+    def samples_per_s(self) -> float:
+        return len(self.predictions) / self.seconds if self.seconds > 0 else float("inf")
+
+
+def replay(
+    features: torch.Tensor,
+    text: torch.Tensor,
+    method: str | Method = "ms-tta",
+    config: EngineConfig | None = None,
+    device: str | torch.device | None = None,
+    online: bool = False,
+    chunk: int = 256,
+    keep_probs: bool = False,
+    text_tower=None,
+) -> ReplayResult:
+    """Run `method` over `features` [N, d] or [N, V, d] in stream order. `online=True` forces the
+    per-sample engine loop (the reference the vectorised path must match); `keep_probs` keeps
+    every sample's probabilities ([N, C]: the softmax of the logits, or the family's own).
+    `text_tower`: the model's text tower over the classes (`mstta.features.text_tower`; tpt, c-tpt only)."""
+    m = get_method(method) if isinstance(method, str) else method
+    cfg = config if config is not None else EngineConfig()
+    dev = torch.device(device) if device is not None else torch.as_tensor(text).device
+    feats = _as_views(features)
+    if cfg.view_mode == "original" and not m.boost and m.augment is None:
+        feats = feats[:, :1]  # only view 0 is ever read: same predictions, V times less memory
+    feats = feats.to(dev)  # kept in its stored dtype; converted to float32 per chunk
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        if m.family != CACHE:  # another family: its own replay, or its step sample by sample
+            out = [_summarise(*_replay_family(feats, text, m, cfg, dev, online, text_tower), keep_probs)]
+        elif online or m.boost:  # the engine's step: small ops, one thread (mstta.threads)
+            logits, clip, ent = _replay_online(feats, text, m, cfg, dev)
+            out = [_summarise(logits, clip, ent, None, keep_probs)]
+        else:  # independent row chunks on the pool's one-thread workers (mstta.threads)
+            text32 = Fn.normalize(torch.as_tensor(text).to(dev, torch.float32))
+            out = _replay_vectorised(feats, text32, m, cfg, chunk, keep_probs)
+        pred, cpred, pf, pc, ent, *probs = (torch.cat(part).cpu().numpy() for part in zip(*out))
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+    seconds = time.perf_counter() - t0
+    return ReplayResult(pred, cpred, pf, pc, ent, seconds, probs[0].astype(np.float32) if probs else None)
+
+
+def _replay_family(feats, text, m, cfg, dev, online, tower=None):
+    """(scores, clip, H, probs) [N, ...] of a family method: the family's vectorised `replay` where
+    it has one and the row has no mean shift (its bank makes every step depend on the last), else
+    its step over the stream (`Engine`, told the stream's length)."""
+    family = get_family(m.family)
+    if not online and not m.mean_shift and hasattr(family, "replay"):
+        t = torch.as_tensor(text)
+        dtype = torch.float64 if t.dtype == torch.float64 else torch.float32
+        out = family.replay(Fn.normalize(feats.to(dtype)), Fn.normalize(t.to(dev, dtype)), cfg)
+        return out.scores, out.clip, out.entropy, out.probs
+    engine = Engine(text, m, cfg, device=dev, stream_length=max(1, feats.shape[0]), text_tower=tower)
+    rows = [engine.step(x) for x in feats]
+    return tuple(
+        torch.stack([getattr(r, k) for r in rows]) for k in ("logits", "clip_logits", "entropy_tensor", "probs")
+    )
+
+
+def mean_shifted(
+    features: torch.Tensor, text: torch.Tensor, config: EngineConfig | None = None, chunk: int = 256
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(f, z) of a whole stream: each sample's query feature (views aggregated per `view_mode`,
+    as the engine does) and its mean-shifted embedding, Eq. (9)-(11). [N, d] each."""
+    cfg = config if config is not None else EngineConfig()
+    feats = _as_views(features)
+    t = Fn.normalize(torch.as_tensor(text).to(feats.device, torch.float32))
+    with torch.inference_mode():
+        f = torch.cat([p[0] for p in _queries(feats, t, cfg, chunk)[1]])
+        return f, _shift_all(f, cfg, chunk)
+
+
+def _as_views(features) -> torch.Tensor:
+    feats = torch.as_tensor(features)
+    return feats.unsqueeze(1) if feats.dim() == 2 else feats
+
+
+def _summarise(
+    logits: torch.Tensor,
+    clip: torch.Tensor,
+    ent: torch.Tensor,
+    probs: torch.Tensor | None = None,
+    keep_probs: bool = False,
+):
+    """(prediction, CLIP prediction, the probability of each, entropy[, probabilities]) of a run of
+    samples: the prediction is the argmax of the logits, its probability from `probs` (the
+    method's own) or the softmax of the logits."""
+    p = torch.softmax(logits.float(), -1) if probs is None else probs.float()
+    pred = logits.argmax(-1)
+    pf = p.gather(-1, pred.unsqueeze(-1)).squeeze(-1)
+    pc, cpred = torch.softmax(clip.float(), -1).max(-1)
+    return (pred, cpred, pf, pc, ent.float(), p) if keep_probs else (pred, cpred, pf, pc, ent.float())
+
+
+def _replay_online(feats, text, m, cfg, dev):
+    engine = Engine(text, m, cfg, device=dev)
+    logits, clip, ent = [], [], []
+    for x in feats:
+        r = engine.step(x)
+        logits.append(r.logits)
+        clip.append(r.clip_logits)
+        ent.append(r.entropy_tensor)
+    return torch.stack(logits), torch.stack(clip), torch.stack(ent)
+
+
+def _spans(n: int, chunk: int, start: int = 0) -> list[tuple[int, int]]:
+    return [(a, min(n, a + chunk)) for a in range(start, n, chunk)]
+
+
+def _queries(feats: torch.Tensor, text: torch.Tensor, cfg: EngineConfig, chunk: int, rows: int = 16384):
+    """The engine's own `form_queries` over chunks of at most `chunk` samples and `rows` views
+    (converted to float32 per chunk), with each sample's pseudo-label: (spans, per chunk
+    (f, clip, H, probs, label)). The [n, C] outputs stay per chunk (no copy of the whole)."""
+    size = max(1, min(chunk, rows // feats.shape[1]))
+    spans = _spans(feats.shape[0], size)
+
+    aggregate = view_aggregator(cfg.view_mode, getattr(cfg, cfg.view_mode, None))
+
+    def one(ab):
+        out = Fn.form_queries(feats[ab[0] : ab[1]], text, cfg.logit_scale, cfg.view_mode, cfg.view_ratio, aggregate)
+        return (*out, out[1].argmax(-1))
+
+    return spans, map_chunks(one, spans, feats.device)
+
+
+def _replay_vectorised(feats, text, m, cfg, chunk, keep_probs=False):
+    """Per chunk of samples, `_summarise`'s tensors."""
+    spans, parts = _queries(feats, text, cfg, chunk)
+    f, ent, lab = (torch.cat([p[i] for p in parts]) for i in (0, 2, 4))
+    if not m.cache:
+        return map_chunks(lambda p: _summarise(p[1], p[1], p[2], None, keep_probs), parts, feats.device)
+    C = text.shape[0]
+    q = _shift_all(f, cfg, chunk) if m.mean_shift else f
+    labels = lab.cpu().numpy()
+    h = ent.cpu().numpy().astype(np.float64)
+
+    end = _intervals(labels, h, cfg.capacity, C, "entropy")
+    weights = lambda qq, kk, bias: Fn.cache_weights(qq, kk, bias, cfg.beta, cfg.kernel, cfg.cache_alpha)
+    pos = _Entries(end, lab, weights, Fn.log_weight(cfg.cache_alpha, cfg.beta), None)
+    neg = None
+    if m.negative:
+        gate = [entropy_gate(v, C, cfg.neg_entropy_lower, cfg.neg_entropy_upper) for v in h.tolist()]
+        nend = _intervals(labels, h, cfg.neg_capacity, C, m.neg_policy, gate)
+        values = torch.cat([Fn.negative_mask(p[3], cfg.neg_mask_lower, cfg.neg_mask_upper) for p in parts])
+        nweights = lambda qq, kk, bias: Fn.cache_weights(qq, kk, bias, cfg.neg_beta, "exp", cfg.neg_alpha)
+        neg = _Entries(nend, lab, nweights, Fn.log_weight(cfg.neg_alpha, cfg.neg_beta), values)
+
+    def run(i):
+        (a, b), clip = spans[i], parts[i][1]
+        pos_logits = pos.logits(q, a, b, C)
+        neg_logits = None if neg is None else neg.logits(q, a, b, C)
+        return _summarise(Fn.final_logits(clip, pos_logits, neg_logits, cfg.lam), clip, ent[a:b], None, keep_probs)
+
+    return map_chunks(run, range(len(spans)), q.device)
+
+
+def _shift_all(f: torch.Tensor, cfg: EngineConfig, chunk: int) -> torch.Tensor:
+    """Mean shift of every sample toward its k nearest *earlier* raw features, Eq. (9)-(11), by the
+    engine's own `shift_by_sims` over a bank stored as the engine stores it (unit rows in
+    `bank_dtype`, norms), in chunks of rows whose similarities fit `SIMS_BYTES`. Row i sees
+    columns [i - bank_size, i) (all earlier ones when the bank is unbounded); columns are in
+    stream order, so a tie goes to the earlier sample. Only the chunk's own diagonal block (and,
+    bounded, its first columns) is masked, in place."""
+    n = f.shape[0]
+    norms = f.norm(dim=-1)
+    bank = Fn.normalize(f).to(getattr(torch, cfg.bank_dtype))
+
+    def shift(ab):
+        a, b = ab
+        lo = 0 if cfg.bank_size is None else max(0, a - cfg.bank_size)
+        rows = torch.arange(a, b, device=f.device).unsqueeze(1)
+        diag = torch.arange(a, b - 1, device=f.device).unsqueeze(0)  # the chunk's own columns
+        q = f[a:b]
+        for _ in range(cfg.ms_steps):
+            sims = Fn.similarities(q, bank[lo : b - 1])
+            sims[:, a - lo :].masked_fill_(diag >= rows, float("-inf"))
+            if cfg.bank_size is not None and lo < b - 1 - cfg.bank_size:  # columns that left the bank
+                old = torch.arange(lo, b - 1 - cfg.bank_size, device=f.device).unsqueeze(0)
+                sims[:, : old.shape[1]].masked_fill_(old < rows - cfg.bank_size, float("-inf"))
+            q = Fn.shift_by_sims(q, sims, bank[lo : b - 1], norms[lo : b - 1], None, cfg.k, cfg.alpha, host_ties=True)
+        return q
+
+    cols = n - 1 if cfg.bank_size is None else min(n - 1, cfg.bank_size + chunk - 1)  # a chunk's most columns
+    rows = max(1, min(chunk, SIMS_BYTES // (4 * max(1, cols))))  # so its sims stay within SIMS_BYTES
+    spans = _spans(n, rows, start=1)[::-1]  # the last chunks see the most columns: first
+    return torch.cat([f[:1], *map_chunks(shift, spans, f.device)[::-1]])
+
+
+def _intervals(
+    labels: np.ndarray, h: np.ndarray, capacity: int, num_classes: int, policy: str, gate: list[bool] | None = None
+) -> np.ndarray:
+    """Scan the stream with the engine's slot rules; sample s is cached over [s, end[s])
+    (end = -1: never cached; N: still cached at the end). Plain Python lists: Q slots per class."""
+    n = len(labels)
+    ent = [[math.inf] * capacity for _ in range(num_classes)]
+    when = [[EMPTY_TIME] * capacity for _ in range(num_classes)]
+    owner = [[-1] * capacity for _ in range(num_classes)]
+    end = [-1] * n
+    for t, (c, ht) in enumerate(zip(labels.tolist(), h.tolist())):
+        if gate is not None and not gate[t]:
+            continue
+        row_ent, row_when, row_owner = ent[c], when[c], owner[c]
+        j = fifo_slot(row_when) if policy == "fifo" else entropy_slot(row_ent, row_when, ht)
+        if j < 0:
+            continue
+        if row_owner[j] >= 0:
+            end[row_owner[j]] = t
+        row_owner[j], row_ent[j], row_when[j] = t, ht, t
+        end[t] = n
+    return np.asarray(end, dtype=np.int64)
+
+
+class _Entries:
+    """One cache over the whole stream: entry s (a cached sample) is alive over [s, end[s]) with
+    the value one-hot(label[s]) or `values[s]`."""
+
+    def __init__(self, end: np.ndarray, labels: torch.Tensor, weights, log_w: float, values: torch.Tensor | None):
+        self.end, self.labels, self.weights, self.log_w, self.values = end, labels, weights, log_w, values
+        self.cached = np.nonzero(end >= 0)[0]
+        self.ends = end[self.cached]
+
+    def logits(self, q: torch.Tensor, a: int, b: int, num_classes: int) -> torch.Tensor:
+        """Cache logits of samples [a, b) with the engine's fused kernel: sum over entries s alive
+        at t (s <= t < end[s]) of weight(q_t, q_s) times the entry's value; an entry not alive gets
+        bias -inf, as an empty slot does online. Entries alive over the whole chunk share one bias
+        row; only the others get a per-sample mask. [b - a, C]."""
+        out = torch.zeros(b - a, num_classes, device=q.device)
+        live = (self.cached < b) & (self.ends > a)
+        whole = live & (self.cached < a) & (self.ends >= b)
+        for s, bias in ((self.cached[whole], None), (self.cached[live & ~whole], True)):
+            if s.size == 0:
+                continue
+            idx = torch.as_tensor(s, device=q.device)
+            if bias is None:
+                bias = torch.full((len(s),), self.log_w, device=q.device)
+            else:
+                e = torch.as_tensor(self.end[s], device=q.device)
+                t = torch.arange(a, b, device=q.device).unsqueeze(1)
+                bias = torch.where((idx <= t) & (t < e), self.log_w, float("-inf"))
+            w = self.weights(q[a:b], q[idx], bias)
+            if self.values is None:
+                out.index_add_(1, self.labels[idx], w)
+            else:
+                out += w @ self.values[idx]
+        return out
