@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # torch/torchvision pinned to the builds this machine has on local disk (others pull multi-GB CUDA wheels).
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: install test lint demo clean browser screenshot field
+.PHONY: install test lint demo clean browser screenshot field streams
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -54,7 +54,17 @@ demo: install
 
 # The field table offline: every method row on the shifted digits (mstta-digits), out/field/report.md and results.csv.
 field: install
-	$(VENV)/bin/mstta-bench field --digits --out out/field --store out/field/features
+	$(VENV)/bin/mstta-bench field --digits --text official --out out/field --store out/field/features
+
+# Streams with scene cuts offline (docs/streams.md): on the shifted digits of `make field` (same store), MS-TTA
+# and TDA under every forgetting arm on every stream kind (the label-correlated ones on the blur domain); the
+# other stateful rows (the `+boost` rows equal their plain rows with one view; the families' base rows) under
+# never / the oracle / the recommended rule where their family defines it, on the cut and i.i.d. streams;
+# ZERO and MTA on the i.i.d. streams. out/streams/report.md, results.csv, plots/.
+STREAM_METHODS := ms-tta,tda,baseline,tda+ms,boostadapter,dmn-zs,dota,onzeta,bca,dpe,zero,mta
+streams: install
+	$(VENV)/bin/mstta-bench streams --digits --out out/streams --store out/field/features --methods $(STREAM_METHODS) \
+		--short-arms forget.rule=timeliness --short-streams cut,iid --correlated-on blur
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -12,6 +12,7 @@ One-way flow, one small module per stage:
     encoder.py   FrameEncoder(clip, views): RGB frames -> CLIP features (the model's open_clip
                  transform and mstta.features.views crops, as the benchmark; views encoded in chunks)
     session.py   StreamSession: classifier + encoder + engine; process(rgb) -> FrameResult
+    forgetting.py  --forget / "Forget old scenes" onto EngineConfig.forget; raced entries NAME@CHOICE (Racer)
     annotate.py  annotate(rgb, result) -> annotated RGB frame
     sinks.py     VideoSink (H.264 via PyAV), JsonlSink, prediction_row; atomic, valid when interrupted
     record.py    FrameRecord: a processed frame's outputs (picture, counts, JSONL row, MP4 frame), the

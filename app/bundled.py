@@ -6,11 +6,13 @@ OpenAI's ViT-B-16 plays `assets/demo.mp4` (nine photographs under a strengthenin
 weights are already in the local cache (`mstta.features.weights.weights_cached`; nothing is downloaded to
 find out). Otherwise the project's own small digits CLIP (`--model mstta-digits --pretrained bundled`:
 `assets/mstta-digits.pt`, trained on scikit-learn's handwritten digits by `assets/make_digits.py`)
-plays `assets/digits.mp4`, a clip of digits under a strengthening shift, and `apply_bundled`
+plays `assets/digits.mp4`, a clip of digits with two scene changes, and `apply_bundled`
 returns the one line that says so. An
 explicit `--model`/`--pretrained` replaces the model part, an explicit `--video`/`--camera` the
-clip part (with the user's own `--labels`/`--truth`). A missing asset is a one-line `UserError`
-naming it and the command that makes it.
+clip part (with the user's own `--labels`/`--truth`). Without `--method`/`--methods` it races MS-TTA
+as the paper runs it against MS-TTA with the engine's recommended forgetting (`BUNDLED_RACE`; CLIP is
+the reference of every race). A missing asset is a one-line `UserError` naming it and the command
+that makes it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from pathlib import Path
 
 from mstta.errors import UserError
 from mstta.features.models import ASSETS_DIR, DEFAULT_MODEL, DEFAULT_TAG
+
+from .forgetting import BUNDLED_RACE
 
 FLAG = "--bundled-demo"
 
@@ -88,6 +92,8 @@ def apply_bundled(args: argparse.Namespace, assets: Path | None = None) -> str |
     assets = ASSETS_DIR if assets is None else assets
     model_given = args.model is not None or args.pretrained is not None
     clip_given = args.video is not None or args.camera is not None
+    if getattr(args, "methods", None) is None and getattr(args, "method", None) is None:
+        args.methods = BUNDLED_RACE  # MS-TTA as the paper runs it against MS-TTA with the recommended forgetting
     if model_given and clip_given:
         return None
     demo = choose_demo()

@@ -26,9 +26,8 @@ from mstta.features.models import DEFAULT_MODEL, DEFAULT_TAG
 
 from .bundled import apply_bundled
 from .encoder import MAX_VIEWS
+from .forgetting import CHOICES as FORGET_CHOICES
 from .prog import PROG
-
-DEFAULT_PRETRAINED = DEFAULT_TAG  # the model and its weights: named once, in mstta.features.models
 
 
 def integer(text: str) -> int:
@@ -99,7 +98,7 @@ def _add_model_arguments(p: argparse.ArgumentParser) -> None:
     mod.add_argument("--model", help=f"open_clip architecture (default {DEFAULT_MODEL}; mstta-tiny for a test run)")
     mod.add_argument(
         "--pretrained",
-        help=f"open_clip pretrained tag, a checkpoint path, or none for random weights (default {DEFAULT_PRETRAINED})",
+        help=f"open_clip pretrained tag, a checkpoint path, or none for random weights (default {DEFAULT_TAG})",
     )
     mod.add_argument("--precision", choices=("fp32", "fp16", "bf16"), help="default fp16 on GPU, fp32 on CPU")
     mod.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
@@ -118,15 +117,14 @@ def _add_model_arguments(p: argparse.ArgumentParser) -> None:
         "PIL's pixels on CUDA, the fast path on a CPU), auto (default: device on CUDA, else cpu)",
     )
     ada = p.add_argument_group("adaptation")
-    ada.add_argument(
-        "--method", default="ms-tta", metavar="NAME", help=f"one of: {', '.join(list_methods())} (default ms-tta)"
-    )
+    ada.add_argument("--method", metavar="NAME", help=f"one of: {', '.join(list_methods())} (default ms-tta)")
     ada.add_argument(
         "--methods",
         metavar="A,B,...",
         help="race up to 4 methods on the same frames (one encoder pass per frame, one engine step "
         "per method), e.g. ms-tta,tda,zero-shot: the log holds every method's top-k, the "
-        "summary a leaderboard; the first one is drawn on the frame (replaces --method)",
+        "summary a leaderboard; the first one is drawn on the frame (replaces --method); "
+        "NAME@off|recommended|detect races a method with its own --forget, e.g. ms-tta,ms-tta@recommended",
     )
     ada.add_argument(
         "--set",
@@ -135,6 +133,14 @@ def _add_model_arguments(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="override a hyperparameter, e.g. --set k=4 --set alpha=0.7 (repeatable); logit_scale "
         "defaults to the checkpoint's own (100 for OpenAI's CLIP)",
+    )
+    ada.add_argument(
+        "--forget",
+        choices=tuple(FORGET_CHOICES),
+        help="forget old scenes (every raced method that keeps state; an entry NAME@CHOICE of --methods keeps "
+        "its own): off (never forgets, as the paper runs it), recommended (the engine's recommended rule: "
+        "cache entries age, forget.rule=timeliness), detect (that rule plus a reset at each detected scene "
+        "cut, reported in the log and the summary); default: off, or what --set forget.* gives",
     )
     ada.add_argument(
         "--bank-size",
@@ -226,8 +232,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     note = apply_bundled(args) if args.bundled_demo else None
     if note:
         print(f"{PROG}: {note}", file=sys.stderr, flush=True)
+    args.method = "ms-tta" if args.method is None else args.method  # after the bundled demo chose its race
     args.model = DEFAULT_MODEL if args.model is None else args.model
-    args.pretrained = DEFAULT_PRETRAINED if args.pretrained is None else args.pretrained
+    args.pretrained = DEFAULT_TAG if args.pretrained is None else args.pretrained
     return args
 
 

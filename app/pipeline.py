@@ -25,7 +25,6 @@ from mstta.atomic import sweep_stale
 from mstta.checks import int_in
 from mstta.configfile import from_dict, parse_overrides
 from mstta.engine.config import EngineConfig
-from mstta.engine.methods import get_method
 from mstta.errors import UserError
 from mstta.features.extract_views import VIEWS_ON
 from mstta.features.models import DEFAULT_MODEL, DEFAULT_TAG
@@ -33,6 +32,7 @@ from mstta.safety import STDOUT, check_outputs
 
 from .annotate import RANDOM_WEIGHTS_MARK, random_weights
 from .encoder import check_views
+from .forgetting import choice_of, with_forget
 from .frames import MAX_PIXELS, parse_max_pixels
 from .labels import prompt_templates, read_labels
 from .progress import Progress, plural
@@ -64,6 +64,7 @@ class DemoConfig:
     method: str = "ms-tta"
     methods: list[str] | None = None  # methods raced on the same frames (up to 4; None = [method])
     overrides: list[str] = field(default_factory=list)  # --set KEY=VALUE onto EngineConfig
+    forget: str | None = None  # --forget off|recommended|detect (app.forgetting); None: as --set gives it
     bank_size: int = DEFAULT_BANK_SIZE  # bound of the mean-shift feature bank
     every: int | None = None  # files/folders: process every N-th frame; None = ~5 per second
     max_frames: int | None = None  # stop after this many processed frames
@@ -96,6 +97,7 @@ SAME_NAME_FLAGS = (
     "log",
     "truth",
     "topk",
+    "forget",
 )
 
 
@@ -122,8 +124,9 @@ def config_from_args(args: Any, **changes: Any) -> DemoConfig:
     return dataclasses.replace(cfg, **changes)
 
 
-def demo_engine_config(bank_size: int | None, overrides: list[str]) -> EngineConfig:
-    """EngineConfig with the bounded bank, then `--set` overrides (unknown keys: one-line UserError).
+def demo_engine_config(bank_size: int | None, overrides: list[str], forget: str | None = None) -> EngineConfig:
+    """EngineConfig with the bounded bank, then `--set` overrides (unknown keys: one-line UserError),
+    then `--forget`'s rule (`app.forgetting`; it and `--set forget.rule/detect` exclude each other).
 
     Its `logit_scale` is the paper's 100 until the model is known: `with_model_scale` sets the
     checkpoint's own."""
@@ -133,7 +136,27 @@ def demo_engine_config(bank_size: int | None, overrides: list[str]) -> EngineCon
         base = EngineConfig(bank_size=bank_size)
     except UserError as exc:
         raise UserError(f"--bank-size {bank_size}: {exc}") from None
-    return from_dict(EngineConfig, parse_overrides(overrides), "--set", base)
+    given = parse_overrides(overrides)
+    clash = sorted(k for k in given if k in ("forget.rule", "forget.detect"))
+    if forget is not None and clash:
+        raise UserError(f"--forget {forget} and --set {clash[0]}: pass one of them")
+    return with_forget(from_dict(EngineConfig, sections(given), "--set", base), forget)
+
+
+def sections(given: dict[str, Any]) -> dict[str, Any]:
+    """`--set` keys with a dot into their section: {"forget.horizon": 80} -> {"forget": {"horizon": 80}}
+    (an unknown section or key is refused by `from_dict`, naming it)."""
+    out: dict[str, Any] = {}
+    for key, value in given.items():
+        section, dot, sub = key.partition(".")
+        if dot and sub:
+            part = out.setdefault(section, {})
+            if not isinstance(part, dict):
+                raise UserError(f"--set {section} and --set {key}: pass one of them")
+            part[sub] = value
+        else:
+            out[key] = value
+    return out
 
 
 def with_model_scale(engine_cfg: EngineConfig, clip: Any, overrides: list[str]) -> EngineConfig:
@@ -181,7 +204,7 @@ def prepare(cfg: DemoConfig) -> Prepared:
     labels = read_labels(cfg.labels) if cfg.labels is not None else None
     if cfg.template is not None:
         prompt_templates(cfg.template)
-    get_method(cfg.method)
+    check_methods([cfg.method])
     if cfg.methods is not None:
         check_methods(cfg.methods)
     flags = {"--every": cfg.every, "--max-frames": cfg.max_frames, "--topk": cfg.topk, "--max-pixels": cfg.max_pixels}
@@ -192,7 +215,7 @@ def prepare(cfg: DemoConfig) -> Prepared:
     if cfg.views_on not in VIEWS_ON:
         raise UserError(f"--views-on {cfg.views_on}: choose one of {', '.join(VIEWS_ON)}")
     check_device(cfg.device)
-    engine_cfg = demo_engine_config(cfg.bank_size, cfg.overrides)
+    engine_cfg = demo_engine_config(cfg.bank_size, cfg.overrides, cfg.forget)
     truth = read_truth(cfg.truth, labels) if cfg.truth else None
     check_outputs(outputs={"--out": cfg.out, "--log": cfg.log}, inputs=input_files(cfg), stdout_ok=("--log",))
     if cfg.out:
@@ -409,6 +432,9 @@ def run_pipeline(
         method=run.session.method.name,
         method_title=method_title(run.session.method.name),
         methods=run.session.method_names,
+        forget=choice_of(engine),  # what the entries without their own @choice forget with
+        forget_horizon=engine.forget.steps,
+        forget_marks=engine.forget.marks,  # which parts of it are the project's adaptation (mstta.engine.forget)
         every=run.sampler.every,
         classes=len(run.prep.labels),
         out=out,

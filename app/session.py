@@ -1,6 +1,7 @@
 """One stream's state: class names -> text classifier, the frame encoder and the adaptation engine.
 
     session = StreamSession(clip, ["cat", "dog"], method="ms-tta", config=EngineConfig(bank_size=4096))
+    session = StreamSession(clip, labels, methods=["ms-tta", "ms-tta@recommended"])  # forgetting raced too
     result = session.process(rgb)      # FrameResult: CLIP and adapted top-k, disagreement, entropy, cache...
     session.reset()                    # forget the adaptation (new scene, new video)
     session.set_labels(["cat", "dog", "bird"])   # rebuilds the classifier, starts the engine afresh
@@ -24,11 +25,12 @@ import torch
 from mstta.checks import int_in
 from mstta.engine.config import DEFAULT_BANK_SIZE, EngineConfig
 from mstta.engine.engine import Engine
-from mstta.engine.methods import get_method, needs_text_tower
+from mstta.engine.methods import needs_text_tower
 from mstta.errors import UserError
 from mstta.features.text_tower import text_tower
 
 from .encoder import FrameEncoder
+from .forgetting import Racer, parse_racer, racer_title
 from .labels import prompt_templates
 
 __all__ = [
@@ -47,12 +49,9 @@ MAX_METHODS = 4  # methods raced on one stream: one encoder pass per frame, one 
 
 
 def method_title(method: str) -> str:
-    """Display name of a method, the library's `Method.title`: 'ms-tta' -> 'MS-TTA'."""
-    try:
-        found = get_method(method)
-    except UserError:
-        return method
-    return found.title
+    """Display name of a raced entry, the library's `Method.title` (+ its own forgetting): 'ms-tta' ->
+    'MS-TTA', 'ms-tta@recommended' -> 'MS-TTA + forgetting'."""
+    return racer_title(method)
 
 
 @dataclass(frozen=True)
@@ -65,32 +64,31 @@ class Scored:
 
 
 def check_methods(methods: Sequence[str] | str, flag: str = "--methods") -> list[str]:
-    """Registry names of the methods raced on one stream (1..MAX_METHODS, no repeats), in order;
-    a comma-separated string is split. One-line UserError naming `flag` otherwise."""
+    """The entries raced on one stream (1..MAX_METHODS, no repeats), in order: registry names, or
+    NAME@CHOICE with its own forgetting (`app.forgetting`); a comma-separated string is split.
+    One-line UserError naming `flag` otherwise."""
     names = [m.strip() for m in methods.split(",")] if isinstance(methods, str) else [str(m).strip() for m in methods]
     names = [m for m in names if m]
     if not names:
         raise UserError(f"{flag}: name at least one method (e.g. ms-tta,tda)")
     if len(names) > MAX_METHODS:
         raise UserError(f"{flag}: {len(names)} methods; at most {MAX_METHODS} race on one stream")
+    names = [parse_racer(name, flag).name for name in names]
     repeated = sorted({m for m in names if names.count(m) > 1})
     if repeated:
         raise UserError(f"{flag}: {', '.join(repeated)} named twice; name each method once")
-    for name in names:
-        try:
-            get_method(name)
-        except UserError as exc:
-            raise UserError(f"{flag}: {exc}") from None
     return names
 
 
 @dataclass(frozen=True)
 class MethodResult:
-    """One raced method's output for a frame: its registry name, top-k (best first) and step time."""
+    """One raced method's output for a frame: its entry name, top-k (best first), step time, and
+    whether its forgetting reset its state at this frame (a detected scene cut)."""
 
     method: str
     topk: list[Scored]
     ms: float  # this method's engine step (ms); the encoder pass is shared
+    cut: bool = False  # `StepResult.cut`: the state was reset before this frame (forget.detect)
 
     @property
     def label(self) -> str:
@@ -168,7 +166,7 @@ class StreamSession:
         self.cache_dir = cache_dir
         self.encoder = FrameEncoder(clip, views=views, seed=seed, views_on=views_on)
         # the raced methods (registry rows), the first one shown as "the adapted method"
-        self.methods = [get_method(m) for m in check_methods(methods if methods is not None else [method])]
+        self.methods = [parse_racer(m) for m in check_methods(methods if methods is not None else [method])]
         self.config = config if config is not None else EngineConfig(bank_size=DEFAULT_BANK_SIZE)
         self.labels: list[str] = []
         self.template = template
@@ -186,8 +184,8 @@ class StreamSession:
         self._new_engine()
 
     @property
-    def method(self):
-        """The first raced method's registry row (the one the banner, the frame and "tta" show)."""
+    def method(self) -> Racer:
+        """The first raced entry (the one the banner, the frame and "tta" show)."""
         return self.methods[0]
 
     @property
@@ -199,13 +197,13 @@ class StreamSession:
     ) -> None:
         """Switch method(s) and/or hyperparameters; every engine starts afresh."""
         if methods is not None or method is not None:
-            self.methods = [get_method(m) for m in check_methods(methods if methods is not None else [method])]
+            self.methods = [parse_racer(m) for m in check_methods(methods if methods is not None else [method])]
         if config is not None:
             self.config = config
         self._new_engine()
 
     def _new_engine(self) -> None:
-        tuned = [m for m in self.methods if needs_text_tower(m)]
+        tuned = [m for m in self.methods if needs_text_tower(m.method)]
         if tuned and self.encoder.views < 2:
             raise UserError(
                 f"--views {self.encoder.views}: {tuned[0].title} picks its most confident views; "
@@ -216,10 +214,10 @@ class StreamSession:
         self.engines = [
             Engine(
                 self.text,
-                method=m.name,
-                config=self.config,
+                method=m.method.name,
+                config=m.config(self.config),
                 device=self.clip.device,
-                text_tower=self.tower if needs_text_tower(m) else None,
+                text_tower=self.tower if needs_text_tower(m.method) else None,
             )
             for m in self.methods
         ]
@@ -248,7 +246,7 @@ class StreamSession:
             t0 = time.perf_counter()
             step = engine.step(features)
             topk = self._scored(step.topk(self.topk))
-            raced.append(MethodResult(method.name, topk, (time.perf_counter() - t0) * 1000.0))
+            raced.append(MethodResult(method.name, topk, (time.perf_counter() - t0) * 1000.0, step.cut))
             first = step if first is None else first
         latency = (time.perf_counter() - start) * 1000.0
         fill = self.engine.cache_fill()

@@ -225,6 +225,7 @@ def prediction_row(frame: Frame, result: FrameResult, truth: str | None = None) 
                 "method": m.method,
                 "topk": [{"label": s.label, "prob": _round(s.prob)} for s in m.topk],
                 "ms": _round(m.ms, 2),
+                "cut": m.cut,  # its forgetting reset its state at this frame (a detected scene cut)
             }
             for m in result.methods
         ],
@@ -239,7 +240,8 @@ class JsonlSink:
 
     frame (source index), timestamp (s), clip / tta (top-k lists of {label, prob}, best first),
     method, disagree (bool), entropy (CLIP, nats), cache_size, bank_size, latency_ms, methods (every
-    raced method, the first = tta: {method, topk [{label, prob}], ms = its own step}), and truth
+    raced method, the first = tta: {method, topk [{label, prob}], ms = its own step, cut = its
+    forgetting reset its state at this frame: a detected scene cut, `--forget detect`}), and truth
     (class name) when a truth file labels the frame. `path` "-" writes the lines to standard output
     as they come.
     """

@@ -23,21 +23,28 @@ from .progress import plural
 from .session import FrameResult, MethodResult, method_title
 from .sources import Frame, SourceStats
 
+CUTS_KEPT = 1_000  # the newest scene cuts each raced method keeps (their count stays exact): flat memory
 LATENCY_SAMPLES = 10_000  # latency percentiles from a uniform sample of this many frames (flat memory)
 SIDES = ("clip", "tta")  # zero-shot CLIP, the adapted method
 
 
 class Racer:
     """One raced method's running counts: agreement with CLIP, correct, fixed and broke (labelled
-    frames CLIP got wrong and the method right, and the reverse), summed step and encoder time."""
+    frames CLIP got wrong and the method right, and the reverse), summed step and encoder time, and
+    the scene cuts its forgetting detected (`cuts`: (processed number, source frame index), newest
+    CUTS_KEPT)."""
 
     def __init__(self, method: str) -> None:
         self.method = method
-        self.frames = self.agree = self.correct = self.fixed = self.broke = 0
+        self.frames = self.agree = self.correct = self.fixed = self.broke = self.cut_count = 0
         self.ms = 0.0
+        self.cuts: deque[tuple[int, int | None]] = deque(maxlen=CUTS_KEPT)
 
-    def add(self, result: FrameResult, raced: MethodResult, truth: str | None) -> None:
+    def add(self, result: FrameResult, raced: MethodResult, truth: str | None, frame: int | None = None) -> None:
         self.frames += 1
+        if raced.cut:
+            self.cut_count += 1
+            self.cuts.append((self.frames, frame))
         self.agree += raced.index == result.clip_topk[0].index
         self.ms += result.encode_ms + raced.ms
         if truth is not None:
@@ -62,8 +69,9 @@ class Tally:
         self.model_ms = 0.0  # every frame's encoder pass + all raced steps (FrameResult.latency_ms)
         self._prev: tuple[int, int] | None = None
 
-    def add(self, result: FrameResult, truth: str | None = None) -> None:
-        """Count one processed frame; `truth` is its true class name (None: unlabelled)."""
+    def add(self, result: FrameResult, truth: str | None = None, frame: int | None = None) -> None:
+        """Count one processed frame; `truth` is its true class name (None: unlabelled), `frame` its
+        index in the source (where a detected cut is reported)."""
         clip, tta = result.clip_topk[0].index, result.tta_topk[0].index
         self.processed += 1
         self.agree += clip == tta
@@ -78,7 +86,7 @@ class Tally:
         self.clip_ms += result.encode_ms
         self.model_ms += result.latency_ms
         for raced in result.methods:
-            self.racers.setdefault(raced.method, Racer(raced.method)).add(result, raced, truth)
+            self.racers.setdefault(raced.method, Racer(raced.method)).add(result, raced, truth, frame)
 
     def racer(self, method: str) -> Racer | None:
         return self.racers.get(method)
@@ -101,6 +109,8 @@ class Tally:
                 "fixed": 0,
                 "broke": 0,
                 "ms_per_frame": round(self.clip_ms / self.processed, 2) if self.processed else None,
+                "cuts": 0,
+                "cut_frames": [],
             }
         ]
         for r in self.racers.values():
@@ -114,6 +124,8 @@ class Tally:
                     "fixed": r.fixed,
                     "broke": r.broke,
                     "ms_per_frame": round(r.ms / r.frames, 2) if r.frames else None,
+                    "cuts": r.cut_count,  # scene cuts its forgetting detected (state reset there)
+                    "cut_frames": [f for _, f in r.cuts],  # their source frame indices, the newest CUTS_KEPT
                 }
             )
         if self.labelled:
@@ -137,10 +149,10 @@ class Tally:
 
 def method_marks(method: str) -> list[str]:
     """The notes a method's row carries wherever it is shown (`Method.marks`: e.g. not training-free)."""
-    from mstta.engine.methods import get_method
+    from .forgetting import parse_racer
 
     try:
-        return list(get_method(method).marks)
+        return list(parse_racer(method).marks)
     except Exception:  # an unknown name (a result file of another version): no marks to show
         return []
 
@@ -180,7 +192,7 @@ class RunSummary:
         if self.processed == 0:
             self._start = time.perf_counter() - result.latency_ms / 1000.0
             self.first_ts = frame.timestamp
-        self.tally.add(result, truth)
+        self.tally.add(result, truth, frame.index)
         if len(self.latencies) < LATENCY_SAMPLES:
             self.latencies.append(result.latency_ms)
         else:
@@ -255,6 +267,9 @@ def format_summary(summary: dict[str, Any]) -> str:
     board = s.get("leaderboard") or []
     if len(board) > 2:  # more than one method raced: every method's line
         parts.append("leaderboard: " + ", ".join(leaderboard_entry(row) for row in board))
+    cuts = [cuts_entry(row) for row in board if row.get("cuts")]
+    if cuts:
+        parts.append("scene cuts detected: " + ", ".join(cuts))
     outputs = [p for p in (s.get("out"), s.get("log")) if p]
     if outputs:
         parts.append("wrote " + ", ".join(outputs))
@@ -275,6 +290,14 @@ def leaderboard_entry(row: dict[str, Any]) -> str:
         facts.append(f"{row['ms_per_frame']:.1f} ms/frame")
     acc = f" {row['accuracy']:.1f}%" if row.get("accuracy") is not None else ""
     return f"{title}{acc}" + (f" ({', '.join(facts)})" if facts else "")
+
+
+def cuts_entry(row: dict[str, Any]) -> str:
+    """'MS-TTA + forgetting + cuts 2 (frames 482, 962)': a method's detected cuts, by source frame."""
+    shown = [str(f) for f in row.get("cut_frames") or [] if f is not None][-10:]
+    earlier = row["cuts"] - len(shown)
+    frames = ", ".join(shown) + (f", and {earlier} earlier" if earlier > 0 else "")
+    return f"{row['title']} {row['cuts']}" + (f" (frames {frames})" if shown else "")
 
 
 def count(n: int, word: str) -> str:

@@ -17,8 +17,9 @@ fp16, loadable by open_clip (`--model mstta-digits`, tag `bundled`).
 
 The clip shows held-out digits (test split only, each once) one after the other, each for
 SEGMENT_FRAMES frames, scene after scene (`SCENES`): a short clean lead-in drawn exactly as the
-model was trained, then one steady camera change held to the end (the camera moved back: every
-digit smaller, hand-held). H.264 (libx264, yuv420p, faststart) written with PyAV.
+model was trained, then two scene changes, each held steady: the camera moved back (every digit
+smaller, hand-held), then the light goes (the camera still back: a grey page, a soft pencil,
+sensor noise). H.264 (libx264, yuv420p, faststart) written with PyAV.
 """
 
 from __future__ import annotations
@@ -145,8 +146,8 @@ def _loss(img: torch.Tensor, txt: torch.Tensor, labels: torch.Tensor, scale: tor
 
 def train(seed: int, epochs: int = 60, batch: int = 128, lr: float = 2e-3):
     """Train mstta-digits from scratch on the train split; returns the loaded ClipModel (eval mode)."""
-    from mstta.features.models import load_clip
     from mstta.data.templates import fill
+    from mstta.features.models import load_clip
 
     torch.manual_seed(seed)
     logging.disable(logging.WARNING)  # its "RANDOM weights" warning: true, and the point here
@@ -217,7 +218,17 @@ LEAD_IN = Scene("lead-in: the training camera", digits=10)
 SCENES = (
     LEAD_IN,
     # the camera moved back: every digit at 5/8 of the size the model was trained on, hand-held
-    Scene("the camera moved back", digits=230, size=0.5, jitter=1.0),
+    Scene("the camera moved back", digits=110, size=0.5, jitter=1.0),
+    # then the light goes (the camera still back): a grey page, a soft pencil, sensor noise
+    Scene(
+        "the light goes",
+        digits=120,
+        size=0.5,
+        paper=(190.0, 190.0, 180.0),
+        ink=(70.0, 70.0, 68.0),
+        noise=6.0,
+        jitter=1.0,
+    ),
 )
 
 

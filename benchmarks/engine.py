@@ -32,6 +32,11 @@ Parts (choose with --parts):
   forward, timed alone). ViT-B/16 at C = 1000 on a GPU:
   `benchmarks/engine.py --device cuda --parts methods --methods tpt,c-tpt --classes 1000
   --tower-model ViT-B-16 --tower-pretrained none --methods-steps 50`.
+- forget: what `EngineConfig.forget` costs (issue 29: at most 10%): `ms-tta` and `tda`, online
+  `Engine.step()` samples/s (on CUDA: with the step captured as a CUDA graph) and replay
+  samples/s for each rule (none, timeliness, idle, periodic, detect, timeliness + detect) on the
+  same stream, idle, the settings taking turns (best of REPEAT rounds), and each one's time
+  relative to `none` (the idle rule replays by online steps).
 - memory: peak RSS of a fresh process streaming --steps samples through `ms-tta` with the default
   bounded bank (65,536), and the step time over the first and last 2,000 steps (flat = bounded).
 Rates are the best of 3 runs (the machine may be shared); the 1-minute load average at start and
@@ -58,12 +63,13 @@ import torch
 import mstta.engine.cache_runner as streams_mod
 from mstta import Engine, EngineConfig, replay, threads
 from mstta.engine.config import DEFAULT_BANK_SIZE
+from mstta.engine.forget import ForgetConfig
 from mstta.engine.methods import needs_text_tower
 from mstta.engine.multi import MultiEngine
 
 replay_mod = importlib.import_module("mstta.engine.replay")  # the module (`mstta.replay` is the function)
 
-PARTS = ("online", "replay", "multi", "bank_dtype", "memory", "share", "methods")
+PARTS = ("online", "replay", "multi", "bank_dtype", "memory", "share", "methods", "forget")
 DEFAULT_PARTS = ("online", "replay", "multi", "bank_dtype", "memory")
 
 
@@ -84,14 +90,14 @@ def _sync(device: torch.device) -> None:
 REPEAT = 3  # each rate is the best of this many runs: the machine may be shared (timeit's rule)
 
 
-def online_rate(feats, text, method, cfg, device, cuda_graph=None) -> float:
+def online_rate(feats, text, method, cfg, device, cuda_graph=None, repeat=REPEAT) -> float:
     engine = Engine(text.to(device), method, cfg, cuda_graph=cuda_graph)
     x = feats.to(device)
     fresh = Engine(text.to(device), method, cfg, cuda_graph=False).state_dict()
     for i in range(50):  # warm-up (and CUDA graph capture)
         engine.step(x[i])
     best = 0.0
-    for _ in range(REPEAT):
+    for _ in range(repeat):
         engine.load_state_dict(fresh)
         _sync(device)
         t0 = time.perf_counter()
@@ -154,9 +160,9 @@ def part_online(feats, text, cfg, device) -> dict:
     return out
 
 
-def replay_rate(feats, text, method, cfg, device) -> float:
+def replay_rate(feats, text, method, cfg, device, repeat=REPEAT) -> float:
     replay(feats[:300], text, method, cfg, device=device)  # warm-up
-    return max(replay(feats, text, method, cfg, device=device).samples_per_s for _ in range(REPEAT))
+    return max(replay(feats, text, method, cfg, device=device).samples_per_s for _ in range(repeat))
 
 
 def part_replay(feats, text, cfg, device) -> dict:
@@ -180,6 +186,37 @@ def part_replay(feats, text, cfg, device) -> dict:
     if device.type == "cpu":
         out["competing_load"] = f"{load} busy-looping processes (one per core)"
         out["per_thread_controls"] = threads.PER_THREAD
+    return out
+
+
+FORGET_SETTINGS = {
+    "none": ForgetConfig(),
+    "timeliness": ForgetConfig("timeliness"),
+    "idle": ForgetConfig("idle"),
+    "periodic": ForgetConfig("periodic"),
+    "detect": ForgetConfig(detect=True),
+    "timeliness+detect": ForgetConfig("timeliness", detect=True),
+}
+
+
+def part_forget(feats, text, cfg, device) -> dict:
+    """Online and replay samples/s of each forget setting, and its ratio to `none` (the cost); the
+    settings take turns, REPEAT rounds, each keeping its best (a shared machine's load drifts)."""
+    out: dict = {}
+    graph = True if device.type == "cuda" else None
+    for method in ("ms-tta", "tda"):
+        r = out[method] = {name: {"online_samples_per_s": 0.0, "replay_samples_per_s": 0.0} for name in FORGET_SETTINGS}
+        for _ in range(REPEAT):
+            for name, fg in FORGET_SETTINGS.items():
+                c = dataclasses.replace(cfg, forget=fg)
+                on = online_rate(feats, text, method, c, device, cuda_graph=graph, repeat=1)
+                rep = replay_rate(feats, text, method, c, device, repeat=1)
+                r[name]["online_samples_per_s"] = round(max(r[name]["online_samples_per_s"], on), 1)
+                r[name]["replay_samples_per_s"] = round(max(r[name]["replay_samples_per_s"], rep), 1)
+        for name in FORGET_SETTINGS:
+            for key in ("online", "replay"):
+                rate = r[name][f"{key}_samples_per_s"]
+                r[name][f"{key}_time_vs_none"] = round(r["none"][f"{key}_samples_per_s"] / rate, 3)
     return out
 
 
@@ -471,7 +508,8 @@ def part_memory(args) -> dict:
     return json.loads(done.stdout)
 
 
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
+    """The command line (its flags, in one table)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--classes", type=int, default=1000)
     ap.add_argument("--dim", type=int, default=512)
@@ -511,6 +549,11 @@ def main() -> None:
     )
     ap.add_argument("--tower-pretrained", default="bundled", help="its weights (default bundled; none = random)")
     ap.add_argument("--child-long-stream", action="store_true", help=argparse.SUPPRESS)
+    return ap
+
+
+def main() -> None:
+    ap = _parser()
     args = ap.parse_args()
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -555,6 +598,8 @@ def main() -> None:
         out["memory"] = part_memory(args)
     if "methods" in parts:
         out["methods"] = part_methods(args, device)
+    if "forget" in parts:
+        out["forget"] = part_forget(feats, text, cfg, device)
     out["loadavg_1min_at_end"] = round(os.getloadavg()[0], 2)
     print(json.dumps(out))
 

@@ -31,10 +31,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from mstta.bench import paper
-from mstta.bench.context import Cell, Row, dataset_config, row_engine_config, view_kind
+from mstta.bench.context import Cell, Row, dataset_config, row_engine_config
 from mstta.bench.field import FieldCell, FieldOptions, measure
 from mstta.bench.store import Backbone, FeatureKey
 from mstta.bench.textsets import Choice
+from mstta.bench.viewpolicy import view_kind
 from mstta.engine.methods import list_methods
 from mstta.features.devices import resolve_device
 from mstta.features.format import FeatureSet
@@ -53,7 +54,29 @@ def _stream(n: int, views: int, classes: int, seed: int) -> FeatureSet:
     return FeatureSet(feats, text, labels.numpy(), [str(c) for c in range(classes)])
 
 
-def main(argv=None) -> int:
+def _summary(rows: list[dict], device: torch.device, a: argparse.Namespace, separate: set[str]) -> dict:
+    """The printed JSON: the machine, the settings, seconds per method and in total, every cell."""
+    total: dict[str, float] = {}
+    for r in rows:
+        total[r["method"]] = total.get(r["method"], 0.0) + r["seconds"]
+    out = {
+        "device": str(device),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cpu_threads": torch.get_num_threads(),
+        "scale": a.scale,
+        "orders": a.orders,
+        "d": DIM,
+        "per_method_seconds": {k: round(v, 2) for k, v in total.items()},
+        "total_seconds": round(sum(v for k, v in total.items() if k not in separate), 2),
+        "separate_seconds": round(sum(v for k, v in total.items() if k in separate), 2),
+        "cells": rows,
+    }
+    return out
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line (its flags, in one table)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--datasets", default=",".join(paper.GROUPS["all"] + ("imagenet",)))
     p.add_argument("--methods", default=",".join(list_methods()))
@@ -62,6 +85,11 @@ def main(argv=None) -> int:
     p.add_argument("--orders", type=int, default=10)
     p.add_argument("--device", default="auto")
     p.add_argument("--out", help="also write the JSON here")
+    return p
+
+
+def main(argv=None) -> int:
+    p = _parser()
     a = p.parse_args(argv)
     device = resolve_device(a.device)
     opts = FieldOptions(orders=a.orders, open=("withheld",))
@@ -101,22 +129,7 @@ def main(argv=None) -> int:
                 }
             )
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    total: dict[str, float] = {}
-    for r in rows:
-        total[r["method"]] = total.get(r["method"], 0.0) + r["seconds"]
-    out = {
-        "device": str(device),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "cpu_threads": torch.get_num_threads(),
-        "scale": a.scale,
-        "orders": a.orders,
-        "d": DIM,
-        "per_method_seconds": {k: round(v, 2) for k, v in total.items()},
-        "total_seconds": round(sum(v for k, v in total.items() if k not in separate), 2),
-        "separate_seconds": round(sum(v for k, v in total.items() if k in separate), 2),
-        "cells": rows,
-    }
+    out = _summary(rows, device, a, separate)
     text = json.dumps(out, indent=1)
     print(text)
     if a.out:

@@ -322,7 +322,8 @@ def _growth(what: str, samples: list[tuple[int, float]], frames: int, seconds: f
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The command line (its flags, in one table)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--frames", type=int, default=24, help="frames of the speed video (default 24)")
     p.add_argument("--rounds", type=int, default=2, help="passes over the frames (default 2)")
@@ -348,6 +349,11 @@ def main(argv: list[str] | None = None) -> int:
         "--parts", default=",".join(PARTS), help="comma-separated parts to run: speed, engine, memory (default all)"
     )
     p.add_argument("--out", type=Path, help="also write the JSON here")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = _parser()
     args = p.parse_args(argv)
     parts = {x for x in args.parts.split(",") if x}
     if parts - set(PARTS):

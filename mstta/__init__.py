@@ -18,6 +18,7 @@ from ._version import __version__
 from .bench.config import BenchConfig, DatasetConfig, load_dataset_config
 from .engine.config import EngineConfig
 from .engine.engine import Engine, StepResult
+from .engine.forget import ForgetConfig
 from .engine.methods import Method, get_method, list_methods
 from .engine.multi import MultiEngine
 from .engine.replay import ReplayResult, mean_shifted, replay
@@ -29,6 +30,7 @@ __all__ = [
     "DatasetConfig",
     "Engine",
     "EngineConfig",
+    "ForgetConfig",
     "FeatureSet",
     "Method",
     "MultiEngine",

@@ -19,6 +19,7 @@ SUBCOMMANDS = {
     "sweep": "an ablation over one hyperparameter",
     "field": "the field table: every method's accuracy, calibration, open-set and stability metrics",
     "tsne": "t-SNE of CLIP vs mean-shifted embeddings",
+    "streams": "streams with scene cuts: forgetting arms, recovery, regret, stale share, the cut detector",
 }
 
 
@@ -32,7 +33,9 @@ def _load(name: str):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog=PROG, description="MS-TTA benchmark: replay, extract, run, sweep, field, tsne.")
+    parser = OneLineParser(
+        prog=PROG, description="MS-TTA benchmark: replay, extract, run, sweep, field, tsne, streams."
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     for name, help_text in SUBCOMMANDS.items():
@@ -60,8 +63,11 @@ def _main(argv: Sequence[str] | None) -> int:
     return args._module.run(args)
 
 
+RESUME = "; rerun the same command to continue (extract, run, field and sweep keep what finished and resume)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_cli(PROG, _main, argv)
+    return run_cli(PROG, _main, argv, RESUME)
 
 
 if __name__ == "__main__":

@@ -33,12 +33,14 @@ def one_line(message: object) -> str:
     return " ".join(str(message).split())
 
 
-def run_cli(prog: str, main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None = None) -> int:
+def run_cli(
+    prog: str, main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None = None, resume: str = ""
+) -> int:
     """Run a CLI body; user errors print `prog: error: ...` on one stderr line and return 2.
 
     SIGTERM ends the command like Ctrl-C (KeyboardInterrupt), so the same cleanup runs (temp
-    files removed, outputs finalised); it prints `prog: interrupted` and returns 130. An OSError
-    (disk full, permission denied, ...) and a MemoryError are one line as well."""
+    files removed, outputs finalised); it prints `prog: interrupted` (+ `resume`: how to go on) and
+    returns 130. An OSError (disk full, permission denied, ...) and a MemoryError are one line as well."""
     previous = _sigterm_as_interrupt()
     try:
         return int(main(argv) or 0)
@@ -50,7 +52,7 @@ def run_cli(prog: str, main: Callable[[Sequence[str] | None], int], argv: Sequen
         print(f"{prog}: error: out of memory{detail}; lower the sizes this run allocates", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
+        print(f"{prog}: interrupted{resume}", file=sys.stderr)
         return EXIT_INTERRUPTED
     finally:
         if previous is not None:

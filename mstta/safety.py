@@ -106,6 +106,21 @@ def _check_parent(flag: str, p: Path, shown: str | None = None) -> None:
             return
 
 
+def check_input_file(flag: str, path: PathLike, expected: str) -> Path:
+    """An input that must be a regular file: missing says "file not found", anything else (a folder,
+    a FIFO, /dev/zero) says what it is; never opened here (a FIFO would block)."""
+    p = Path(path)
+    try:
+        mode = p.stat().st_mode
+    except FileNotFoundError:
+        raise UserError(f"{flag} {p}: file not found; pass {expected}") from None
+    except OSError as exc:
+        raise UserError(f"{flag} {p}: cannot be read ({exc.strerror or exc}); pass {expected}") from None
+    if not stat.S_ISREG(mode):
+        raise UserError(f"{flag} {p}: is {file_kind(mode)}, not a regular file; pass {expected}")
+    return p
+
+
 def _kind(p: Path) -> str:
     return file_kind(p.stat().st_mode)
 

@@ -570,6 +570,7 @@ def make_screenshot(
     settle: float = 1.0,
     width: int = 1280,
     height: int = 720,
+    methods: str | None = None,
 ) -> Path:
     """The UI at width x height on a video (by default the bundled demo clip on the random-weight
     `mstta-tiny`), screenshot after the run (real time: the clip takes its own length)."""
@@ -579,6 +580,7 @@ def make_screenshot(
     args += ["--pretrained", pretrained] if pretrained else []
     args += ["--truth", str(truth)] if truth else []
     args += ["--every", str(every)] if every else []
+    args += ["--methods", methods] if methods else []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         server = UIProcess(args, gradio_tmp=root / "gradio")
@@ -614,6 +616,7 @@ if __name__ == "__main__":
         help="ground truth CSV (default: assets/truth.csv with the demo clip, none otherwise)",
     )
     parser.add_argument("--every", type=int, default=None, help="process every N-th frame (default: ~5 per second)")
+    parser.add_argument("--methods", default=None, help="the race, as mstta-demo's --methods (default: ms-tta alone)")
     args = parser.parse_args()
     if find_chromium() is None:
         sys.exit(f"helpers_ui.py: error: {NO_BROWSER}")
@@ -628,5 +631,6 @@ if __name__ == "__main__":
             labels=args.labels,
             truth=truth,
             every=args.every,
+            methods=args.methods,
         )
     )

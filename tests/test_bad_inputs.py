@@ -496,6 +496,41 @@ CASES = [
             ]
         )
     ],
+    # forget.*: every key bounded (one line naming forget.KEY and its range); neighbours pass in test_forget.py
+    *[
+        (
+            f"set-{kv}",
+            lambda t, kv=kv: ["--features", _feats(t), "--set", kv],
+            ["--set.forget: bad value for", expected],
+        )
+        for kv, expected in [
+            ("forget.rule=sometimes", "'forget.rule': 'sometimes'; expected one of none, timeliness, idle, periodic"),
+            ("forget.rule=1", "'rule': 1; expected a string"),
+            ("forget.horizon=0", "expected an integer in [1, 10,000,000] or none"),
+            ("forget.horizon=10000001", "expected an integer in [1, 10,000,000] or none"),
+            ("forget.horizon=2.5", "'horizon': 2.5; expected an integer or none"),
+            ("forget.weight=-0.1", "expected a finite number in [0, 1e+06]"),
+            ("forget.weight=.inf", "expected a finite number in [0, 1e+06]"),
+            ("forget.idle=0", "expected an integer in [1, 10,000,000]"),
+            ("forget.idle=10000001", "expected an integer in [1, 10,000,000]"),
+            ("forget.every=0", "expected an integer in [1, 10,000,000]"),
+            ("forget.every=" + "9" * 5000, "'every': '999"),
+            ("forget.detect=maybe", "'detect': 'maybe'; expected true or false"),
+            ("forget.detect_rate=0", "expected a finite number in (0, 1]"),
+            ("forget.detect_rate=1.5", "expected a finite number in (0, 1]"),
+            ("forget.detect_threshold=0", "expected a finite number in (0, 1e+06]"),
+            ("forget.detect_threshold=.nan", "expected a finite number in (0, 1e+06]"),
+            ("forget.detect_patience=0", "expected an integer in [1, 10,000]"),
+            ("forget.detect_patience=10001", "expected an integer in [1, 10,000]"),
+            ("forget.detect_warmup=1", "expected an integer in [2, 10,000,000]"),
+            ("forget.detect_warmup=10000001", "expected an integer in [2, 10,000,000]"),
+        ]
+    ],
+    (
+        "set-forget-unknown-key",
+        lambda t: ["--features", _feats(t), "--set", "forget.horizn=5"],
+        ["unknown key 'horizn'"],
+    ),
     *[
         (
             f"set-long-int-{key}-{form}",
@@ -793,3 +828,19 @@ def test_any_finite_scale_gives_the_unit_scale_predictions(tmp_path, capsys, fea
 
 def test_machine_memory_is_known():
     assert machine_memory() > 0
+
+
+@pytest.mark.parametrize("online", [False, True], ids=["vectorised", "online"])
+@pytest.mark.parametrize("memory_size,refused", [(4096, True), (50, False)])
+def test_dmn_memory_has_one_bound_for_both_replays(tmp_path, capsys, monkeypatch, online, memory_size, refused):
+    """Issue 32 point 5: dmn-zs's memory (memory_size x C x d floats) that `--online` refuses was
+    accepted by the vectorised replay; now both refuse it in the same line, before replaying."""
+    f = _feats(tmp_path)
+    state = 4 * C * 4096 * (D + 1) + 8 * C  # dmn.state_bytes at memory_size 4096: 590 KB
+    monkeypatch.setattr("mstta.safety.machine_memory", lambda: int(state / 2 / 0.8))  # half of it fits
+    argv = ["--features", f, "--method", "dmn-zs", "--set", f"dmn.memory_size={memory_size}"]
+    code, _, err, _ = run_case(tmp_path, capsys, argv + (["--online"] if online else []))
+    if refused:
+        assert code == 2 and err.count("\n") == 1 and "DMN-ZS's state (590 KB for C = 4, d = 8) needs" in err, err
+    else:
+        assert code == 0, err

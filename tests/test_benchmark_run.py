@@ -125,13 +125,19 @@ def test_one_feature_file_per_dataset_and_accuracy_matches_replay(bench):
     assert fs.num_views == 4 and fs.num_samples == 9 and fs.classnames[0] == "class_0 name"
     from mstta.bench.config import load_dataset_config
 
-    cfg = load_dataset_config("configs/imagenet_a.yaml", ["views=4"])
+    # the run used the checkpoint's logit scale, which extraction recorded in the file (issue 33)
+    assert (
+        run["logit_scale"] == fs.logit_scale == pytest.approx(1 / 0.07, rel=2e-3)
+        and run["logit_scale_from"] == "checkpoint"
+    )
+    cfg = load_dataset_config("configs/imagenet_a.yaml", ["views=4", f"logit_scale={fs.logit_scale!r}"])
     r = replay(fs.features, fs.text, "ms-tta", cfg.engine)
     assert run["accuracy"] == pytest.approx((r.predictions == fs.labels).mean() * 100, abs=1e-3)
     # cross-dataset (original view mode): the run replays view 0 only; same as all views
     run = next(r for r in bench["data"]["runs"] if r["dataset"] == "dtd" and r["method"] == "tda")
     fs = load_features(run["features"])
-    r = replay(fs.features, fs.text, "tda", load_dataset_config("configs/dtd.yaml", ["views=4"]).engine)
+    dtd = load_dataset_config("configs/dtd.yaml", ["views=4", f"logit_scale={fs.logit_scale!r}"])
+    r = replay(fs.features, fs.text, "tda", dtd.engine)
     assert run["accuracy"] == pytest.approx((r.predictions == fs.labels).mean() * 100, abs=1e-3)
 
 

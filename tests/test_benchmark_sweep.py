@@ -76,8 +76,9 @@ def test_parse_param(spec, expected):
 @pytest.mark.parametrize(
     "spec,message",
     [
-        ("kk=1,2", "'kk' is not an engine hyperparameter"),
-        ("views=1,4", "'views' is not an engine hyperparameter"),
+        ("kk=1,2", "'kk' is not a hyperparameter"),
+        ("views=1,4", "'views' is not a hyperparameter"),
+        ("dota=1,2", "'dota' is not a hyperparameter"),  # a section: its keys are dota.KEY (issue 33)
         ("beta", "the paper has no grid"),
         ("k=1,,2", "expected NAME=V1,V2"),
         ("k=1,...,4", "'...' needs two values before it"),
@@ -191,7 +192,7 @@ def test_the_imagenet_a_ablation_predicts_from_the_original_image(tmp_path, caps
     assert code == 0, err
     runs = {r["value"]: r for r in json.loads((out / "sweep_lam.json").read_text())["runs"]}
     assert {r["method"] for r in runs.values()} == {"ms-tta+boost@original"}
-    assert all(r["view_mode"] == "original" and r["protocol"] == "original image" for r in runs.values())
+    assert all(r["view_mode"] == "original" and r["clip_path"] == "the original image" for r in runs.values())
     assert runs[0]["accuracy"] == runs[0]["zero_shot_accuracy"]  # λ = 0 is CLIP on the original image
     md = (out / "sweep_lam.md").read_text()
     assert "## MS-TTA + boost (original image) · ViT-B-16" in md

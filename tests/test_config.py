@@ -11,7 +11,8 @@ from mstta import UserError, load_dataset_config
 from mstta.bench.config import BenchConfig
 from mstta.checks import MAX_WEIGHT, check_seed
 from mstta.configfile import CONFIG_DIR, parse_overrides
-from mstta.engine.config import MAX_BANK_SIZE, MAX_CAPACITY, MAX_K, MAX_MS_STEPS, MIN_LOGIT_SCALE, EngineConfig
+from mstta.engine.config import MAX_BANK_SIZE, MAX_K, MAX_MS_STEPS, MIN_LOGIT_SCALE, EngineConfig
+from mstta.engine.families.cache import MAX_CAPACITY
 from mstta.features.views import MAX_VIEWS
 
 DATASETS = [

@@ -8,6 +8,7 @@ from synthetic import as_tensors, make_stream
 
 from mstta import Engine, EngineConfig
 from mstta.engine import graphs
+from mstta.engine.forget import ForgetConfig
 
 
 @pytest.mark.parametrize("method", ["ms-tta", "tda+ms", "baseline"])
@@ -88,3 +89,54 @@ def test_boost_and_unbounded_run_eagerly():
     assert not Engine(t.cuda(), "ms-tta", EngineConfig(bank_size=None)).cuda_graph
     with pytest.raises(Exception, match="bounded bank"):
         Engine(t.cuda(), "ms-tta", EngineConfig(bank_size=None), cuda_graph=True)
+
+
+FORGET = {
+    "timeliness-detect": ForgetConfig("timeliness", horizon=10, detect=True, detect_warmup=30),
+    "idle": ForgetConfig("idle", idle=12),
+    "periodic": ForgetConfig("periodic", every=45),
+}
+
+
+def _scene_cut(n=160, views=1):
+    """A stream whose features move along a new direction from sample n/2 on (a scene cut)."""
+    f, t, _ = as_tensors(make_stream(n=n, classes=7, dim=32, views=views, seed=4, noise=1.5))
+    move = torch.nn.functional.normalize(torch.randn(32, generator=torch.Generator().manual_seed(0)), dim=0)
+    f[n // 2 :] = torch.nn.functional.normalize(f[n // 2 :] + move, dim=-1)
+    return f, t
+
+
+@pytest.mark.parametrize("method", ["ms-tta", "tda+ms"])
+@pytest.mark.parametrize("rule", list(FORGET))
+def test_static_shape_step_with_forgetting_equals_eager_on_cpu(method, rule):
+    """Forgetting inside the captured step (resets, expiries, the detector: device ops only)."""
+    f, t = _scene_cut()
+    cfg = EngineConfig(bank_size=40, k=3, cache_alpha=6.0, beta=3.0, forget=FORGET[rule])
+    static, eager = Engine(t, method, cfg), Engine(t, method, cfg)
+    cuts = 0
+    for x in f:
+        with torch.inference_mode():
+            a = graphs.static_step(static, x.reshape(1, -1, x.shape[-1]), None)[0][0]
+        static.seen += 1
+        r = eager.step(x)
+        assert torch.equal(a.argmax(), r.logits.argmax()) and bool(static.last_cut[0]) == r.cut
+        torch.testing.assert_close(a, r.logits, rtol=1e-5, atol=1e-5)
+        cuts += r.cut
+    assert cuts > 0 or rule == "idle"
+
+
+@pytest.mark.parametrize("method", ["ms-tta", "tda"])
+@pytest.mark.parametrize("rule", list(FORGET))
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: a CUDA graph is captured on a GPU")
+def test_graph_with_forgetting_equals_eager(method, rule):
+    f, t = _scene_cut(views=8)
+    cfg = EngineConfig(bank_size=64, k=3, view_ratio=0.25, cache_alpha=6.0, beta=3.0, forget=FORGET[rule])
+    graph = Engine(t.cuda(), method, cfg)
+    eager = Engine(t.cuda(), method, cfg, cuda_graph=False)
+    a = [graph.step(x.cuda()) for x in f]
+    b = [eager.step(x.cuda()) for x in f]
+    assert graph.graphs and [r.cut for r in a] == [r.cut for r in b]
+    la, lb = torch.stack([r.logits for r in a]), torch.stack([r.logits for r in b])
+    assert torch.equal(la.argmax(1), lb.argmax(1))
+    torch.testing.assert_close(la, lb, rtol=1e-4, atol=1e-4)

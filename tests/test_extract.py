@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -56,7 +57,7 @@ def _arrays(path: Path) -> dict:
 
 def test_feature_file_in_replay_format(data, tmp_path, tiny_clip):
     res = _run(data, tmp_path / "out", tmp_path)
-    assert res.path == tmp_path / "out" / "oxford_pets_mstta-tiny_none_v4_s1.npz" and not res.reused
+    assert res.path == tmp_path / "out" / "oxford_pets_mstta-tiny_none_v4-crop_s1.npz" and not res.reused
     fs = load_features(res.path)
     split = load_split("oxford_pets", data)
     order = stream_order(len(split), 1)
@@ -280,7 +281,11 @@ def test_default_file_names():
     s = ExtractSettings(
         "imagefolder:/data/my photos", "ViT-B-16", "/ckpt/model.pt", "w", "fp16", 64, "augmix", 3, "h", 100, "x"
     )
-    assert default_file_name(s) == "imagefolder-my-photos_ViT-B-16_model_v64_s3_n100.npz"
+    assert default_file_name(s) == "imagefolder-my-photos_ViT-B-16_model_v64-augmix_s3_n100.npz"
+    crop = dataclasses.replace(s, augment="crop")  # the same V, another view kind: another file (issue 33)
+    assert default_file_name(crop) == "imagefolder-my-photos_ViT-B-16_model_v64-crop_s3_n100.npz"
+    one = dataclasses.replace(s, views=1, augment="none")
+    assert default_file_name(one) == "imagefolder-my-photos_ViT-B-16_model_v1_s3_n100.npz"
 
 
 # --- CLI -----------------------------------------------------------------------------------------------

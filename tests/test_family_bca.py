@@ -127,7 +127,7 @@ def test_replay_equals_stepping(method):
 
 def test_family_replay_equals_the_engine():
     feats, text = stream(10, 16, 6)
-    out = bca.replay(F.normalize(feats, dim=-1), F.normalize(text, dim=-1), EngineConfig())
+    out = bca.replay(F.normalize(feats, dim=-1), F.normalize(text, dim=-1), bca.Params(), 100.0)
     scores, probs = run(Engine(text, "bca"), feats)
     np.testing.assert_array_equal(out.scores.argmax(1).numpy(), scores.argmax(1))
     np.testing.assert_allclose(out.scores.numpy(), scores, rtol=0, atol=1e-14)
@@ -174,8 +174,8 @@ def test_state_within_its_bound(C, d):
     for x in feats.float():
         engine.step(x)
     used = sum(t.numel() * t.element_size() for t in engine.states[0].values())
-    assert used <= bca.state_bytes(C, d, engine.config)
-    assert bca.state_bytes(1000, 512, engine.config) == 6_064_000
+    assert used <= bca.state_bytes(C, d, engine.config.bca)
+    assert bca.state_bytes(1000, 512, engine.config.bca) == 6_064_000
 
 
 @pytest.mark.parametrize(

@@ -131,10 +131,10 @@ def test_replay_equals_stepping(dtype, V, M):
     assert np.array_equal(online.predictions, fast.predictions)
     assert np.array_equal(online.clip_predictions, fast.clip_predictions)
     np.testing.assert_allclose(online.probs, fast.probs, rtol=0, atol=1e-5 if dtype == torch.float32 else 1e-12)
-    small = dmn.replay_parts(x, text, cfg, chunk=7)  # chunks cut through entries' lives
+    small = dmn.replay_parts(x, text, cfg.dmn, cfg.logit_scale, chunk=7)  # chunks cut through entries' lives
     np.testing.assert_allclose(
         small[2].numpy(),
-        dmn.replay_parts(x, text, cfg)[2].numpy(),
+        dmn.replay_parts(x, text, cfg.dmn, cfg.logit_scale)[2].numpy(),
         rtol=0,
         atol=1e-5 if dtype == torch.float32 else 1e-12,
     )
@@ -142,7 +142,7 @@ def test_replay_equals_stepping(dtype, V, M):
 
 def test_replay_matches_reference_at_1000_classes():
     x, text, _ = stream(1000, 1, 8, 20, d=32)
-    clip, p_text, p_mem = dmn.replay_parts(x, text, config())
+    clip, p_text, p_mem = dmn.replay_parts(x, text, dmn.Params(), 100.0)
     r_scores, r_clip, r_text, r_mem = ref.run(x.numpy(), text.numpy())
     np.testing.assert_allclose(p_mem.numpy(), r_mem, rtol=0, atol=1e-9)
     np.testing.assert_allclose(p_text.numpy(), r_text, rtol=0, atol=1e-12)
@@ -151,10 +151,10 @@ def test_replay_matches_reference_at_1000_classes():
 def test_replay_parts_of_ms_row_are_the_engines():
     x, text, _ = stream(5, 4, 9, 40)
     cfg = config(memory_size=3)
-    clip, p_text, p_mem = dmn.replay_parts(x, text, cfg, mean_shift=True)
+    clip, p_text, p_mem = dmn.replay_parts(x, text, cfg.dmn, cfg.logit_scale, cfg.shift_settings())
     scores, _, _ = engine_rows(x, text, cfg, "dmn-zs+ms")
     np.testing.assert_allclose((p_text + p_mem).numpy(), scores.numpy(), rtol=0, atol=1e-12)
-    assert not torch.allclose(p_mem, dmn.replay_parts(x, text, cfg)[2])
+    assert not torch.allclose(p_mem, dmn.replay_parts(x, text, cfg.dmn, cfg.logit_scale)[2])
 
 
 def test_ms_at_alpha_zero_is_the_base():
@@ -192,12 +192,12 @@ def test_reset_and_state_dict():
 def test_state_within_state_bytes(M):
     x, text, _ = stream(7, 1, 13, 30, dtype=torch.float32)
     cfg = config(memory_size=M)
-    state = dmn.init(text, cfg, None)
+    state = dmn.init(text, cfg.dmn, cfg.logit_scale, None)
     for v in x:
-        dmn.step(state, v, text, cfg, lambda f: f)
+        dmn.step(state, v, text, cfg.dmn, cfg.logit_scale, lambda f: f)
     used = sum(t.numel() * t.element_size() for t in state.values())
-    assert used <= dmn.state_bytes(7, 32, cfg)
-    assert dmn.state_bytes(1000, 512, EngineConfig()) == 4 * 1000 * 50 * 513 + 8 * 1000
+    assert used <= dmn.state_bytes(7, 32, cfg.dmn)
+    assert dmn.state_bytes(1000, 512, dmn.Params()) == 4 * 1000 * 50 * 513 + 8 * 1000
 
 
 def test_one_view_is_finite_and_view_zero_only():
@@ -248,7 +248,7 @@ def test_set_reaches_the_section():
 # ----------------------------------------------------------------- the test-label search
 def test_search_weight_matches_the_official_loop():
     x, text, labels = stream(6, 1, 15, 150)
-    _, p_text, p_mem = dmn.replay_parts(x, text, config(memory_size=3))
+    _, p_text, p_mem = dmn.replay_parts(x, text, dmn.Params(memory_size=3), 100.0)
     w, acc = dmn.search_weight(p_text, p_mem, labels)
     assert (w, acc) == ref.search_weight(p_text.numpy(), p_mem.numpy(), labels)
     best = max(

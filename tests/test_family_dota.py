@@ -191,9 +191,9 @@ def test_state_within_state_bytes(dtype):
     for x in feats:
         e.step(x)
     used = sum(t.nbytes for t in e.states[0].values())
-    bound = dota.state_bytes(10, 32, e.config) * torch.empty(0, dtype=dtype).element_size() // 4
+    bound = dota.state_bytes(10, 32, e.config.dota) * torch.empty(0, dtype=dtype).element_size() // 4
     assert used <= bound and bound - used < 100
-    assert dota.state_bytes(1000, 512, e.config) == 4 * (1000 * 512 * 512 + 1000 * 512 + 1000 + 512 * 512)
+    assert dota.state_bytes(1000, 512, e.config.dota) == 4 * (1000 * 512 * 512 + 1000 * 512 + 1000 + 512 * 512)
 
 
 @pytest.mark.parametrize(

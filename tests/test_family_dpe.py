@@ -233,11 +233,11 @@ def test_state_never_exceeds_state_bytes(C, d, V):
     x, text = stream(C, V, 8, 25, d)
     cfg = EngineConfig(dpe=params("imagenet"))
     eng = Engine(torch.from_numpy(text).float(), "dpe", cfg)
-    bound = dpe.state_bytes(C, d, cfg)
+    bound = dpe.state_bytes(C, d, cfg.dpe)
     for xi in torch.from_numpy(x).float():
         eng.step(xi)
         assert sum(t.numel() * t.element_size() for t in eng.states[0].values()) <= bound
-    assert dpe.state_bytes(1000, 512, EngineConfig()) == 10_256_008
+    assert dpe.state_bytes(1000, 512, dpe.Params()) == 10_256_008
 
 
 @pytest.mark.parametrize(

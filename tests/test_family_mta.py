@@ -82,7 +82,7 @@ def test_few_views_fallback(V):
     x = x[:, :V].contiguous()
     check_against_reference(x, text)
     for dtype in (torch.float32, torch.float64):
-        out = mta.replay(x.to(dtype), text.to(dtype), EngineConfig())
+        out = mta.replay(x.to(dtype), text.to(dtype), mta.Params(), 100.0)
         for t in out:
             assert torch.isfinite(t).all()
 
@@ -90,7 +90,7 @@ def test_few_views_fallback(V):
 def test_one_view_is_zero_shot_clip():
     x, text = stream(1000, 1, 5, 4, d=64)
     for dtype in (torch.float32, torch.float64):
-        out = mta.replay(x.to(dtype), text.to(dtype), EngineConfig())
+        out = mta.replay(x.to(dtype), text.to(dtype), mta.Params(), 100.0)
         torch.testing.assert_close(out.scores, out.clip, rtol=0, atol=0)
         assert torch.isfinite(out.probs).all()
 
@@ -103,7 +103,7 @@ def test_identical_views_are_finite():
     x[1, 20:] = x[1, 0]  # 44 copies of view 0
     x[2, 1:32] = x[2, 40]  # 31 copies of another view
     for dtype in (torch.float32, torch.float64):
-        out = mta.replay(x.to(dtype), text.to(dtype), EngineConfig())
+        out = mta.replay(x.to(dtype), text.to(dtype), mta.Params(), 100.0)
         for t in out:
             assert torch.isfinite(t).all()
     scores = check_against_reference(x, text)
@@ -117,16 +117,16 @@ def test_batched_loops_stop_per_sample():
     cfg = config(th=1e-2)
     stepped, _ = run_engine(x, text, cfg)
     check_against_reference(x, text, cfg)
-    batched = mta.replay(x, text, cfg).scores
+    batched = mta.replay(x, text, cfg.mta, cfg.logit_scale).scores
     torch.testing.assert_close(batched, stepped, rtol=0, atol=1e-9)
-    never = mta.replay(x, text, config(th=0.0)).scores  # no early stop at all
+    never = mta.replay(x, text, mta.Params(th=0.0), cfg.logit_scale).scores  # no early stop at all
     assert (never - stepped).abs().max() > 1e-6
 
 
 def test_replay_equals_stepping_the_engine():
     x, text = stream(1000, 64, 8, 8)
     scores, rows = run_engine(x, text)
-    out = mta.replay(x, text, EngineConfig())
+    out = mta.replay(x, text, mta.Params(), 100.0)
     torch.testing.assert_close(out.scores, scores, rtol=0, atol=1e-9)
     torch.testing.assert_close(out.clip, torch.stack([r.clip_logits for r in rows]), rtol=0, atol=1e-12)
     r = replay(x, text, "mta", keep_probs=True)
@@ -138,15 +138,15 @@ def test_replay_equals_stepping_the_engine():
 
 def test_replay_chunks_agree(monkeypatch):
     x, text = stream(10, 64, 9, 10)
-    whole = mta.replay(x, text, EngineConfig())
+    whole = mta.replay(x, text, mta.Params(), 100.0)
     monkeypatch.setitem(mta.CHUNK_ELEMENTS, "cpu", 64 * 32 * 3)  # chunks of 3 samples
-    parts = mta.replay(x, text, EngineConfig())
+    parts = mta.replay(x, text, mta.Params(), 100.0)
     torch.testing.assert_close(parts.scores, whole.scores, rtol=0, atol=1e-9)
 
 
 def test_aggregate_is_the_mode():
     x, text = stream(1000, 64, 10, 6)
-    out = mta.replay(x, text, EngineConfig())
+    out = mta.replay(x, text, mta.Params(), 100.0)
     mode, logits = mta.aggregate(x, text, 100.0, mta.Params())
     torch.testing.assert_close(logits, out.scores, rtol=0, atol=1e-12)
     torch.testing.assert_close(mode.norm(dim=-1), torch.ones(6, dtype=torch.float64))
@@ -168,7 +168,7 @@ def test_state_reset_and_state_dict():
     e = Engine(text, "mta")
     first = e.step(x[0]).logits
     saved = e.state_dict()
-    assert saved["states"] == [{}] and mta.state_bytes(1000, 512, EngineConfig()) == 0
+    assert saved["states"] == [{}] and mta.state_bytes(1000, 512, mta.Params()) == 0
     later = e.step(x[1]).logits
     e.load_state_dict(saved)
     torch.testing.assert_close(e.step(x[1]).logits, later, rtol=0, atol=0)

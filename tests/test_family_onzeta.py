@@ -93,7 +93,7 @@ def test_replay_equals_stepping(method):
 
 def test_family_replay_equals_the_engine():
     feats, text = stream(10, 1, 6)
-    out = onzeta.replay(F.normalize(feats, dim=-1), F.normalize(text, dim=-1), EngineConfig())
+    out = onzeta.replay(F.normalize(feats, dim=-1), F.normalize(text, dim=-1), onzeta.Params(), 100.0)
     scores, probs = run(Engine(text, "onzeta", stream_length=len(feats)), feats)
     np.testing.assert_array_equal(out.scores.argmax(1).numpy(), scores.argmax(1))
     np.testing.assert_allclose(out.scores.numpy(), scores, rtol=0, atol=1e-14)
@@ -143,8 +143,8 @@ def test_state_within_its_bound(C, d):
     for x in feats.float():
         engine.step(x)
     used = sum(t.numel() * t.element_size() for t in engine.states[0].values())
-    assert used <= onzeta.state_bytes(C, d, engine.config)
-    assert onzeta.state_bytes(1000, 512, engine.config) == 2_052_016
+    assert used <= onzeta.state_bytes(C, d, engine.config.onzeta)
+    assert onzeta.state_bytes(1000, 512, engine.config.onzeta) == 2_052_016
 
 
 @pytest.mark.parametrize(

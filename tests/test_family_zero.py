@@ -163,7 +163,7 @@ def test_replay_equals_stepping_the_engine():
     x, text = stream(1000, 64, 4, 10)
     x[3, 5:] = x[3, 0]  # identical views: an entropy tie (the stable sort)
     scores, probs, rows = run_engine(x, text)
-    out = zero.replay(x, text, EngineConfig())
+    out = zero.replay(x, text, zero.Params(), 100.0)
     torch.testing.assert_close(out.scores, scores, rtol=0, atol=1e-12)
     torch.testing.assert_close(out.probs, probs, rtol=0, atol=1e-12)
     torch.testing.assert_close(out.clip, torch.stack([r.clip_logits for r in rows]), rtol=0, atol=1e-12)
@@ -176,9 +176,9 @@ def test_replay_equals_stepping_the_engine():
 
 def test_replay_chunks_agree(monkeypatch):
     x, text = stream(10, 64, 5, 40)
-    whole = zero.replay(x, text, EngineConfig())
+    whole = zero.replay(x, text, zero.Params(), 100.0)
     monkeypatch.setitem(zero.CHUNK_ELEMENTS, "cpu", 64 * 10 * 3)  # chunks of 3 samples
-    parts = zero.replay(x, text, EngineConfig())
+    parts = zero.replay(x, text, zero.Params(), 100.0)
     torch.testing.assert_close(parts.scores, whole.scores, rtol=0, atol=1e-12)
 
 
@@ -199,7 +199,7 @@ def test_few_views_are_finite(V):
     x, text = stream(1000, max(V, 2), 7, 4, d=64)
     x = x[:, :V]
     for dtype in (torch.float32, torch.float64):
-        out = zero.replay(x.to(dtype), text.to(dtype), EngineConfig())
+        out = zero.replay(x.to(dtype), text.to(dtype), zero.Params(), 100.0)
         for t in out:
             assert torch.isfinite(t).all()
         torch.testing.assert_close(out.probs.sum(-1), torch.ones(4, dtype=dtype))
@@ -212,7 +212,7 @@ def test_few_views_are_finite(V):
 
 def test_aggregate_is_consistent_with_replay():
     x, text = stream(1000, 64, 8, 12)
-    out = zero.replay(x, text, EngineConfig())
+    out = zero.replay(x, text, zero.Params(), 100.0)
     f, clip = zero.aggregate(x, text, 100.0, zero.Params())
     assert (clip.argmax(-1) == out.scores.argmax(-1)).all()
     torch.testing.assert_close(clip, 100.0 * f @ text.T)
@@ -237,7 +237,7 @@ def test_state_reset_and_state_dict():
     first = e.step(x[0]).logits
     e.step(x[1])
     saved = e.state_dict()
-    assert saved["states"] == [{}] and zero.state_bytes(1000, 512, EngineConfig()) == 0
+    assert saved["states"] == [{}] and zero.state_bytes(1000, 512, zero.Params()) == 0
     later = e.step(x[2]).logits
     e.load_state_dict(saved)
     torch.testing.assert_close(e.step(x[2]).logits, later, rtol=0, atol=0)

@@ -33,13 +33,13 @@ class _Params:
 def _fake_family() -> types.SimpleNamespace:
     """A family with its own probabilities (softmax at half the logit scale) and a state."""
 
-    def init(text, cfg, length):
+    def init(text, p, logit_scale, length):
         return {"seen": torch.zeros((), dtype=torch.long), "mean": torch.zeros(text.shape[1], dtype=text.dtype)}
 
-    def step(state, x, text, cfg, shift):
+    def step(state, x, text, p, logit_scale, shift):
         state["seen"] += 1
         state["mean"] += (x[0] - state["mean"]) / state["seen"]
-        clip = cfg.logit_scale * x[0] @ text.T
+        clip = logit_scale * x[0] @ text.T
         scores = clip + 10 * (state["mean"] @ text.T)
         p = torch.softmax(clip, -1)
         ent = -(p * p.clamp_min(1e-12).log()).sum()
@@ -54,7 +54,7 @@ def _fake_family() -> types.SimpleNamespace:
         provenance="from the paper, not the authors' code",
     )
     return types.SimpleNamespace(
-        NAME="fake", METHODS=(row,), Params=_Params, init=init, step=step, state_bytes=lambda C, d, cfg: 4 * (d + 1)
+        NAME="fake", METHODS=(row,), Params=_Params, init=init, step=step, state_bytes=lambda C, d, p: 4 * (d + 1)
     )
 
 

@@ -18,7 +18,7 @@ from mstta.cli import main as bench_main
 
 REPO = Path(__file__).resolve().parent.parent
 DEADLINE_S = 180  # a bound on each wait, never a timing assertion
-NAME = "oxford_pets_mstta-tiny_none_v8_s1.npz"
+NAME = "oxford_pets_mstta-tiny_none_v8-augmix_s1.npz"
 
 
 @pytest.fixture(scope="module")

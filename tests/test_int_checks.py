@@ -16,6 +16,7 @@ from app.sampling import Sampler
 from app.ui.serving import resolve_port
 from mstta import Engine, MultiEngine
 from mstta.bench.metrics import MAX_ECE_BINS, ece
+from mstta.bench.streamrun import MAX_STEPS, StreamOptions
 from mstta.checks import int_in, int_range, is_int_in
 from mstta.errors import UserError
 from mstta.features.views import MAX_VIEWS
@@ -36,6 +37,8 @@ SITES = [
     ("streams", 1, None, lambda v: MultiEngine(_text(), "ms-tta", streams=v)),
     ("stream_length", 1, None, lambda v: Engine(_text(), "zero", stream_length=v)),
     ("--port", 0, 65535, lambda v: resolve_port("127.0.0.1", v)),
+    ("--lead", 1, MAX_STEPS, lambda v: StreamOptions(methods=["ms-tta"], lead=v)),
+    ("--window", 1, 10_000, lambda v: StreamOptions(methods=["ms-tta"], window=v)),
 ]
 
 

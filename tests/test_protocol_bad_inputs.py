@@ -76,6 +76,8 @@ def _sub(token: str, world) -> str:
 
 
 RUN = ["--datasets", "dtd", "--backbone", "mstta-tiny", "--no-progress", "--fps-samples", "0"]
+FIELD = ["field", "--data-root", "DATA", *RUN[:-2], "--out", "T/r", "--store", "T/st", "--text", "cupl"]
+FIELD_USER = [*FIELD[:-1], "user", "--text-classifier"]
 CASES = [
     # (id, argv, expected in the one stderr line)
     ("extract-out-fifo", ["extract", "--dataset", "PHOTOS", *TINY, "--out", "T/fifo.npz"], "--out"),
@@ -94,6 +96,26 @@ CASES = [
         "extract-out-existing-other-file",
         ["extract", "--dataset", "PHOTOS", *TINY, "--out", "T/feat.npz", "--views", "2"],
         "exists with different settings",
+    ),
+    (
+        "extract-out-and-store",  # one destination (issue 33)
+        ["extract", "--dataset", "PHOTOS", *TINY, "--out", "T/x.npz", "--store", "T/st"],
+        "--out and --store: give one",
+    ),
+    (
+        "extract-store-views-0",  # the store's name is checked like the extraction's
+        ["extract", "--dataset", "PHOTOS", *TINY, "--views", "0", "--store", "T/st"],
+        "--views 0: expected an integer in [1, 256]",
+    ),
+    (
+        "sweep-param-family-section",  # a section is not a key: dota.eta is (issue 33)
+        ["sweep", "--param", "dota=1,2", "--data-root", "DATA", *RUN[:-2], "--out", "T/r", "--store", "T/st"],
+        "'dota' is not a hyperparameter",
+    ),
+    (
+        "sweep-param-family-unknown-key",
+        ["sweep", "--param", "dota.nope=1,2", "--data-root", "DATA", *RUN[:-2], "--out", "T/r", "--store", "T/st"],
+        "'dota.nope' is not a hyperparameter",
     ),
     ("run-out-is-store", ["run", "--data-root", "DATA", *RUN, "--out", "T/s", "--store", "T/s"], "--out"),
     ("run-out-is-file", ["run", "--data-root", "DATA", *RUN, "--out", "T/a_file", "--store", "T/st"], "--out"),
@@ -223,6 +245,12 @@ CASES = [
         ],
         "--device meta: holds no data",
     ),
+    # issue 32 point 5: a prompt file that exists but is no regular file says what it is
+    ("field-cupl-dev-zero", [*FIELD, "--cupl", "/dev/zero"], "--cupl /dev/zero: is a device, not a regular file"),
+    ("field-cupl-fifo", [*FIELD, "--cupl", "T/fifo.npz"], "fifo.npz: is a FIFO, not a regular file"),
+    ("field-cupl-folder", [*FIELD, "--cupl", "T/dir.png"], "dir.png: is a folder, not a regular file"),
+    ("field-cupl-missing", [*FIELD, "--cupl", "T/none.json"], "none.json: file not found; pass a CuPL"),
+    ("field-user-fifo", [*FIELD_USER, "T/fifo.png"], "fifo.png: is a FIFO, not a regular file"),
 ]
 
 

@@ -185,7 +185,8 @@ def test_gpu_matmul_path_equals_the_cpu_tap_path():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the GPU path is tested on CPU tensors above")
 @pytest.mark.parametrize("augment", ["crop", "augmix"])
 def test_views_on_cuda_match_pil(augment, tmp_path):
-    """On a GPU: views of an image decoded for the GPU (libjpeg-turbo, then moved) and made there, against PIL's views."""
+    """On a GPU: views of an image decoded for the GPU (libjpeg-turbo, then moved) and made there, against
+    PIL's views."""
     from mstta.features.decode import decode, load
 
     maker = ViewMaker(GEOMETRY, 224, views=64, augment=augment, seed=1)

@@ -10,8 +10,9 @@ import pytest
 from helpers_cli import default_model_dir, default_views_suffix
 from helpers_data import make_fake_dataset
 
-from mstta.bench import context
-from mstta.bench.context import VIEW_POLICIES, dataset_config, view_spec
+from mstta.bench import context, viewpolicy
+from mstta.bench.context import dataset_config
+from mstta.bench.viewpolicy import VIEW_POLICIES, view_spec
 from mstta.engine.methods import get_method, list_methods
 from mstta.features.format import read_meta
 
@@ -89,7 +90,8 @@ def test_each_cell_records_the_views_its_policy_reads(stores):
         if store_views > 1:
             assert meta["augment"] == (augment or r["augment"]), cell
     # DPE on DTD predicts from the original image (view_mode original), as its code's one view does
-    assert by["dtd", "dpe"]["protocol"] == "original image"
+    assert by["dtd", "dpe"]["clip_path"] == "the original image"
+    assert "predicts from the original image" in by["dtd", "dpe"]["protocol"]
 
 
 def test_a_row_reading_fewer_views_replays_exactly_the_first_ones(stores):
@@ -125,7 +127,7 @@ def test_policies_resolve_per_dataset_group_and_yield_to_the_users_count():
     # --augment replaces every kind, never a count
     assert view_spec("dmn-zs", dtd, "crop", "dtd") == ("crop", 64, 32)
     # every registered policy names both groups, and every row's policy is registered
-    assert all(set(p) == set(context.GROUPS) for p in VIEW_POLICIES.values())
+    assert all(set(p) == set(viewpolicy.GROUPS) for p in VIEW_POLICIES.values())
     assert all(get_method(m).views in (None, *VIEW_POLICIES) for m in list_methods())
 
 

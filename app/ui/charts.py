@@ -19,6 +19,7 @@ CLIP_NAME = "CLIP zero-shot"
 CLIP_COLOR = palette.CLIP  # one palette with the annotated frame (app.palette)
 ADAPTED_COLOR = palette.method_color(0)
 X_TITLE = "processed frames"
+MARK_NAME, MARK_COLOR = "┊ scene cut detected", "#6b7280"  # the legend key of `line_chart`'s marks
 
 
 # ---------------------------------------------------------------------------- SVG charts
@@ -94,9 +95,11 @@ def line_chart(
     y_range: tuple[float, float] | None = None,
     integer_y: bool = False,
     x_title: str = X_TITLE,
+    marks: Sequence[tuple[int, str, str]] = (),
 ) -> str:
     """Lines over processed frames. `series`: (name, colour, [(x, y), ...]); `y_range` None fits the
-    data (from 0, whole-number ticks with `integer_y`). An empty series draws axes only."""
+    data (from 0, whole-number ticks with `integer_y`). An empty series draws axes only. `marks`:
+    (x, colour, what) vertical dashed lines at events, e.g. a detected scene cut (its tooltip `what`)."""
     xs = [x for _, _, pts in series for x, _ in pts]
     x0, x1 = (min(xs), max(xs)) if xs else (1, 10)
     x1 = max(x1, x0 + 1)
@@ -119,7 +122,14 @@ def line_chart(
                 f'<polyline class="series" {attrs} points="{coords}" fill="none" stroke="{color}" '
                 f'stroke-width="2" stroke-linejoin="round"{dash}/>'
             )
-    return _figure(chart_id, title, [(n, c) for n, c, _ in series], "".join(parts))
+    for x, color, what in marks:
+        if x0 <= x <= x1:
+            parts.append(
+                f'<line class="cut" data-x="{x}" x1="{sx(x):.1f}" x2="{sx(x):.1f}" y1="{TOP}" y2="{H - BOTTOM}" '
+                f'stroke="{color}" stroke-width="1.5" stroke-dasharray="3 3"><title>{html.escape(what)}</title></line>'
+            )
+    legend = [(n, c) for n, c, _ in series] + ([(MARK_NAME, MARK_COLOR)] if marks else [])
+    return _figure(chart_id, title, legend, "".join(parts))
 
 
 def hbar_chart(

@@ -16,12 +16,11 @@ from typing import Any, Callable, Iterator, Sequence
 import gradio as gr
 
 from mstta.engine.config import EngineConfig
-from mstta.engine.methods import get_method
 from mstta.errors import UserError, one_line
 
 from ..annotate import random_weights
 from ..frames import MAX_PIXELS
-from ..session import DEFAULT_BANK_SIZE
+from ..session import DEFAULT_BANK_SIZE, check_methods
 from . import handlers, video
 from .browser_js import CAMERA_JS, TOOLTIP_JS
 from .context import WEBCAM_END_S, Context
@@ -92,7 +91,7 @@ class AppOptions:
 
     def __post_init__(self) -> None:
         self.config = self.config if self.config is not None else EngineConfig(bank_size=DEFAULT_BANK_SIZE)
-        self.method = get_method(self.method).name
+        self.method = check_methods([self.method], "method")[0]
         self.autostart = bool(self.video and self.labels) if self.autostart is None else self.autostart
 
 

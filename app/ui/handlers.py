@@ -20,10 +20,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from mstta.engine.methods import get_method
 from mstta.errors import UserError
 from mstta.features.models import ASSETS_DIR
 
+from ..forgetting import parse_racer
 from ..frames import MAX_PIXELS, decode_image, shrink
 from ..labels import read_labels
 from ..pipeline import step_once
@@ -111,7 +111,7 @@ def video_changed(ui: UISession, video: str | None, truth: str | None, max_pixel
 def method_info(method: str) -> tuple[str, dict[str, tuple[str, bool]]]:
     """The method's one-line description, and per numeric control its note and whether it is used:
     the control's range when used, why not otherwise (a note is always set, so none goes stale)."""
-    m = get_method(method)
+    m = parse_racer(method, "Method").method
     notes = {}
     for name, (_, whole, low, high) in CONTROLS.items():
         needs_cache = name in ("lam", "capacity")

@@ -111,7 +111,8 @@ while, the cache fills with that scene's frames and the adapted prediction can b
 - **Leaderboard**: every raced method: accuracy on frames the ground truth labels, how often it agrees
   with CLIP, **fixed · broke** (frames CLIP got wrong and it got right, and the reverse), and its cost
   (ms per frame: the shared encoder pass plus its own step).
-- **Gain**: the adapted method's running accuracy minus CLIP's, in points: above zero it is ahead.
+- **Gain**: each raced method's running accuracy minus CLIP's, in points: above zero it is ahead; a dashed
+  mark is a scene cut a method's forgetting detected (Settings: Forget old scenes).
 - **Running accuracy**: CLIP's and every raced method's, over the processed frames.
 - **Disagreement strip** (below): the newest frames where the two differ, with the truth; click one to enlarge.
 """
@@ -134,6 +135,7 @@ class Components:
     template: Any
     method: Any
     race: Any
+    forget: Any
     k: Any
     alpha: Any
     lam: Any

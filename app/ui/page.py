@@ -78,7 +78,10 @@ def record_options(ui: UISession) -> dict[str, Any]:
 
     def count(step) -> None:
         ui.history.update(
-            step.result, step.truth_label, plots.thumbnail(step.frame.image) if step.result.disagree else None
+            step.result,
+            step.truth_label,
+            plots.thumbnail(step.frame.image) if step.result.disagree else None,
+            step.frame.index,
         )
 
     return dict(
@@ -138,7 +141,7 @@ def render(
                 h, title, ui.truth_state, [m.title for m in s.methods] if s is not None else None
             ),
             "leaderboard": plots.leaderboard_html(h, s),
-            "gain": plots.gain_chart(h, title),
+            "gain": plots.gain_chart(h, title, [m.title for m in s.methods] if s is not None else None),
             "per_class": plots.per_class_chart(h, title),
             "disagreements": plots.disagreement_strip(h, title),
         }

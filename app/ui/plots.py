@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from .. import palette
 from ..session import FrameResult, Scored, method_title
+from ..summary import cuts_entry
 from .charts import ADAPTED_COLOR, CLIP_COLOR, CLIP_NAME, frames, hbar_chart, line_chart
 
 # re-exported: the page (`app.ui.page`) and the tests reach every renderer as `plots.<name>`
@@ -188,6 +189,9 @@ def run_summary(h: History, seconds: float, title: str, skipped: int = 0) -> str
         text += f"; {frames(skipped)} skipped to keep real time"
     if h.labelled:
         text += f"; accuracy CLIP {t.accuracy('clip'):.1f}%, {title} {t.accuracy('tta'):.1f}% ({h.labelled} labelled)"
+    cuts = [cuts_entry(row) for row in t.leaderboard() if row.get("cuts")]
+    if cuts:  # where a method's forgetting reset it (issue 29), by source frame as in the JSONL
+        text += "; scene cuts detected: " + ", ".join(cuts)
     return text + "."
 
 

@@ -48,24 +48,46 @@ def accuracy_chart(history: History, title: str, truth_state: str = "none", titl
     return line_chart("mstta-accuracy", heading, series, y_title="accuracy (%)", y_range=(0, 100))
 
 
-def gain_chart(history: History, title: str) -> str:
-    """The gain in sight: the first method's running accuracy minus CLIP's, in points, around a zero line."""
+def gain_chart(history: History, title: str, titles: Sequence[str] | None = None) -> str:
+    """The gain in sight: each raced method's running accuracy minus CLIP's, in points, around a zero
+    line (`titles`: theirs in race order; default the first one's, `title`), with a dashed mark at each
+    scene cut a method's forgetting detected (issue 29)."""
     pts = [(p.x, p.gain) for p in history.points if p.gain is not None]
     t = history.tally
     racer = t.racers.get(history.last.method) if history.last is not None and history.last.methods else None
     counts = f" · fixed {racer.fixed} · broke {racer.broke}" if racer is not None and t.labelled else ""
     heading = f"Gain of {title} over CLIP (points){counts}" if pts else f"Gain of {title} over CLIP: needs ground truth"
-    top = max([abs(y) for _, y in pts] + [1.0])
+    series = [(f"{title} − CLIP", palette.method_color(0), pts)]
+    for i, name in enumerate(list(titles or [])[1:], 1):
+        more = [(p.x, p.accuracy_methods[i] - p.accuracy_clip) for p in history.points if _labelled(p, i)]
+        series.append((f"{name} − CLIP", palette.method_color(i), more))
+    if len(series) > 1 and pts:
+        heading = f"Gain over CLIP (points); {title}{counts}"
+    everything = [y for _, _, line in series for _, y in line]
+    top = max([abs(y) for y in everything] + [1.0])
     ticks = nice_ticks(0, top, 3)
     bound = ticks[-1] if ticks[-1] >= top else ticks[-1] + (ticks[1] - ticks[0] if len(ticks) > 1 else 1)
-    chart = line_chart(
-        "mstta-gain",
-        heading,
-        [(f"{title} − CLIP", palette.method_color(0), pts)],
-        y_title="points",
-        y_range=(-bound, bound),
+    return line_chart(
+        "mstta-gain", heading, series, y_title="points", y_range=(-bound, bound), marks=cut_marks(history)
     )
-    return chart
+
+
+def _labelled(p, i: int) -> bool:
+    return p.accuracy_clip is not None and i < len(p.accuracy_methods) and p.accuracy_methods[i] is not None
+
+
+def cut_marks(history: History) -> list[tuple[int, str, str]]:
+    """(x, colour, what) for every scene cut a raced method detected among the plotted frames."""
+    from ..session import method_title
+
+    raced = [m.method for m in history.last.methods] if history.last is not None else []
+    marks = []
+    for i, name in enumerate(raced):
+        racer = history.tally.racers.get(name)
+        for x, frame in racer.cuts if racer is not None else ():
+            at = f"source frame {frame}" if frame is not None else f"processed frame {x}"
+            marks.append((x, palette.method_color(i), f"{method_title(name)}: scene cut detected at {at}"))
+    return marks
 
 
 def leaderboard_html(history: History, stream: StreamSession | None) -> str:

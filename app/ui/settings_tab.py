@@ -1,6 +1,7 @@
 """The Settings tab: the labels and prompt template, the method and the methods raced beside it,
-the method's hyperparameters, the model and the views per frame, Apply and Reset (components only;
-`app.ui.events` wires them, `app.ui.state.Settings` reads them back).
+"Forget old scenes" (`app.forgetting`), the method's hyperparameters, the model and the views per
+frame, Apply and Reset (components only; `app.ui.events` wires them, `app.ui.state.Settings` reads
+them back).
 """
 
 from __future__ import annotations
@@ -12,16 +13,20 @@ import gradio as gr
 from mstta.engine.config import EngineConfig
 from mstta.engine.methods import get_method, list_methods
 
+from ..forgetting import CHOICES, RECOMMENDED_HORIZON, choice_of, racer_title
 from ..session import MAX_METHODS
 from .components import Dropdown, Number, quiet
 from .handlers import method_info
 from .models import MODEL_LABEL, model_choices, model_note, value_of, views_note
-from .state import CONTROLS, RACE_LABEL, SESSION_BANK_LIMIT, VIEWS_LABEL
+from .state import CONTROLS, FORGET_LABEL, RACE_LABEL, SESSION_BANK_LIMIT, VIEWS_LABEL
 
 
-def method_choices() -> list[tuple[str, str]]:
-    """Every method as (title, name), for the Method and Race dropdowns."""
-    return [(get_method(name).title, name) for name in list_methods()]
+def method_choices(entries: Sequence[str] = ()) -> list[tuple[str, str]]:
+    """Every method as (title, name), for the Method and Race dropdowns, after the raced `entries` that
+    are not registry names (NAME@CHOICE: a method with its own forgetting, as the bundled race)."""
+    names = list_methods()
+    extra = [(racer_title(e), e) for e in dict.fromkeys(entries) if e not in names]
+    return extra + [(get_method(name).title, name) for name in names]
 
 
 def settings_tab(
@@ -37,6 +42,7 @@ def settings_tab(
     summary, notes = method_info(method)
     with gr.Tab("Settings", id="settings-tab", elem_id="mstta-settings-tab"):
         c = _stream_inputs(labels, template, method, race, summary)
+        c["forget"] = forget_control(base)
         c |= _hyperparameters(base, notes)
         c |= _model_and_views(model, views)
         with gr.Row():
@@ -76,9 +82,11 @@ def _stream_inputs(
                 elem_id="mstta-template",
             )
         ),
-        method=Dropdown(method_choices(), value=method, label="Method", info=summary, elem_id="mstta-method"),
+        method=Dropdown(
+            method_choices([method, *race]), value=method, label="Method", info=summary, elem_id="mstta-method"
+        ),
         race=Dropdown(
-            method_choices(),
+            method_choices([method, *race]),
             value=list(race),
             multiselect=True,
             max_choices=MAX_METHODS - 1,
@@ -87,6 +95,24 @@ def _stream_inputs(
             "the leaderboard and the accuracy plot show them all",
             elem_id="mstta-race",
         ),
+    )
+
+
+SHORT = {"off": "off", "recommended": "the recommended rule", "detect": "the rule + detect cuts"}
+
+
+def forget_control(base: EngineConfig) -> Any:
+    """ "Forget old scenes": off, the engine's recommended rule, or that rule + a reset at detected cuts."""
+    return quiet(
+        gr.Radio(
+            [(SHORT[c], c) for c in CHOICES],
+            value=choice_of(base),
+            label=FORGET_LABEL,
+            info=f"Recommended: cache entries age (horizon {RECOMMENDED_HORIZON} frames); detect: also a reset at "
+            "each detected scene cut (marked on the gain plot). For every method that keeps state, except a "
+            "raced entry with its own choice (the bundled race's two MS-TTA)",
+            elem_id="mstta-forget",
+        )
     )
 
 

@@ -23,10 +23,10 @@ import time
 from typing import Any, Callable, Iterator, Mapping
 
 from mstta.engine.config import EngineConfig
-from mstta.engine.methods import get_method
 from mstta.errors import UserError
 from mstta.features.views import MAX_VIEWS
 
+from ..forgetting import parse_racer, with_forget
 from ..labels import parse_labels
 from ..session import MAX_METHODS, FrameResult, StreamSession, check_methods
 from ..summary import FpsMeter, Tally
@@ -49,7 +49,9 @@ CONTROLS = {
     "capacity": ("Q (cache size per class)", True, 1, 16),
     "bank": ("Bank size (features)", True, 1, SESSION_BANK_LIMIT),
 }
-FORM = ("labels", "template", "method", *CONTROLS, "race", "model", "views")  # the settings form, by name
+# the settings form, by name ("forget" last: API clients that send the earlier ones by position still fit)
+FORM = ("labels", "template", "method", *CONTROLS, "race", "model", "views", "forget")
+FORGET_LABEL = "Forget old scenes"
 VIEWS_LABEL = f"Views per frame (1 to {MAX_VIEWS})"
 
 
@@ -131,11 +133,13 @@ class History:
         self.disagreements: collections.deque[Disagreement] = collections.deque(maxlen=DISAGREEMENTS_KEPT)
         self.per_class: dict[str, list[int]] = {}  # true class -> [labelled, CLIP right, first method right]
 
-    def update(self, result: FrameResult, truth: str | None = None, thumbnail: Any = None) -> None:
-        """Add one processed frame (its result, its true class name when a truth file has one, and a
-        small picture of it kept while it is among the newest disagreements)."""
+    def update(
+        self, result: FrameResult, truth: str | None = None, thumbnail: Any = None, frame: int | None = None
+    ) -> None:
+        """Add one processed frame (its result, its true class name when a truth file has one, a
+        small picture of it kept while it is among the newest disagreements, its source index)."""
         t = self.tally
-        t.add(result, truth)
+        t.add(result, truth, frame)
         clip_acc, tta_acc = t.accuracy("clip"), t.accuracy("tta")
         raced = tuple(100.0 * t.racers[m.method].correct / t.labelled if t.labelled else None for m in result.methods)
         self.points.append(
@@ -327,13 +331,15 @@ class Settings:
         template = text_control(form.get("template"), "Prompt template").strip() or None
         if template is not None:
             check_templates([template], "Prompt template")
-        method = get_method(text_control(form.get("method"), "Method")).name
+        method = parse_racer(text_control(form.get("method"), "Method"), "Method").name
         methods = race_control(method, form.get("race"))
         k, alpha, lam, capacity, bank = (number_control(form.get(name), name) for name in CONTROLS)
         try:
             config = dataclasses.replace(base, k=k, alpha=alpha, lam=lam, capacity=capacity, bank_size=bank)
         except (TypeError, ValueError) as exc:  # the config's own bounds
             raise UserError(str(exc)) from None
+        forget = form.get("forget")  # None (an API client that sends none): the server's own
+        config = with_forget(config, None if forget is None else text_control(forget, FORGET_LABEL), FORGET_LABEL)
         chosen = parse_value(form.get("model"), model) if model else None
         count = views if form.get("views") is None else int_control(form.get("views"), VIEWS_LABEL)
         if not 1 <= count <= MAX_VIEWS:

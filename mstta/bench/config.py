@@ -11,7 +11,7 @@ from ..checks import check as _check
 from ..checks import check_int as _int
 from ..checks import show as _show
 from ..configfile import CONFIG_DIR, from_dict, parse_overrides, read_yaml
-from ..engine.config import FAMILY_SECTIONS, EngineConfig
+from ..engine.config import SECTIONS, EngineConfig
 from ..errors import UserError
 from ..features.views import MAX_VIEWS
 
@@ -52,10 +52,10 @@ def load_dataset_config(
     eng: dict[str, Any] = {}
     bench: dict[str, Any] = {}
     settings = overrides if isinstance(overrides, Mapping) else parse_overrides(overrides)
-    sections = set(FAMILY_SECTIONS)
+    sections = set(SECTIONS)
     for key, value in settings.items():
         section, dot, sub = key.partition(".")
-        if dot and section in sections:  # a family's hyperparameter: --set dota.eta=0.3
+        if dot and section in sections:  # a section's key: --set dota.eta=0.3, --set forget.rule=idle
             eng.setdefault(section, {})[sub] = value
         elif key in engine_keys and key not in sections:
             eng[key] = value

@@ -29,15 +29,17 @@ from typing import Any, Callable, Iterable
 from ..configfile import parse_overrides
 from ..data import LISTINGS
 from ..engine.config import VIEW_MODES, EngineConfig
-from ..engine.methods import get_method, list_methods, needs_text_tower
+from ..engine.methods import get_method, list_methods
+from ..engine.protocol import describe
+from ..engine.scale import CHECKPOINT, SET, scale_set, with_file_scale
 from ..errors import UserError, one_line
 from ..features.devices import resolve_device
 from ..features.extract_views import VIEWS_ON, view_path
 from ..features.format import FeatureSet, load_features
 from .config import DatasetConfig, dataset_config_path, load_dataset_config
-from .paper import OOD
 from .results import RUN_KEY, ResultsStore, fingerprint, versions
 from .store import Backbone, FeatureKey, Models, ensure_features, resolved_precision
+from .viewpolicy import view_spec
 
 log = logging.getLogger(__name__)
 
@@ -173,82 +175,10 @@ def redundant(row: Row, dcfg: DatasetConfig) -> bool:
     return row.view_mode is not None and row_engine_config(row, dcfg) == row_engine_config(Row(row.method), dcfg)
 
 
-IMAGENET_FAMILY = ("imagenet", *OOD)  # TPT's single-letter set ids (I, A, V, R, K): crops, not AugMix
-GROUPS = ("imagenet", "other")  # a view policy's dataset groups: the ImageNet family, every other set
-
-
-@dataclass(frozen=True)
-class Views:
-    """What a row reads on one dataset group: `kind` (augmix | crop; None: the dataset's
-    `bench.augment`), the store's `store` views per sample (None: the dataset's `bench.views`) and
-    the first `read` of them (None: all); `users`: the store's count also on a user's `imagefolder:`
-    dataset (the digits table), where the others read one view unless --views says more."""
-
-    kind: str | None = None
-    store: int | None = None
-    read: int | None = None
-    users: bool = False
-
-
-DATASETS = Views()  # the dataset's protocol (`bench.augment`, `bench.views`)
-# Method.views -> per group (GROUPS) the views its authors' code reads (docs/benchmark.md tabulates them).
-VIEW_POLICIES: dict[str, dict[str, Views]] = {
-    # the original + 63 random resized crops + flips of it on every dataset (ZERO's MultiViewCropAndFlip;
-    # MTA's AugMixAugmenter(n_views=63, augmix=False) without --tpt)
-    "crop64": {"imagenet": Views("crop", 64), "other": Views("crop", 64)},
-    # TPT's AugMixAugmenter(augmix=len(set_id) > 1): crops on the ImageNet family, AugMix on the other
-    # sets; the original + 31 views (DMN's -b 32): the first 32 of a 64-view store (shared with the crops
-    # ZERO and MTA read; the view order is the draw order, so the first 32 are 32 such draws)
-    "tpt32": {"imagenet": Views("crop", 64, 32), "other": Views("augmix", 64, 32)},
-    # 64 AugMix views on ImageNet and A/V2/R/S (DPE's get_preprocess), the dataset's on the other sets
-    # (one view: view_mode original there)
-    "augmix64-imagenet": {"imagenet": Views("augmix", 64), "other": DATASETS},
-    # TPT's AugMixAugmenter(n_views=63, augmix=len(set_id) > 1): the original + 63 crops on the ImageNet
-    # family, + 63 AugMix views on the other sets (tpt_classification.py:164-173)
-    # (its selection needs the views: 64 on a user's imagefolder: too)
-    "tpt64": {"imagenet": Views("crop", 64, users=True), "other": Views("augmix", 64, users=True)},
-    # C-TPT's --I_augmix (scripts/test_tpt_ctpt_ds.sh): AugMix on every dataset, 64 views
-    "augmix64": {"imagenet": Views("augmix", 64, users=True), "other": Views("augmix", 64, users=True)},
-}
-
-
-def dataset_group(dataset: str | None) -> str:
-    """'imagenet' for the ImageNet family, else 'other' (the fine-grained sets, imagefolder:)."""
-    return "imagenet" if dataset in IMAGENET_FAMILY else "other"
-
-
-def view_spec(
-    method: str, dcfg: DatasetConfig, forced: str | None = None, dataset: str | None = None, views_set: bool = False
-) -> tuple[str, int, int]:
-    """(kind, store views, views read) of a row on a dataset: the row's view policy (`Method.views`)
-    on the dataset's group, else the views its authors' code reads everywhere (`Method.augment`),
-    `crop` for every method with BoostAdapter's boosting (its code makes crops everywhere), else the
-    dataset's `bench.augment`; counts: the policy's, else the dataset's `bench.views`. `forced`
-    (--augment) replaces the kind. The dataset's count is the store's count (the views read capped
-    at it) where the user chose it: `views_set` (--views / --set views=N given) and on a user's
-    `imagefolder:` dataset (one view unless --views says more; the offline digits table stays one
-    extraction)."""
-    m = get_method(method)
-    policy = VIEW_POLICIES[m.views][dataset_group(dataset)] if m.views is not None else DATASETS
-    kind = forced or policy.kind or m.augment or ("crop" if m.boost else dcfg.bench.augment)
-    users = views_set or ((dataset or "").startswith("imagefolder:") and not policy.users)
-    store = dcfg.bench.views if users or policy.store is None else policy.store
-    read = store if policy.read is None else min(policy.read, store)
-    return kind, store, read
-
-
-def view_kind(method: str, dcfg: DatasetConfig, forced: str | None = None, dataset: str | None = None) -> str:
-    """The augmentation of the views a method reads (`view_spec`'s kind)."""
-    return view_spec(method, dcfg, forced, dataset)[0]
-
-
-def protocol(method: str, ecfg: EngineConfig, augment: str | None) -> str:
-    """What a cell's CLIP logits are computed on (its λ = 0): `original image`, or `<augment> views,
-    confident` (the mean of the most confident views' logits); `augment` None: a one-view stream."""
-    # TPT's CLIP logits are view 0's (it predicts from view 0)
-    original = method == "zero-shot" or needs_text_tower(method.split(ROW_SEP)[0])
-    confident = ecfg.view_mode == "confident" and not original and augment is not None
-    return f"{augment} views, confident" if confident else "original image"
+def protocol(method: str, ecfg: EngineConfig, views: int, augment: str | None, text: str = "peer") -> str:
+    """A cell's protocol in words, from its row's family (`mstta.engine.protocol.describe`): the views it
+    reads, what it predicts from, its text set."""
+    return describe(method, ecfg, views, augment, text)
 
 
 def feature_key(
@@ -277,14 +207,21 @@ def cell_key(dataset: str, backbone: Backbone, row: str, seed: int, **extra: Any
 
 
 def cell_fingerprint(
-    ecfg: EngineConfig, fkey: FeatureKey, extra: dict[str, Any] | None = None, views: int | None = None
+    ecfg: EngineConfig,
+    fkey: FeatureKey,
+    extra: dict[str, Any] | None = None,
+    views: int | None = None,
+    scale: str = SET,
 ) -> str:
     """What decides a cell's result besides its key: rerun when it changes (`views`: the views the
-    cell reads of its file's, when fewer)."""
+    cell reads of its file's, when fewer; `scale` CHECKPOINT: the file's recorded logit scale)."""
     read = {"views_read": views} if views is not None and views < fkey.views else {}
+    hyper = dataclasses.asdict(ecfg)
+    if scale != SET:
+        hyper["logit_scale"] = scale  # the file's (one per backbone): known once the file is
     return fingerprint(
         {
-            "hyperparameters": dataclasses.asdict(ecfg),
+            "hyperparameters": hyper,
             "views": fkey.views,
             **read,
             "augment": fkey.augment if fkey.views > 1 else None,
@@ -325,6 +262,7 @@ class Cell:
     ecfg: EngineConfig
     fkey: FeatureKey
     views: int | None = None  # the first `views` views of each sample; None: all the file's
+    scale: str = SET  # SET: `ecfg.logit_scale` as given; CHECKPOINT: the feature file's (`scaled`)
 
     @property
     def read(self) -> int:
@@ -342,7 +280,13 @@ class Cell:
 
     @property
     def fingerprint(self) -> str:
-        return cell_fingerprint(self.ecfg, self.fkey, views=self.read)
+        return cell_fingerprint(self.ecfg, self.fkey, views=self.read, scale=self.scale)
+
+    def scaled(self, fs: FeatureSet, path: Path) -> tuple["Cell", str]:
+        """(the cell with its stream's logit scale, where it came from): the file's (the checkpoint's,
+        `mstta.engine.scale`) unless `--set logit_scale=` gave one."""
+        ecfg, source = with_file_scale(self.ecfg, fs.meta, self.scale == SET, str(path))
+        return dataclasses.replace(self, ecfg=ecfg), source
 
 
 # ---------------------------------------------------------------------- one run's state
@@ -364,7 +308,8 @@ class RunContext:
     def bar(self, items, **kw):
         from tqdm.auto import tqdm
 
-        return tqdm(items, disable=not self.cfg.progress, dynamic_ncols=True, **kw)
+        # disable=None: drawn on a terminal only, so a log file gets no bar debris (`[A`)
+        return tqdm(items, disable=None if self.cfg.progress else True, dynamic_ncols=True, **kw)
 
     def cell(
         self, dataset: str, backbone: Backbone, row: Row, seed: int, ecfg: EngineConfig | None = None, **extra: Any
@@ -385,7 +330,9 @@ class RunContext:
             view_path(self.cfg.views_on, self.device),
             store,
         )
-        return Cell(row, cell_key(dataset, backbone, row.name, seed, **extra), ecfg, fkey, read)
+        chosen = scale_set(self.cfg.settings) or extra.get("param") == "logit_scale"
+        key = cell_key(dataset, backbone, row.name, seed, **extra)
+        return Cell(row, key, ecfg, fkey, read, SET if chosen else CHECKPOINT)
 
     def each_dataset(self, backbone: Backbone, work: Callable[[str], None], desc: str) -> list[str]:
         """`work(dataset)` for every dataset; a UserError skips that dataset (one warning line, listed

@@ -33,16 +33,18 @@ import torch
 
 from ..engine.config import EngineConfig
 from ..engine.engine import Engine
-from ..engine.methods import get_method, needs_text_tower
+from ..engine.methods import needs_text_tower
+from ..engine.protocol import views_read
 from ..errors import UserError
 from ..features.extract_views import view_path
 from ..features.format import load_features
 from ..features.tensor_views import TensorViewMaker
 from ..features.views import ViewMaker, split_preprocess, to_pixels
-from .context import Row, RunContext, feature_key, redundant, row_engine_config, view_kind
+from .context import Row, RunContext, feature_key, redundant, row_engine_config
 from .memory import MemoryMeter
 from .results import fingerprint
 from .store import Backbone
+from .viewpolicy import view_kind
 
 log = logging.getLogger(__name__)
 
@@ -54,13 +56,11 @@ TPT_VIEWS = 64  # azshue/TPT scripts/test_tpt.sh -b 64: the original + 63 views 
 
 
 def views_used(method: str, ecfg: EngineConfig, views: int) -> int:
-    """How many images per sample a method actually encodes."""
-    m = get_method(method)
-    if needs_text_tower(m):
+    """How many images per sample a method actually encodes (`mstta.engine.protocol.views_read`: a row with views
+    of its own, ZERO, MTA, DMN-ZS, encodes them under `view_mode: original` too; TPT/C-TPT their 64)."""
+    if needs_text_tower(method):
         return TPT_VIEWS  # TPT/C-TPT tune on their own views whatever the dataset's protocol
-    if method == "zero-shot" or (ecfg.view_mode == "original" and not m.boost):
-        return 1
-    return views
+    return views_read(method, ecfg, views)
 
 
 class _Made(torch.utils.data.Dataset):

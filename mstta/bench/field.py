@@ -19,19 +19,18 @@ import numpy as np
 import torch
 
 from ..checks import int_in
-from ..engine.engine import Engine
 from ..engine.methods import get_method
-from ..engine.replay import replay
+from ..engine.protocol import clip_path
 from ..errors import UserError
-from ..features.format import FeatureSet
+from ..features.format import FeatureSet, peek_features
 from . import metrics as M
 from . import paper
 from .context import BenchmarkConfig, Cell, Row, RunContext, cell_fingerprint, dataset_config, load_stream, protocol
+from .fieldmetrics import OPEN_SETTINGS, open_set_metrics, order_accuracies, replay_probs, state_bytes
 from .results import FIELD_FILE, FIELD_KEY, predictions_path, save_predictions
 from .store import Backbone, ensure_features
-from .textsets import Choice, TextSets, choose, file_hash
+from .textsets import PEER, Choice, TextSets, choose, file_hash
 
-OPEN_SETTINGS = ("withheld", "mixed")
 MAX_ORDERS = 1000
 LABEL_TUNED_FILE = Path(__file__).resolve().parent.parent / "resources" / "label_tuned.yaml"
 
@@ -40,7 +39,7 @@ LABEL_TUNED_FILE = Path(__file__).resolve().parent.parent / "resources" / "label
 class FieldOptions:
     """What the field table adds to a `BenchmarkConfig` (the CLI fills it in)."""
 
-    texts: list[str] = field(default_factory=lambda: ["official"])  # `official` and/or set names
+    texts: list[str] = field(default_factory=lambda: [PEER])  # set names and/or `official`
     cupl: Path | None = None  # --cupl: CuPL prompts JSON
     text_classifier: Path | None = None  # --text-classifier: a user's [C, d] .npy
     orders: int = 10  # R stream orders (order 0 = the stored one)
@@ -61,6 +60,13 @@ class FieldOptions:
             )
         if not (isinstance(self.mix_share, (int, float)) and 0 < self.mix_share <= 10):
             raise UserError(f"--mix-share {self.mix_share}: expected a number in (0, 10]")
+
+    @property
+    def skipped(self) -> str | None:
+        """The line that says an asked-for open setting cannot run (mixed without --mix-with), else None."""
+        if "mixed" in self.open and self.mix_with is None:
+            return "the mixed open-set setting needs --mix-with DATASET: skipped (its columns show —)"
+        return None
 
 
 def label_tuned_settings() -> dict[str, dict[str, dict[str, Any]]]:
@@ -92,92 +98,6 @@ class FieldCell:
         return self.cell.key
 
 
-def _orders_perm(n: int, seed: int, r: int) -> np.ndarray:
-    return np.random.default_rng([seed, r]).permutation(n)
-
-
-def state_bytes(text: torch.Tensor, method, ecfg, device, tower=None) -> int:
-    """Bytes of the tensors of a method's state right after it is made (preallocated to its bounds)."""
-    eng = Engine(text, method, ecfg, device=device, text_tower=tower)
-    seen: set[int] = set()
-
-    def walk(obj) -> int:
-        if isinstance(obj, torch.Tensor):
-            return obj.numel() * obj.element_size()
-        if id(obj) in seen or obj is None or isinstance(obj, (str, bytes, int, float, bool)):
-            return 0
-        seen.add(id(obj))
-        if isinstance(obj, dict):
-            return sum(walk(v) for v in obj.values())
-        if isinstance(obj, (list, tuple)):
-            return sum(walk(v) for v in obj)
-        return sum(walk(v) for v in vars(obj).values()) if hasattr(obj, "__dict__") else 0
-
-    return int(walk(eng.state_dict()))
-
-
-def _replay(feats, text, method, ecfg, device, probs=True, tower=None):
-    return replay(feats, text, method, ecfg, device=device, keep_probs=probs, text_tower=tower)
-
-
-def open_withheld(fs: FeatureSet, text: torch.Tensor, method, ecfg, device, seed: int, tower=None) -> dict[str, float]:
-    """Half the classes withheld from the text classifier, their samples unknown (label -1)."""
-    drop = M.withheld_classes(text.shape[0], seed)
-    kept, labels = M.withhold(fs.labels, text.shape[0], drop)
-    r = _replay(fs.features, text[torch.as_tensor(kept)], method, ecfg, device, tower=tower and tower.subset(kept))
-    return M.open_set(r.predictions, r.probs, labels)
-
-
-def open_mixed(fs: FeatureSet, foreign: FeatureSet, text, method, ecfg, device, seed: int, share: float, tower=None):
-    """Another dataset's samples (label -1) mixed into the stream at random places."""
-    n_f = min(foreign.num_samples, max(1, round(share * fs.num_samples)))
-    v = min(fs.num_views, foreign.num_views)
-    own = fs.features if fs.features.dim() == 2 else fs.features[:, :v]
-    other = foreign.features[:n_f] if foreign.features.dim() == 2 else foreign.features[:n_f, :v]
-    if own.shape[-1] != other.shape[-1]:
-        raise UserError(
-            f"--mix-with: its features have {other.shape[-1]} dims, the stream's {own.shape[-1]}; "
-            "mix datasets of one backbone"
-        )
-    pos = M.mix_positions(fs.num_samples, n_f, seed)
-    pos_t = torch.as_tensor(pos)
-    feats = torch.where(
-        (pos_t >= 0).view(-1, *[1] * (own.dim() - 1)),
-        own[pos_t.clamp_min(0)],
-        other.to(own.dtype)[(-1 - pos_t).clamp_min(0)],
-    )
-    labels = np.where(pos >= 0, fs.labels[np.maximum(pos, 0)], -1)
-    r = _replay(feats, text, method, ecfg, device, tower=tower)
-    return M.open_set(r.predictions, r.probs, labels)
-
-
-def order_accuracies(fs: FeatureSet, text, method, ecfg, device, seed: int, orders: int, acc: float, tower=None):
-    """Accuracy over `orders` stream orders: the stored order's `acc`, then each seeded permutation's."""
-    accs = [acc]
-    for k in range(1, orders):
-        perm = _orders_perm(fs.num_samples, seed, k)
-        r = _replay(fs.features[torch.as_tensor(perm)], text, method, ecfg, device, probs=False, tower=tower)
-        accs.append(M.accuracy(r.predictions, fs.labels[perm]))
-    return accs
-
-
-def open_set_metrics(
-    fs: FeatureSet, text, method, ecfg, device, seed: int, opts: FieldOptions, foreign: FeatureSet | None, tower=None
-) -> dict[str, float | None]:
-    """AUROC, FPR at 95% TPR and known-class accuracy per open setting (`mixed_` prefixed), None where not run."""
-    rec: dict[str, float | None] = {}
-    for name in OPEN_SETTINGS:
-        got = None
-        if name == "withheld" and name in opts.open:
-            got = open_withheld(fs, text, method, ecfg, device, seed, tower)
-        elif name == "mixed" and name in opts.open and foreign is not None:
-            got = open_mixed(fs, foreign, text, method, ecfg, device, seed, opts.mix_share, tower)
-        prefix = "" if name == "withheld" else "mixed_"
-        for k in ("auroc", "fpr95", "known_accuracy"):
-            rec[prefix + k] = None if got is None else got[k]
-    return rec
-
-
 def rounded(rec: dict[str, Any]) -> dict[str, Any]:
     """A record with its finite floats rounded to 4 places and its non-finite ones None."""
     return {
@@ -199,7 +119,7 @@ def measure(
     """Every metric of one cell (docs/field.md defines each)."""
     cell, method, ecfg, seed = fc.cell, fc.cell.row.method, fc.cell.ecfg, fc.cell.key["seed"]
     labels = fs.labels
-    r = _replay(fs.features, text, method, ecfg, device, tower=tower)
+    r = replay_probs(fs.features, text, method, ecfg, device, tower=tower)
     acc = M.accuracy(r.predictions, labels)
     f0 = fs.features if fs.features.dim() == 2 else fs.features[:, 0]
     zs = M.accuracy((f0.float().cpu() @ text.T.float().cpu()).argmax(-1).numpy(), labels)
@@ -283,7 +203,7 @@ class FieldRun:
             "tuned": tuned,
             "field": 1,
         }
-        return FieldCell(cell, choice, tuned, cell_fingerprint(cell.ecfg, cell.fkey, extra, cell.read))
+        return FieldCell(cell, choice, tuned, cell_fingerprint(cell.ecfg, cell.fkey, extra, cell.read, cell.scale))
 
     def foreign(self, fc: FieldCell) -> FeatureSet | None:
         """The mixed setting's other dataset, in the cell's view kind (extracted once when absent)."""
@@ -305,16 +225,18 @@ class FieldRun:
         return self._foreign[fkey]
 
     def precheck(self, backbone: Backbone, dataset: str) -> None:
-        """Bad text files and open settings a dataset cannot hold, before anything is written: one
-        UserError for the whole run (not a skipped dataset)."""
+        """Bad text files, open settings a dataset cannot hold, an unreadable mixed-in stream: before
+        anything is written, one UserError for the whole run (never a warning per dataset, then it)."""
+        cells = [fc for seed in self.cfg.seeds for fc in self.cells(dataset, backbone, seed)]
+        for fc in cells:
+            self.foreign(fc)  # extracted or loaded once per seed and view kind, kept for the cells
         found = self.describe(backbone, dataset)
         if found is None:
             return
-        classnames, C, d = found
-        for name in {fc.text.name for seed in self.cfg.seeds for fc in self.cells(dataset, backbone, seed)}:
-            self.texts.check(name, classnames, C, d)
+        for name in {fc.text.name for fc in cells}:
+            self.texts.check(name, *found)
         if "withheld" in self.opts.open:
-            M.withheld_classes(C, 0)
+            M.withheld_classes(found[1], 0)
 
     def describe(self, backbone: Backbone, dataset: str) -> tuple[list[str] | None, int, int | None] | None:
         """(class names, C, d) of a dataset: from a stored feature file, else from its split (d
@@ -324,11 +246,9 @@ class FieldRun:
         for fc in self.cells(dataset, backbone, self.cfg.seeds[0]):
             path = fc.cell.fkey.path(self.cfg.store)
             if path.is_file():
-                try:
-                    with np.load(path, allow_pickle=False) as z:
-                        names = [str(c) for c in z["classnames"]] if "classnames" in z.files else None
-                        return names, int(z["text"].shape[0]), int(z["text"].shape[1])
-                except (OSError, ValueError, KeyError):
+                try:  # a damaged file: its dataset is reported (one line naming it) when it is read
+                    return (peek := peek_features(path)).classnames, int(peek.text[0]), int(peek.text[1])
+                except UserError:
                     return None
         try:
             split = load_split(dataset, self.cfg.data_root, self.cfg.listing)
@@ -357,7 +277,8 @@ class FieldRun:
         return False
 
     def record(self, fc: FieldCell, fs: FeatureSet, path: Path) -> None:
-        cell = fc.cell
+        cell, scale_from = fc.cell.scaled(fs, path)  # the checkpoint's logit scale unless --set gives one
+        fc = dataclasses.replace(fc, cell=cell)
         text = self.texts.classifier(fc.text.name, fs, cell.key["dataset"], _backbone(cell))
         m = get_method(cell.row.method)
         marks = list(m.marks) + ([fc.text.mark] if fc.text.mark else [])
@@ -372,7 +293,11 @@ class FieldRun:
             "text_requested": fc.text.requested,
             "family": m.family,
             "benchmark": paper.benchmark_of(cell.key["dataset"]),
-            "protocol": protocol(cell.row.method, cell.ecfg, augment),
+            "protocol": protocol(cell.row.method, cell.ecfg, cell.read, augment, fc.text.name),
+            "view_mode": cell.ecfg.view_mode,
+            "clip_path": clip_path(cell.row.method, cell.ecfg, cell.read, augment),
+            "logit_scale": cell.ecfg.logit_scale,
+            "logit_scale_from": scale_from,
             "n": int(fs.num_samples),
             "classes": int(fs.num_classes),
             "views": cell.read,
@@ -400,7 +325,7 @@ def plan_field(cfg: BenchmarkConfig, opts: FieldOptions) -> list[str]:
     lines = [
         f"out: {cfg.out}; feature store: {cfg.store}; device: {fr.run.device}; orders {opts.orders}; "
         f"open: {', '.join(opts.open) or 'none'}" + (f" (mixed with {opts.mix_with})" if opts.mix_with else "")
-    ]
+    ] + ([opts.skipped] if opts.skipped else [])
     todo = 0
     for backbone in cfg.backbones:
         lines.append(f"backbone {backbone.label}")
@@ -435,6 +360,8 @@ def run_field(cfg: BenchmarkConfig, opts: FieldOptions) -> dict[str, Any]:
     for backbone in cfg.backbones:  # bad text files / open settings: exit 2 before any cell
         for dataset in cfg.datasets:
             fr.precheck(backbone, dataset)
+    if opts.skipped:  # after the checks: a refusal stays one line
+        cfg.notify(opts.skipped)
     for backbone in cfg.backbones:
         fr.run.each_dataset(backbone, lambda d, b=backbone: fr.dataset(b, d), backbone.label)
     fr.run.finish()

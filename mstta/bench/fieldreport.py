@@ -14,6 +14,7 @@ from typing import Any, Sequence
 from ..atomic import atomic_open
 from . import paper
 from .context import row_order, row_title
+from .papertable import FIELD_METRICS, caption, rows_of
 from .reportfmt import DASH, table
 from .results import FIELD_FILE, FIELD_KEY, ResultsStore
 
@@ -50,6 +51,9 @@ CSV_COLUMNS = (
     "family",
     "text_requested",
     "protocol",
+    "view_mode",
+    "logit_scale",
+    "logit_scale_from",
     "n",
     "classes",
     "views",
@@ -81,7 +85,8 @@ REPORT_COLUMNS = (
 )
 
 
-def write_csv(path: Path, runs: Sequence[dict[str, Any]]) -> None:
+def write_field_csv(path: Path, runs: Sequence[dict[str, Any]]) -> None:
+    """The field table's results.csv: its CSV_COLUMNS, the marks joined."""
     with atomic_open(path, "w", encoding="utf-8") as fh:
         w = csv.writer(fh, lineterminator="\n")
         w.writerow(CSV_COLUMNS)
@@ -146,7 +151,7 @@ def dataset_tables(runs: list[dict[str, Any]]) -> list[str]:
             f"### {paper.dataset_name(ds)} · {bb} ({pre})",
             "",
             f"`{ds}`: " + f"{n} samples, {rs[0].get('classes')} classes; seeds {', '.join(map(str, seeds))}; "
-            f"{rs[0].get('orders')} stream orders per seed; ECE with {rs[0].get('ece_bins')} bins.",
+            f"{rs[0].get('orders')} stream orders per seed; ECE with {rs[0].get('ece_bins')} bins; " + caption(rs),
             "",
         ]
         body = []
@@ -173,28 +178,16 @@ def dataset_tables(runs: list[dict[str, Any]]) -> list[str]:
 
 
 def summary_table(runs: list[dict[str, Any]]) -> list[str]:
-    """Per backbone: a row per method and text set, a column per dataset holding
-    accuracy / ECE / AUROC (withheld classes), means over seeds."""
+    """Per backbone: a row per method and text set, a column per dataset and metric (accuracy, ECE,
+    AUROC with withheld classes: each its own column), mean ± std over seeds, and what the rows rest
+    on (scale, view mode, text set: `papertable.caption`)."""
     lines: list[str] = []
     for bb, pre in sorted({(r["backbone"], r["pretrained"]) for r in runs}):
         rs = [r for r in runs if (r["backbone"], r["pretrained"]) == (bb, pre)]
-        datasets = list(dict.fromkeys(r["dataset"] for r in rs))
-        order = row_order(r["method"] for r in rs)
-        keys = sorted(
-            {(r["method"], r["text"], bool(r.get("label_tuned"))) for r in rs},
-            key=lambda k: (order.index(k[0]), k[1], k[2]),
-        )
-        body = []
-        for k in keys:
-            mine = [r for r in rs if (r["method"], r["text"], bool(r.get("label_tuned"))) == k]
-            row = [row_label(mine[0])]
-            for ds in datasets:
-                cell = [r for r in mine if r["dataset"] == ds]
-                parts = [_mean_std([r.get(f) for r in cell])[0] for f in ("accuracy", "ece", "auroc")]
-                row.append(" / ".join(DASH if v is None else f"{v:.2f}" for v in parts))
-            body.append(row)
-        lines += [f"### {bb} ({pre}): accuracy / ECE / AUROC", ""]
-        lines += table(["Method [text set]"] + [paper.dataset_name(d) for d in datasets], body) + [""]
+        header, body = rows_of(rs, FIELD_METRICS, latex=False)
+        marked = {row_title(r["method"]) + f" [{r['text']}]": row_label(r) for r in rs if not r.get("label_tuned")}
+        body = [[marked.get(row[0], row[0])] + row[1:] for row in body]
+        lines += [f"### {bb} ({pre})", ""] + table(header, body) + ["", caption(rs), ""]
     return lines
 
 
@@ -270,7 +263,7 @@ def write_field_reports(out: Path, plots: bool = True) -> Path:
     """Rebuild results.csv, the plots and report.md from the field's results.json."""
     store = ResultsStore(out / FIELD_FILE, FIELD_KEY)
     runs = sorted(store.runs, key=lambda r: tuple(str(r.get(k)) for k in FIELD_KEY))
-    write_csv(out / "results.csv", runs)
+    write_field_csv(out / "results.csv", runs)
     pngs: list[Path] = []
     if plots and runs:
         from .fieldplots import field_plots

@@ -25,6 +25,8 @@ from ..engine.methods import get_method
 from . import paper
 from .context import Row, row_order, row_title
 from .efficiencyreport import efficiency_table
+from .paper import dataset_name
+from .papertable import caption
 from .reportfmt import DASH, backbone_label, diff, fmt, fmt_stats, method_label, stats, table
 from .results import ResultsStore, write_csv
 
@@ -52,8 +54,8 @@ def clip_views(runs: Iterable[dict[str, Any]]) -> dict[tuple[str, str], dict[str
     original image only."""
     out: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(dict)))
     for r in runs:
-        proto = r.get("protocol")
-        if proto and proto != "original image" and "param" not in r:
+        proto = r.get("clip_path", r.get("protocol"))  # records before issue 33: the protocol's words
+        if proto and proto not in ("original image", "the original image") and "param" not in r:
             out[(r["backbone"], r["pretrained"])][r["dataset"]][proto].setdefault(r["seed"], r["clip_view_accuracy"])
     return {
         k: {d: {p: [v[s] for s in sorted(v)] for p, v in by_p.items()} for d, by_p in by_d.items()}
@@ -192,7 +194,7 @@ def seeds_table(
                 ref = ref if ref and ref["backbone"] == pkey else None
                 rows.append(
                     [
-                        paper.dataset_label(d),
+                        dataset_name(d),
                         backbone_label(bb, pre),
                         method_label(reading, paper.benchmark_of(d)),
                         str(ms[2]),
@@ -206,6 +208,8 @@ def seeds_table(
                 )
     if not rows:
         return []
+    if all(r[-1] == DASH for r in rows):  # no paper row for any of these (a custom set): no paper columns
+        rows = [r[:-3] for r in rows]
     return table(
         [
             "Dataset",
@@ -218,7 +222,7 @@ def seeds_table(
             "paper BoostAdapter",
             "paper MS-TTA",
             "paper Improv.",
-        ],
+        ][: len(rows[0])],
         rows,
     )
 
@@ -227,13 +231,15 @@ def other_table(by_ds: dict[str, dict[str, list[float]]], methods: list[str]) ->
     cols = [d for d in by_ds if paper.benchmark_of(d) is None]
     if not cols:
         return []
-    rows = [[method_label(m)] + [fmt_stats(stats(by_ds[d].get(m, []))) for d in cols] for m in methods]
-    return table(["Method"] + [paper.dataset_label(d) for d in cols], rows)
+    rows = [[row_title(m)] + [fmt_stats(stats(by_ds[d].get(m, []))) for d in cols] for m in methods]
+    return table(["Method"] + [dataset_name(d) for d in cols], rows)
 
 
 def describe_protocol(r: dict[str, Any]) -> str:
-    """What a cell read and predicted from, in words: `63 augmix views + original; predicts from
-    the confident views' mean`."""
+    """What a cell read, predicted from and its text set, in words: the record's `protocol` (built from
+    its family, `mstta.engine.protocol.describe`); a record from before issue 33: rebuilt from its views."""
+    if str(r.get("protocol", "")).startswith("reads "):
+        return r["protocol"]
     method = Row.parse(r["method"]).method
     views, augment, confident = r.get("views", 1), r.get("augment"), r.get("view_mode") == "confident"
     many = views > 1 and method != "zero-shot"
@@ -258,7 +264,7 @@ def protocol_table(runs: list[dict[str, Any]]) -> list[str]:
     names = {"ood": "OOD", "cross": "Cross-dataset", "other": "Other datasets"}
     return table(
         ["Method"] + [names[b] for b in benches],
-        [[method_label(m)] + [seen[m].get(b, DASH) for b in benches] for m in row_order(seen)],
+        [[row_title(m)] + [seen[m].get(b, DASH) for b in benches] for m in row_order(seen)],
     )
 
 
@@ -283,7 +289,7 @@ def samples_table(runs: list[dict[str, Any]]) -> list[str]:
             flag = "same" if (n, classes) == (pn, pc) else f"DIFFERS ({n - pn:+,} samples, {classes - pc:+} classes)"
         rows.append(
             [
-                paper.dataset_label(d),
+                dataset_name(d),
                 listing,
                 f"{n:,}",
                 str(classes),
@@ -292,7 +298,10 @@ def samples_table(runs: list[dict[str, Any]]) -> list[str]:
                 flag,
             ]
         )
-    return table(["Dataset", "Listing", "Samples read", "Classes", "paper samples", "paper classes", "Check"], rows)
+    header = ["Dataset", "Listing", "Samples read", "Classes", "paper samples", "paper classes", "Check"]
+    if all(paper.dataset_stats(d) is None for d, _, _ in seen):  # custom sets only: no paper columns
+        header, rows = header[:4], [r[:4] for r in rows]
+    return table(header, rows)
 
 
 # ---------------------------------------------------------------------- the report
@@ -316,6 +325,8 @@ def report_header(runs: list[dict[str, Any]]) -> list[str]:
         "",
         f"Generated {time.strftime('%Y-%m-%d %H:%M')} from `results.json` ({len(runs)} runs; device "
         f"{', '.join(devices) or DASH}; " + ", ".join(f"{k} {v}" for k, v in vers.items()) + ").",
+        "",
+        caption(runs),
         "",
         "Top-1 accuracy (%). `ours`: this benchmark (mean ± sample std when several seeds ran); "
         "`paper`: as reported in the paper (`mstta/resources/paper_results.yaml`), — where it reports none; "

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..atomic import atomic_open
 from ..errors import UserError
+from .resultfields import check_results
 
 FORMAT = 1
 RUN_KEY = ("dataset", "backbone", "pretrained", "method", "seed")
@@ -105,6 +106,7 @@ class ResultsStore:
             raise UserError(f"{self.path}: not a results file (no 'runs' list); move it away or pass another --out")
         if data.get("format", FORMAT) != FORMAT:
             raise UserError(f"{self.path}: results format {data.get('format')} is not {FORMAT}; pass another --out")
+        check_results(self.path, data, self.key)
         return data
 
     # ------------------------------------------------------------------ runs

@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 import torch
 
 from ..checks import check_seed
+from ..engine.protocol import clip_path
 from ..engine.replay import replay
 from ..errors import UserError, one_line
 from ..features.devices import resolve_device
@@ -40,8 +40,10 @@ from .context import (
     redundant,
 )
 from .memory import MemoryMeter
+from .metrics import accuracy
 from .results import predictions_path, save_predictions
 from .store import Backbone, FeatureKey, Models, ensure_features, resolve_backbone, resolved_precision, weights_status
+from .textsets import PEER
 
 log = logging.getLogger(__name__)
 
@@ -123,11 +125,6 @@ def zero_shot_accuracy(fs: FeatureSet) -> float:
     return accuracy(pred, fs.labels)
 
 
-def accuracy(pred: np.ndarray, labels: np.ndarray) -> float:
-    known = labels >= 0
-    return float((pred[known] == labels[known]).mean() * 100)
-
-
 def replay_cell(
     fs: FeatureSet,
     cell: Cell,
@@ -142,6 +139,7 @@ def replay_cell(
     per-sample predictions saved for the plots). Two CLIP references ride along: `zero_shot_accuracy`
     (CLIP on the original image, the paper's CLIP row) and `clip_view_accuracy` (CLIP logits of the
     method's own prediction path with no cache: this protocol's λ = 0), with the gain over each."""
+    cell, scale_from = cell.scaled(fs, path)  # the checkpoint's logit scale unless --set gives one
     ecfg, fkey, method = cell.ecfg, cell.fkey, cell.row.method
     fs = cell.features(fs)  # the views this row reads of its file's (`context.view_spec`)
     meter = MemoryMeter(device)
@@ -157,7 +155,11 @@ def replay_cell(
         "clip_view_accuracy": round(clip_views, 4),
         "gain_over_clip": round(acc - zs, 4),
         "gain_over_clip_views": round(acc - clip_views, 4),
-        "protocol": protocol(method, ecfg, augment),
+        "protocol": protocol(method, ecfg, cell.read, augment, PEER),
+        "text": PEER,
+        "clip_path": clip_path(method, ecfg, cell.read, augment),
+        "logit_scale": ecfg.logit_scale,
+        "logit_scale_from": scale_from,
         "n": int(fs.num_samples),
         "classes": int(fs.num_classes),
         "listing": fkey.listing,

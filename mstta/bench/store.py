@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import UserError
+from ..errors import UserError, one_line
 from ..features.models import DEFAULT_MODEL, DEFAULT_TAG
 
 log = logging.getLogger(__name__)
@@ -204,7 +204,8 @@ def ensure_features(
     progress: bool = False,
 ) -> Path:
     """The feature file of `key` in the store, extracted first when absent (the store is a cache:
-    an existing file is used as is; delete it to re-extract). The backbone's model is shared
+    an existing file is used as is once `check_stored` finds it the one its name promises; delete
+    it to re-extract). The backbone's model is shared
     through `models`, so it loads once per backbone. Another run extracting the same file at the
     same time is refused (`output_lock`), naming its pid."""
     from ..atomic import output_lock
@@ -212,6 +213,7 @@ def ensure_features(
 
     path = key.path(Path(store))
     if path.is_file():
+        check_stored(path, key, data_root)
         _check_views_made(path, key)
         return path
     kwargs: dict[str, Any] = dict(
@@ -249,3 +251,81 @@ def _check_views_made(path: Path, key: FeatureKey) -> None:
             f"{VIEW_SUFFIX['gpu']}.npz if it was made on a GPU ({VIEW_SUFFIX['cpu-tensors']}.npz on a CPU), "
             "or delete it to re-extract"
         )
+
+
+def check_stored(path: Path, key: FeatureKey, data_root: str | Path | None) -> None:
+    """A stored file is the one its name promises: a readable archive whose meta holds `key`'s
+    settings and whose class names are the dataset's (when its split can be read here), so a file
+    cut short or copied from another dataset is refused, naming it, never replayed."""
+    from ..features.format import peek_features
+
+    fix = "delete it to re-extract"
+    try:
+        peek = peek_features(path)
+    except UserError as exc:
+        raise UserError(f"--store: {one_line(exc)}; {fix}") from None
+    want = stored_settings(key)
+    diff = [f"{k} {peek.meta[k]!r} (asked: {v!r})" for k, v in want.items() if k in peek.meta and peek.meta[k] != v]
+    if diff:
+        raise UserError(f"--store: {path} holds other features than its name says: {'; '.join(diff[:3])}; {fix}")
+    split = _split(key, data_root)
+    if split is None:
+        return
+    names, got, classes = list(split.classnames), peek.classnames, peek.text[0]
+    if classes != len(names) or (got is not None and got != names):
+        shown = ", ".join((got or [])[:3]) or "no names"
+        raise UserError(
+            f"--store: {path} holds {classes} classes ({shown}), but {key.dataset} has {len(names)} "
+            f"({', '.join(names[:3])}): another dataset's file; {fix}"
+        )
+    want_hash = _stream_hash(split, key, data_root) if "stream_hash" in peek.meta else None
+    if want_hash is not None and peek.meta["stream_hash"] != want_hash:
+        raise UserError(
+            f"--store: {path} holds another stream of images than {key.dataset}'s (its stream_hash "
+            f"{str(peek.meta['stream_hash'])[:16]!r}, the dataset's {want_hash!r}): the images changed or "
+            f"it is another dataset's file; {fix}"
+        )
+
+
+def stored_settings(key: FeatureKey) -> dict[str, Any]:
+    """What a stored file's meta must say for `key` (`mstta.features.extract_settings.ExtractSettings`' names)."""
+    from ..data import resolve_key
+
+    try:
+        dataset = resolve_key(key.dataset)
+    except UserError:
+        dataset = key.dataset
+    want: dict[str, Any] = {
+        "dataset": dataset,
+        "model": key.backbone.name,
+        "pretrained": key.backbone.pretrained,
+        "precision": key.precision,
+        "views": key.views,
+        "seed": key.seed,
+        "limit": key.limit,
+        "listing": key.listing,
+    }
+    if key.views > 1:  # one view: no augmentation (one file serves every augment)
+        want["augment"] = key.augment
+    return want
+
+
+def _split(key: FeatureKey, data_root: str | Path | None):
+    """The dataset's split when it can be read here (else None: a store serves without its data)."""
+    from ..data import load_split
+
+    try:
+        return load_split(key.dataset, data_root, key.listing)
+    except UserError:
+        return None
+
+
+def _stream_hash(split, key: FeatureKey, data_root: str | Path | None) -> str:
+    """The `stream_hash` an extraction of `key` writes (`mstta.features.extract.plan`): ordered images, labels."""
+    from ..data import FOLDER_PREFIX
+    from ..features.extract import stream_hash, stream_order
+
+    order = stream_order(len(split), key.seed)[: key.limit]
+    folder = split.key.startswith(FOLDER_PREFIX)
+    base = Path(split.key[len(FOLDER_PREFIX) :]) if folder else Path(data_root or ".")
+    return stream_hash(split, order, base.expanduser())

@@ -23,7 +23,7 @@ import yaml
 
 from ..atomic import atomic_open
 from ..configfile import from_dict
-from ..engine.config import EngineConfig
+from ..engine.config import FAMILY_SECTIONS, EngineConfig
 from ..errors import UserError
 from . import paper
 from .config import DatasetConfig
@@ -87,13 +87,27 @@ def expand(tokens: list[str], param: str) -> list[Any]:
     return [int(v) if is_int else v for v in vals]
 
 
+def sweepable() -> list[str]:
+    """Every key a sweep can vary: the engine's scalar keys, then each family section's as `section.key`."""
+    out = []
+    for f in dataclasses.fields(EngineConfig):
+        if f.name in FAMILY_SECTIONS:
+            out += [f"{f.name}.{g.name}" for g in dataclasses.fields(getattr(EngineConfig(), f.name))]
+        else:
+            out.append(f.name)
+    return out
+
+
 def parse_param(spec: str) -> tuple[str, list[Any]]:
     """`k=2,4,8` -> ("k", [2, 4, 8]); a bare `k` takes the paper's values for it."""
     name, sep, raw = str(spec).partition("=")
     name = name.strip()
-    fields = [f.name for f in dataclasses.fields(EngineConfig)]
+    fields = sweepable()
     if name not in fields:
-        raise UserError(f"--param {spec}: '{name}' is not an engine hyperparameter; choose one of: {', '.join(fields)}")
+        raise UserError(
+            f"--param {spec}: '{name}' is not a hyperparameter; choose one of: {', '.join(fields)} "
+            f"(a family's key as SECTION.KEY, e.g. dota.eta)"
+        )
     if not sep:
         found = paper.ablation(name)
         if found is None:
@@ -131,7 +145,8 @@ def engine_for(dcfg: DatasetConfig, param: str, value: Any, method: str = DEFAUL
     ecfg = row_engine_config(Row.parse(method), dcfg)
     if param == "ms_steps" and value == 0:
         return ecfg
-    return from_dict(EngineConfig, {param: value}, f"--param {param}", base=ecfg)
+    section, dot, key = param.partition(".")
+    return from_dict(EngineConfig, {section: {key: value}} if dot else {param: value}, f"--param {param}", base=ecfg)
 
 
 def check_grid(cfg: BenchmarkConfig, values: Sequence[Any]) -> int:
@@ -254,6 +269,7 @@ def sweep_table(runs: list[dict[str, Any]], param: str, pkey: str | None, method
 
 def write_sweep_reports(out: Path, param: str, plots: bool = True) -> Path:
     """sweep_<param>.csv, .md (and .png) from sweep_<param>.json."""
+    from .papertable import caption
     from .reportfmt import backbone_label
 
     store = ResultsStore(out / f"sweep_{param}.json", SWEEP_KEY)
@@ -270,6 +286,8 @@ def write_sweep_reports(out: Path, param: str, plots: bool = True) -> Path:
         "`Δ` = ours − paper. `samples/s`: "
         "adaptation throughput of the replay (encoder excluded); the paper's row is its end-to-end FPS "
         "(RTX 3090), so the two are not comparable.",
+        "",
+        caption(store.runs),
         "",
     ]
     if param == "ms_steps":

@@ -24,6 +24,7 @@ from ..errors import UserError
 from ..features.format import FeatureSet
 
 OFFICIAL = "official"
+PEER = "peer"  # the default of `run` and `field`: the feature file's classifier, one for every row
 
 
 def parse_text_sets(spec: str) -> list[str]:

@@ -7,10 +7,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from pathlib import Path
 
 from ..bench.config import BenchConfig, dataset_config_path, load_dataset_config
-from ..checks import check_seed
+from ..checks import check_seed, int_in
 from ..data import FOLDER_PREFIX, LISTINGS, list_datasets, resolve_key
+from ..errors import UserError
+from ..features.devices import resolve_device
 from ..features.extract import run_extraction
 from ..features.extract_views import VIEWS_ON
 from ..features.models import DEFAULT_MODEL, DEFAULT_TAG, PRECISIONS
@@ -40,14 +43,17 @@ def _add_inputs(p: argparse.ArgumentParser) -> None:
 def _add_model(p: argparse.ArgumentParser) -> None:
     """The model: architecture, weights, precision and device."""
     p.add_argument(
-        "--model", default=DEFAULT_MODEL, help=f"open_clip architecture (default {DEFAULT_MODEL}; mstta-tiny for tests)"
+        "--model",
+        default=DEFAULT_MODEL,
+        help=f"open_clip architecture (default {DEFAULT_MODEL}); mstta-digits: the bundled digits model "
+        "(its shipped checkpoint, recorded as 'bundled'); mstta-tiny: random weights, for tests",
     )
     p.add_argument(
         "--pretrained",
         default=DEFAULT_TAG,
         metavar="TAG|PATH",
         help="open_clip pretrained tag, a local checkpoint file (OpenAI .pt files need --model NAME-quickgelu), "
-        "or none (random weights)",
+        "bundled (mstta-digits' shipped checkpoint, which the default openai means for it), or none (random weights)",
     )
     p.add_argument("--precision", choices=PRECISIONS, help="default: fp16 on GPU, fp32 on CPU")
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
@@ -101,9 +107,15 @@ def _add_outputs(p: argparse.ArgumentParser) -> None:
     """What is written: the feature file, its samples and templates, caches, shards, the summary."""
     p.add_argument(
         "--out",
-        default="features",
         metavar="DIR|FILE.npz",
-        help="output file, or a folder for an automatic name (default features/)",
+        help="output file, or a folder for an automatic name, {dataset}_{model}_{pretrained}_v{views}[-{augment}]"
+        "_s{seed}.npz (default features/)",
+    )
+    p.add_argument(
+        "--store",
+        metavar="DIR",
+        help="write into the feature store that run, field and sweep read (their --store): "
+        "<DIR>/<model>-<pretrained>-<precision>/<dataset>/views<V>-<augment>-seed<S>.npz; instead of --out",
     )
     p.add_argument("--limit", type=int, metavar="N", help="only the first N samples of the shuffled stream")
     p.add_argument(
@@ -129,20 +141,50 @@ def bench_defaults(dataset: str) -> BenchConfig:
     return load_dataset_config(path).bench if path is not None and path.is_file() else BenchConfig()
 
 
+def output(args: argparse.Namespace, views: int, augment: str) -> str | Path:
+    """--out as given (default features/), or with --store the store's file of these settings
+    (`mstta.bench.store.FeatureKey.path`: the file `run`/`field`/`sweep --store` read)."""
+    if args.store is None:
+        return args.out or "features"
+    if args.out is not None:
+        raise UserError("--out and --store: give one (--store writes the benchmark's store layout)")
+    from ..bench.store import Backbone, FeatureKey, resolved_precision
+    from ..features.extract_views import view_path
+    from ..features.models import recorded_tag
+
+    int_in(views, "--views", 1, MAX_VIEWS)
+    dev = resolve_device(args.device)
+    backbone = Backbone(args.model, recorded_tag(args.model, str(args.pretrained), quiet=True))
+    made = view_path(args.views_on, dev) if views > 1 else "pil"
+    key = FeatureKey(
+        resolve_key(args.dataset),
+        backbone,
+        resolved_precision(dev, args.precision),
+        views,
+        augment,
+        args.seed,
+        args.limit,
+        args.listing,
+        made,
+    )
+    return key.path(Path(args.store))
+
+
 def run(args: argparse.Namespace) -> int:
     check_seed(args.seed, "--seed")
     bench = bench_defaults(args.dataset)
+    views, augment = bench.views if args.views is None else args.views, args.augment or bench.augment
     # one writer per output file, however --out spells it: run_extraction locks the resolved file
     result = run_extraction(
         args.dataset,
-        args.out,
+        output(args, views, augment),
         args.data_root,
         model=args.model,
         pretrained=args.pretrained,
         precision=args.precision,
         device=args.device,
-        views=bench.views if args.views is None else args.views,
-        augment=args.augment or bench.augment,
+        views=views,
+        augment=augment,
         seed=args.seed,
         batch_size=args.batch_size,
         workers=args.workers,

@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 
 from ..errors import UserError
-from .run import add_common, build_config, check_places
+from .run import add_common, build_config, check_places, paper_table
 
 ORDERS, DIGITS_ORDERS = 10, 5  # default stream orders per seed; --digits keeps `make field` within 10 CPU minutes
 
@@ -44,10 +44,11 @@ def _add_text_sets(p: argparse.ArgumentParser) -> None:
     """The text sets and the files some of them need."""
     p.add_argument(
         "--text",
-        default="official",
+        default="peer",
         metavar="SETS",
-        help="text sets, comma list: official (each row its own set, default), peer, photo (TTA-VLM's "
-        "uniform protocol), tip7, cupl (needs --cupl), user (needs --text-classifier)",
+        help="text sets, comma list: peer (default: the feature file's classifier, the dataset's templates, "
+        "every row the same, as `run` uses), official (each row its authors' set), photo (TTA-VLM's uniform "
+        "protocol), tip7, cupl (needs --cupl), user (needs --text-classifier)",
     )
     p.add_argument("--cupl", metavar="FILE.json", help="CuPL-style prompts {class name: [prompts]} of the dataset")
     p.add_argument("--text-classifier", metavar="FILE.npy", help="your own [C, d] text classifier (text set 'user')")
@@ -113,7 +114,10 @@ def _add_scope(p: argparse.ArgumentParser) -> None:
 
 def _add_outputs(p: argparse.ArgumentParser) -> None:
     """What is (re)written: figures, or only the report."""
+    from ..bench.papertable import add_format_flag
+
     p.add_argument("--no-plots", action="store_true", help="skip the figures")
+    add_format_flag(p)
     p.add_argument(
         "--report-only", action="store_true", help="only rebuild results.csv, report.md and plots from --out"
     )
@@ -123,6 +127,7 @@ def options(args: argparse.Namespace):
     from ..bench.field import FieldOptions
     from ..bench.runner import parse_datasets
     from ..bench.textsets import parse_text_sets
+    from ..safety import check_input_file
 
     opens = () if args.open.strip() == "none" else tuple(s.strip() for s in args.open.split(","))
     mix = None
@@ -134,9 +139,12 @@ def options(args: argparse.Namespace):
     texts = parse_text_sets(args.text)
     cupl = Path(args.cupl).expanduser() if args.cupl else None
     user = Path(args.text_classifier).expanduser() if args.text_classifier else None
-    for flag, path in (("--cupl", cupl), ("--text-classifier", user)):
-        if path is not None and not path.is_file():
-            raise UserError(f"{flag} {path}: file not found")
+    for flag, path, expected in (
+        ("--cupl", cupl, "a CuPL JSON file {class name: [prompts]}"),
+        ("--text-classifier", user, "a .npy file holding a [C, d] float array"),
+    ):
+        if path is not None:
+            check_input_file(flag, path, expected)
     if "cupl" in texts and cupl is None:
         raise UserError("--text cupl needs --cupl FILE.json (CuPL prompts {class name: [prompts]})")
     if "user" in texts and user is None:
@@ -157,7 +165,7 @@ def options(args: argparse.Namespace):
 def digits_preset(args: argparse.Namespace) -> None:
     """--digits: generate the shifted-digits benchmark under --store and point the run at it."""
     from ..data.digits import SHIFTS, make_shifted_digits
-    from ..features.models import bundled_checkpoint, load_clip
+    from ..features.models import bundled_checkpoint
 
     if args.datasets not in (None, "all") or args.mix_with:
         raise UserError("--digits chooses the datasets and the mixed-in one; drop --datasets/--mix-with")
@@ -177,9 +185,6 @@ def digits_preset(args: argparse.Namespace) -> None:
     args.backbone, args.pretrained = "mstta-digits", str(ckpt)
     if args.orders is None:
         args.orders = DIGITS_ORDERS
-    if not any(s.split("=")[0].strip() == "logit_scale" for s in args.set):
-        scale = load_clip("mstta-digits", str(ckpt), "cpu").logit_scale  # the model's learned scale
-        args.set = list(args.set) + [f"logit_scale={scale:.4f}"]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -193,6 +198,7 @@ def run(args: argparse.Namespace) -> int:
         if not (Path(args.out) / "results.json").is_file():
             raise UserError(f"--report-only: no results.json in {args.out}; run the field table first")
         print(f"report: {write_field_reports(Path(args.out), plots=not args.no_plots)}")
+        paper_table(args, "results.json", field=True)
         return 0
     if args.digits:
         digits_preset(args)
@@ -207,4 +213,5 @@ def run(args: argparse.Namespace) -> int:
         summary = run_field(cfg, opts)
     missing = f", {len(summary['missing'])} dataset(s) missing" if summary["missing"] else ""
     print(f"ran {summary['ran']} cell(s), skipped {summary['skipped']} finished{missing}; report: {summary['report']}")
+    paper_table(args, "results.json", field=True)
     return 0

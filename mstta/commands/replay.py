@@ -13,8 +13,11 @@ import numpy as np
 
 from ..atomic import atomic_open, sweep_stale
 from ..bench.config import load_dataset_config
+from ..configfile import parse_overrides
 from ..engine.methods import get_method, list_methods
+from ..engine.protocol import clip_label, describe
 from ..engine.replay import ReplayResult, replay
+from ..engine.scale import scale_set, with_file_scale
 from ..errors import UserError
 from ..features.devices import resolve_device
 from ..features.format import FeatureSet, load_features
@@ -74,10 +77,14 @@ def summarise(fs: FeatureSet, result: ReplayResult, method: str, engine_cfg) -> 
         "samples_per_s": round(result.samples_per_s, 1),
         "seconds": round(result.seconds, 4),
         "hyperparameters": dataclasses.asdict(engine_cfg),
+        "protocol": describe(method, engine_cfg, int(fs.num_views), fs.meta.get("augment"), "the file's (peer)"),
+        "zero_shot_label": clip_label(method, engine_cfg, int(fs.num_views)),
     }
-    marks = get_method(method).marks  # e.g. "not training-free": printed wherever the row is
+    marks = get_method(method).marks + engine_cfg.forget.marks  # e.g. "not training-free": wherever the row is
     if marks:
         out["marks"] = marks
+    if result.cuts is not None:  # forget's resets: the samples each one came before (mstta.engine.forget)
+        out["cuts"] = [int(i) for i in result.cuts.nonzero()[0]]
     if fs.labels is not None and (fs.labels >= 0).any():
         known = fs.labels >= 0
         out["labelled"] = int(known.sum())
@@ -125,6 +132,8 @@ def _rows(fs: FeatureSet, result: ReplayResult, mark: str | None = None):
             row["label"] = int(fs.labels[i])
         if mark is not None:
             row["label_tuned"] = mark
+        if result.cuts is not None:
+            row["cut"] = bool(result.cuts[i])
         yield row
 
 
@@ -190,11 +199,12 @@ def run(args: argparse.Namespace) -> int:
         f"x {fs.features.shape[-1]:,} dims (--features {args.features})",
         fix="replay a smaller feature file",
     )
-    searched = search_on_labels(fs, args.method, cfg.engine, device, out) if args.search_on_labels else None
+    engine, scale_from = with_file_scale(cfg.engine, fs.meta, scale_set(parse_overrides(args.set)), args.features)
+    searched = search_on_labels(fs, args.method, engine, device, out) if args.search_on_labels else None
     tower = feature_file_tower(fs, args.method, args.features, device)
-    result = replay(fs.features, fs.text, args.method, cfg.engine, device=device, online=args.online, text_tower=tower)
-    report = summarise(fs, result, args.method, cfg.engine)
-    report["features"] = str(args.features)
+    result = replay(fs.features, fs.text, args.method, engine, device=device, online=args.online, text_tower=tower)
+    report = summarise(fs, result, args.method, engine)
+    report.update(features=str(args.features), logit_scale=engine.logit_scale, logit_scale_from=scale_from)
     mark = None
     if searched is not None:
         from ..engine.families.dmn import LABEL_TUNED
@@ -209,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(json_safe(report), allow_nan=False))
     else:
         acc = (
-            f", accuracy {report['accuracy']:.2f}% (zero-shot {report['zero_shot_accuracy']:.2f}%)"
+            f", accuracy {report['accuracy']:.2f}% ({report['zero_shot_label']} {report['zero_shot_accuracy']:.2f}%)"
             if "accuracy" in report
             else ""
         )
@@ -219,6 +229,7 @@ def run(args: argparse.Namespace) -> int:
             f"{args.method}: {report['n']} samples, {report['classes']} classes{acc}, "
             f"{report['samples_per_s']:.0f} samples/s{tuned}"
         )
+        print(f"  {report['protocol']}; logit scale {engine.logit_scale:g} ({scale_from})")
     return 0
 
 
@@ -248,8 +259,9 @@ def search_on_labels(fs: FeatureSet, method: str, engine_cfg, device, out: Path 
         _, p_text, p_mem = dmn.replay_parts(
             torch.nn.functional.normalize(feats, dim=-1),
             torch.nn.functional.normalize(text.to(dtype), dim=-1),
-            engine_cfg,
-            mean_shift=row.mean_shift,
+            engine_cfg.dmn,
+            engine_cfg.logit_scale,
+            engine_cfg.shift_settings() if row.mean_shift else None,
         )
     weight, acc = dmn.search_weight(p_text, p_mem, fs.labels)
     engine_cfg.dmn.weight = weight

@@ -59,14 +59,14 @@ def _add_backbones(p: argparse.ArgumentParser) -> None:
         "--backbone",
         default=DEFAULT_MODEL,
         metavar="NAME[,NAME]",
-        help="ViT-B-16, RN50 (OpenAI weights), mstta-tiny (random weights) or any open_clip "
-        "architecture; a comma list runs each (default ViT-B-16)",
+        help="ViT-B-16, RN50 (OpenAI weights), mstta-digits (the bundled digits model), mstta-tiny (random "
+        "weights) or any open_clip architecture; a comma list runs each (default ViT-B-16)",
     )
     p.add_argument(
         "--pretrained",
         metavar="TAG|PATH|none",
         help="weights for every --backbone: an open_clip tag, a checkpoint file, or none "
-        "(default: openai for ViT-B-16/RN50, none for mstta-tiny)",
+        "(default: openai for ViT-B-16/RN50, bundled for mstta-digits, none for mstta-tiny)",
     )
 
 
@@ -92,7 +92,7 @@ def _add_streams(p: argparse.ArgumentParser) -> None:
 
 def _add_places(p: argparse.ArgumentParser) -> None:
     """Where results and feature files go."""
-    p.add_argument("--out", default="results", metavar="DIR", help="results folder (default results/)")
+    p.add_argument("--out", default="results", metavar="DIR", help="results folder (default %(default)s/)")
     p.add_argument(
         "--store", default="features", metavar="DIR", help="feature store shared by runs and sweeps (default features/)"
     )
@@ -140,6 +140,7 @@ def _add_run_mode(p: argparse.ArgumentParser) -> None:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..bench.context import default_methods
+    from ..bench.papertable import add_format_flag
 
     add_common(p)
     p.add_argument(
@@ -158,6 +159,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--fps-dataset", metavar="NAME", help="dataset to time on (default: the first that ran)")
     p.add_argument("--no-plots", action="store_true", help="skip the accuracy-over-stream PNGs")
+    add_format_flag(p)
     p.add_argument(
         "--report-only",
         action="store_true",
@@ -257,6 +259,7 @@ def run(args: argparse.Namespace) -> int:
         if not (Path(args.out) / "results.json").is_file():
             raise UserError(f"--report-only: no results.json in {args.out}; run the benchmark first")
         print(f"report: {write_reports(Path(args.out), plots=not args.no_plots)}")
+        paper_table(args, "results.json")
         return 0
     cfg = build_config(args, parse_methods(args.methods))
     if args.fps_dataset:
@@ -274,4 +277,17 @@ def run(args: argparse.Namespace) -> int:
         summary = run_benchmark(cfg)
     missing = f", {len(summary['missing'])} dataset(s) missing" if summary["missing"] else ""
     print(f"ran {summary['ran']} cell(s), skipped {summary['skipped']} finished{missing}; report: {summary['report']}")
+    paper_table(args, "results.json")
     return 0
+
+
+def paper_table(args: argparse.Namespace, results: str, field: bool = False) -> None:
+    """--format: the paper-ready table of --out's results (`mstta.bench.papertable`)."""
+    from pathlib import Path
+
+    from ..bench.papertable import FIELD_METRICS, RUN_METRICS, write_table
+    from ..bench.results import ResultsStore
+
+    if getattr(args, "format", None):
+        runs = ResultsStore(Path(args.out) / results).runs
+        print(f"table: {write_table(Path(args.out), runs, FIELD_METRICS if field else RUN_METRICS, args.format)}")

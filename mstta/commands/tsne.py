@@ -32,7 +32,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("with --dataset (as `mstta-bench run`)")
     g.add_argument("--data-root", metavar="DIR", help="folder holding the datasets")
     g.add_argument(
-        "--backbone", default=DEFAULT_MODEL, metavar="NAME", help="ViT-B-16, RN50, mstta-tiny or any open_clip model"
+        "--backbone",
+        default=DEFAULT_MODEL,
+        metavar="NAME",
+        help="ViT-B-16, RN50, mstta-digits, mstta-tiny or any open_clip model",
     )
     g.add_argument("--pretrained", metavar="TAG|PATH|none", help="weights (default openai; none for mstta-tiny)")
     g.add_argument("--store", default="features", metavar="DIR", help="feature store (default features/)")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..errors import UserError
+from ..safety import check_input_file
 
 TEMPLATES_FILE = Path(__file__).resolve().parent.parent / "resources" / "templates.json"
 
@@ -104,9 +105,7 @@ def read_cupl(path: str | Path, classnames: Sequence[str], flag: str = "--cupl")
     names a class the dataset does not have, misses one, or is not such an object: one-line UserError."""
     p = Path(path).expanduser()
     try:
-        size = p.stat().st_size
-        if not p.is_file():
-            raise UserError(f"{flag} {p}: not a file; pass a CuPL JSON file {{class name: [prompts]}}")
+        size = check_input_file(flag, p, "a CuPL JSON file {class name: [prompts]}").stat().st_size
         if size > MAX_CUPL_BYTES:
             raise UserError(f"{flag} {p}: {size} bytes, above the {MAX_CUPL_BYTES // 2**20} MiB bound of a prompt file")
         data = json.loads(p.read_text(encoding="utf-8"))

@@ -10,12 +10,14 @@ admitted, keeps its slots, with no host round trip.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, fields
 
 import torch
 
 from . import functional as Fn
 from .cache_rules import EMPTY_TIME, entropy_slot_t, fifo_slot_t
+from .forget import timeliness_slot_t
 
 UNBOUNDED_START = 1024  # first bank allocation when bank_size is None (it doubles when full)
 
@@ -47,6 +49,14 @@ class Bank:
         self.time[s] = EMPTY_TIME
         self.bias[s] = float("-inf")
 
+    def forget(self, cut: torch.Tensor, rows: int | None = None) -> None:
+        """Empty the streams where cut [S] (bool) on the device: their rows masked out of the kNN.
+        `rows`: only the first rows can be filled (the eager step's known fill; None = all)."""
+        c = cut.unsqueeze(-1)
+        time, bias = (self.time, self.bias) if rows is None else (self.time[:, :rows], self.bias[:, :rows])
+        time.copy_(torch.where(c, EMPTY_TIME, time))
+        bias.copy_(torch.where(c, float("-inf"), bias))
+
     def grown(self) -> Bank:
         """Twice the rows (an unbounded bank that is full), the new ones empty."""
         more = Bank.empty(self.rows.shape[0], self.rows.shape[1], self.rows.shape[2], self.rows.dtype, self.rows.device)
@@ -66,16 +76,20 @@ class Bank:
 class Cache:
     """One cache (§3.1 positive, or TDA's negative), Q class-major slots per class per stream:
     keys, entropies (+inf = empty), insertion times (-1 = empty), the fused kernel's bias (ln a -
-    beta filled, -inf empty) and, for the negative cache, the values (one-hot otherwise)."""
+    beta filled, -inf empty), for the negative cache the values (one-hot otherwise) and, under
+    `forget.rule=idle`, each slot's last use (`mstta.engine.forget`)."""
 
     keys: torch.Tensor  # [S, C*Q, d]
     ent: torch.Tensor  # [S, C, Q]
     time: torch.Tensor  # [S, C, Q] long
     bias: torch.Tensor  # [S, C*Q]
     values: torch.Tensor | None  # [S, C*Q, C] or None (one-hot of the slot's class)
+    used: torch.Tensor | None = None  # [S, C, Q] long: the step of the slot's last use (idle rule)
 
     @classmethod
-    def empty(cls, streams: int, classes: int, capacity: int, dim: int, device, values: bool) -> Cache:
+    def empty(
+        cls, streams: int, classes: int, capacity: int, dim: int, device, values: bool, used: bool = False
+    ) -> Cache:
         e = classes * capacity
         return cls(
             torch.zeros(streams, e, dim, device=device),
@@ -83,14 +97,32 @@ class Cache:
             torch.full((streams, classes, capacity), EMPTY_TIME, dtype=torch.long, device=device),
             torch.full((streams, e), float("-inf"), device=device),
             torch.zeros(streams, e, classes, device=device) if values else None,
+            torch.full((streams, classes, capacity), EMPTY_TIME, dtype=torch.long, device=device) if used else None,
         )
 
     def clear(self, s: int) -> None:
+        S, C, Q = self.ent.shape
         fresh = Cache.empty(
-            1, self.ent.shape[1], self.ent.shape[2], self.keys.shape[2], self.keys.device, self.values is not None
+            1, C, Q, self.keys.shape[2], self.keys.device, self.values is not None, self.used is not None
         )
         for mine, new in zip(tensors(self), tensors(fresh)):
             mine[s] = new[0]
+
+    def forget(self, gone: torch.Tensor) -> None:
+        """Empty the slots where gone ([S] bool: whole streams, or [S, C, Q]) on the device."""
+        S, C, Q = self.ent.shape
+        g = gone.view(S, 1, 1).expand(S, C, Q) if gone.dim() == 1 else gone
+        self.ent.copy_(torch.where(g, float("inf"), self.ent))
+        self.time.copy_(torch.where(g, EMPTY_TIME, self.time))
+        self.bias.copy_(torch.where(g.reshape(S, C * Q), float("-inf"), self.bias))
+        if self.used is not None:
+            self.used.copy_(torch.where(g, EMPTY_TIME, self.used))
+
+    def expire(self, clock: torch.Tensor, idle: int, ok: torch.Tensor | None = None) -> None:
+        """The idle rule (`mstta.engine.forget`): empty every live slot unused for `idle` steps at clock [S]
+        (only in the stepping streams, `ok` [S]; None = all)."""
+        gone = (self.time != EMPTY_TIME) & (clock.view(-1, 1, 1) - self.used >= idle)
+        self.forget(gone if ok is None else gone & ok.view(-1, 1, 1))
 
     def insert(
         self,
@@ -102,16 +134,21 @@ class Cache:
         fifo: bool = False,
         ok: torch.Tensor | None = None,
         value: torch.Tensor | None = None,
+        timeliness: tuple[int, float] | None = None,
     ) -> None:
         """Each stream's sample (pseudo-label p [S], entropy h [S], key [S, d], value [S, C]) into
         class p's slots: lowest-entropy rule (§3.1, TDA `update_cache`: the first empty slot, else
-        over the highest-entropy entry when h is strictly lower) or first in, first out
+        over the highest-entropy entry when h is strictly lower), RoTTA's timeliness score where
+        `timeliness` = (horizon, weight) (`mstta.engine.forget.timeliness_slot_t`) or first in, first out
         (BoostAdapter `update_cache(..., fifo=True)`); only where `ok` [S] (None = every stream)."""
         S, C, Q = self.ent.shape
         row = p.view(S, 1, 1).expand(S, 1, Q)
         row_time = self.time.gather(1, row).squeeze(1)
         if fifo:
             j, fits = fifo_slot_t(row_time)
+        elif timeliness is not None:
+            row_ent = self.ent.gather(1, row).squeeze(1)
+            j, fits = timeliness_slot_t(row_ent, row_time, h, clock, *timeliness, math.log(C))
         else:
             j, fits = entropy_slot_t(self.ent.gather(1, row).squeeze(1), row_time, h)
         ok = fits if ok is None else fits & ok
@@ -122,14 +159,29 @@ class Cache:
         write_rows(self.bias, at, ok, torch.full_like(h, log_w))
         if self.values is not None:
             write_rows(self.values, at, ok, value)
+        if self.used is not None:
+            write_rows(self.used.view(S, C * Q), at, ok, clock)
 
-    def logits(self, q: torch.Tensor, beta: float, kernel: str, a: float) -> torch.Tensor:
+    def logits(
+        self, q: torch.Tensor, beta: float, kernel: str, a: float, clock: torch.Tensor | None = None, ok=None
+    ) -> torch.Tensor:
         """Cache logits, Eq. (3)/(13): sum over live slots of the kernel's weight (fused, one batched
-        GEMM + exp) times the slot's value. q [S, d] -> [S, C]."""
+        GEMM + exp) times the slot's value. q [S, d] -> [S, C]. Under the idle rule the live slot of
+        largest weight is marked used at `clock` [S] (where `ok`)."""
         w = Fn.cache_weights(q, self.keys, self.bias, beta, kernel, a)
+        if self.used is not None:
+            self._mark_used(w, clock, ok)
         if self.values is None:
             return w.view(w.shape[0], self.ent.shape[1], -1).sum(-1)
         return torch.bmm(w.unsqueeze(1), self.values).squeeze(1)
+
+    def _mark_used(self, w: torch.Tensor, clock: torch.Tensor, ok: torch.Tensor | None) -> None:
+        """The idle rule's use (`mstta.engine.forget`): the live slot of largest kernel weight [S, C*Q]."""
+        S, C, Q = self.ent.shape
+        live = torch.isfinite(self.bias)
+        top = torch.where(live, w, float("-inf")).argmax(-1)
+        hit = live.gather(-1, top.unsqueeze(-1)).squeeze(-1)
+        write_rows(self.used.view(S, C * Q), slots(self.keys, top), hit if ok is None else hit & ok, clock)
 
 
 def tensors(record) -> list[torch.Tensor]:
@@ -159,6 +211,17 @@ def write_rows(dst: torch.Tensor, at: torch.Tensor, ok: torch.Tensor | None, new
     flat.index_copy_(0, at, new)
 
 
+@dataclass(frozen=True)
+class ShiftSettings:
+    """What a `+ms` row's mean shift reads of `EngineConfig` (`EngineConfig.shift_settings()`): k,
+    alpha, ms_steps and the bank's bound (None = unbounded)."""
+
+    k: int
+    alpha: float
+    steps: int
+    bank_size: int | None
+
+
 class FeatureBank:
     """One stream's earlier raw features (§4.1), FIFO past `bank_size` rows, in the classifier's
     dtype: directions and norms, as `Bank` keeps them, and each row's sample index."""
@@ -168,6 +231,11 @@ class FeatureBank:
         self.norm = torch.ones(rows, dtype=dtype, device=device)
         self.time = torch.zeros(rows, dtype=torch.long, device=device)
         self.count = 0  # features appended since the reset
+
+    @classmethod
+    def for_settings(cls, s: ShiftSettings, dim: int, dtype: torch.dtype, device: torch.device) -> FeatureBank:
+        """An empty bank of `s.bank_size` rows (unbounded: UNBOUNDED_START, doubled when full)."""
+        return cls(s.bank_size if s.bank_size is not None else UNBOUNDED_START, dim, dtype, device)
 
     def fill(self, bounded: bool) -> int:
         return min(self.count, self.dirs.shape[0]) if bounded else self.count
@@ -184,14 +252,14 @@ class FeatureBank:
         self.time[at] = self.count
         self.count += 1
 
-    def shift(self, v: torch.Tensor, k: int, alpha: float, steps: int, bounded: bool) -> torch.Tensor:
-        """Mean shift of rows v [n, d] toward their k nearest bank features, Eq. (9)-(11), `steps`
+    def shift(self, v: torch.Tensor, s: ShiftSettings) -> torch.Tensor:
+        """Mean shift of rows v [n, d] toward their k nearest bank features, Eq. (9)-(11), `s.steps`
         times; the identity at alpha = 0 (exactly: MS's normalisation would otherwise rescale a
         view mean) and before any earlier sample."""
-        n = self.fill(bounded)
-        if n == 0 or alpha == 0:
+        n = self.fill(s.bank_size is not None)
+        if n == 0 or s.alpha == 0:
             return v
         dirs, norm, age = self.dirs[:n], self.norm[:n], self.time[:n]
-        for _ in range(steps):
-            v = Fn.shift_by_sims(v, v @ dirs.T, dirs, norm, age, k, alpha, masked=False)
+        for _ in range(s.steps):
+            v = Fn.shift_by_sims(v, v @ dirs.T, dirs, norm, age, s.k, s.alpha, masked=False)
         return v

@@ -1,5 +1,6 @@
-"""The state of S independent streams and their step, batched over streams: the one implementation
-behind `Engine` (S = 1) and `MultiEngine` (S streams).
+"""The cache family's runner: the state of S independent streams and their step (Alg. 1), batched
+over streams, behind `Engine` (S = 1) and `MultiEngine` (S streams) of a cache-family method; the
+sibling of `family_runner.FamilyStreams` under `runner.Runner`.
 
 The whole state (bank, caches, a sample counter per stream) lives on the device and a step never
 waits on the host (no `.item()`, no branch on a tensor's value; BoostAdapter's per-view cache
@@ -25,33 +26,29 @@ from .cache import UNBOUNDED_START, Bank, Cache
 from .cache_rules import entropy_gate_t
 from .config import EngineConfig
 from .families import view_aggregator
-from .methods import Method, get_method
+from .families.base import Method
+from .forget import Drift, drift_step_t, periodic_reset_t
+from .runner import Runner
 
 log = logging.getLogger(__name__)
 
-RECORDS = ("bank", "pos", "neg")
+RECORDS = ("bank", "pos", "neg", "drift")  # drift: the scene-cut detector (forget.detect)
 
 
-class Streams:
-    """S streams of one method and config over one text classifier, stepped together."""
+class Streams(Runner):
+    """S streams of one cache-family method and config over one text classifier, stepped together."""
 
     def __init__(
         self,
         text: torch.Tensor,
-        method: str | Method,
+        method: Method,
         config: EngineConfig | None,
         device: str | torch.device | None,
         cuda_graph: bool | None,
         streams: int,
-        stream_length: int | None = None,
+        stream_length: int | None = None,  # other families' schedules; the cache family needs none
     ):
-        self.method = get_method(method) if isinstance(method, str) else method  # stream_length: other families
-        self.config = config if config is not None else EngineConfig()
-        text = torch.as_tensor(text)
-        if text.dim() != 2 or text.shape[0] < 2:
-            raise UserError(f"text classifier must be [C, d] with C >= 2 classes, got shape {tuple(text.shape)}")
-        self.text = Fn.normalize(text.to(device=device or text.device, dtype=torch.float32))
-        self.streams = streams
+        super().__init__(text, method, config, device, streams)
         can_graph = (
             self.device.type == "cuda"
             and self.config.bank_size is not None
@@ -66,19 +63,6 @@ class Streams:
             )
         self.cuda_graph = can_graph if cuda_graph is None else bool(cuda_graph)
         self._graph_required = bool(cuda_graph)
-        self.reset()
-
-    @property
-    def num_classes(self) -> int:
-        return self.text.shape[0]
-
-    @property
-    def dim(self) -> int:
-        return self.text.shape[1]
-
-    @property
-    def device(self) -> torch.device:
-        return self.text.device
 
     # ------------------------------------------------------------------ state
     def reset(self, stream: int | None = None) -> None:
@@ -100,8 +84,11 @@ class Streams:
         self.seen = np.zeros(S, dtype=np.int64)  # samples seen, on the host
         self.clock = torch.zeros(S, dtype=torch.long, device=dev)  # the same, on the device
         self.bank = Bank.empty(S, rows, d, getattr(torch, cfg.bank_dtype), dev) if m.mean_shift else None
-        self.pos = Cache.empty(S, C, q, d, dev, values=False) if m.cache else None
-        self.neg = Cache.empty(S, C, qn, d, dev, values=True) if m.negative else None
+        idle = cfg.forget.rule == "idle"
+        self.pos = Cache.empty(S, C, q, d, dev, values=False, used=idle) if m.cache else None
+        self.neg = Cache.empty(S, C, qn, d, dev, values=True, used=idle) if m.negative else None
+        self.drift = Drift.empty(S, d, dev) if cfg.forget.detect else None
+        self.last_cut = torch.zeros(S, dtype=torch.bool, device=dev)  # the last step's resets (forget)
 
     def _check_memory(self, rows: int, q: int, qn: int) -> None:
         C, d, S = self.num_classes, self.dim, self.streams
@@ -172,7 +159,7 @@ class Streams:
                 mine[k].copy_(v)
 
     # ------------------------------------------------------------------ step
-    def _run(self, x: torch.Tensor, active: np.ndarray | None):
+    def run(self, x: torch.Tensor, active: np.ndarray | None):
         """One step of every stream (the skipped ones' state untouched): x [S, V, d] float32 on the
         device, active [S] bool on the host (None = all) -> (logits, clip, H, query), [S, ...]."""
         ok = None if active is None else torch.as_tensor(active).to(self.device, non_blocking=True)
@@ -189,12 +176,14 @@ class Streams:
         of them hold fewer (then the empty rows are masked by the bank's bias)."""
         fills = [self._fill(s) for s in range(self.streams) if active is None or active[s]]
         rows = max(fills, default=0)
-        return rows, any(f < rows for f in fills)
+        return rows, any(f < rows for f in fills) or self.config.forget.resets  # a reset masks its rows
 
     def _step(self, x: torch.Tensor, ok: torch.Tensor | None, rows: tuple[int, bool]):
         """The step on the device state, Alg. 1. `rows` = (bank rows searched, masked or not):
         eager, the filled prefix; under a CUDA graph, every row with the empty ones masked."""
         cfg, m = self.config, self.method
+        if cfg.forget.active:
+            self._forget(x, ok, rows[0])
         aggregate = view_aggregator(cfg.view_mode, getattr(cfg, cfg.view_mode, None))
         f, clip, h, probs = Fn.form_queries(x, self.text, cfg.logit_scale, cfg.view_mode, cfg.view_ratio, aggregate)
         if not m.cache:
@@ -208,7 +197,9 @@ class Streams:
             self._grow_if_full()
             self.bank.append(f, self.clock, cfg.bank_size is not None, ok)
         p = clip.argmax(-1)
-        self.pos.insert(p, h, q, self.clock, Fn.log_weight(cfg.cache_alpha, cfg.beta), ok=ok)
+        fg = cfg.forget
+        tl = (fg.steps, fg.weight) if fg.rule == "timeliness" else None
+        self.pos.insert(p, h, q, self.clock, Fn.log_weight(cfg.cache_alpha, cfg.beta), ok=ok, timeliness=tl)
         if m.negative:
             gate = entropy_gate_t(h, self.num_classes, cfg.neg_entropy_lower, cfg.neg_entropy_upper)
             self.neg.insert(
@@ -220,15 +211,45 @@ class Streams:
                 m.neg_policy == "fifo",
                 gate if ok is None else gate & ok,
                 Fn.negative_mask(probs, cfg.neg_mask_lower, cfg.neg_mask_upper),
+                tl,
             )
-        pos = self.pos.logits(q, cfg.beta, cfg.kernel, cfg.cache_alpha)
+        pos = self.pos.logits(q, cfg.beta, cfg.kernel, cfg.cache_alpha, self.clock, ok)
         if boost is not None:
             pos = boosted_logits(
                 q, pos, self.pos, *boost, self._stepping(ok), cfg.delta, cfg.beta, cfg.kernel, cfg.cache_alpha
             )
-        neg = self.neg.logits(q, cfg.neg_beta, "exp", cfg.neg_alpha) if m.negative else None
+        neg = self.neg.logits(q, cfg.neg_beta, "exp", cfg.neg_alpha, self.clock, ok) if m.negative else None
         self.clock += 1 if ok is None else ok
         return Fn.final_logits(clip, pos, neg, cfg.lam), clip, h, q
+
+    def _forget(self, x: torch.Tensor, ok: torch.Tensor | None, rows: int) -> None:
+        """The forget section's resets and expiries before the step (`mstta.engine.forget`), on the device:
+        a periodic reset (RDumb), a detected cut (view 0's unit feature into the detector), the
+        idle rule's expiry; `last_cut` [S] records the streams reset at this step."""
+        fg, cut = self.config.forget, None
+        if fg.rule == "periodic":
+            cut = periodic_reset_t(self.clock, fg.every)
+            if ok is not None:
+                cut = cut & ok
+            if self.drift is not None:  # the detector's reference starts over with the state
+                self.drift.forget(cut)
+        if fg.detect:
+            u = Fn.normalize(x[:, 0])
+            found = drift_step_t(
+                self.drift, u, fg.detect_rate, fg.detect_threshold, fg.detect_patience, fg.detect_warmup, ok
+            )
+            cut = found if cut is None else cut | found
+        if cut is not None:
+            if self.bank is not None:
+                self.bank.forget(cut, rows)  # the rows that can hold a feature (all under a graph)
+            for rec in (self.pos, self.neg):
+                if rec is not None:
+                    rec.forget(cut)
+            self.last_cut.copy_(cut)
+        if fg.rule == "idle":
+            for rec in (self.pos, self.neg):
+                if rec is not None:
+                    rec.expire(self.clock, fg.idle, ok)
 
     def _stepping(self, ok: torch.Tensor | None) -> list[int]:
         return list(range(self.streams)) if ok is None else ok.nonzero().flatten().tolist()

@@ -7,13 +7,15 @@ Loading a YAML file or `--set` overrides onto it is `mstta.configfile`'s; a data
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from ..checks import MAX_WEIGHT
 from ..checks import check as _check
 from ..checks import check_int as _int
 from ..checks import check_num as _num
+from .cache import ShiftSettings
 from .families import (
+    CACHE,
     FAMILIES,
     BcaParams,
     CtptParams,
@@ -25,13 +27,15 @@ from .families import (
     TptParams,
     ZeroParams,
 )
+from .families.cache import Params as CacheParams
+from .forget import ForgetConfig
 
-KERNELS = ("exp", "linear")
 # Every dataset of the paper has fewer test samples (ImageNet-Sketch, the largest, 50,889), so
 # benchmark results equal the unbounded bank's bit for bit, while an endless stream (a webcam)
 # keeps flat memory and a flat step time.
 DEFAULT_BANK_SIZE = 65_536
-FAMILY_SECTIONS = tuple(FAMILIES)  # EngineConfig's family sections, one per family module
+FAMILY_SECTIONS = tuple(n for n in FAMILIES if n != CACHE)  # EngineConfig's family sections, one per module
+SECTIONS = (*FAMILY_SECTIONS, "forget")  # EngineConfig's sections (--set SECTION.KEY=VALUE)
 # How a multi-view sample becomes one query: TDA's confident views, view 0, or a family's own view
 # combination (ZERO's voters, MTA's mode: combinations no paper reports for the cache methods).
 VIEW_MODES = ("confident", "original", *(n for n, f in FAMILIES.items() if hasattr(f, "aggregate")))
@@ -41,7 +45,6 @@ VIEW_MODES = ("confident", "original", *(n for n, f in FAMILIES.items() if hasat
 # zero run) gets a one-line refusal instead of a MemoryError or a run that never ends.
 MAX_K = 256  # paper: k = 2 (ablation up to 16); kNN gathers [chunk, k, d] floats
 MAX_MS_STEPS = 64  # paper: 1 step (ablation 2, 4); time grows linearly with steps
-MAX_CAPACITY = 256  # TDA: 3 positive, 2 negative per class; cache [C, Q, d] (+ [C, Q, C])
 MAX_BANK_SIZE = 2**24  # 16,777,216 > 300x ImageNet's test set; the bank is [M, d] floats
 MIN_LOGIT_SCALE = 1e-3  # CLIP's is 100; below 1e-3 the scaled logits are ~0 (1e-320 underflows to 0
 # in float32) and every sample gets the same prediction
@@ -57,21 +60,25 @@ class EngineConfig:
     bank_size: int | None = (
         DEFAULT_BANK_SIZE  # FIFO bound of the feature bank M; None = unbounded (the paper's literal setting)
     )
-    capacity: int = 3  # Q: entries per class in the positive cache (TDA's shot capacity)
-    lam: float = 1.0  # lambda: weight of the cache logits; 0 = the CLIP logits of the method's prediction path
-    kernel: str = "exp"  # cache affinity: "exp" = exp(-beta(1 - qK^T)) (TDA), "linear" = qK^T (§3.1)
-    cache_alpha: float = 2.0  # a: TDA's positive-cache alpha (per dataset in configs/<dataset>.yaml)
-    beta: float = 5.0  # TDA's positive-cache beta (sharpness of the exp kernel)
-    logit_scale: float = 100.0  # CLIP's logit scale
-    neg_capacity: int = 2  # negative cache entries per class (tda, tda+ms, boostadapter*)
-    neg_alpha: float = 0.117  # negative-cache logit multiplier (subtracted)
-    neg_beta: float = 1.0  # negative-cache kernel sharpness
-    neg_entropy_lower: float = 0.2  # admit when lower < H/log2(C) < upper
-    neg_entropy_upper: float = 0.5
-    neg_mask_lower: float = 0.03  # negative value: 1 where lower < p < upper
-    neg_mask_upper: float = 1.0
-    delta: int = 0  # BoostAdapter: extra per-class capacity of the boosted cache
-    view_mode: str = "confident"  # multi-view samples: "confident" (TDA, OOD) or "original" (view 0)
+    # The cache family's hyperparameters (its `Params`, mstta/engine/families/cache.py: their meaning,
+    # defaults and bounds), at the top level as the paper's configs give them.
+    capacity: int = CacheParams.capacity
+    lam: float = CacheParams.lam
+    kernel: str = CacheParams.kernel
+    cache_alpha: float = CacheParams.cache_alpha
+    beta: float = CacheParams.beta
+    logit_scale: float = 100.0  # CLIP's logit scale (every family's, passed beside its Params)
+    neg_capacity: int = CacheParams.neg_capacity
+    neg_alpha: float = CacheParams.neg_alpha
+    neg_beta: float = CacheParams.neg_beta
+    neg_entropy_lower: float = CacheParams.neg_entropy_lower
+    neg_entropy_upper: float = CacheParams.neg_entropy_upper
+    neg_mask_lower: float = CacheParams.neg_mask_lower
+    neg_mask_upper: float = CacheParams.neg_mask_upper
+    delta: int = CacheParams.delta
+    # multi-view samples: "original" (view 0: the cross-dataset protocol, the default wherever no dataset
+    # config chooses, docs/engine.md "Views and the logit scale") or "confident" (TDA's OOD protocol)
+    view_mode: str = "original"
     view_ratio: float = 0.1  # fraction of views kept by confidence (floor(0.1*64) = 6)
     bank_dtype: str = (
         "float32"  # storage of the kNN bank: float32 (exact) or float16/bfloat16 (half the bytes; sums in float32)
@@ -87,6 +94,8 @@ class EngineConfig:
     dpe: DpeParams = field(default_factory=DpeParams)
     tpt: TptParams = field(default_factory=TptParams)
     ctpt: CtptParams = field(default_factory=CtptParams)
+    # Forgetting on streams (`--set forget.rule=timeliness`; mstta.engine.forget, docs/engine.md "Forgetting").
+    forget: ForgetConfig = field(default_factory=ForgetConfig)
 
     def __post_init__(self) -> None:
         _int(self, "k", 1, MAX_K)
@@ -94,30 +103,8 @@ class EngineConfig:
         _int(self, "ms_steps", 1, MAX_MS_STEPS)
         if self.bank_size is not None:
             _int(self, "bank_size", 1, MAX_BANK_SIZE, " or none (unbounded)")
-        _int(self, "capacity", 1, MAX_CAPACITY)
-        _num(self, "lam", 0.0, MAX_WEIGHT)
-        _check(self.kernel in KERNELS, "kernel", self.kernel, f"one of {', '.join(KERNELS)}")
-        _num(self, "cache_alpha", 0.0, MAX_WEIGHT)
-        _num(self, "beta", 0.0, MAX_WEIGHT)
+        self.family_params(CACHE)  # the cache family's keys, checked by its Params
         _num(self, "logit_scale", MIN_LOGIT_SCALE, MAX_WEIGHT)
-        _int(self, "neg_capacity", 1, MAX_CAPACITY)
-        _num(self, "neg_alpha", 0.0, MAX_WEIGHT)
-        _num(self, "neg_beta", 0.0, MAX_WEIGHT)
-        for key in ("neg_entropy_lower", "neg_entropy_upper", "neg_mask_lower", "neg_mask_upper"):
-            _num(self, key, 0.0, 1.0)  # compared with normalised entropies and probabilities
-        _check(
-            self.neg_entropy_lower < self.neg_entropy_upper,
-            "neg_entropy_lower",
-            self.neg_entropy_lower,
-            f"below neg_entropy_upper ({self.neg_entropy_upper})",
-        )
-        _check(
-            self.neg_mask_lower < self.neg_mask_upper,
-            "neg_mask_lower",
-            self.neg_mask_lower,
-            f"below neg_mask_upper ({self.neg_mask_upper})",
-        )
-        _int(self, "delta", 0, MAX_CAPACITY)
         _check(self.view_mode in VIEW_MODES, "view_mode", self.view_mode, f"one of {', '.join(VIEW_MODES)}")
         _num(self, "view_ratio", 0.0, 1.0, low_open=True)
         _check(
@@ -126,3 +113,16 @@ class EngineConfig:
             self.bank_dtype,
             "one of float32 (exact), float16, bfloat16",
         )
+
+    def shift_settings(self) -> ShiftSettings:
+        """The mean shift's settings, as a `+ms` row's bank reads them."""
+        return ShiftSettings(self.k, self.alpha, self.ms_steps, self.bank_size)
+
+    def family_params(self, family: str):
+        """A family's own `Params` (the runner passes them, with `logit_scale`, to the family's
+        functions: never the whole config): the cache family's top-level keys as its `Params`, another
+        family's section (its `Params`' defaults where this config has no such section)."""
+        if family == CACHE:
+            return CacheParams(**{f.name: getattr(self, f.name) for f in fields(CacheParams)})
+        section = getattr(self, family, None)
+        return section if section is not None else FAMILIES[family].Params()

@@ -2,9 +2,10 @@
 
 The engine holds tensors and its config only (never the CLIP model), so it is cheap to copy into
 a UI session or a test snapshot. Device comes from the text classifier; math runs in float32
-(the bank in `bank_dtype`). It is the one-stream case of `mstta.engine.cache_runner.Streams`, whose state
-lives on the device and whose step never waits on the host, so on CUDA the step of a bounded
-bank can be captured once as a CUDA graph and replayed (`mstta.engine.graphs`).
+(the bank in `bank_dtype`). It holds the runner of its method's family (`make_runner`: the cache family's
+`cache_runner.Streams`, whose state lives on the device and whose step never waits on the host, so
+on CUDA the step of a bounded bank is captured once as a CUDA graph, `graphs`; any other family's
+`family_runner.FamilyStreams`) for one stream, and reads its state through it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from .config import EngineConfig
 from .families.base import CACHE
 from .family_runner import FamilyStreams
 from .methods import Method, get_method
+from .protocol import warn_few_views
+from .runner import Runner
 
 
 @dataclass
@@ -34,6 +37,12 @@ class StepResult:
     entropy_tensor: torch.Tensor
     feature: torch.Tensor
     probs: torch.Tensor | None = None
+    cut_tensor: torch.Tensor | None = None  # 0-d bool: the state was reset before this step (forget)
+
+    @property
+    def cut(self) -> bool:
+        """Whether `forget` reset the state before this sample (a periodic reset or a detected cut)."""
+        return self.cut_tensor is not None and bool(self.cut_tensor)
 
     @property
     def entropy(self) -> float:
@@ -58,7 +67,54 @@ class StepResult:
         return list(zip(idx.tolist(), vals.tolist()))
 
 
-class Engine(Streams):
+RUNNERS: dict[str, type[Runner]] = {CACHE: Streams}  # a family's runner; any other: FamilyStreams
+
+
+def make_runner(
+    text: torch.Tensor,
+    method: str | Method,
+    config: EngineConfig | None,
+    device: str | torch.device | None,
+    cuda_graph: bool | None,
+    streams: int,
+    stream_length: int | None,
+    text_tower=None,
+) -> Runner:
+    """The runner of `method`'s family for S streams (its state allocated by the caller's `reset`);
+    `text_tower` reaches the family runner (which checks that a family with `TOWER` has one), the
+    cache family's ignores it."""
+    m = get_method(method) if isinstance(method, str) else method
+    runner = RUNNERS.get(m.family)
+    if runner is not None:
+        return runner(text, m, config, device, cuda_graph, streams, stream_length)
+    return FamilyStreams(text, m, config, device, cuda_graph, streams, stream_length, text_tower)
+
+
+class Front:
+    """What `Engine` and `MultiEngine` share: the runner they hold, reset and saved through them;
+    every other attribute (config, method, text, the state records) is the runner's, read through."""
+
+    runner: Runner
+
+    def __getattr__(self, name: str):
+        if name == "runner" or name.startswith("__"):  # no runner yet (copying, unpickling); no protocol
+            raise AttributeError(name)
+        return getattr(self.runner, name)
+
+    def reset(self, stream: int | None = None) -> None:
+        """Forget everything adapted so far (of one stream: `stream`)."""
+        self.runner.reset(stream)
+
+    def state_dict(self) -> dict:
+        """Everything needed to resume (copies)."""
+        return self.runner.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume from `state_dict()`."""
+        self.runner.load_state_dict(state)
+
+
+class Engine(Front):
     """Online test-time adaptation over CLIP features, one sample per `step()`.
 
     `step(features)` takes a feature `[d]` or a multi-view sample `[V, d]` (view 0 = the original
@@ -77,9 +133,6 @@ class Engine(Streams):
     prompt-tuning methods (tpt, c-tpt) need and every other method ignores.
     """
 
-    def __new__(cls, *args, **kwargs):
-        return super().__new__(_family_class(cls, Engine, _FamilyEngine, *args, **kwargs))
-
     def __init__(
         self,
         text: torch.Tensor,
@@ -90,26 +143,18 @@ class Engine(Streams):
         stream_length: int | None = None,
         text_tower=None,
     ):
-        self.text_tower = text_tower  # the model's text tower (`mstta.features.text_tower`): the prompt-tuning family's
-        super().__init__(
-            text,
-            get_method(method) if isinstance(method, str) else method,
-            config,
-            device,
-            cuda_graph,
-            streams=1,
-            stream_length=stream_length,
-        )
+        self.runner = make_runner(text, method, config, device, cuda_graph, 1, stream_length, text_tower)
+        self.reset()
 
     @property
     def n_seen(self) -> int:
         """Samples stepped since the last reset."""
-        return int(self.seen[0])
+        return int(self.runner.seen[0])
 
     @property
     def bank_len(self) -> int:
         """Raw features in the bank (known on the host: no device round trip)."""
-        return self._fill(0)
+        return self.runner._fill(0)
 
     def cache_fill(self) -> np.ndarray:
         """Entries per class in the positive cache, [C] ints."""
@@ -117,34 +162,30 @@ class Engine(Streams):
 
     def cache_entropy(self) -> np.ndarray:
         """Entropy of every positive-cache slot, [C, Q] (+inf = empty slot); a host copy."""
+        if self.runner.pos is None:
+            return np.full((self.runner.num_classes, 0), np.inf)
+        return self.runner.pos.ent[0].cpu().numpy().astype(np.float64)
+
+    def cache_times(self) -> np.ndarray:
+        """Insertion step of every positive-cache slot, [C, Q] ints (-1 = empty slot); a host copy.
+        Steps count from the engine's reset (a `forget` reset empties slots, not the count)."""
         if self.pos is None:
-            return np.full((self.num_classes, 0), np.inf)
-        return self.pos.ent[0].cpu().numpy().astype(np.float64)
+            return np.full((self.num_classes, 0), -1, dtype=np.int64)
+        return self.pos.time[0].cpu().numpy().astype(np.int64)
 
     @torch.inference_mode()
     def step(self, features: torch.Tensor | np.ndarray) -> StepResult:
         """Adapt to one sample and predict it. `[d]` or `[V, d]` -> StepResult (see class doc)."""
+        r = self.runner
         x = torch.as_tensor(features)
         shape = tuple(x.shape)
         if x.dim() == 1:
             x = x.unsqueeze(0)
-        if x.dim() != 2 or x.shape[1] != self.dim or x.shape[0] == 0:
-            raise UserError(
-                f"feature shape {shape} does not match the classifier: expected [{self.dim}] or [V, {self.dim}]"
-            )
-        out = self._run(x.to(self.device, self.text.dtype).unsqueeze(0), None)
-        return StepResult(*(t[0] for t in out))
-
-
-def _family_class(cls: type, base: type, family_cls: type, *args, **kwargs) -> type:
-    """The class an `Engine(text, method, ...)`/`MultiEngine` call builds: the cache family's
-    (`Streams`) or, for a method of another family, the runner's (`FamilyStreams`)."""
-    if cls is not base:
-        return cls
-    method = kwargs.get("method", args[1] if len(args) > 1 else "ms-tta")
-    m = get_method(method) if isinstance(method, str) else method
-    return cls if m.family == CACHE else family_cls
-
-
-class _FamilyEngine(Engine, FamilyStreams):
-    """An `Engine` whose method belongs to a family of `mstta.engine.families` (its runner holds the state)."""
+        if x.dim() != 2 or x.shape[1] != r.dim or x.shape[0] == 0:
+            raise UserError(f"feature shape {shape} does not match the classifier: expected [{r.dim}] or [V, {r.dim}]")
+        if x.shape[0] > 1 and x.shape[0] != getattr(self, "_views_checked", 1):
+            self._views_checked = x.shape[0]  # once per view count: floor(ratio V) < 2 is a warning
+            warn_few_views(r.method, r.config, x.shape[0])
+        out = r.run(x.to(r.device, r.text.dtype).unsqueeze(0), None)
+        cut = r.last_cut[0].clone() if r.config.forget.resets else None
+        return StepResult(*(t[0] for t in out), cut_tensor=cut)

@@ -15,6 +15,7 @@ classifier: the exact path the independent references are checked on, else float
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any, Callable
 
 import numpy as np
@@ -26,10 +27,11 @@ from ..safety import check_memory, human_bytes
 from ..threads import small_ops
 from . import functional as Fn
 from .cache import UNBOUNDED_START, FeatureBank
-from .cache_runner import Streams
 from .config import EngineConfig
 from .families import get_family
-from .families.base import Method, StepOut
+from .families.base import TOWER_KEY, Method, StepOut
+from .forget import Drift, drift_step_t, periodic_reset
+from .runner import Runner
 
 
 def check_text_tower(method: Method, tower, classes: int):
@@ -52,7 +54,7 @@ def _identity(v: torch.Tensor) -> torch.Tensor:
     return v
 
 
-class FamilyStreams(Streams):
+class FamilyStreams(Runner):
     """S streams of one family method (the `Engine`/`MultiEngine` of a non-cache method)."""
 
     def __init__(
@@ -64,16 +66,11 @@ class FamilyStreams(Streams):
         cuda_graph: bool | None,
         streams: int,
         stream_length: int | None = None,
+        text_tower=None,
     ):
-        self.method = method
-        self.config = config if config is not None else EngineConfig()
-        text = torch.as_tensor(text)
-        if text.dim() != 2 or text.shape[0] < 2:
-            raise UserError(f"text classifier must be [C, d] with C >= 2 classes, got shape {tuple(text.shape)}")
-        dtype = torch.float64 if text.dtype == torch.float64 else torch.float32
-        self.text = Fn.normalize(text.to(device=device or text.device, dtype=dtype))
-        self.streams = streams
-        self.text_tower = check_text_tower(method, getattr(self, "text_tower", None), self.text.shape[0])
+        wide = torch.as_tensor(text).dtype == torch.float64
+        super().__init__(text, method, config, device, streams, torch.float64 if wide else torch.float32)
+        self.text_tower = check_text_tower(method, text_tower, self.text.shape[0])
         if cuda_graph:
             raise UserError(
                 f"cuda_graph=True: {method.title} runs eagerly (only the cache family's step is "
@@ -84,7 +81,12 @@ class FamilyStreams(Streams):
         if stream_length is not None:
             int_in(stream_length, "stream_length", 1, extra=" or None")
         self.stream_length = stream_length
-        self.reset()
+        rule = self.config.forget.rule
+        if rule in ("timeliness", "idle") and not method.episodic and rule not in getattr(self.family, "FORGET", ()):
+            raise UserError(
+                f"forget.rule={rule}: not defined for {method.title} (docs/engine.md, Forgetting); "
+                "use forget.rule=periodic or forget.detect=true"
+            )
 
     @property
     def family(self):
@@ -95,37 +97,39 @@ class FamilyStreams(Streams):
     def reset(self, stream: int | None = None) -> None:
         """Forget everything adapted so far, of every stream (memory checked first) or of one."""
         if stream is not None:
-            self.states[stream] = self.family.init(self.text, self.config, self.stream_length)
+            self.states[stream] = self._init()
             self.banks[stream] = self._bank()
             self.seen[stream] = 0
+            if self.drift is not None:
+                self.drift.clear(stream)
             return
         self._check_family_memory()
         self.graphs: dict[int, Any] = {}
         self.bank = self.pos = self.neg = None  # the cache family's records: none here
         self.seen = np.zeros(self.streams, dtype=np.int64)
-        self.states = [self.family.init(self.text, self.config, self.stream_length) for _ in range(self.streams)]
+        self.states = [self._init() for _ in range(self.streams)]
         self.banks = [self._bank() for _ in range(self.streams)]
+        self.drift = Drift.empty(self.streams, self.dim, self.device) if self.config.forget.detect else None
+        self.last_cut = torch.zeros(self.streams, dtype=torch.bool, device=self.device)
+
+    @property
+    def params(self):
+        """The family's own hyperparameters (its section of the config)."""
+        return self.config.family_params(self.method.family)
+
+    def _init(self) -> dict[str, torch.Tensor]:
+        state = self.family.init(self.text, self.params, self.config.logit_scale, self.stream_length)
+        if self.text_tower is not None:  # a family with TOWER reads it from its state (never saved)
+            state[TOWER_KEY] = self.text_tower
+        return state
 
     def _bank(self) -> FeatureBank | None:
         if not self.method.mean_shift:
             return None
-        rows = self.config.bank_size if self.config.bank_size is not None else UNBOUNDED_START
-        return FeatureBank(rows, self.dim, self.text.dtype, self.device)
+        return FeatureBank.for_settings(self.config.shift_settings(), self.dim, self.text.dtype, self.device)
 
     def _check_family_memory(self) -> None:
-        cfg, C, d, S = self.config, self.num_classes, self.dim, self.streams
-        item = self.text.element_size()
-        state = S * self.family.state_bytes(C, d, cfg) * item // 4
-        rows = (cfg.bank_size if cfg.bank_size is not None else UNBOUNDED_START) if self.method.mean_shift else 0
-        bank = S * rows * (d + 2) * item
-        per = f" per stream, {S} streams" if S > 1 else ""
-        what = f"{self.method.title}'s state ({human_bytes(state)} for C = {C}, d = {d}{per}"
-        what += f"; bank {rows} x {d} dims (bank_size))" if bank else ")"
-        check_memory(state + bank, what)
-        if self.device.type == "cuda":
-            have = torch.cuda.get_device_properties(self.device).total_memory
-            if state + bank > 0.8 * have:
-                raise UserError(f"{what} needs {human_bytes(state + bank)}; this GPU has {human_bytes(have)}; lower it")
+        check_family_memory(self.method, self.config, self.text, self.streams, self.device)
 
     def _fill(self, s: int) -> int:
         b = self.banks[s]
@@ -133,14 +137,18 @@ class FamilyStreams(Streams):
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume the streams (copies)."""
-        return copy.deepcopy({"states": self.states, "banks": self.banks, "seen": self.seen})
+        states = [{k: v for k, v in st.items() if k != TOWER_KEY} for st in self.states]
+        return copy.deepcopy({"states": states, "banks": self.banks, "seen": self.seen, "drift": self.drift})
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from `state_dict()`."""
         state = copy.deepcopy(state)
-        if set(state) != {"states", "banks", "seen"} or len(state["states"]) != self.streams:
+        if set(state) != {"states", "banks", "seen", "drift"} or len(state["states"]) != self.streams:
             raise UserError(f"state_dict does not match {self.streams} stream(s) of {self.method.title}")
-        self.states, self.banks = state["states"], state["banks"]
+        self.states, self.banks, self.drift = state["states"], state["banks"], state["drift"]
+        if self.text_tower is not None:
+            for st in self.states:
+                st[TOWER_KEY] = self.text_tower
         self.seen = np.array(state["seen"], dtype=np.int64)
 
     # ------------------------------------------------------------------ step
@@ -148,22 +156,46 @@ class FamilyStreams(Streams):
         bank = self.banks[s]
         if bank is None:
             return _identity
-        cfg = self.config
-        return lambda v: bank.shift(v, cfg.k, cfg.alpha, cfg.ms_steps, cfg.bank_size is not None)
+        settings = self.config.shift_settings()
+        return lambda v: bank.shift(v, settings)
 
-    def _run(self, x: torch.Tensor, active: np.ndarray | None):
+    def _forget(self, x: torch.Tensor, active: np.ndarray | None) -> None:
+        """The forget section's resets before the step (`mstta.engine.forget`): RDumb's periodic reset and
+        the detector's cuts restart a stream's family state and bank (`last_cut` [S] records them).
+        Read on the host: a family's step is eager, stream after stream."""
+        fg = self.config.forget
+        ok = np.ones(self.streams, dtype=bool) if active is None else np.asarray(active, dtype=bool)
+        cut = ok & np.array([fg.rule == "periodic" and periodic_reset(int(t), fg.every) for t in self.seen])
+        if self.drift is not None:
+            self.drift.forget(torch.as_tensor(cut, device=self.device))
+            okt = torch.as_tensor(ok, device=self.device)
+            u = Fn.normalize(x[:, 0].float())
+            found = drift_step_t(
+                self.drift, u, fg.detect_rate, fg.detect_threshold, fg.detect_patience, fg.detect_warmup, okt
+            )
+            cut = cut | found.cpu().numpy()
+        for s in np.nonzero(cut)[0]:
+            self.states[s] = self._init()
+            self.banks[s] = self._bank()
+        self.last_cut.copy_(torch.as_tensor(cut, device=self.device))
+
+    def run(self, x: torch.Tensor, active: np.ndarray | None):
         """One step of every stepping stream: x [S, V, d] on the device -> (scores, clip, H,
         feature, probs), [S, ...] (a skipped stream's rows are zeros)."""
         outs: list[StepOut | None] = []
+        params = self.params
         with small_ops(self.device):
+            if self.config.forget.resets:
+                self._forget(x, active)
             for s in range(self.streams):
                 if active is not None and not active[s]:
                     outs.append(None)
                     continue
+                if self.config.forget.rule == "timeliness" and not self.method.episodic:
+                    self.family.decay(self.states[s], math.exp(-1 / self.config.forget.steps), params)
                 xs = x[s] if self.method.augment is not None or self.config.view_mode != "original" else x[s][:1]
-                extra = {"tower": self.text_tower} if self.text_tower is not None else {}
                 out = self.family.step(
-                    self.states[s], Fn.normalize(xs), self.text, self.config, self._shifter(s), **extra
+                    self.states[s], Fn.normalize(xs), self.text, params, self.config.logit_scale, self._shifter(s)
                 )
                 if self.banks[s] is not None:
                     self.banks[s].append(out.feature, self.config.bank_size is not None)
@@ -174,3 +206,22 @@ class FamilyStreams(Streams):
             torch.stack([o[i] if o is not None else torch.zeros_like(like[i]) for o in outs])
             for i in range(len(StepOut._fields))
         )
+
+
+def check_family_memory(method, cfg, text: torch.Tensor, streams: int, device: torch.device) -> None:
+    """Refuse, before anything is allocated, a family's state (`state_bytes`, S streams, the `+ms`
+    bank) above 80% of this machine's memory (and of the GPU's on CUDA): the one bound of its
+    settings, whether the stream is stepped or replayed vectorised (`mstta.engine.replay`)."""
+    family = get_family(method.family)
+    (C, d), S, item = text.shape, streams, text.element_size()
+    state = S * family.state_bytes(C, d, cfg.family_params(method.family)) * item // 4
+    rows = (cfg.bank_size if cfg.bank_size is not None else UNBOUNDED_START) if method.mean_shift else 0
+    bank = S * rows * (d + 2) * item
+    per = f" per stream, {S} streams" if S > 1 else ""
+    what = f"{method.title}'s state ({human_bytes(state)} for C = {C}, d = {d}{per}"
+    what += f"; bank {rows} x {d} dims (bank_size))" if bank else ")"
+    check_memory(state + bank, what)
+    if device.type == "cuda":
+        have = torch.cuda.get_device_properties(device).total_memory
+        if state + bank > 0.8 * have:
+            raise UserError(f"{what} needs {human_bytes(state + bank)}; this GPU has {human_bytes(have)}; lower it")

@@ -20,11 +20,9 @@ import torch
 
 from ..checks import int_in
 from ..errors import UserError
-from .cache_runner import Streams
 from .config import EngineConfig
-from .engine import StepResult, _family_class
-from .family_runner import FamilyStreams
-from .methods import Method, get_method
+from .engine import Front, StepResult, make_runner
+from .methods import Method
 
 
 @dataclass
@@ -38,6 +36,14 @@ class MultiStepResult:
     feature: torch.Tensor  # [S, d]
     active: np.ndarray  # [S] bool
     probs: torch.Tensor | None = None  # [S, C] the method's probabilities (None = softmax of logits)
+    cut_tensor: torch.Tensor | None = None  # [S] bool: the stream's state was reset before this step (forget)
+
+    @property
+    def cuts(self) -> np.ndarray:
+        """Per stream, whether `forget` reset its state before this step (False where it skipped)."""
+        if self.cut_tensor is None:
+            return np.zeros(len(self.active), dtype=bool)
+        return self.cut_tensor.cpu().numpy() & self.active
 
     @property
     def predictions(self) -> np.ndarray:
@@ -54,10 +60,11 @@ class MultiStepResult:
             self.entropy_tensor[s],
             self.feature[s],
             None if self.probs is None else self.probs[s],
+            None if self.cut_tensor is None else self.cut_tensor[s],
         )
 
 
-class MultiEngine(Streams):
+class MultiEngine(Front):
     """`streams` independent engines of one method, config and text classifier, stepped together.
 
     `step(features, active=None)`: features `[S, d]` or `[S, V, d]` (one sample per stream, the
@@ -65,9 +72,6 @@ class MultiEngine(Streams):
     stream that skips this step; `active` ([S] bools) skips streams of a stacked input. A skipped
     stream's state and sample count do not move. `reset(stream=s)` empties one stream.
     """
-
-    def __new__(cls, *args, **kwargs):
-        return super().__new__(_family_class(cls, MultiEngine, _FamilyMultiEngine, *args, **kwargs))
 
     def __init__(
         self,
@@ -81,35 +85,28 @@ class MultiEngine(Streams):
         text_tower=None,
     ):
         int_in(streams, "streams", 1)
-        self.text_tower = text_tower  # as `Engine`'s: the prompt-tuning family's text tower
-        super().__init__(
-            text,
-            get_method(method) if isinstance(method, str) else method,
-            config,
-            device,
-            cuda_graph,
-            streams,
-            stream_length,
-        )
+        self.runner = make_runner(text, method, config, device, cuda_graph, streams, stream_length, text_tower)
+        self.reset()
 
     @property
     def n_seen(self) -> np.ndarray:
         """Samples stepped by each stream since its last reset, [S]."""
-        return self.seen.copy()
+        return self.runner.seen.copy()
 
     def bank_len(self, stream: int) -> int:
         """Raw features in one stream's bank."""
-        return self._fill(stream)
+        return self.runner._fill(stream)
 
     @torch.inference_mode()
     def step(self, features, active: Sequence[bool] | np.ndarray | None = None) -> MultiStepResult:
         """Adapt every stepping stream to its sample and predict it (see the class doc)."""
         x, act = self._stack(features, active)
-        logits, clip, h, q, *probs = self._run(x, None if act.all() else act)
-        return MultiStepResult(logits, clip, h, q, act, *probs)
+        logits, clip, h, q, *probs = self.runner.run(x, None if act.all() else act)
+        cut = self.runner.last_cut.clone() if self.runner.config.forget.resets else None
+        return MultiStepResult(logits, clip, h, q, act, *(probs or [None]), cut_tensor=cut)
 
     def _stack(self, features, active) -> tuple[torch.Tensor, np.ndarray]:
-        S, d = self.streams, self.dim
+        S, d = self.runner.streams, self.runner.dim
         if isinstance(features, (list, tuple)):
             if len(features) != S:
                 raise UserError(f"got {len(features)} samples for {S} streams")
@@ -136,8 +133,4 @@ class MultiEngine(Streams):
             act = act & np.asarray(active, dtype=bool).reshape(S)
         if not act.any():
             raise UserError("every stream skips this step: pass at least one active stream")
-        return x.to(self.device, self.text.dtype), act
-
-
-class _FamilyMultiEngine(MultiEngine, FamilyStreams):
-    """A `MultiEngine` whose method belongs to a family of `mstta.engine.families`."""
+        return x.to(self.runner.device, self.runner.text.dtype), act

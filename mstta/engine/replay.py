@@ -28,7 +28,10 @@ from .config import EngineConfig
 from .engine import Engine
 from .families import get_family, view_aggregator
 from .families.base import CACHE
+from .family_runner import check_family_memory
+from .forget import stream_cuts, timeliness_slot
 from .methods import Method, get_method
+from .protocol import warn_few_views
 
 SIMS_BYTES = (
     64 * 2**20
@@ -46,6 +49,7 @@ class ReplayResult:
     entropy: np.ndarray  # CLIP entropy (nats) used by the caches
     seconds: float  # adaptation time, loading excluded
     probs: np.ndarray | None = None  # [N, C] float32, the method's probabilities (`keep_probs=True`)
+    cuts: np.ndarray | None = None  # [N] bool: `forget` reset the state before the sample (None: no resets)
 
     @property
     def samples_per_s(self) -> float:
@@ -71,41 +75,61 @@ def replay(
     cfg = config if config is not None else EngineConfig()
     dev = torch.device(device) if device is not None else torch.as_tensor(text).device
     feats = _as_views(features)
+    warn_few_views(m, cfg, feats.shape[1])
     if cfg.view_mode == "original" and not m.boost and m.augment is None:
         feats = feats[:, :1]  # only view 0 is ever read: same predictions, V times less memory
     feats = feats.to(dev)  # kept in its stored dtype; converted to float32 per chunk
     t0 = time.perf_counter()
+    cuts = None
+    # forget's idle rule reads each step's cache weights: no interval scan, online steps
+    online = online or cfg.forget.rule == "idle"
     with torch.inference_mode():
         if m.family != CACHE:  # another family: its own replay, or its step sample by sample
-            out = [_summarise(*_replay_family(feats, text, m, cfg, dev, online, text_tower), keep_probs)]
+            *res, cuts = _replay_family(feats, text, m, cfg, dev, online or cfg.forget.active, text_tower)
+            out = [_summarise(*res, keep_probs)]
         elif online or m.boost:  # the engine's step: small ops, one thread (mstta.threads)
-            logits, clip, ent = _replay_online(feats, text, m, cfg, dev)
+            logits, clip, ent, cuts = _replay_online(feats, text, m, cfg, dev)
             out = [_summarise(logits, clip, ent, None, keep_probs)]
         else:  # independent row chunks on the pool's one-thread workers (mstta.threads)
             text32 = Fn.normalize(torch.as_tensor(text).to(dev, torch.float32))
-            out = _replay_vectorised(feats, text32, m, cfg, chunk, keep_probs)
+            out, cuts = _replay_segments(feats, text32, m, cfg, chunk, keep_probs)
         pred, cpred, pf, pc, ent, *probs = (torch.cat(part).cpu().numpy() for part in zip(*out))
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
     seconds = time.perf_counter() - t0
-    return ReplayResult(pred, cpred, pf, pc, ent, seconds, probs[0].astype(np.float32) if probs else None)
+    probs = probs[0].astype(np.float32) if probs else None
+    return ReplayResult(pred, cpred, pf, pc, ent, seconds, probs, None if cuts is None else cuts.cpu().numpy())
+
+
+def _replay_segments(feats, text, m, cfg, chunk, keep_probs):
+    """`_replay_vectorised` over each segment between the resets `forget` makes (`stream_cuts`: the
+    state starts over at each, so the segments replay independently) -> (chunks, cuts or None)."""
+    if not cfg.forget.resets:
+        return _replay_vectorised(feats, text, m, cfg, chunk, keep_probs), None
+    cuts = stream_cuts(feats, cfg.forget)
+    edges = [0, *torch.nonzero(cuts).flatten().tolist(), feats.shape[0]]
+    out = []
+    for a, b in zip(edges, edges[1:]):
+        out += _replay_vectorised(feats[a:b], text, m, cfg, chunk, keep_probs) if b > a else []
+    return out, cuts
 
 
 def _replay_family(feats, text, m, cfg, dev, online, tower=None):
-    """(scores, clip, H, probs) [N, ...] of a family method: the family's vectorised `replay` where
+    """(scores, clip, H, probs, cuts or None) [N, ...] of a family method: the family's vectorised `replay` where
     it has one and the row has no mean shift (its bank makes every step depend on the last), else
     its step over the stream (`Engine`, told the stream's length)."""
     family = get_family(m.family)
     if not online and not m.mean_shift and hasattr(family, "replay"):
         t = torch.as_tensor(text)
         dtype = torch.float64 if t.dtype == torch.float64 else torch.float32
-        out = family.replay(Fn.normalize(feats.to(dtype)), Fn.normalize(t.to(dev, dtype)), cfg)
-        return out.scores, out.clip, out.entropy, out.probs
+        x, unit = Fn.normalize(feats.to(dtype)), Fn.normalize(t.to(dev, dtype))
+        check_family_memory(m, cfg, unit, 1, torch.device(dev))  # the bound `Engine` checks: one for both paths
+        out = family.replay(x, unit, cfg.family_params(m.family), cfg.logit_scale)
+        return out.scores, out.clip, out.entropy, out.probs, None
     engine = Engine(text, m, cfg, device=dev, stream_length=max(1, feats.shape[0]), text_tower=tower)
     rows = [engine.step(x) for x in feats]
-    return tuple(
-        torch.stack([getattr(r, k) for r in rows]) for k in ("logits", "clip_logits", "entropy_tensor", "probs")
-    )
+    keys = ("logits", "clip_logits", "entropy_tensor", "probs") + (("cut_tensor",) if cfg.forget.resets else ())
+    return (*(torch.stack([getattr(r, k) for r in rows]) for k in keys), *(() if cfg.forget.resets else (None,)))
 
 
 def mean_shifted(
@@ -145,13 +169,15 @@ def _summarise(
 
 def _replay_online(feats, text, m, cfg, dev):
     engine = Engine(text, m, cfg, device=dev)
-    logits, clip, ent = [], [], []
+    logits, clip, ent, cut = [], [], [], []
     for x in feats:
         r = engine.step(x)
         logits.append(r.logits)
         clip.append(r.clip_logits)
         ent.append(r.entropy_tensor)
-    return torch.stack(logits), torch.stack(clip), torch.stack(ent)
+        cut.append(r.cut_tensor)
+    cuts = torch.stack(cut) if cfg.forget.resets and cut else None
+    return torch.stack(logits), torch.stack(clip), torch.stack(ent), cuts
 
 
 def _spans(n: int, chunk: int, start: int = 0) -> list[tuple[int, int]]:
@@ -185,13 +211,14 @@ def _replay_vectorised(feats, text, m, cfg, chunk, keep_probs=False):
     labels = lab.cpu().numpy()
     h = ent.cpu().numpy().astype(np.float64)
 
-    end = _intervals(labels, h, cfg.capacity, C, "entropy")
+    tl = (cfg.forget.steps, cfg.forget.weight) if cfg.forget.rule == "timeliness" else None
+    end = _intervals(labels, h, cfg.capacity, C, "entropy", None, tl)
     weights = lambda qq, kk, bias: Fn.cache_weights(qq, kk, bias, cfg.beta, cfg.kernel, cfg.cache_alpha)
     pos = _Entries(end, lab, weights, Fn.log_weight(cfg.cache_alpha, cfg.beta), None)
     neg = None
     if m.negative:
         gate = [entropy_gate(v, C, cfg.neg_entropy_lower, cfg.neg_entropy_upper) for v in h.tolist()]
-        nend = _intervals(labels, h, cfg.neg_capacity, C, m.neg_policy, gate)
+        nend = _intervals(labels, h, cfg.neg_capacity, C, m.neg_policy, gate, tl)
         values = torch.cat([Fn.negative_mask(p[3], cfg.neg_mask_lower, cfg.neg_mask_upper) for p in parts])
         nweights = lambda qq, kk, bias: Fn.cache_weights(qq, kk, bias, cfg.neg_beta, "exp", cfg.neg_alpha)
         neg = _Entries(nend, lab, nweights, Fn.log_weight(cfg.neg_alpha, cfg.neg_beta), values)
@@ -238,10 +265,18 @@ def _shift_all(f: torch.Tensor, cfg: EngineConfig, chunk: int) -> torch.Tensor:
 
 
 def _intervals(
-    labels: np.ndarray, h: np.ndarray, capacity: int, num_classes: int, policy: str, gate: list[bool] | None = None
+    labels: np.ndarray,
+    h: np.ndarray,
+    capacity: int,
+    num_classes: int,
+    policy: str,
+    gate: list[bool] | None = None,
+    timeliness: tuple[int, float] | None = None,
 ) -> np.ndarray:
-    """Scan the stream with the engine's slot rules; sample s is cached over [s, end[s])
-    (end = -1: never cached; N: still cached at the end). Plain Python lists: Q slots per class."""
+    """Scan the stream with the engine's slot rules (RoTTA's timeliness score where `timeliness` =
+    (horizon, weight), `mstta.engine.forget`); sample s is cached over [s, end[s]) (end = -1: never
+    cached; N: still cached at the end). Plain Python lists: Q slots per class."""
+    ln_c = math.log(num_classes)
     n = len(labels)
     ent = [[math.inf] * capacity for _ in range(num_classes)]
     when = [[EMPTY_TIME] * capacity for _ in range(num_classes)]
@@ -251,7 +286,12 @@ def _intervals(
         if gate is not None and not gate[t]:
             continue
         row_ent, row_when, row_owner = ent[c], when[c], owner[c]
-        j = fifo_slot(row_when) if policy == "fifo" else entropy_slot(row_ent, row_when, ht)
+        if policy == "fifo":
+            j = fifo_slot(row_when)
+        elif timeliness is not None:
+            j = timeliness_slot(row_ent, row_when, ht, t, *timeliness, ln_c)
+        else:
+            j = entropy_slot(row_ent, row_when, ht)
         if j < 0:
             continue
         if row_owner[j] >= 0:

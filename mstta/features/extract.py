@@ -38,7 +38,17 @@ from .extract_encode import Dist, run_shards, start_dist
 from .extract_settings import ExtractSettings
 from .extract_views import resolve_views_on
 from .format import read_meta
-from .models import DEFAULT_MODEL, ClipModel, build_text_classifier, default_precision, load_clip, pretrained_id
+from .models import (
+    BUNDLED_TAG,
+    DEFAULT_MODEL,
+    ClipModel,
+    build_text_classifier,
+    checkpoint_sha256,
+    default_precision,
+    load_clip,
+    pretrained_id,
+    recorded_tag,
+)
 from .shards import check_shards, merge_shards, prepare_work, shard_path
 from .views import AUGMENTS, MAX_VIEWS
 
@@ -90,7 +100,8 @@ def _safe(text: str) -> str:
 
 
 def default_file_name(s: ExtractSettings) -> str:
-    """`{dataset}_{model}_{pretrained}_v{views}_s{seed}[_n{limit}].npz` (names made file-safe)."""
+    """`{dataset}_{model}_{pretrained}_v{views}[-{augment}]_s{seed}[_n{limit}].npz` (names made file-safe;
+    the view kind with more than one view, so crop and AugMix files of the same V never collide)."""
     dataset = (
         f"imagefolder-{Path(s.dataset[len(FOLDER_PREFIX) :]).name}"
         if s.dataset.startswith(FOLDER_PREFIX)
@@ -99,7 +110,8 @@ def default_file_name(s: ExtractSettings) -> str:
     pretrained = Path(s.pretrained).stem if os.sep in s.pretrained else s.pretrained
     limit = f"_n{s.limit}" if s.limit else ""
     listing = f"_{s.listing}" if s.listing != "full" else ""
-    return f"{_safe(dataset)}_{_safe(s.model)}_{_safe(pretrained)}_v{s.views}_s{s.seed}{limit}{listing}.npz"
+    kind = f"-{s.augment}" if s.views > 1 else ""
+    return f"{_safe(dataset)}_{_safe(s.model)}_{_safe(pretrained)}_v{s.views}{kind}_s{s.seed}{limit}{listing}.npz"
 
 
 def resolve_out(out: str | Path, s: ExtractSettings, flag: str = "--out") -> Path:
@@ -183,6 +195,7 @@ def plan(
             f"--dataset {dataset}: has {split.num_classes} class ({', '.join(split.classnames)}); "
             "a feature file needs at least 2 classes (replay ranks classes); add class folders"
         )
+    pretrained = recorded_tag(model, str(pretrained))  # `bundled`, not the CLIs' default `openai`
     tmpl = check_templates(templates) if templates else split.templates
     order = stream_order(len(split), seed)[:limit]
     base = Path(split.key[len(FOLDER_PREFIX) :]) if split.key.startswith(FOLDER_PREFIX) else Path(data_root or ".")
@@ -250,7 +263,7 @@ def run_extraction(
         templates=templates,
         listing=listing,
     )
-    _check_loaded_model(clip, model, pretrained, s.precision)
+    _check_loaded_model(clip, model, s.pretrained, s.precision)
     where = resolve_views_on(views_on, resolve_device(device)) if views > 1 else "cpu"  # 1 view: CLIP's own, PIL
     enc = _Encoding(
         device, batch_size, workers, cache_dir, shard_size or max(1, SHARD_IMAGES // views), progress, where
@@ -336,13 +349,13 @@ def _extract(
         t0 = time.perf_counter()  # images/s: encoding and merging only
         work = out_path.parent / hidden_name(out_path.name, ".work")
         if dist.rank == 0:
-            _prepare_shards(work, out_path, s, enc.shard_size, len(order))
+            _prepare_shards(work, out_path, s, enc.shard_size, len(order), int(text.shape[-1]))
         dist.barrier()
         encoded = _encode_missing(clip, split, order, work, s, enc, dist)
         dist.barrier()
         kept, skipped = len(order), 0
         if dist.rank == 0:
-            meta = _file_meta(s, tmpl, data_root, enc.where)
+            meta = _file_meta(s, tmpl, data_root, enc.where, clip)
             kept, skipped = merge_shards(work, out_path, s, enc.shard_size, split, order, text, meta)
             shutil.rmtree(work, ignore_errors=True)
     finally:
@@ -350,12 +363,13 @@ def _extract(
     return kept, skipped, encoded, time.perf_counter() - t0
 
 
-def _prepare_shards(work: Path, out_path: Path, s: ExtractSettings, shard_size: int, n: int) -> None:
-    """Rank 0, before any encoding: sweep dead writers' leftovers, ready the work folder, drop bad shards."""
+def _prepare_shards(work: Path, out_path: Path, s: ExtractSettings, shard_size: int, n: int, dim: int) -> None:
+    """Rank 0, before any encoding: sweep dead writers' leftovers, ready the work folder, drop bad
+    shards (of another width than the model's `dim` too)."""
     sweep_stale(out_path.parent)
     prepare_work(work, s)
     sweep_stale(work)
-    check_shards(work, s, shard_size, n)
+    check_shards(work, s, shard_size, n, dim)
 
 
 def _encode_missing(
@@ -389,10 +403,13 @@ def _encode_missing(
     return encoded
 
 
-def _file_meta(s: ExtractSettings, tmpl: list[str], data_root: str | Path | None, where: str) -> dict:
-    """The feature file's meta beyond its counts: the settings, and how the file was made."""
+def _file_meta(s: ExtractSettings, tmpl: list[str], data_root: str | Path | None, where: str, clip: ClipModel) -> dict:
+    """The feature file's meta beyond its counts: the settings, how the file was made, the checkpoint's
+    own logit scale (Eq. 1: what replay, run, field and sweep default to) and a bundled checkpoint's hash."""
     return {
         **asdict(s),
+        "logit_scale": float(clip.logit_scale),
+        **({"weights_sha256": checkpoint_sha256(s.model)} if s.pretrained == BUNDLED_TAG else {}),
         "templates": len(tmpl),
         "version": __version__,
         "stream": f"torch.randperm(n, seed={s.seed})",

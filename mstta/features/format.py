@@ -67,6 +67,13 @@ class FeatureSet:
     def num_views(self) -> int:
         return 1 if self.features.dim() == 2 else self.features.shape[1]
 
+    @property
+    def logit_scale(self) -> float | None:
+        """The checkpoint's CLIP logit scale that extraction recorded in `meta` (None: not recorded;
+        `mstta.engine.scale.file_scale` then uses the paper's 100)."""
+        value = self.meta.get("logit_scale")
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
 
 def _first_bad_row(bad: np.ndarray) -> int:
     return int(np.argwhere(bad)[0][0])
@@ -324,6 +331,56 @@ def read_meta(path: str | Path) -> dict[str, Any]:
         raise
     except _ARCHIVE_ERRORS as exc:
         raise _bad_npz(p, exc) from None
+
+
+@dataclass(frozen=True)
+class Peek:
+    """What a feature file says about itself, read without its features: shapes, class names, meta."""
+
+    features: tuple[int, ...]  # the declared shape of 'features'
+    text: tuple[int, ...]  # of 'text' [C, d]
+    classnames: list[str] | None
+    meta: dict[str, Any]
+
+
+def peek_features(path: str | Path) -> Peek:
+    """A feature file's headers (checked as `load_features` checks them), class names and meta,
+    without reading its features; every problem is one UserError naming the file."""
+    p = Path(path)
+    try:
+        with zipfile.ZipFile(p) as zf:
+            infos = {i.filename[:-4] if i.filename.endswith(".npy") else i.filename: i for i in zf.infolist()}
+            for key in ("features", "text"):
+                if key not in infos:
+                    raise UserError(f"{p}: missing array '{key}'; re-extract the file")
+            heads = {}
+            for name, info in infos.items():
+                _check_member(p, name, info)
+                heads[name] = _read_header(zf, info, p, name)
+            _check_shapes(p, heads["features"], heads["text"])
+            small = {}
+            for name in ("classnames", "meta"):
+                if name in heads:
+                    if heads[name].nbytes > PEEK_BYTES:
+                        raise UserError(
+                            f"{p}: array '{name}' declares {human_bytes(heads[name].nbytes)}; at most "
+                            f"{human_bytes(PEEK_BYTES)}: re-extract the file"
+                        )
+                    with zf.open(infos[name]) as fp:
+                        small[name] = np.lib.format.read_array(fp, allow_pickle=False)
+    except UserError:
+        raise
+    except _ARCHIVE_ERRORS as exc:
+        raise _bad_npz(p, exc) from None
+    names = small.get("classnames")
+    classnames = None
+    if names is not None and names.ndim == 1 and names.dtype.kind in "US":
+        classnames = [s.decode("utf-8", "replace") if isinstance(s, bytes) else str(s) for s in names.tolist()]
+    meta = _parse_meta(p, small["meta"]) if "meta" in small else {}
+    return Peek(heads["features"].shape, heads["text"].shape, classnames, meta)
+
+
+PEEK_BYTES = 16 << 20  # 'classnames' or 'meta' read without the features: at most this
 
 
 def _check_unique(p: Path, classnames: list[str]) -> None:

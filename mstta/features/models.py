@@ -272,6 +272,36 @@ def check_finite_weights(model: torch.nn.Module, name: str, pretrained: str | No
             )
 
 
+def recorded_tag(name: str, pretrained: str, quiet: bool = False) -> str:
+    """The tag a file records: `bundled` for a project-trained model asked for `openai` (the CLIs'
+    default, weights it has none of), said in one line (unless `quiet`); any other tag as given."""
+    if name in BUNDLED_CHECKPOINTS and pretrained == DEFAULT_TAG:
+        if quiet:
+            return BUNDLED_TAG
+        log.warning(
+            "--model %s has no '%s' weights: using its bundled checkpoint (recorded as '%s')",
+            name,
+            pretrained,
+            BUNDLED_TAG,
+        )
+        return BUNDLED_TAG
+    return pretrained
+
+
+def checkpoint_sha256(name: str) -> str | None:
+    """SHA-256 of a project-trained model's shipped checkpoint (None when absent)."""
+    import hashlib
+
+    path = BUNDLED_CHECKPOINTS.get(name)
+    if path is None or not path.is_file():
+        return None
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def _bundled_tag(name: str, tag: str) -> tuple[str, str]:
     """(pretrained, tag) of a project-trained model: `bundled` (and the CLIs' default `openai`, which
     no such model has) becomes the shipped checkpoint's path; a missing file is a UserError."""

@@ -3,7 +3,7 @@ atomically, stamped with the run's settings and its index, checked by content be
 and the merge of every shard, in stream order, into the final feature file.
 
     prepare_work(work, settings)                   # create it; another run's work folder is discarded
-    good = check_shards(work, settings, shard_size, n)  # the indices of the shards this run wrote
+    good = check_shards(work, settings, shard_size, n, dim)  # the indices of the shards this run wrote
     kept, skipped = merge_shards(work, out, settings, shard_size, split, order, text, meta)
 
 Shard `k` holds stream positions [k * shard_size, min(n, (k + 1) * shard_size)).
@@ -76,10 +76,10 @@ def prepare_work(work: Path, s: ExtractSettings) -> None:
 SHARD_ARRAYS = {"positions", "features", "skipped", "reasons", "stamp"}
 
 
-def read_shard(path: Path, k: int, s: ExtractSettings, shard_size: int, n: int) -> dict | None:
+def read_shard(path: Path, k: int, s: ExtractSettings, shard_size: int, n: int, dim: int) -> dict | None:
     """Shard `k`'s arrays when the file is one this run wrote (checked by content: a readable archive
     stamped with these settings and this index, its positions and skipped ones exactly the shard's
-    stream positions, one feature row of `s.views` finite values per kept position); else None."""
+    stream positions, one feature row of `s.views` x `dim` finite values per kept position); else None."""
     lo, hi = k * shard_size, min(n, (k + 1) * shard_size)
     try:
         with np.load(path, allow_pickle=False) as z:
@@ -95,7 +95,7 @@ def read_shard(path: Path, k: int, s: ExtractSettings, shard_size: int, n: int) 
         return None
     if len(pos) and (
         feats.ndim != 3
-        or feats.shape[:2] != (len(pos), s.views)
+        or feats.shape != (len(pos), s.views, dim)
         or feats.dtype != np.float16
         or not np.isfinite(feats).all()
     ):
@@ -103,9 +103,10 @@ def read_shard(path: Path, k: int, s: ExtractSettings, shard_size: int, n: int) 
     return got
 
 
-def check_shards(work: Path, s: ExtractSettings, shard_size: int, n: int) -> list[int]:
+def check_shards(work: Path, s: ExtractSettings, shard_size: int, n: int, dim: int) -> list[int]:
     """Discard every shard file of the work folder that this run did not write (torn by a kill, another
-    run's, a stray file under a shard's name), with one warning each; the indices of the good ones."""
+    run's, a stray file under a shard's name, features of a width other than the model's `dim`), with
+    one warning each; the indices of the good ones."""
     good = []
     for path in sorted(work.glob("shard-*.npz")):
         try:
@@ -116,7 +117,7 @@ def check_shards(work: Path, s: ExtractSettings, shard_size: int, n: int) -> lis
             0 <= k < math.ceil(n / shard_size)
             and path.is_file()
             and not path.is_symlink()
-            and read_shard(path, k, s, shard_size, n) is not None
+            and read_shard(path, k, s, shard_size, n, dim) is not None
         ):
             good.append(k)
             continue
@@ -161,11 +162,13 @@ def merge_shards(
     text: torch.Tensor,
     meta: dict,
 ) -> tuple[int, int]:
-    """Concatenate the shards in stream order into the final feature file; (kept, skipped)."""
+    """Concatenate the shards in stream order into the final feature file, each checked first (the
+    text's width included); (kept, skipped)."""
     positions, feats, skipped, reasons = [], [], [], []
+    dim = int(text.shape[-1])
     for k in range(math.ceil(len(order) / shard_size)):
         path = shard_path(work, k)
-        z = read_shard(path, k, s, shard_size, len(order)) if path.is_file() else None
+        z = read_shard(path, k, s, shard_size, len(order), dim) if path.is_file() else None
         if z is None:
             raise UserError(
                 f"shard {path} is missing or torn after every rank finished; rerun the same command to encode it again"

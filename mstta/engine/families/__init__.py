@@ -1,25 +1,28 @@
-"""Method families: one module per family of test-time methods, each pure functions over an
-explicit state (the interface: `mstta.engine.families.base`). `get_family(name)` returns the module."""
+"""Method families: one module per family of test-time methods (the interface: `base.Family`,
+checked by `base.check_family`). The paper's cache family (`cache`) is run by its own vectorised
+runner; every other family is pure functions over an explicit state, run by the family runner.
+`get_family(name)` returns the module; adding one is the route in docs/architecture.md."""
 
 from __future__ import annotations
 
 from types import ModuleType
 from typing import Callable
 
-from . import bca, ctpt, dmn, dota, dpe, mta, onzeta, tpt, zero
+from . import bca, cache, ctpt, dmn, dota, dpe, mta, onzeta, tpt, zero
 from .base import CACHE, Method, StepOut
 
-# The families beside the cache one, in the order their rows follow the paper's in the registry.
-FAMILIES: dict[str, ModuleType] = {m.NAME: m for m in (zero, mta, dmn, dota, onzeta, bca, dpe, tpt, ctpt)}
+# Every family, in the registry's order: the paper's cache family first, then the field's.
+FAMILIES: dict[str, ModuleType] = {m.NAME: m for m in (cache, zero, mta, dmn, dota, onzeta, bca, dpe, tpt, ctpt)}
 
-# Their hyperparameters, as EngineConfig's sections (engine: <name>: {...} in a dataset YAML).
+# The others' hyperparameters, as EngineConfig's sections (engine: <name>: {...} in a dataset YAML;
+# the cache family's are EngineConfig's top-level keys).
 ZeroParams, MtaParams, DmnParams, DotaParams = zero.Params, mta.Params, dmn.Params, dota.Params
 OnzetaParams, BcaParams, DpeParams = onzeta.Params, bca.Params, dpe.Params
 TptParams, CtptParams = tpt.Params, ctpt.Params
 
 
 def get_family(name: str) -> ModuleType:
-    """The module of a family that is not the cache family."""
+    """The module of a family."""
     return FAMILIES[name]
 
 

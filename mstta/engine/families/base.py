@@ -1,14 +1,24 @@
-"""What every method family shares: the registry row (`Method`) and one step's output (`StepOut`).
+"""What every method family shares: the registry row (`Method`), one step's output (`StepOut`)
+and the interface of a family module (`Family`, checked by `check_family`).
 
-A family is a module of pure functions over an explicit state (a dict of tensors, one stream's):
+A family is a module; every one declares
 
-    METHODS                                  registry rows, `Method(family=NAME, ...)`
-    Params                                   its hyperparameters: a dataclass, `EngineConfig.<NAME>`,
+    NAME                                     its key (`Method.family` of its rows)
+    METHODS                                  its registry rows, `Method(family=NAME, ...)`
+    Params                                   its hyperparameters: a dataclass, `EngineConfig.<NAME>`
+                                             (the cache family's: EngineConfig's top-level keys),
                                              every value checked in `__post_init__` (mstta.checks)
-    state_bytes(C, d, cfg) -> int            the state's bytes, checked before anything is allocated
-    init(text, cfg, length) -> state         one stream's state on text's device and dtype;
+    state_bytes(C, d, p) -> int              one stream's state bytes, checked before anything is allocated
+
+and, run by the family runner (`mstta.engine.family_runner`; the cache family has its own, vectorised
+runner, `mstta.engine.cache_runner.Streams`), pure functions over an explicit state (a dict of
+tensors, one stream's), each given the family's own `Params` p and CLIP's `logit_scale`, never the
+whole config:
+
+    init(text, p, logit_scale, length) -> state
+                                             one stream's state on text's device and dtype;
                                              `length` = the stream's length when known (replay), else None
-    step(state, x, text, cfg, shift) -> StepOut
+    step(state, x, text, p, logit_scale, shift) -> StepOut
                                              one sample: x [V, d] unit rows (view 0 = the original
                                              image), text [C, d] unit rows; updates `state` in place.
                                              `shift(v [n, d]) -> [n, d]` is the mean shift toward the
@@ -16,20 +26,35 @@ A family is a module of pure functions over an explicit state (a dict of tensors
                                              without MS, and at alpha = 0): a family passes through it
                                              every feature it writes to or reads from its state, never
                                              the zero-shot logits' feature (docs/engine.md, "+MS")
-    replay(x, text, cfg) -> StepOut          optional: a whole stream [N, V, d] at once (outputs
-                                             [N, ...]), equal to stepping it; used for rows without MS
 
-The cache family (`mstta.engine.cache_runner.Streams`) predates this interface and keeps its own vectorised
-state; `mstta.engine.family_runner` runs every other family behind the same `Engine`/`MultiEngine`.
+Optional:
+
+    replay(x, text, p, logit_scale) -> StepOut
+                                             a whole stream [N, V, d] at once (outputs [N, ...]),
+                                             equal to stepping it; used for rows without MS
+    aggregate(x, text, logit_scale, p) -> (f [N, d], clip [N, C])
+                                             its view combination, offered to the cache methods as
+                                             a `view_mode` named after the family
+    DATASET_PARAMS                           {dataset: {key: value}}: its authors' per-dataset values
+                                             (configs/<dataset>.yaml holds them under `engine: NAME:`)
+    TOWER = True                             it tunes through the model's text tower
+                                             (`mstta.features.text_tower`, `Engine(..., text_tower=)`):
+                                             the runner refuses a run without one and puts it in each
+                                             stream's state as `state[TOWER_KEY]` (never saved by
+                                             `state_dict`); its step reads it from there
 """
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 from dataclasses import dataclass
-from typing import NamedTuple
+from types import ModuleType
+from typing import Any, Callable, NamedTuple, Protocol
 
 import torch
 
+TOWER_KEY = "tower"  # a TOWER family's state entry: the model's text tower, put there by the runner
 CACHE = "cache"  # the family of the positive/negative cache methods (baseline, TDA, BoostAdapter, MS-TTA)
 
 
@@ -55,7 +80,7 @@ class Method:
     # names no other kind (DMN: AugMix, but crops on the ImageNet family); None = the dataset's protocol
     # (`bench.augment`, and view 0 alone where the dataset's `view_mode` is "original")
     views: str | None = None  # its view policy: which views (kind and count) its authors' code reads on
-    # the ImageNet family and on the other sets, a key of `mstta.bench.context.VIEW_POLICIES`;
+    # the ImageNet family and on the other sets, a key of `mstta.bench.viewpolicy.VIEW_POLICIES`;
     # None = `augment` (else the dataset's `bench.augment`) with the dataset's `bench.views`
 
     cost: str | None = None  # a slow method's cost per sample, as the demo's method list shows it
@@ -79,3 +104,60 @@ class StepOut(NamedTuple):
     entropy: torch.Tensor  # 0-d: the CLIP entropy (nats) of that path
     feature: torch.Tensor  # [d] the sample's raw feature: the row the mean-shift bank keeps
     probs: torch.Tensor  # [C] the method's probabilities (docs/engine.md says what they are per family)
+
+
+class Family(Protocol):
+    """A family module's declared interface (the module docstring says what each member means)."""
+
+    NAME: str
+    METHODS: tuple[Method, ...]
+    Params: type
+
+    def state_bytes(self, C: int, d: int, p: Any) -> int: ...
+
+    def init(self, text: torch.Tensor, p: Any, logit_scale: float, length: int | None) -> dict: ...
+
+    def step(
+        self, state: dict, x: torch.Tensor, text: torch.Tensor, p: Any, logit_scale: float, shift: Callable
+    ) -> StepOut: ...
+
+
+# The members of the interface as (name, parameters); a family with its own runner (the cache
+# family) declares no init/step. Optional members are checked when present.
+REQUIRED = {"state_bytes": ("C", "d", "p")}
+STEPPED = {"init": ("text", "p", "logit_scale", "length"), "step": ("state", "x", "text", "p", "logit_scale", "shift")}
+OPTIONAL = {"replay": ("x", "text", "p", "logit_scale"), "aggregate": ("x", "text", "logit_scale", "p")}
+
+
+def check_family(module: ModuleType | Any, own_runner: bool = False) -> list[str]:
+    """What `module` lacks of the `Family` interface, one line each (empty: it conforms). Functions are
+    checked by their parameters' names; `own_runner`: the family brings its runner (no init/step)."""
+    problems = []
+    if not isinstance(getattr(module, "NAME", None), str):
+        problems.append("NAME: a string is missing")
+    name = getattr(module, "NAME", None)
+    rows = getattr(module, "METHODS", None)
+    if not isinstance(rows, tuple) or not all(isinstance(r, Method) for r in rows):
+        problems.append("METHODS: a tuple of Method rows is missing")
+    else:
+        problems += [
+            f"METHODS: row {r.name!r} names family {r.family!r}, not {name!r}" for r in rows if r.family != name
+        ]
+    params = getattr(module, "Params", None)
+    if not (isinstance(params, type) and dataclasses.is_dataclass(params)):
+        problems.append("Params: a dataclass is missing")
+    wanted = {**REQUIRED, **({} if own_runner else STEPPED)}
+    wanted.update({k: v for k, v in OPTIONAL.items() if hasattr(module, k)})
+    for fn, args in wanted.items():
+        f = getattr(module, fn, None)
+        if not callable(f):
+            problems.append(f"{fn}: a function is missing")
+        elif tuple(inspect.signature(f).parameters) != args:
+            problems.append(f"{fn}{tuple(inspect.signature(f).parameters)}: expected {fn}({', '.join(args)})")
+    table = getattr(module, "DATASET_PARAMS", {})
+    if isinstance(params, type) and dataclasses.is_dataclass(params):
+        keys = {f.name for f in dataclasses.fields(params)}
+        problems += [
+            f"DATASET_PARAMS[{ds!r}]: unknown keys {sorted(set(v) - keys)}" for ds, v in table.items() if set(v) - keys
+        ]
+    return problems

@@ -30,6 +30,12 @@ from .. import functional as Fn
 from .base import Method, StepOut
 
 NAME = "bca"
+# Its protocol in words (`mstta.engine.protocol`): what a row predicts from when it reads V > 1 views
+# ({kept}: the views its confident selection keeps, {views}: V), its Params key of that selection's
+# fraction (None: no selection), and whether its CLIP reference (`StepOut.clip`) is on those views.
+PREDICTS = "the mean of its {kept} most confident views"
+SELECTION = "selection_p"
+CLIP_FROM_VIEWS = True
 PROVENANCE = "a third-party port's semantics, not the authors' code"
 
 METHODS = (
@@ -75,14 +81,14 @@ class Params:
         check_num(self, "selection_p", 0.0, 1.0, low_open=True)
 
 
-def state_bytes(C: int, d: int, cfg) -> int:
+def state_bytes(C: int, d: int, p: Params) -> int:
     """Bytes of one stream's state at float32: centres mu [C, d], prior P [C, C], two int64 counts [C]."""
     return 4 * (C * d + C * C) + 16 * C
 
 
-def init(text: torch.Tensor, cfg, length: int | None) -> dict[str, torch.Tensor]:
+def init(text: torch.Tensor, p: Params, logit_scale: float, length: int | None) -> dict[str, torch.Tensor]:
     """A fresh state (`BCAState.__init__`): mu = the text classifier, P = I, c1 = init_count1, c2 = init_count2."""
-    C, p = text.shape[0], cfg.bca
+    C = text.shape[0]
     return {
         "mu": text.clone(),
         "prior": torch.eye(C, dtype=text.dtype, device=text.device),
@@ -102,14 +108,14 @@ def step(
     state: dict[str, torch.Tensor],
     x: torch.Tensor,
     text: torch.Tensor,
-    cfg,
+    p: Params,
+    logit_scale: float,
     shift: Callable[[torch.Tensor], torch.Tensor],
 ) -> StepOut:
     """One sample, `BCAState.bca_step`: predict from the posterior, then update centre and prior
     (on-device masks for the thresholds: no host round trip)."""
-    p: Params = cfg.bca
     mu, prior = state["mu"], state["prior"]
-    s = cfg.logit_scale
+    s = logit_scale
     xbar = x[0] if x.shape[0] == 1 else confident_mean(x, s * (x @ mu.T), p.selection_p)
     z = shift(xbar.unsqueeze(0))[0]
     out = torch.softmax(s * (z @ mu.T), dim=0) @ prior  # the mean of the kept views' logits is linear in xbar
@@ -139,11 +145,11 @@ def update_rows(
     state["c2"].index_add_(0, y, grow2.to(torch.int64))
 
 
-def replay(x: torch.Tensor, text: torch.Tensor, cfg) -> StepOut:
+def replay(x: torch.Tensor, text: torch.Tensor, p: Params, logit_scale: float) -> StepOut:
     """A whole stream [N, V, d] (no mean shift), stepped without the engine's per-call overhead."""
-    state = init(text, cfg, x.shape[0])
+    state = init(text, p, logit_scale, x.shape[0])
     with small_ops(x.device):
-        outs = [step(state, xi, text, cfg, _identity) for xi in x]
+        outs = [step(state, xi, text, p, logit_scale, _identity) for xi in x]
     return StepOut(*(torch.stack(parts) for parts in zip(*outs)))
 
 

@@ -26,10 +26,16 @@ import torch
 from ...checks import check, check_int, check_num
 from ...errors import UserError
 from .. import functional as Fn
-from ..cache import UNBOUNDED_START, FeatureBank
+from ..cache import FeatureBank, ShiftSettings
 from .base import Method, StepOut
 
 NAME = "dmn"
+# Its protocol in words (`mstta.engine.protocol`): what a row predicts from when it reads V > 1 views
+# ({kept}: the views its confident selection keeps, {views}: V), its Params key of that selection's
+# fraction (None: no selection), and whether its CLIP reference (`StepOut.clip`) is on those views.
+PREDICTS = "the original image, with a memory of its {kept} most confident views' mean"
+SELECTION = "selection_p"
+CLIP_FROM_VIEWS = False
 
 METHODS = (
     Method(
@@ -82,17 +88,17 @@ class Params:
         check(self.replace in REPLACE_RULES, "replace", self.replace, f"one of {', '.join(REPLACE_RULES)}")
 
 
-def state_bytes(C: int, d: int, cfg) -> int:
+def state_bytes(C: int, d: int, p: Params) -> int:
     """Keys [C, M, d] and entropies [C, M] at float32, counts [C] int64 (the official per-slot
     probabilities [C, M, C] are never read by the readout and are not kept)."""
-    M = cfg.dmn.memory_size
+    M = p.memory_size
     return 4 * C * M * (d + 1) + 8 * C
 
 
-def init(text: torch.Tensor, cfg, length: int | None) -> dict[str, torch.Tensor]:
+def init(text: torch.Tensor, p: Params, logit_scale: float, length: int | None) -> dict[str, torch.Tensor]:
     """Empty memory (fix_clip.py `get_text_features`: zeros, count 0), on text's device and dtype."""
     C, d = text.shape
-    M = cfg.dmn.memory_size
+    M = p.memory_size
     return {
         "keys": text.new_zeros(C, M, d),
         "entropy": text.new_zeros(C, M),
@@ -171,15 +177,15 @@ def parts(
     state: dict[str, torch.Tensor],
     x: torch.Tensor,
     text: torch.Tensor,
-    cfg,
+    p: Params,
+    logit_scale: float,
     shift: Callable[[torch.Tensor], torch.Tensor],
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One sample's (clip, P_text, P_mem), updating `state`: update before readout, as coded."""
-    p = cfg.dmn
-    zs = zero_shot(x.unsqueeze(0), text, cfg.logit_scale, p)
+    zs = zero_shot(x.unsqueeze(0), text, logit_scale, p)
     z = shift(x[:1])[0]
     update(state, z, int(zs.label[0]), zs.h_bar[0], p)
-    p_mem = torch.softmax(readout(state, z, text, cfg.logit_scale, p.beta), dim=-1)
+    p_mem = torch.softmax(readout(state, z, text, logit_scale, p.beta), dim=-1)
     return zs.clip[0], zs.p_text[0], p_mem
 
 
@@ -187,39 +193,45 @@ def step(
     state: dict[str, torch.Tensor],
     x: torch.Tensor,
     text: torch.Tensor,
-    cfg,
+    p: Params,
+    logit_scale: float,
     shift: Callable[[torch.Tensor], torch.Tensor],
 ) -> StepOut:
     """One sample x [V, d] -> StepOut (scores = P_text + weight P_mem)."""
-    clip, p_text, p_mem = parts(state, x, text, cfg, shift)
-    scores, probs = fuse(p_text, p_mem, cfg.dmn.weight)
+    clip, p_text, p_mem = parts(state, x, text, p, logit_scale, shift)
+    scores, probs = fuse(p_text, p_mem, p.weight)
     return StepOut(scores, clip, Fn.entropy(clip), x[0], probs)
 
 
 # ---------------------------------------------------------------------- replay
-def replay(x: torch.Tensor, text: torch.Tensor, cfg) -> StepOut:
+def replay(x: torch.Tensor, text: torch.Tensor, p: Params, logit_scale: float) -> StepOut:
     """A whole stream x [N, V, d] (no mean shift) -> StepOut [N, ...], equal to stepping it."""
-    clip, p_text, p_mem = replay_parts(x, text, cfg)
-    scores, probs = fuse(p_text, p_mem, cfg.dmn.weight)
+    clip, p_text, p_mem = replay_parts(x, text, p, logit_scale)
+    scores, probs = fuse(p_text, p_mem, p.weight)
     return StepOut(scores, clip, Fn.entropy(clip), x[:, 0], probs)
 
 
 def replay_parts(
-    x: torch.Tensor, text: torch.Tensor, cfg, mean_shift: bool = False, chunk: int = 256
+    x: torch.Tensor,
+    text: torch.Tensor,
+    p: Params,
+    logit_scale: float,
+    shift: ShiftSettings | None = None,
+    chunk: int = 256,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(clip, P_text, P_mem) [N, C] of a stream x [N, V, d] unit rows: what `search_weight` needs.
     Without mean shift vectorised (the memory's decisions depend only on zero-shot quantities: one
-    host-side slot scan, then chunked readout); with it, the runner's step loop and bank."""
+    host-side slot scan, then chunked readout); with it (`shift`: the `+ms` row's settings,
+    `EngineConfig.shift_settings()`), the runner's step loop and bank."""
     if x.shape[0] == 0:
         return tuple(x.new_zeros(0, text.shape[0]) for _ in range(3))
-    if mean_shift:
-        return _stepped_parts(x, text, cfg)
-    p = cfg.dmn
+    if shift is not None:
+        return _stepped_parts(x, text, p, logit_scale, shift)
     n = max(1, CHUNK_ELEMENTS // max(1, x.shape[1] * text.shape[0]))
-    zs = [zero_shot(x[a : a + n], text, cfg.logit_scale, p) for a in range(0, x.shape[0], n)]
+    zs = [zero_shot(x[a : a + n], text, logit_scale, p) for a in range(0, x.shape[0], n)]
     zs = ZeroShot(*(torch.cat(t) for t in zip(*zs)))
     t_in, t_out, cls = slot_scan(zs.label.cpu().numpy(), zs.h_bar.cpu().numpy(), text.shape[0], p)
-    p_mem = _readout_all(x[:, 0], text, zs.clip / cfg.logit_scale, cfg, t_in, t_out, cls, chunk)
+    p_mem = _readout_all(x[:, 0], text, zs.clip / logit_scale, (p.beta, logit_scale), t_in, t_out, cls, chunk)
     return zs.clip, zs.p_text, p_mem
 
 
@@ -248,12 +260,13 @@ def slot_scan(labels: np.ndarray, h_bar: np.ndarray, C: int, p: Params):
 
 
 def _readout_all(
-    q: torch.Tensor, text: torch.Tensor, cos: torch.Tensor, cfg, t_in, t_out, cls, chunk: int
+    q: torch.Tensor, text: torch.Tensor, cos: torch.Tensor, kernel: tuple[float, float], t_in, t_out, cls, chunk: int
 ) -> torch.Tensor:
     """P_mem [N, C] of every sample from the entries alive at its readout (t_in <= t < t_out), in
     chunks of samples: s (R q) / |R| with R = sum_j w_j k_j per class (keys: the class's live
     entries and W_c), |R|^2 from the keys' within-class Gram matrix (sparse, block-diagonal, each
-    pair's product computed once). `cos` [N, C]: q W^T (zero-shot logits / logit_scale)."""
+    pair's product computed once). `cos` [N, C]: q W^T (zero-shot logits / logit_scale); `kernel`:
+    (beta, logit_scale)."""
     N, C, dev = q.shape[0], text.shape[0], q.device
     keys = Fn.normalize(q)
     i, j = _pairs(cls, t_in, t_out)  # entries that share a class and a time
@@ -279,7 +292,7 @@ def _readout_all(
             keys[a:b],
             keys[torch.as_tensor(t_in[live], device=dev)],
             cos[a:b],
-            cfg,
+            kernel,
             a,
             t_in[live],
             t_out[live],
@@ -303,12 +316,12 @@ def _pairs(cls: np.ndarray, t_in: np.ndarray, t_out: np.ndarray) -> tuple[np.nda
     return i[keep], j[keep]
 
 
-def _readout_chunk(q, k, cos, cfg, a, e_in, e_out, e_cls, kt, pairs) -> torch.Tensor:
+def _readout_chunk(q, k, cos, kernel, a, e_in, e_out, e_cls, kt, pairs) -> torch.Tensor:
     """P_mem [B, C] of samples a..a+B-1 (unit queries q) given the E entries live in the chunk:
     keys k [E, d], lives [e_in, e_out), classes, k_e W_c(e) and the within-class Gram `pairs`
     (local i <= j, k_i k_j)."""
     B, C, dev = q.shape[0], cos.shape[1], q.device
-    beta, s = cfg.dmn.beta, cfg.logit_scale
+    beta, s = kernel
     cl = torch.as_tensor(e_cls, device=dev)
     t = torch.arange(a, a + B, device=dev).unsqueeze(-1)
     alive = (torch.as_tensor(e_in, device=dev) <= t) & (t < torch.as_tensor(e_out, device=dev))
@@ -331,15 +344,14 @@ def _readout_chunk(q, k, cos, cfg, a, e_in, e_out, e_cls, kt, pairs) -> torch.Te
     return torch.softmax(s * dot / quad.sqrt(), dim=-1)
 
 
-def _stepped_parts(x: torch.Tensor, text: torch.Tensor, cfg):
+def _stepped_parts(x: torch.Tensor, text: torch.Tensor, p: Params, logit_scale: float, s: ShiftSettings):
     """(clip, P_text, P_mem) [N, C] by stepping, with the runner's mean-shift bank (`FeatureBank`)."""
-    bounded = cfg.bank_size is not None
-    bank = FeatureBank(cfg.bank_size if bounded else UNBOUNDED_START, x.shape[-1], x.dtype, x.device)
-    state = init(text, cfg, x.shape[0])
+    bank = FeatureBank.for_settings(s, x.shape[-1], x.dtype, x.device)
+    state = init(text, p, logit_scale, x.shape[0])
     rows = []
     for v in x:
-        rows.append(parts(state, v, text, cfg, lambda f: bank.shift(f, cfg.k, cfg.alpha, cfg.ms_steps, bounded)))
-        bank.append(v[0], bounded)
+        rows.append(parts(state, v, text, p, logit_scale, lambda f: bank.shift(f, s)))
+        bank.append(v[0], s.bank_size is not None)
     return tuple(torch.stack(r) for r in zip(*rows))
 
 

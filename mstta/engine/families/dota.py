@@ -26,6 +26,12 @@ from .. import functional as Fn
 from .base import Method, StepOut
 
 NAME = "dota"
+# Its protocol in words (`mstta.engine.protocol`): what a row predicts from when it reads V > 1 views
+# ({kept}: the views its confident selection keeps, {views}: V), its Params key of that selection's
+# fraction (None: no selection), and whether its CLIP reference (`StepOut.clip`) is on those views.
+PREDICTS = "the mean logits of its {kept} most confident views + a Gaussian discriminant fit on them"
+SELECTION = "view_ratio"
+CLIP_FROM_VIEWS = True
 
 METHODS = (
     Method(
@@ -88,16 +94,16 @@ class Params:
         check(self.precision in PRECISIONS, "precision", self.precision, f"one of {', '.join(PRECISIONS)}")
 
 
-def state_bytes(C: int, d: int, cfg) -> int:
+def state_bytes(C: int, d: int, p: Params) -> int:
     """Float32 bytes of one stream's state: the C class scatters (C d^2: 1.05 GB at C = 1000,
     d = 512), the class means (C d), the counts (C) and Lambda (d^2)."""
     return 4 * (C * d * d + C * d + C + d * d)
 
 
-def init(text: torch.Tensor, cfg, length: int | None) -> dict[str, torch.Tensor]:
+def init(text: torch.Tensor, p: Params, logit_scale: float, length: int | None) -> dict[str, torch.Tensor]:
     """`main` + `DOTA.__init__`: mu_k = 0.001 * ones, c_k = 1, S_k = c_k Sigma_k = sigma I,
     Lambda = pinv(mean_k Sigma_k) = I / sigma."""
-    p, (C, d) = cfg.dota, text.shape
+    C, d = text.shape
     like = {"dtype": text.dtype, "device": text.device}
     scatter = torch.zeros(C, d, d, **like)
     scatter.diagonal(dim1=1, dim2=2).fill_(p.sigma)
@@ -110,12 +116,25 @@ def init(text: torch.Tensor, cfg, length: int | None) -> dict[str, torch.Tensor]
     }
 
 
+FORGET = ("timeliness",)  # the forget rules this family defines beside the runner's resets (mstta.engine.forget)
+
+
+def decay(state: dict[str, torch.Tensor], gamma: float, p: Params) -> None:
+    """`forget.rule=timeliness` (the project's adaptation, no published rule): before each step the
+    evidence beyond the prior fades by gamma = exp(-1 / horizon): c_k <- 1 + gamma (c_k - 1), S_k <-
+    sigma I + gamma (S_k - sigma I) (`init`'s values), so a sample `horizon` steps old weighs 1/e
+    in the means, covariances and DOTA's weight."""
+    count, scatter = state["count"], state["scatter"]
+    count.sub_(1).mul_(gamma).add_(1)
+    scatter.mul_(gamma).diagonal(dim1=1, dim2=2).add_((1 - gamma) * p.sigma)
+
+
 def _rounded(lam: torch.Tensor, p: Params) -> torch.Tensor:
     """`.half()` of the official Lambda (`__init__`, `update`) under precision "official"."""
     return lam.half().to(lam.dtype) if p.precision == "official" else lam
 
 
-def select_views(x: torch.Tensor, text: torch.Tensor, scale: float, ratio: float):
+def confident_views(x: torch.Tensor, text: torch.Tensor, scale: float, ratio: float):
     """utils.py `get_clip_logits_aug`: the int(ratio V) lowest-entropy views (at least 1; ties to
     the lower index) -> (X [n, d], their logits [n, C], clip [C] mean logits, H entropy of the mean
     softmax (`avg_entropy`; `softmax_entropy` for one view))."""
@@ -165,11 +184,12 @@ def fit(state: dict[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor, p: Par
     state["Lambda"] = _rounded(torch.linalg.inv((1 - p.epsilon) * sbar + p.epsilon * eye), p)
 
 
-def step(state: dict[str, torch.Tensor], x: torch.Tensor, text: torch.Tensor, cfg, shift) -> StepOut:
+def step(
+    state: dict[str, torch.Tensor], x: torch.Tensor, text: torch.Tensor, p: Params, logit_scale: float, shift
+) -> StepOut:
     """`run_test_dota`'s loop body: predict with the state so far, then fit the selected views.
     +MS: the fitted views and the predicting mean go through `shift`; the CLIP logits stay raw."""
-    p = cfg.dota
-    X, kept, clip, H = select_views(x, text, cfg.logit_scale, p.view_ratio)
+    X, kept, clip, H = confident_views(x, text, logit_scale, p.view_ratio)
     xbar = X.mean(0)
     dota = predict(state, shift(xbar.unsqueeze(0))[0], p)
     weight = torch.clamp(p.rho * state["count"].mean() / X.shape[0], max=p.eta)

@@ -35,6 +35,12 @@ from .. import functional as Fn
 from .base import Method, StepOut
 
 NAME = "dpe"
+# Its protocol in words (`mstta.engine.protocol`): what a row predicts from when it reads V > 1 views
+# ({kept}: the views its confident selection keeps, {views}: V), its Params key of that selection's
+# fraction (None: no selection), and whether its CLIP reference (`StepOut.clip`) is on those views.
+PREDICTS = "the original image, with a cache of its {kept} most confident views' mean"
+SELECTION = "ratio"
+CLIP_FROM_VIEWS = True
 
 _SUMMARY = (
     "DPE: evolving text prototypes and a 3-shot cache, refined by one AdamW step on "
@@ -52,6 +58,8 @@ METHODS = (
         summary="DPE with mean-shifted cache keys and queries (plug-in)",
     ),
 )
+
+MAX_LR = 1.0  # AdamW's first step moves a residual by ~lr per dimension: 1 already replaces a unit feature
 
 
 @dataclass
@@ -77,7 +85,7 @@ class Params:
             check_num(self, key, 0.0, MAX_WEIGHT)
         check_int(self, "capacity", 1, 256)
         for key in ("lr_text", "lr_image"):
-            check_num(self, key, 0.0, 1.0)
+            check_num(self, key, 0.0, MAX_LR)
         check_num(self, "tau", 0.0, MAX_WEIGHT, low_open=True)
         check_num(self, "eps", 0.0, 1.0, low_open=True)
         check_num(self, "ratio", 0.0, 1.0, low_open=True)
@@ -111,18 +119,18 @@ DATASET_PARAMS: dict[str, dict] = {
 }
 
 
-def state_bytes(C: int, d: int, cfg) -> int:
+def state_bytes(C: int, d: int, p: Params) -> int:
     """Bytes of one stream's state at float32: W_g and the cache keys [C, d], the cache [C, Q, d]
     and its entropies [C, Q], the prototype norms [C] and the average count."""
-    Q = cfg.dpe.capacity
+    Q = p.capacity
     return 4 * (C * d * (2 + Q) + C * (Q + 1)) + 8
 
 
-def init(text: torch.Tensor, cfg, length: int | None) -> dict[str, torch.Tensor]:
+def init(text: torch.Tensor, p: Params, logit_scale: float, length: int | None) -> dict[str, torch.Tensor]:
     """A fresh stream: W_g = the text (run_test_dpe `clip_weights_global = clip_weights.clone()`),
     an empty cache (+inf entropies), no average yet."""
     C, d = text.shape
-    Q = cfg.dpe.capacity
+    Q = p.capacity
     wg = text.clone()
     return {
         "wg": wg,
@@ -222,9 +230,9 @@ def insert(state: dict, c: int, key: torch.Tensor, h: float, capacity: int) -> N
     state["keys"][c] = k
 
 
-def step(state: dict, x: torch.Tensor, text: torch.Tensor, cfg, shift) -> StepOut:
+def step(state: dict, x: torch.Tensor, text: torch.Tensor, p: Params, logit_scale: float, shift) -> StepOut:
     """One sample of run_test_dpe (module doc, steps 1-4); updates `state` in place."""
-    p, scale = cfg.dpe, cfg.logit_scale
+    scale = logit_scale
     log2c = math.log2(text.shape[0])
     wg, wnorm = state["wg"], state["wnorm"]
     f, l, h = confident(x, wg, scale / wnorm, p.ratio)  # under W' = normalise(W_g)

@@ -23,6 +23,12 @@ from .. import functional as Fn
 from .base import Method, StepOut
 
 NAME = "mta"
+# Its protocol in words (`mstta.engine.protocol`): what a row predicts from when it reads V > 1 views
+# ({kept}: the views its confident selection keeps, {views}: V), its Params key of that selection's
+# fraction (None: no selection), and whether its CLIP reference (`StepOut.clip`) is on those views.
+PREDICTS = "the MeanShift mode of its {views} views"
+SELECTION = None
+CLIP_FROM_VIEWS = False
 
 METHODS = (
     Method(
@@ -60,12 +66,12 @@ class Params:
         check_num(self, "bandwidth_ratio", 0.0, 1.0)
 
 
-def state_bytes(C: int, d: int, cfg) -> int:
+def state_bytes(C: int, d: int, p: Params) -> int:
     """Episodic: no state."""
     return 0
 
 
-def init(text: torch.Tensor, cfg, length: int | None) -> dict[str, torch.Tensor]:
+def init(text: torch.Tensor, p: Params, logit_scale: float, length: int | None) -> dict[str, torch.Tensor]:
     """Episodic: an empty state."""
     return {}
 
@@ -147,18 +153,18 @@ def _mode(mode, y, h2, x, sq, p: Params):
     return mode
 
 
-def _outputs(mode: torch.Tensor, x: torch.Tensor, text: torch.Tensor, cfg) -> StepOut:
+def _outputs(mode: torch.Tensor, x: torch.Tensor, text: torch.Tensor, logit_scale: float) -> StepOut:
     """scores = logit_scale mode W^T (mta.py line 86), probs = their softmax; clip and entropy =
     view 0's zero-shot CLIP (the CLIP row's prediction); feature = view 0."""
-    scores = Fn.clip_logits(mode, text, cfg.logit_scale)
-    clip = scores if x.shape[1] == 1 else Fn.clip_logits(x[:, 0], text, cfg.logit_scale)  # V = 1: mode = x_0
+    scores = Fn.clip_logits(mode, text, logit_scale)
+    clip = scores if x.shape[1] == 1 else Fn.clip_logits(x[:, 0], text, logit_scale)  # V = 1: mode = x_0
     return StepOut(scores, clip, Fn.entropy(clip), x[:, 0], torch.softmax(scores, dim=-1))
 
 
-def step(state: dict, x: torch.Tensor, text: torch.Tensor, cfg, shift) -> StepOut:
+def step(state: dict, x: torch.Tensor, text: torch.Tensor, p: Params, logit_scale: float, shift) -> StepOut:
     """One sample, x [V, d] -> StepOut (MTA keeps no state; `shift` is unused: no +ms row)."""
     xb = x.unsqueeze(0)
-    out = _outputs(solve(xb, text, cfg.logit_scale, cfg.mta), xb, text, cfg)
+    out = _outputs(solve(xb, text, logit_scale, p), xb, text, logit_scale)
     return StepOut(*(t[0] for t in out))
 
 
@@ -167,16 +173,16 @@ def _chunks(x: torch.Tensor, C: int) -> list[torch.Tensor]:
     return list(x.split(max(1, budget // max(1, x.shape[1] * max(C, x.shape[2])))))
 
 
-def replay(x: torch.Tensor, text: torch.Tensor, cfg) -> StepOut:
+def replay(x: torch.Tensor, text: torch.Tensor, p: Params, logit_scale: float) -> StepOut:
     """A whole stream x [N, V, d] (unit rows) in sample chunks (the CPU pool's one-thread workers,
     mstta.threads) -> StepOut of [N, ...] tensors."""
     outs = map_chunks(
-        lambda c: _outputs(solve(c, text, cfg.logit_scale, cfg.mta), c, text, cfg), _chunks(x, text.shape[0]), x.device
+        lambda c: _outputs(solve(c, text, logit_scale, p), c, text, logit_scale), _chunks(x, text.shape[0]), x.device
     )
     return StepOut(*(torch.cat(parts) for parts in zip(*outs)))
 
 
-def aggregate(x: torch.Tensor, text: torch.Tensor, logit_scale: float, params: Params):
+def aggregate(x: torch.Tensor, text: torch.Tensor, logit_scale: float, p: Params):
     """MTA as a view aggregator: x [N, V, d] unit -> (mode [N, d], logit_scale mode W^T [N, C])."""
-    modes = torch.cat(map_chunks(lambda c: solve(c, text, logit_scale, params), _chunks(x, text.shape[0]), x.device))
+    modes = torch.cat(map_chunks(lambda c: solve(c, text, logit_scale, p), _chunks(x, text.shape[0]), x.device))
     return modes, Fn.clip_logits(modes, text, logit_scale)

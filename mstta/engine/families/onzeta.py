@@ -29,6 +29,12 @@ from .. import functional as Fn
 from .base import Method, StepOut
 
 NAME = "onzeta"
+# Its protocol in words (`mstta.engine.protocol`): what a row predicts from when it reads V > 1 views
+# ({kept}: the views its confident selection keeps, {views}: V), its Params key of that selection's
+# fraction (None: no selection), and whether its CLIP reference (`StepOut.clip`) is on those views.
+PREDICTS = "the original image"
+SELECTION = None
+CLIP_FROM_VIEWS = False
 
 METHODS = (
     Method(
@@ -79,16 +85,16 @@ class Params:
         check_int(self, "horizon", 1, MAX_HORIZON)
 
 
-def state_bytes(C: int, d: int, cfg) -> int:
+def state_bytes(C: int, d: int, p: Params) -> int:
     """Bytes of one stream's state at float32: w [C, d], rho [C], two float64 counters."""
     return 4 * (C * d + C) + 16
 
 
-def init(text: torch.Tensor, cfg, length: int | None) -> dict[str, torch.Tensor]:
+def init(text: torch.Tensor, p: Params, logit_scale: float, length: int | None) -> dict[str, torch.Tensor]:
     """A fresh state: w = W (the official w = text_classifier.clone(), [d, C], kept here as its
     transpose [C, d]), rho = 0 (lines 256-257), the step index i = 0 and the schedule's n (float64:
     exact integers, and the schedule's arithmetic needs no conversion)."""
-    n = length if length is not None else cfg.onzeta.horizon
+    n = length if length is not None else p.horizon
     return {
         "w": text.clone(),
         "rho": torch.zeros(text.shape[0], dtype=text.dtype, device=text.device),
@@ -127,11 +133,11 @@ def step(
     state: dict[str, torch.Tensor],
     x: torch.Tensor,
     text: torch.Tensor,
-    cfg,
+    p: Params,
+    logit_scale: float,
     shift: Callable[[torch.Tensor], torch.Tensor],
 ) -> StepOut:
     """One sample (view 0 only: the official runs use 1 view), the loop body of lines 258-273."""
-    p: Params = cfg.onzeta
     C = text.shape[0]
     f = x[0]
     lr_tau, rlr, beta, rest = schedule(state["i"], state["n"], p, text.dtype)
@@ -143,16 +149,16 @@ def step(
     out = beta * v + rest * t
     update_proxy(state["w"], z, v, t, lr_tau)
     state["i"] += 1
-    clip = cfg.logit_scale * cos
+    clip = logit_scale * cos
     return StepOut(scores=out, clip=clip, entropy=Fn.entropy(clip), feature=f, probs=out)
 
 
-def replay(x: torch.Tensor, text: torch.Tensor, cfg) -> StepOut:
+def replay(x: torch.Tensor, text: torch.Tensor, p: Params, logit_scale: float) -> StepOut:
     """A whole stream [N, V, d] (no mean shift), stepped without the engine's per-call overhead;
     equal to stepping it with length N."""
-    state = init(text, cfg, x.shape[0])
+    state = init(text, p, logit_scale, x.shape[0])
     with small_ops(x.device):
-        outs = [step(state, xi, text, cfg, _identity) for xi in x]
+        outs = [step(state, xi, text, p, logit_scale, _identity) for xi in x]
     return StepOut(*(torch.stack(parts) for parts in zip(*outs)))
 
 

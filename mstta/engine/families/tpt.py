@@ -27,10 +27,13 @@ import torch
 
 from ...checks import check, check_int, check_num
 from ...errors import UserError
-from .base import Method, StepOut
+from .base import TOWER_KEY, Method, StepOut
 
 NAME = "tpt"
-TOWER = True  # the runner passes the model's text tower (`Engine(..., text_tower=...)`)
+TOWER = True  # the runner puts the model's text tower in the state (`Engine(..., text_tower=...)`)
+PREDICTS = "the original image, with a prompt tuned on its {kept} most confident views"
+SELECTION = "selection"
+CLIP_FROM_VIEWS = False  # its CLIP logits: view 0 with the run's classifier
 
 _SUMMARY = (
     "TPT: per sample, one AdamW step on a CoOp prompt minimising the entropy of the 10% most "
@@ -87,13 +90,13 @@ class Params:
 MAX_WIDTH, MAX_VIEWS = 2048, 4096  # bounds of state_bytes: text width (ViT-bigG: 1280), views per sample
 
 
-def state_bytes(C: int, d: int, cfg) -> int:
+def state_bytes(C: int, d: int, p: Params) -> int:
     """One stream's state: the GradScaler's scale and growth count, the last sample's tuned context
     [4, width] and selected views (kept to be inspected; the prompt is reset before every sample)."""
     return 16 + 4 * 4 * MAX_WIDTH + 8 * MAX_VIEWS
 
 
-def init(text: torch.Tensor, cfg, length: int | None) -> dict[str, torch.Tensor]:
+def init(text: torch.Tensor, p: Params, logit_scale: float, length: int | None) -> dict[str, torch.Tensor]:
     """A fresh stream: the GradScaler's initial scale."""
     return {"scale": torch.tensor(INIT_SCALE, device=text.device), "growth": torch.tensor(0, device=text.device)}
 
@@ -156,8 +159,10 @@ def _autocast(cuda: bool):
     return torch.autocast("cuda", dtype=torch.float16) if cuda else contextlib.nullcontext()
 
 
-def run(state: dict, x: torch.Tensor, text: torch.Tensor, cfg, shift, tower, lam: float) -> StepOut:
-    """One sample of TPT (lam = 0) or C-TPT: tune, then predict view 0 with the tuned prompt."""
+def run(state: dict, x: torch.Tensor, text: torch.Tensor, p: Params, logit_scale: float, shift, lam: float) -> StepOut:
+    """One sample of TPT (lam = 0) or C-TPT: tune, then predict view 0 with the tuned prompt (the
+    text tower: `state[TOWER_KEY]`, put there by the runner)."""
+    tower = state.get(TOWER_KEY)
     if tower is None:
         raise UserError("tpt/c-tpt need the model's text tower: Engine(text, method, text_tower=TextTower(...))")
     if x.shape[0] < 2:
@@ -171,16 +176,16 @@ def run(state: dict, x: torch.Tensor, text: torch.Tensor, cfg, shift, tower, lam
     views = shift(x)
     with torch.inference_mode(False), torch.enable_grad():
         v = views.float().clone()  # a plain tensor (the engine steps under inference_mode)
-        ctx, idx = tune(v, tower, cfg.tpt, lam, state)
+        ctx, idx = tune(v, tower, p, lam, state)
         state["ctx"], state["selected"] = ctx, idx
-        with torch.no_grad(), _autocast(v.device.type == "cuda" and cfg.tpt.amp):
+        with torch.no_grad(), _autocast(v.device.type == "cuda" and p.amp):
             scores = (tower.logit_scale * v[0] @ tower(ctx).T).float()  # :289-294 model(image)
     dt = text.dtype
-    clip = cfg.logit_scale * raw0 @ text.T  # CLIP on its prediction path (view 0), the run's classifier
+    clip = logit_scale * raw0 @ text.T  # CLIP on its prediction path (view 0), the run's classifier
     logp = torch.log_softmax(clip, -1)
     return StepOut(scores.to(dt), clip, -(logp.exp() * logp).sum(), raw0, torch.softmax(scores, -1).to(dt))
 
 
-def step(state: dict, x: torch.Tensor, text: torch.Tensor, cfg, shift, tower=None) -> StepOut:
+def step(state: dict, x: torch.Tensor, text: torch.Tensor, p: Params, logit_scale: float, shift) -> StepOut:
     """One sample of TPT (`test_time_adapt_eval`'s loop body)."""
-    return run(state, x, text, cfg, shift, tower, 0.0)
+    return run(state, x, text, p, logit_scale, shift, 0.0)

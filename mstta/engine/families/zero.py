@@ -24,6 +24,12 @@ from .. import functional as Fn
 from .base import Method, StepOut
 
 NAME = "zero"
+# Its protocol in words (`mstta.engine.protocol`): what a row predicts from when it reads V > 1 views
+# ({kept}: the views its confident selection keeps, {views}: V), its Params key of that selection's
+# fraction (None: no selection), and whether its CLIP reference (`StepOut.clip`) is on those views.
+PREDICTS = "a zero-temperature vote of its {kept} most confident views"
+SELECTION = "gamma"
+CLIP_FROM_VIEWS = False
 
 METHODS = (
     Method(
@@ -61,12 +67,12 @@ class Params:
         check(self.tie_break in TIE_BREAKS, "tie_break", self.tie_break, f"one of {', '.join(TIE_BREAKS)}")
 
 
-def state_bytes(C: int, d: int, cfg) -> int:
+def state_bytes(C: int, d: int, p: Params) -> int:
     """Episodic: no state."""
     return 0
 
 
-def init(text: torch.Tensor, cfg, length: int | None) -> dict[str, torch.Tensor]:
+def init(text: torch.Tensor, p: Params, logit_scale: float, length: int | None) -> dict[str, torch.Tensor]:
     """Episodic: an empty state."""
     return {}
 
@@ -117,17 +123,17 @@ def break_sample_tie(tied: torch.Tensor, logit: torch.Tensor, tie_break: str) ->
     return logit.masked_fill(masked, float("-inf")).argmax(-1)
 
 
-def _outputs(v: Votes, x: torch.Tensor, text: torch.Tensor, cfg) -> StepOut:
+def _outputs(v: Votes, x: torch.Tensor, logit_scale: float) -> StepOut:
     """StepOut of a batch: scores = p_bar, probs = p_bar / sum p_bar; clip and entropy = view 0's
     zero-shot CLIP (the CLIP row's prediction); feature = view 0."""
     probs = v.votes / v.votes.sum(-1, keepdim=True)
-    return StepOut(v.votes, cfg.logit_scale * v.logits[:, 0], v.entropy[:, 0], x[:, 0], probs)
+    return StepOut(v.votes, logit_scale * v.logits[:, 0], v.entropy[:, 0], x[:, 0], probs)
 
 
-def step(state: dict, x: torch.Tensor, text: torch.Tensor, cfg, shift) -> StepOut:
+def step(state: dict, x: torch.Tensor, text: torch.Tensor, p: Params, logit_scale: float, shift) -> StepOut:
     """One sample, x [V, d] -> StepOut (ZERO keeps no state; `shift` is unused: no +ms row)."""
     xb = x.unsqueeze(0)
-    out = _outputs(vote(xb, text, cfg.logit_scale, cfg.zero), xb, text, cfg)
+    out = _outputs(vote(xb, text, logit_scale, p), xb, logit_scale)
     return StepOut(*(t[0] for t in out))
 
 
@@ -136,27 +142,27 @@ def _chunks(x: torch.Tensor, C: int) -> list[torch.Tensor]:
     return list(x.split(max(1, budget // max(1, x.shape[1] * C))))
 
 
-def replay(x: torch.Tensor, text: torch.Tensor, cfg) -> StepOut:
+def replay(x: torch.Tensor, text: torch.Tensor, p: Params, logit_scale: float) -> StepOut:
     """A whole stream x [N, V, d] (unit rows) in sample chunks (the CPU pool's one-thread workers,
     mstta.threads) -> StepOut of [N, ...] tensors."""
     outs = map_chunks(
-        lambda c: _outputs(vote(c, text, cfg.logit_scale, cfg.zero), c, text, cfg), _chunks(x, text.shape[0]), x.device
+        lambda c: _outputs(vote(c, text, logit_scale, p), c, logit_scale), _chunks(x, text.shape[0]), x.device
     )
     return StepOut(*(torch.cat(parts) for parts in zip(*outs)))
 
 
-def aggregate(x: torch.Tensor, text: torch.Tensor, logit_scale: float, params: Params):
+def aggregate(x: torch.Tensor, text: torch.Tensor, logit_scale: float, p: Params):
     """ZERO as a view aggregator: x [N, V, d] unit -> (f [N, d], clip [N, C]). f = the mean (not
     re-normalised) of the views that voted for the winner: the kept views whose argmax it is, else
     any view whose argmax it is, else view 0 (only when `break_sample_tie` picked a class no view
     predicts); clip = logit_scale f W^T (= the mean of those views' CLIP logits, so its argmax is
     the winner whenever f has voters)."""
-    f = torch.cat(map_chunks(lambda c: _voters_mean(c, text, logit_scale, params), _chunks(x, text.shape[0]), x.device))
+    f = torch.cat(map_chunks(lambda c: _voters_mean(c, text, logit_scale, p), _chunks(x, text.shape[0]), x.device))
     return f, Fn.clip_logits(f, text, logit_scale)
 
 
-def _voters_mean(x: torch.Tensor, text: torch.Tensor, logit_scale: float, params: Params) -> torch.Tensor:
-    v = vote(x, text, logit_scale, params)
+def _voters_mean(x: torch.Tensor, text: torch.Tensor, logit_scale: float, p: Params) -> torch.Tensor:
+    v = vote(x, text, logit_scale, p)
     own = v.logits.argmax(-1) == v.pred.unsqueeze(-1)  # [n, V] views predicting the winner
     kept = torch.zeros_like(own).scatter_(1, v.order[:, : v.kept], True) & own
     use = torch.where(kept.any(-1, keepdim=True), kept, own)
