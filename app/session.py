@@ -25,7 +25,9 @@ import torch
 from mstta.checks import int_in
 from mstta.engine.config import DEFAULT_BANK_SIZE, EngineConfig
 from mstta.engine.engine import Engine
+from mstta.engine.methods import needs_text_tower
 from mstta.errors import UserError
+from mstta.features.text_tower import text_tower
 
 from .encoder import FrameEncoder
 from .forgetting import Racer, parse_racer, racer_title
@@ -191,6 +193,7 @@ class StreamSession:
             raise UserError(f"need at least 2 class names, got {len(labels)}")
         text = build_classifier(self.clip, labels, template, self.cache_dir)
         self.labels, self.template, self.text = labels, template, text
+        self.tower = None  # the prompt-tuning methods' text tower over these labels, built when one is raced
         self._new_engine()
 
     @property
@@ -213,8 +216,22 @@ class StreamSession:
         self._new_engine()
 
     def _new_engine(self) -> None:
+        tuned = [m for m in self.methods if needs_text_tower(m.method)]
+        if tuned and self.encoder.views < 2:
+            raise UserError(
+                f"--views {self.encoder.views}: {tuned[0].title} picks its most confident views; "
+                "give it at least 2 (its authors use 64)"
+            )
+        if tuned and self.tower is None:
+            self.tower = text_tower(self.clip, self.labels)
         self.engines = [
-            Engine(self.text, method=m.method.name, config=m.config(self.config), device=self.clip.device)
+            Engine(
+                self.text,
+                method=m.method.name,
+                config=m.config(self.config),
+                device=self.clip.device,
+                text_tower=self.tower if needs_text_tower(m.method) else None,
+            )
             for m in self.methods
         ]
         self.encoder.reset(self.seed)

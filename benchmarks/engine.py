@@ -25,7 +25,13 @@ Parts (choose with --parts):
   `Engine.step()` samples/s (--methods-steps steps, after 5 warm-up steps) and the state's bytes
   (every state tensor after the run), idle. A slow method (DOTA at C = 1000) is timed on fewer
   online steps (--method-seconds) and replays a prefix of about twice what that budget steps.
-  A method whose state cannot fit this machine is reported with its one-line refusal.
+  A method whose state cannot fit this machine is reported with its one-line refusal. The
+  prompt-tuning rows (tpt, c-tpt) run the live text tower of --tower-model (default the bundled
+  mstta-digits) over C = --classes prompts, on features of its dims with --views views (at least
+  2), online only, with the share of a step spent in the text tower (forward + backward + one more
+  forward, timed alone). ViT-B/16 at C = 1000 on a GPU:
+  `benchmarks/engine.py --device cuda --parts methods --methods tpt,c-tpt --classes 1000
+  --tower-model ViT-B-16 --tower-pretrained none --methods-steps 50`.
 - forget: what `EngineConfig.forget` costs (issue 29: at most 10%): `ms-tta` and `tda`, online
   `Engine.step()` samples/s (on CUDA: with the step captured as a CUDA graph) and replay
   samples/s for each rule (none, timeliness, idle, periodic, detect, timeliness + detect) on the
@@ -58,6 +64,7 @@ import mstta.engine.cache_runner as streams_mod
 from mstta import Engine, EngineConfig, replay, threads
 from mstta.engine.config import DEFAULT_BANK_SIZE
 from mstta.engine.forget import ForgetConfig
+from mstta.engine.methods import needs_text_tower
 from mstta.engine.multi import MultiEngine
 
 replay_mod = importlib.import_module("mstta.engine.replay")  # the module (`mstta.replay` is the function)
@@ -347,6 +354,10 @@ def part_methods(args, device) -> dict:
         cfg = EngineConfig(bank_size=args.bank_size, view_mode="confident" if views > 1 else "original")
         for name in names:
             row = out.setdefault(name, {"title": get_method(name).title, "marks": get_method(name).marks})
+            if needs_text_tower(name):  # its own views only: one view is refused
+                if views > 1:
+                    row[f"views_{views}"] = tower_rates(args, device, name, views, cfg)
+                continue
             try:
                 engine = Engine(text.to(device), name, cfg)
                 x = feats[: args.methods_steps + 5].to(device)
@@ -376,6 +387,64 @@ def part_methods(args, device) -> dict:
             except UserError as exc:
                 row[f"views_{views}"] = {"refused": str(exc)}
     return out
+
+
+def _tower_seconds(tower, device, reps: int) -> float:
+    """Seconds per sample of the text tower alone as TPT runs it: forward + backward, one more forward."""
+    ctx = torch.nn.Parameter(tower.ctx_init.clone())
+    _sync(device)
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        tower(ctx).sum().backward()
+        with torch.no_grad():
+            tower(ctx)
+    _sync(device)
+    return (time.perf_counter() - t0) / reps
+
+
+def tower_rates(args, device, name: str, views: int, cfg) -> dict:
+    """A prompt-tuning row: online samples/s with the live text tower of --tower-model over C =
+    --classes prompts ("class i"), features of its dims, and the share of a step in the text tower."""
+    from mstta import UserError
+    from mstta.features.models import load_clip
+    from mstta.features.text_tower import text_tower
+
+    try:
+        clip = load_clip(args.tower_model, args.tower_pretrained, device, "fp32")
+        tower = text_tower(clip, [f"class {i}" for i in range(args.classes)])
+        text = tower.initial()
+        g = torch.Generator().manual_seed(2)
+        x = torch.nn.functional.normalize(
+            torch.randn(args.methods_steps + 2, views, text.shape[1], generator=g), dim=-1
+        )
+        engine = Engine(text, name, cfg, text_tower=tower)
+        x = x.to(device)
+        for i in range(2):
+            engine.step(x[i])
+        _sync(device)
+        t0, c0, done = time.perf_counter(), time.process_time(), 0
+        for row_x in x[2:]:
+            res = engine.step(row_x)
+            done += 1
+            if time.perf_counter() - t0 > args.method_seconds:
+                break
+        _ = res.prediction
+        _sync(device)
+        per, cpu = (time.perf_counter() - t0) / done, (time.process_time() - c0) / done
+        share = _tower_seconds(tower, device, max(1, min(done, 20))) / per
+    except UserError as exc:
+        return {"refused": str(exc)}
+    return {
+        "model": f"{args.tower_model} {args.tower_pretrained}",
+        "classes": args.classes,
+        "dim": int(text.shape[1]),
+        "views": views,
+        "online_samples_per_s": round(1 / per, 2),
+        "cpu_ms_per_sample": round(1000 * cpu, 2),  # this process's CPU time: less sensitive to a shared machine
+        "online_steps": done,
+        "text_tower_share": round(min(share, 1.0), 3),
+        "state_bytes": state_bytes(engine),
+    }
 
 
 def rss_mb() -> float:
@@ -473,6 +542,12 @@ def _parser() -> argparse.ArgumentParser:
         default=10.0,
         help="methods part: time budget per method's online run (default 10; a slower method replays a shorter prefix)",
     )
+    ap.add_argument(
+        "--tower-model",
+        default="mstta-digits",
+        help="methods part: the prompt-tuning rows' model (default mstta-digits)",
+    )
+    ap.add_argument("--tower-pretrained", default="bundled", help="its weights (default bundled; none = random)")
     ap.add_argument("--child-long-stream", action="store_true", help=argparse.SUPPRESS)
     return ap
 

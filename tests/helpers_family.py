@@ -55,3 +55,26 @@ def assert_no_host_reads(method, feats, text, monkeypatch, warm=6):
     want = [twin.step(x).logits for x in feats][warm:]
     assert len(guarded) == len(feats) - warm > 0
     assert all(torch.equal(a, b) for a, b in zip(guarded, want))
+
+
+def feature_methods() -> list[str]:
+    """The registry's rows that run on features alone: the prompt-tuning rows (tpt, c-tpt) also need
+    a model's text tower, and tests/test_family_tpt.py runs them behind Engine, MultiEngine, replay."""
+    from mstta.engine.methods import list_methods, needs_text_tower
+
+    return [m for m in list_methods() if not needs_text_tower(m)]
+
+
+def tower_kw(method: str, classes: int, dim: int) -> dict:
+    """`text_tower=` for a prompt-tuning row (a tiny random open_clip CLIP of `dim` dims, its
+    classes named c0, c1, ...), else nothing."""
+    from reference_tpt import tiny_clip
+
+    from mstta.engine.methods import needs_text_tower
+    from mstta.features.text_tower import TextTower
+
+    if not needs_text_tower(method):
+        return {}
+    import open_clip
+
+    return {"text_tower": TextTower(tiny_clip(dim=dim), open_clip.tokenize, [f"c{i}" for i in range(classes)])}

@@ -9,14 +9,14 @@ import json
 
 import numpy as np
 import pytest
-from helpers_family import register_method
+from helpers_family import feature_methods, register_method
 from helpers_video import LABELS, scene, write_labels, write_video
 
 from app.cli import main
 from app.pipeline import DemoConfig, run_pipeline
 from app.session import MAX_METHODS, StreamSession, check_methods
 from app.summary import format_summary
-from mstta.engine.methods import get_method, list_methods
+from mstta.engine.methods import get_method
 from mstta.errors import UserError
 
 
@@ -28,7 +28,7 @@ def _groups(names: list[str], size: int = MAX_METHODS) -> list[list[str]]:
     return [names[i : i + size] for i in range(0, len(names), size)]
 
 
-@pytest.mark.parametrize("group", _groups(list_methods()), ids=lambda g: ",".join(g))
+@pytest.mark.parametrize("group", _groups(feature_methods()), ids=lambda g: ",".join(g))
 def test_every_registered_method_races_as_it_runs_alone(tiny_clip, group):
     frames = _frames()
     race = StreamSession(tiny_clip, LABELS, methods=group)
@@ -188,3 +188,16 @@ def test_the_race_box_refuses_a_pick_too_many_and_the_method_itself(method, race
 
     with pytest.raises(UserError, match=why):
         race_control(method, race)
+
+
+def test_prompt_tuning_races_on_views_and_refuses_one(tiny_clip):
+    """TPT in the demo: its engine gets the model's text tower and steps on the frame's views; with
+    one view per frame it is refused in one line naming --views."""
+    frames = _frames(3)
+    race = StreamSession(tiny_clip, LABELS, methods=["tpt", "tda"], views=8)
+    alone = StreamSession(tiny_clip, LABELS, method="tpt", views=8)
+    for f in frames:
+        a, b = race.process(f).methods[0], alone.process(f)
+        assert [s.index for s in a.topk] == [s.index for s in b.tta_topk]
+    with pytest.raises(UserError, match="--views 1"):
+        StreamSession(tiny_clip, LABELS, method="c-tpt")

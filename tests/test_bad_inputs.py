@@ -42,6 +42,19 @@ def _feats(tmp: Path, name: str = "f.npz", **over) -> Path:
     return tmp / name
 
 
+def _tiny_file(tmp: Path, views: int, nan: bool = False) -> Path:
+    """A feature file of mstta-tiny's 64 dims naming its model (`meta`) and its C classes."""
+    g = np.random.default_rng(0)
+    feats = g.standard_normal((N, views, 64) if views > 1 else (N, 64)).astype(np.float32)
+    if nan:
+        feats[3, 1, 5] = np.nan
+    meta = np.array(json.dumps({"model": "mstta-tiny", "pretrained": "none"}))
+    names = np.array([f"class {i}" for i in range(C)])
+    return _feats(
+        tmp, "tiny.npz", features=feats, text=g.standard_normal((C, 64)).astype(np.float32), meta=meta, classnames=names
+    )
+
+
 def _lying_header(tmp: Path) -> Path:
     """features.npy declares 10^12 x 64 float32 (256 TB) over 64 bytes of data."""
     head = io.BytesIO()
@@ -638,6 +651,22 @@ CASES = [
     # Flags
     ("unknown-method", lambda t: ["--features", _feats(t), "--method", "msta"], ["--method: unknown method 'msta'"]),
     ("unknown-flag", lambda t: ["--features", _feats(t), "--bogus"], ["unrecognized arguments: --bogus"]),
+    # The prompt-tuning rows need the feature file's model (its text tower) and views
+    (
+        "tpt-file-names-no-model",
+        lambda t: ["--features", _feats(t), "--method", "tpt"],
+        ["--features", "names no model"],
+    ),
+    (
+        "c-tpt-one-view",
+        lambda t: ["--features", _tiny_file(t, views=1), "--method", "c-tpt"],
+        ["1 view per sample", "at least 2", "--views 64"],
+    ),
+    (
+        "tpt-nan-view",
+        lambda t: ["--features", _tiny_file(t, views=4, nan=True), "--method", "tpt"],
+        ["tiny.npz: array 'features' has a non-finite value at index [3, 1]"],
+    ),
     ("missing-features-flag", lambda t: [], ["the following arguments are required: --features"]),
 ]
 

@@ -9,11 +9,12 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
+from helpers_family import feature_methods
 from helpers_reference import CASES, reference_config, reference_stream
 
-from mstta import Engine, EngineConfig, UserError, get_method, list_methods, replay
+from mstta import Engine, EngineConfig, UserError, get_method, replay
 
-MS_METHODS = [m for m in list_methods() if get_method(m).mean_shift]
+MS_METHODS = [m for m in feature_methods() if get_method(m).mean_shift]
 
 
 @pytest.mark.parametrize("bank_dtype", ["float16", "bfloat16"])

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 import torch
-from helpers_family import register_method
+from helpers_family import register_method, tower_kw
 from synthetic import make_stream
 
 import mstta.engine.families as families
@@ -175,12 +175,13 @@ def test_every_registered_method_runs_everywhere():
     feats = torch.tensor(s["features"], dtype=torch.float32)
     for name in list_methods():
         m = get_method(name)
-        engine = Engine(text, name, stream_length=len(feats))  # replay tells a family the stream's length
+        kw = tower_kw(name, 5, 16)  # the prompt-tuning rows: a tiny model's text tower
+        engine = Engine(text, name, stream_length=len(feats), **kw)  # replay tells a family the stream's length
         steps = [engine.step(x).prediction for x in feats]
-        r = replay(feats, text, name, keep_probs=True)
+        r = replay(feats, text, name, keep_probs=True, **kw)
         assert r.predictions.tolist() == steps, name
         assert np.isfinite(r.probs).all() and np.allclose(r.probs.sum(1), 1, atol=1e-4), name
-        multi = MultiEngine(text, name, streams=2)
+        multi = MultiEngine(text, name, streams=2, **kw)
         out = multi.step(torch.stack([feats[0], feats[1]]))
         assert out.predictions.shape == (2,), name
         engine.reset()
@@ -325,11 +326,11 @@ def test_rows_follow_the_datasets_protocol_unless_they_have_their_own_views():
         m = get_method(name)
         if m.family == CACHE:
             continue
-        views = replay(feats, text, name, cfg).predictions
-        first = replay(feats[:, :1], text, name, cfg).predictions
-        everything = replay(feats, text, name, EngineConfig()).predictions
+        kw = tower_kw(name, 4, 16)
+        views = replay(feats, text, name, cfg, **kw).predictions
+        everything = replay(feats, text, name, EngineConfig(), **kw).predictions
         if m.augment is None:
-            assert np.array_equal(views, first), name
+            assert np.array_equal(views, replay(feats[:, :1], text, name, cfg).predictions), name
             assert view_kind(name, dtd) == dtd.bench.augment
         else:
             assert np.array_equal(views, everything), name

@@ -14,6 +14,7 @@ import reference_forget
 import torch
 import torch.nn.functional as F
 from helpers_cli import run_bench
+from helpers_family import tower_kw
 from helpers_reference import reference_config
 from synthetic import as_tensors, make_stream
 
@@ -98,8 +99,9 @@ def test_rule_none_is_todays_step_for_every_method(method):
     """`rule: none` with every other key moved is today's step, bit for bit (the other keys are inert)."""
     f, t = cut_stream(n=40, views=4)
     off = ForgetConfig("none", horizon=2, weight=7.0, idle=1, every=2, detect_rate=1.0, detect_patience=1)
-    a = Engine(t, method, EngineConfig(view_mode="original"))
-    b = Engine(t, method, EngineConfig(view_mode="original", forget=off))
+    kw = tower_kw(method, t.shape[0], t.shape[1])  # the prompt-tuning rows' text tower (else nothing)
+    a = Engine(t, method, EngineConfig(view_mode="original"), **kw)
+    b = Engine(t, method, EngineConfig(view_mode="original", forget=off), **kw)
     for x in f:
         ra, rb = a.step(x), b.step(x)
         assert torch.equal(ra.logits, rb.logits) and not rb.cut and rb.cut_tensor is None

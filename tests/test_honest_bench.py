@@ -79,6 +79,8 @@ CONFIDENT_64 = {  # what each family predicts from with 64 views in TDA's OOD pr
     "onzeta": "the original image",
     "bca": "the mean of its 6 most confident views",
     "dpe": "the original image, with a cache of its 6 most confident views' mean",
+    "tpt": "the original image, with a prompt tuned on its 6 most confident views",
+    "ctpt": "the original image, with a prompt tuned on its 6 most confident views",
 }
 
 

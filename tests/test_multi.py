@@ -6,9 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers_family import feature_methods
 from synthetic import as_tensors, make_stream
 
-from mstta import Engine, EngineConfig, UserError, list_methods
+from mstta import Engine, EngineConfig, UserError
 from mstta.engine.multi import MultiEngine
 
 CFG = dict(
@@ -68,13 +69,13 @@ def _run(method, S, views, cfg, reset_at=15):
     return compared
 
 
-@pytest.mark.parametrize("method", list_methods())
+@pytest.mark.parametrize("method", feature_methods())
 @pytest.mark.parametrize("S", range(1, 8))
 def test_streams_equal_separate_engines(method, S):
     assert _run(method, S, 1, EngineConfig(**CFG)) > 20 * S
 
 
-@pytest.mark.parametrize("method", list_methods())
+@pytest.mark.parametrize("method", feature_methods())
 @pytest.mark.parametrize("mode", ["confident", "original"])
 def test_multi_view_streams_equal_separate_engines(method, mode):
     cfg = EngineConfig(view_mode=mode, view_ratio=0.34, delta=1, **CFG)

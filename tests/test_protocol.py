@@ -22,7 +22,9 @@ from mstta.features.format import load_features, read_meta
 
 BOOSTING = {m for m in list_methods() if get_method(m).boost} | {"ms-tta+boost@original", "baseline+boost@original"}
 OWN_CROPS = {m for m in list_methods() if get_method(m).views == "crop64"}  # ZERO, MTA: crops everywhere
-TPT = {m for m in list_methods() if get_method(m).views == "tpt32"}  # DMN: crops on the ImageNet family, else AugMix
+# DMN, TPT: crops on the ImageNet family, else AugMix; C-TPT (--I_augmix): AugMix everywhere
+TPT = {m for m in list_methods() if get_method(m).views in ("tpt32", "tpt64")}
+AUGMIX = {m for m in list_methods() if get_method(m).views == "augmix64"}
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +83,7 @@ def test_each_method_reads_its_own_view_kind_from_the_store(bench):
     for (dataset, method), r in bench["by"].items():
         meta = read_meta(r["features"])  # what the file read really holds
         if dataset == "dtd":
-            want = "augmix" if method in TPT else "crop"
+            want = "augmix" if method in TPT | AUGMIX else "crop"
         else:
             want = "crop" if method in BOOSTING | OWN_CROPS | TPT else "augmix"
         assert meta["augment"] == want == r["augment"], (dataset, method)
@@ -324,9 +326,9 @@ def test_efficiency_protocol_ranks_by_work_not_by_order_or_load(bench, monkeypat
             return real.encode_images(x)
 
     class CountingEngine(Engine):
-        def __init__(self, text, method, cfg):
+        def __init__(self, text, method, cfg, **kw):
             self.work = _work(method)
-            super().__init__(text, method, cfg)
+            super().__init__(text, method, cfg, **kw)
 
         def reset(self):
             super().reset()

@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers_family import feature_methods
 from synthetic import as_tensors, make_stream
 
-from mstta import EngineConfig, list_methods, replay
+from mstta import EngineConfig, replay
 
 CASES = [
     # (views, view_mode, overrides)
@@ -19,7 +20,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("method", list_methods())
+@pytest.mark.parametrize("method", feature_methods())
 @pytest.mark.parametrize("views,mode,overrides", CASES)
 def test_replay_equals_online(method, views, mode, overrides):
     f, t, _ = as_tensors(make_stream(n=150, classes=5, dim=12, views=views, seed=7))

@@ -119,7 +119,8 @@ def method_info(method: str) -> tuple[str, dict[str, tuple[str, bool]]]:
         used = m.cache if needs_cache else m.mean_shift
         why = f"Unused: {m.title} keeps no cache" if needs_cache else f"Unused: {m.title} has no mean shift"
         notes[name] = (f"{'whole number, ' if whole else ''}{low:,g} to {high:,g}" if used else why, used)
-    return m.summary + "".join(f" [{mark}]" for mark in m.marks), notes
+    cost = f" [per frame: {m.cost}]" if m.cost else ""
+    return m.summary + "".join(f" [{mark}]" for mark in m.marks) + cost, notes
 
 
 def read_frame(data: str | bytes | None, max_pixels: int) -> np.ndarray:

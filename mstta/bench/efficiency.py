@@ -33,6 +33,7 @@ import torch
 
 from ..engine.config import EngineConfig
 from ..engine.engine import Engine
+from ..engine.methods import needs_text_tower
 from ..engine.protocol import views_read
 from ..errors import UserError
 from ..features.extract_views import view_path
@@ -51,9 +52,14 @@ WARMUP = 4  # untimed samples per method in the warm-up pass (on CUDA an engine 
 ROUNDS = 3  # timed rounds; each sample's best time counts
 
 
+TPT_VIEWS = 64  # azshue/TPT scripts/test_tpt.sh -b 64: the original + 63 views (tpt_classification.py:164-173)
+
+
 def views_used(method: str, ecfg: EngineConfig, views: int) -> int:
     """How many images per sample a method actually encodes (`mstta.engine.protocol.views_read`: a row with views
-    of its own, ZERO, MTA, DMN-ZS, encodes them under `view_mode: original` too)."""
+    of its own, ZERO, MTA, DMN-ZS, encodes them under `view_mode: original` too; TPT/C-TPT their 64)."""
+    if needs_text_tower(method):
+        return TPT_VIEWS  # TPT/C-TPT tune on their own views whatever the dataset's protocol
     return views_read(method, ecfg, views)
 
 
@@ -126,6 +132,13 @@ def views_made(device: torch.device, views_on: str = "auto") -> tuple[str, int]:
     return f"{how} by {workers} data-loader worker(s), overlapped with the encoder", workers
 
 
+def _tower(clip, method: str, classnames):
+    """A prompt-tuning row's text tower over the classes (None for the others)."""
+    from ..features.text_tower import text_tower
+
+    return text_tower(clip, classnames) if needs_text_tower(method) and classnames else None
+
+
 def measure_methods(
     clip,
     images: Sequence,
@@ -135,10 +148,11 @@ def measure_methods(
     seed: int = 1,
     rounds: int = ROUNDS,
     views_on: str = "auto",
+    classnames: Sequence[str] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Time every (name, method, engine config, augment) setup over the same images (PIL RGB) under
     the same conditions (module docstring) -> {name: {"fps", "peak_memory_mb", "memory_kind",
-    "samples", "views", "views_made"}}."""
+    "samples", "views", "views_made"}}; `classnames`: the prompt-tuning rows' text tower's classes."""
     from ..features.decode import pil_tensor
 
     geometry, size, mean, std = split_preprocess(clip.preprocess)
@@ -150,7 +164,7 @@ def measure_methods(
         Timed(
             name,
             wrap(ViewMaker(geometry, size, views_used(method, ecfg, views), augment, seed)),
-            Engine(text.to(clip.device), method, ecfg),
+            Engine(text.to(clip.device), method, ecfg, text_tower=_tower(clip, method, classnames)),
             views_used(method, ecfg, views),
         )
         for name, method, ecfg, augment in setups
@@ -261,8 +275,9 @@ def measure_backbone(run: RunContext, backbone: Backbone, dataset: str) -> None:
     seed, views = cfg.seeds[0], run.configs[dataset].bench.views
     text = stored_text(run, backbone, dataset, setups)
     clip = run.models.get(backbone)
-    timed = load_images(load_split(dataset, cfg.data_root, cfg.listing), cfg.fps_samples, seed)
-    rows = measure_methods(clip, timed, text, setups, views, seed, views_on=cfg.views_on)
+    split = load_split(dataset, cfg.data_root, cfg.listing)
+    timed = load_images(split, cfg.fps_samples, seed)
+    rows = measure_methods(clip, timed, text, setups, views, seed, views_on=cfg.views_on, classnames=split.classnames)
     for name, row in rows.items():
         run.results.record_efficiency(
             {

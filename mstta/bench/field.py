@@ -1,11 +1,10 @@
-"""`run_field(cfg, opts)`: the field table (docs/field.md). Cells are backbone x dataset x method
-row x text set x seed (x label-tuned); each replays its row over the stored features of the
-run's feature store (`run`'s store and view kinds, extracted once when absent) and records
-accuracy, calibration (ECE, NLL), open-set detection (withheld classes; another dataset mixed in),
-stability over stream orders and halves of the stream, speed and state bytes. Rows come from the
-registry (`list_methods()`): nothing here knows a method by name. A finished cell with the same
-settings is skipped on a rerun, as in `run`.
-"""
+"""`run_field(cfg, opts)`: the field table (docs/field.md). Cells are backbone x dataset x method row x
+text set x seed (x label-tuned); each replays its row over the stored features of the run's feature
+store (`run`'s store and view kinds, extracted once when absent; a prompt-tuning row also gets its
+backbone's text tower) and records accuracy, calibration (ECE, NLL), open-set detection (withheld
+classes; another dataset mixed in), stability over stream orders and halves of the stream, speed and
+state bytes. Rows come from the registry (`list_methods()`): nothing here knows a method by name. A
+finished cell with the same settings is skipped on a rerun, as in `run`."""
 
 from __future__ import annotations
 
@@ -115,17 +114,18 @@ def measure(
     device,
     foreign: FeatureSet | None,
     out: Path | None,
+    tower=None,
 ) -> dict[str, Any]:
     """Every metric of one cell (docs/field.md defines each)."""
     cell, method, ecfg, seed = fc.cell, fc.cell.row.method, fc.cell.ecfg, fc.cell.key["seed"]
     labels = fs.labels
-    r = replay_probs(fs.features, text, method, ecfg, device)
+    r = replay_probs(fs.features, text, method, ecfg, device, tower=tower)
     acc = M.accuracy(r.predictions, labels)
     f0 = fs.features if fs.features.dim() == 2 else fs.features[:, 0]
     zs = M.accuracy((f0.float().cpu() @ text.T.float().cpu()).argmax(-1).numpy(), labels)
     clip_views = M.accuracy(r.clip_predictions, labels)
     first, second = M.halves(r.predictions, labels)
-    st = M.order_stats(order_accuracies(fs, text, method, ecfg, device, seed, opts.orders, acc))
+    st = M.order_stats(order_accuracies(fs, text, method, ecfg, device, seed, opts.orders, acc, tower))
     rec: dict[str, Any] = {
         "accuracy": acc,
         "ece": M.ece(r.probs, labels, opts.ece_bins),
@@ -142,9 +142,9 @@ def measure(
         "worst10": st["worst"],
         "samples_per_s": r.samples_per_s,
         "seconds": r.seconds,
-        "state_bytes": state_bytes(text, method, ecfg, device),
+        "state_bytes": state_bytes(text, method, ecfg, device, tower),
     }
-    rec.update(open_set_metrics(fs, text, method, ecfg, device, seed, opts, foreign))
+    rec.update(open_set_metrics(fs, text, method, ecfg, device, seed, opts, foreign, tower))
     if out is not None:
         save_predictions(
             predictions_path(out, {**cell.key, "method": _pred_name(fc)}), r.predictions, r.clip_predictions, labels
@@ -285,10 +285,10 @@ class FieldRun:
         if fc.tuned:
             marks.append("hyperparameters chosen on test labels: " + ", ".join(f"{k}={v}" for k, v in fc.tuned.items()))
         fs = cell.features(fs)  # the views this row reads of its file's (`context.view_spec`)
-        augment = cell.augment
+        augment, tower = cell.augment, self.run.models.tower(_backbone(cell), cell.row.method, fs.classnames)
         rec = {
             **cell.key,
-            **measure(fs, text, fc, self.opts, self.run.device, self.foreign(fc), Path(self.cfg.out)),
+            **measure(fs, text, fc, self.opts, self.run.device, self.foreign(fc), Path(self.cfg.out), tower),
             "marks": marks,
             "text_requested": fc.text.requested,
             "family": m.family,

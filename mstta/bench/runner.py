@@ -133,6 +133,7 @@ def replay_cell(
     device: torch.device,
     vers: dict[str, str],
     out: Path | None = None,
+    tower=None,
 ) -> dict[str, Any]:
     """Replay one cell's method over a loaded stream -> the cell's run record (and, with `out`, its
     per-sample predictions saved for the plots). Two CLIP references ride along: `zero_shot_accuracy`
@@ -143,7 +144,7 @@ def replay_cell(
     fs = cell.features(fs)  # the views this row reads of its file's (`context.view_spec`)
     meter = MemoryMeter(device)
     with meter:
-        r = replay(fs.features, fs.text, method, ecfg, device=device)
+        r = replay(fs.features, fs.text, method, ecfg, device=device, text_tower=tower)
     acc, clip_views = accuracy(r.predictions, fs.labels), accuracy(r.clip_predictions, fs.labels)
     augment = cell.augment
     run = {
@@ -192,7 +193,8 @@ def _run_dataset(run: RunContext, backbone: Backbone, dataset: str) -> None:
         for cells, path, fs in run.streams(todo):
             zs = zero_shot_accuracy(fs)
             for cell in run.bar(cells, desc=f"{dataset} seed {seed}", leave=False, unit="method"):
-                rec = replay_cell(fs, cell, path, zs, run.device, run.versions, Path(run.cfg.out))
+                tower = run.models.tower(backbone, cell.row.method, fs.classnames)
+                rec = replay_cell(fs, cell, path, zs, run.device, run.versions, Path(run.cfg.out), tower)
                 eff = run.results.efficiency(backbone.name, backbone.pretrained, cell.row.name)
                 if eff is not None:
                     rec["fps"] = eff["fps"]

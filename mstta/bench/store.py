@@ -150,6 +150,7 @@ class Models:
     precision: str | None = None
     _loaded: dict = field(default_factory=dict)
     _failed: dict = field(default_factory=dict)
+    _towers: dict = field(default_factory=dict)
 
     def get(self, backbone: Backbone):
         """The loaded model (a `mstta.features.models.ClipModel`); a load failure is raised once and remembered."""
@@ -165,6 +166,20 @@ class Models:
                 self._failed[backbone] = str(exc)
                 raise
         return self._loaded[backbone]
+
+    def tower(self, backbone: Backbone, method: str, classnames) -> Any:
+        """The text tower of a prompt-tuning method (tpt, c-tpt) over a stream's classes, else None."""
+        from ..engine.methods import needs_text_tower
+        from ..features.text_tower import text_tower
+
+        if not needs_text_tower(method):
+            return None
+        if not classnames:
+            raise UserError(f"{method}: the feature file names no classes; the text tower needs them (re-extract it)")
+        key = (backbone, tuple(classnames))
+        if key not in self._towers:
+            self._towers[key] = text_tower(self.get(backbone), classnames)
+        return self._towers[key]
 
 
 def resolved_precision(device: Any, precision: str | None) -> str:

@@ -215,7 +215,8 @@ def _sweep_dataset(
         for todo, path, fs in run.streams(run.pending(cells)):
             zs = zero_shot_accuracy(fs)
             for cell in run.bar(todo, desc=f"{dataset} seed {seed}", leave=False, unit="value"):
-                rec = replay_cell(fs, cell, path, zs, run.device, run.versions, Path(run.cfg.out))
+                tower = run.models.tower(backbone, cell.row.method, fs.classnames)
+                rec = replay_cell(fs, cell, path, zs, run.device, run.versions, Path(run.cfg.out), tower)
                 rec["sweep_method"] = method
                 run.results.record(rec)
                 run.ran += 1

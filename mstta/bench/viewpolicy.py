@@ -18,11 +18,13 @@ GROUPS = ("imagenet", "other")  # a view policy's dataset groups: the ImageNet f
 class Views:
     """What a row reads on one dataset group: `kind` (augmix | crop; None: the dataset's
     `bench.augment`), the store's `store` views per sample (None: the dataset's `bench.views`) and
-    the first `read` of them (None: all)."""
+    the first `read` of them (None: all); `users`: the store's count also on a user's `imagefolder:`
+    dataset (the digits table), where the others read one view unless --views says more."""
 
     kind: str | None = None
     store: int | None = None
     read: int | None = None
+    users: bool = False
 
 
 DATASETS = Views()  # the dataset's protocol (`bench.augment`, `bench.views`)
@@ -38,6 +40,12 @@ VIEW_POLICIES: dict[str, dict[str, Views]] = {
     # 64 AugMix views on ImageNet and A/V2/R/S (DPE's get_preprocess), the dataset's on the other sets
     # (one view: view_mode original there)
     "augmix64-imagenet": {"imagenet": Views("augmix", 64), "other": DATASETS},
+    # TPT's AugMixAugmenter(n_views=63, augmix=len(set_id) > 1): the original + 63 crops on the ImageNet
+    # family, + 63 AugMix views on the other sets (tpt_classification.py:164-173)
+    # (its selection needs the views: 64 on a user's imagefolder: too)
+    "tpt64": {"imagenet": Views("crop", 64, users=True), "other": Views("augmix", 64, users=True)},
+    # C-TPT's --I_augmix (scripts/test_tpt_ctpt_ds.sh): AugMix on every dataset, 64 views
+    "augmix64": {"imagenet": Views("augmix", 64, users=True), "other": Views("augmix", 64, users=True)},
 }
 
 
@@ -60,7 +68,7 @@ def view_spec(
     m = get_method(method)
     policy = VIEW_POLICIES[m.views][dataset_group(dataset)] if m.views is not None else DATASETS
     kind = forced or policy.kind or m.augment or ("crop" if m.boost else dcfg.bench.augment)
-    users = views_set or (dataset or "").startswith("imagefolder:")
+    users = views_set or ((dataset or "").startswith("imagefolder:") and not policy.users)
     store = dcfg.bench.views if users or policy.store is None else policy.store
     read = store if policy.read is None else min(policy.read, store)
     return kind, store, read

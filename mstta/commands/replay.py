@@ -165,6 +165,24 @@ def replay_bytes(fs: FeatureSet) -> int:
     return 4 * n * (3 * d + 6 * c)
 
 
+def feature_file_tower(fs: FeatureSet, method: str, path, device):
+    """A prompt-tuning method's text tower: the feature file's own model (its meta's `model` and
+    `pretrained`, loaded in fp32 as TPT keeps its weights) over its class names; None for the others."""
+    from ..engine.methods import needs_text_tower
+    from ..features.models import load_clip
+    from ..features.text_tower import text_tower
+
+    if not needs_text_tower(method):
+        return None
+    if not fs.meta.get("model") or not fs.classnames:
+        raise UserError(
+            f"--features {path}: names no model or no classes (meta 'model', array 'classnames'); "
+            f"{method} tunes a prompt through that model's text tower: use a file made by mstta-bench extract"
+        )
+    clip = load_clip(fs.meta["model"], fs.meta.get("pretrained", "none"), device, "fp32")
+    return text_tower(clip, fs.classnames)
+
+
 def run(args: argparse.Namespace) -> int:
     check_outputs({"--out": args.out}, inputs={"--features": args.features, "--config": args.config})
     out = Path(args.out) if args.out else None
@@ -183,7 +201,8 @@ def run(args: argparse.Namespace) -> int:
     )
     engine, scale_from = with_file_scale(cfg.engine, fs.meta, scale_set(parse_overrides(args.set)), args.features)
     searched = search_on_labels(fs, args.method, engine, device, out) if args.search_on_labels else None
-    result = replay(fs.features, fs.text, args.method, engine, device=device, online=args.online)
+    tower = feature_file_tower(fs, args.method, args.features, device)
+    result = replay(fs.features, fs.text, args.method, engine, device=device, online=args.online, text_tower=tower)
     report = summarise(fs, result, args.method, engine)
     report.update(features=str(args.features), logit_scale=engine.logit_scale, logit_scale_from=scale_from)
     mark = None

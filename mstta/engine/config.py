@@ -14,7 +14,19 @@ from ..checks import check as _check
 from ..checks import check_int as _int
 from ..checks import check_num as _num
 from .cache import ShiftSettings
-from .families import CACHE, FAMILIES, BcaParams, DmnParams, DotaParams, DpeParams, MtaParams, OnzetaParams, ZeroParams
+from .families import (
+    CACHE,
+    FAMILIES,
+    BcaParams,
+    CtptParams,
+    DmnParams,
+    DotaParams,
+    DpeParams,
+    MtaParams,
+    OnzetaParams,
+    TptParams,
+    ZeroParams,
+)
 from .families.cache import Params as CacheParams
 from .forget import ForgetConfig
 
@@ -80,6 +92,8 @@ class EngineConfig:
     onzeta: OnzetaParams = field(default_factory=OnzetaParams)
     bca: BcaParams = field(default_factory=BcaParams)
     dpe: DpeParams = field(default_factory=DpeParams)
+    tpt: TptParams = field(default_factory=TptParams)
+    ctpt: CtptParams = field(default_factory=CtptParams)
     # Forgetting on streams (`--set forget.rule=timeliness`; mstta.engine.forget, docs/engine.md "Forgetting").
     forget: ForgetConfig = field(default_factory=ForgetConfig)
 

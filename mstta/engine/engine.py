@@ -78,11 +78,16 @@ def make_runner(
     cuda_graph: bool | None,
     streams: int,
     stream_length: int | None,
+    text_tower=None,
 ) -> Runner:
-    """The runner of `method`'s family for S streams (its state allocated by the caller's `reset`)."""
+    """The runner of `method`'s family for S streams (its state allocated by the caller's `reset`);
+    `text_tower` reaches the family runner (which checks that a family with `TOWER` has one), the
+    cache family's ignores it."""
     m = get_method(method) if isinstance(method, str) else method
-    runner = RUNNERS.get(m.family, FamilyStreams)
-    return runner(text, m, config, device, cuda_graph, streams, stream_length)
+    runner = RUNNERS.get(m.family)
+    if runner is not None:
+        return runner(text, m, config, device, cuda_graph, streams, stream_length)
+    return FamilyStreams(text, m, config, device, cuda_graph, streams, stream_length, text_tower)
 
 
 class Front:
@@ -124,6 +129,8 @@ class Engine(Front):
     `cuda_graph`: None = capture the step as a CUDA graph when it can be (a CUDA device, a bounded
     bank, a method without BoostAdapter's boosting; a failed capture logs a warning and runs
     eagerly); True = require it (an error otherwise); False = always run eagerly.
+    `text_tower`: a `mstta.features.text_tower.TextTower` over the classifier's classes, which the
+    prompt-tuning methods (tpt, c-tpt) need and every other method ignores.
     """
 
     def __init__(
@@ -134,8 +141,9 @@ class Engine(Front):
         device: str | torch.device | None = None,
         cuda_graph: bool | None = None,
         stream_length: int | None = None,
+        text_tower=None,
     ):
-        self.runner = make_runner(text, method, config, device, cuda_graph, 1, stream_length)
+        self.runner = make_runner(text, method, config, device, cuda_graph, 1, stream_length, text_tower)
         self.reset()
 
     @property

@@ -29,9 +29,25 @@ from . import functional as Fn
 from .cache import UNBOUNDED_START, FeatureBank
 from .config import EngineConfig
 from .families import get_family
-from .families.base import Method, StepOut
+from .families.base import TOWER_KEY, Method, StepOut
 from .forget import Drift, drift_step_t, periodic_reset
 from .runner import Runner
+
+
+def check_text_tower(method: Method, tower, classes: int):
+    """The text tower a family with `TOWER` needs (None for the others), over the classifier's classes."""
+    if not getattr(get_family(method.family), "TOWER", False):
+        return None
+    if tower is None:
+        raise UserError(
+            f"{method.title} tunes a prompt through the model's text tower: pass "
+            "text_tower=mstta.features.text_tower.TextTower(model, tokenizer, classnames)"
+        )
+    if tower.num_classes != classes:
+        raise UserError(
+            f"text_tower has {tower.num_classes} classes, the text classifier {classes}; build both from one list"
+        )
+    return tower
 
 
 def _identity(v: torch.Tensor) -> torch.Tensor:
@@ -50,9 +66,11 @@ class FamilyStreams(Runner):
         cuda_graph: bool | None,
         streams: int,
         stream_length: int | None = None,
+        text_tower=None,
     ):
         wide = torch.as_tensor(text).dtype == torch.float64
         super().__init__(text, method, config, device, streams, torch.float64 if wide else torch.float32)
+        self.text_tower = check_text_tower(method, text_tower, self.text.shape[0])
         if cuda_graph:
             raise UserError(
                 f"cuda_graph=True: {method.title} runs eagerly (only the cache family's step is "
@@ -100,7 +118,10 @@ class FamilyStreams(Runner):
         return self.config.family_params(self.method.family)
 
     def _init(self) -> dict[str, torch.Tensor]:
-        return self.family.init(self.text, self.params, self.config.logit_scale, self.stream_length)
+        state = self.family.init(self.text, self.params, self.config.logit_scale, self.stream_length)
+        if self.text_tower is not None:  # a family with TOWER reads it from its state (never saved)
+            state[TOWER_KEY] = self.text_tower
+        return state
 
     def _bank(self) -> FeatureBank | None:
         if not self.method.mean_shift:
@@ -116,7 +137,8 @@ class FamilyStreams(Runner):
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume the streams (copies)."""
-        return copy.deepcopy({"states": self.states, "banks": self.banks, "seen": self.seen, "drift": self.drift})
+        states = [{k: v for k, v in st.items() if k != TOWER_KEY} for st in self.states]
+        return copy.deepcopy({"states": states, "banks": self.banks, "seen": self.seen, "drift": self.drift})
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from `state_dict()`."""
@@ -124,6 +146,9 @@ class FamilyStreams(Runner):
         if set(state) != {"states", "banks", "seen", "drift"} or len(state["states"]) != self.streams:
             raise UserError(f"state_dict does not match {self.streams} stream(s) of {self.method.title}")
         self.states, self.banks, self.drift = state["states"], state["banks"], state["drift"]
+        if self.text_tower is not None:
+            for st in self.states:
+                st[TOWER_KEY] = self.text_tower
         self.seen = np.array(state["seen"], dtype=np.int64)
 
     # ------------------------------------------------------------------ step

@@ -82,9 +82,10 @@ class MultiEngine(Front):
         device: str | torch.device | None = None,
         cuda_graph: bool | None = None,
         stream_length: int | None = None,
+        text_tower=None,
     ):
         int_in(streams, "streams", 1)
-        self.runner = make_runner(text, method, config, device, cuda_graph, streams, stream_length)
+        self.runner = make_runner(text, method, config, device, cuda_graph, streams, stream_length, text_tower)
         self.reset()
 
     @property

@@ -65,10 +65,12 @@ def replay(
     online: bool = False,
     chunk: int = 256,
     keep_probs: bool = False,
+    text_tower=None,
 ) -> ReplayResult:
     """Run `method` over `features` [N, d] or [N, V, d] in stream order. `online=True` forces the
     per-sample engine loop (the reference the vectorised path must match); `keep_probs` keeps
-    every sample's probabilities ([N, C]: the softmax of the logits, or the family's own)."""
+    every sample's probabilities ([N, C]: the softmax of the logits, or the family's own).
+    `text_tower`: the model's text tower over the classes (`mstta.features.text_tower`; tpt, c-tpt only)."""
     m = get_method(method) if isinstance(method, str) else method
     cfg = config if config is not None else EngineConfig()
     dev = torch.device(device) if device is not None else torch.as_tensor(text).device
@@ -83,7 +85,7 @@ def replay(
     online = online or cfg.forget.rule == "idle"
     with torch.inference_mode():
         if m.family != CACHE:  # another family: its own replay, or its step sample by sample
-            *res, cuts = _replay_family(feats, text, m, cfg, dev, online or cfg.forget.active)
+            *res, cuts = _replay_family(feats, text, m, cfg, dev, online or cfg.forget.active, text_tower)
             out = [_summarise(*res, keep_probs)]
         elif online or m.boost:  # the engine's step: small ops, one thread (mstta.threads)
             logits, clip, ent, cuts = _replay_online(feats, text, m, cfg, dev)
@@ -112,7 +114,7 @@ def _replay_segments(feats, text, m, cfg, chunk, keep_probs):
     return out, cuts
 
 
-def _replay_family(feats, text, m, cfg, dev, online):
+def _replay_family(feats, text, m, cfg, dev, online, tower=None):
     """(scores, clip, H, probs, cuts or None) [N, ...] of a family method: the family's vectorised `replay` where
     it has one and the row has no mean shift (its bank makes every step depend on the last), else
     its step over the stream (`Engine`, told the stream's length)."""
@@ -124,7 +126,7 @@ def _replay_family(feats, text, m, cfg, dev, online):
         check_family_memory(m, cfg, unit, 1, torch.device(dev))  # the bound `Engine` checks: one for both paths
         out = family.replay(x, unit, cfg.family_params(m.family), cfg.logit_scale)
         return out.scores, out.clip, out.entropy, out.probs, None
-    engine = Engine(text, m, cfg, device=dev, stream_length=max(1, feats.shape[0]))
+    engine = Engine(text, m, cfg, device=dev, stream_length=max(1, feats.shape[0]), text_tower=tower)
     rows = [engine.step(x) for x in feats]
     keys = ("logits", "clip_logits", "entropy_tensor", "probs") + (("cut_tensor",) if cfg.forget.resets else ())
     return (*(torch.stack([getattr(r, k) for r in rows]) for k in keys), *(() if cfg.forget.resets else (None,)))

@@ -8,16 +8,17 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Callable
 
-from . import bca, cache, dmn, dota, dpe, mta, onzeta, zero
+from . import bca, cache, ctpt, dmn, dota, dpe, mta, onzeta, tpt, zero
 from .base import CACHE, Method, StepOut
 
 # Every family, in the registry's order: the paper's cache family first, then the field's.
-FAMILIES: dict[str, ModuleType] = {m.NAME: m for m in (cache, zero, mta, dmn, dota, onzeta, bca, dpe)}
+FAMILIES: dict[str, ModuleType] = {m.NAME: m for m in (cache, zero, mta, dmn, dota, onzeta, bca, dpe, tpt, ctpt)}
 
 # The others' hyperparameters, as EngineConfig's sections (engine: <name>: {...} in a dataset YAML;
 # the cache family's are EngineConfig's top-level keys).
 ZeroParams, MtaParams, DmnParams, DotaParams = zero.Params, mta.Params, dmn.Params, dota.Params
 OnzetaParams, BcaParams, DpeParams = onzeta.Params, bca.Params, dpe.Params
+TptParams, CtptParams = tpt.Params, ctpt.Params
 
 
 def get_family(name: str) -> ModuleType:
@@ -54,4 +55,6 @@ __all__ = [
     "MtaParams",
     "OnzetaParams",
     "ZeroParams",
+    "TptParams",
+    "CtptParams",
 ]

@@ -37,6 +37,11 @@ Optional:
                                              a `view_mode` named after the family
     DATASET_PARAMS                           {dataset: {key: value}}: its authors' per-dataset values
                                              (configs/<dataset>.yaml holds them under `engine: NAME:`)
+    TOWER = True                             it tunes through the model's text tower
+                                             (`mstta.features.text_tower`, `Engine(..., text_tower=)`):
+                                             the runner refuses a run without one and puts it in each
+                                             stream's state as `state[TOWER_KEY]` (never saved by
+                                             `state_dict`); its step reads it from there
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ from typing import Any, Callable, NamedTuple, Protocol
 
 import torch
 
+TOWER_KEY = "tower"  # a TOWER family's state entry: the model's text tower, put there by the runner
 CACHE = "cache"  # the family of the positive/negative cache methods (baseline, TDA, BoostAdapter, MS-TTA)
 
 
@@ -76,6 +82,8 @@ class Method:
     views: str | None = None  # its view policy: which views (kind and count) its authors' code reads on
     # the ImageNet family and on the other sets, a key of `mstta.bench.viewpolicy.VIEW_POLICIES`;
     # None = `augment` (else the dataset's `bench.augment`) with the dataset's `bench.views`
+
+    cost: str | None = None  # a slow method's cost per sample, as the demo's method list shows it
 
     @property
     def marks(self) -> list[str]:
