@@ -56,7 +56,7 @@ class ForgetConfig:
     detect_threshold: float = 3.0  # a cut: the CUSUM of (z - 1 - slack) above this
     detect_slack: float = 0.5  # the CUSUM's allowance k per step (z ~ 1 on an i.i.d. stream)
     detect_warmup: int = 150  # the reference: the first samples after a reset (none may be a cut)
-    detect_ridge: float = 0.02  # r: the reference covariance C + r/d I (unit features: tr C <= 1)
+    detect_ridge: float = 0.01  # r: the reference covariance C + r/d I (unit features: tr C <= 1)
 
     def __post_init__(self) -> None:
         check(self.rule in RULES, "forget.rule", self.rule, f"one of {', '.join(RULES)}")
