@@ -53,8 +53,8 @@ class ForgetConfig:
     detect: bool = False  # also reset at each detected scene cut (the project's detector)
     # The detector's settings, chosen on the digits streams (docs/streams.md, "detector"):
     detect_rate: float = 0.1  # the EMA rate a of the current scene's mean feature
-    detect_threshold: float = 3.0  # a cut: the CUSUM of (z - 1 - slack) above this
-    detect_slack: float = 0.5  # the CUSUM's allowance k per step (z ~ 1 on an i.i.d. stream)
+    detect_threshold: float = 5.0  # a cut: the CUSUM of (z - 1 - slack) above this
+    detect_slack: float = 1.0  # the CUSUM's allowance k per step (z ~ 1 on an i.i.d. stream)
     detect_warmup: int = 150  # the reference: the first samples after a reset (none may be a cut)
     detect_ridge: float = 0.01  # r: the reference covariance C + r/d I (unit features: tr C <= 1)
 
@@ -198,12 +198,13 @@ class Drift:
 def drift_step_t(d: Drift, u: torch.Tensor, fg: ForgetConfig, ok=None) -> torch.Tensor:
     """One sample u [S, d] (unit rows) into the detector, in place; -> cut [S] bool (the state is
     reset before this sample). The statistic (the project's design): against the reference of the
-    first W = `detect_warmup` samples since the reset (mean mu, covariance C = M / W),
-    z = W (e - mu)^T (M + W r/d I)^-1 (e - mu) / (d (a/(2-a) + 1/W)) = (e - mu)^T (C + r/d I)^-1
-    (e - mu) / (d (a/(2-a) + 1/W)), e the EMA of rate a of the features after it: z ~ 1 while the
-    scene holds (the EMA's variance a/(2-a) C plus the reference mean's C/W, per dimension). A CUSUM
-    acc = max(0, acc + z - 1 - `detect_slack`) from sample W + 1 on; a cut when acc > `detect_threshold`.
-    After a cut the detector starts over from the next sample. `ok` [S]: the stepping streams."""
+    first W = `detect_warmup` samples since the reset (mean mu, population covariance C, ridge r,
+    P = (C + r/d I)^-1, its effective dimension m = tr(C P) = d - r/d tr P),
+    z = (e - mu)^T P (e - mu) (W - m - 2) / (W m (a/(2-a) + 1/W)), e the EMA of rate a of the
+    features: z ~ 1 while the scene holds (the EMA's variance a/(2-a) C plus the reference mean's
+    C/W; W/(W - m - 2) is the inverse-Wishart bias of a W-sample P). A CUSUM
+    acc = max(0, acc + z - 1 - `detect_slack`) from sample W + 1 on; a cut when acc >
+    `detect_threshold`; the detector starts over from the next sample. `ok` [S]: the stepping streams."""
     step = 1.0 if ok is None else ok.to(d.n.dtype)
     w_ref = fg.detect_warmup
     d.n.add_(step)
@@ -218,8 +219,10 @@ def drift_step_t(d: Drift, u: torch.Tensor, fg: ForgetConfig, ok=None) -> torch.
     a = fg.detect_rate
     d.ema.lerp_(u, (torch.where(d.n == 1, 1.0, a) * step).unsqueeze(-1))  # the first sample: u
     g = d.ema - d.mean
-    quad = (g * (d.inv @ g.unsqueeze(-1)).squeeze(-1)).sum(-1)
-    z = quad * (w_ref / (u.shape[-1] * (a / (2 - a) + 1 / w_ref)))
+    quad = (g * (d.inv @ g.unsqueeze(-1)).squeeze(-1)).sum(-1)  # (e - mu)^T P (e - mu) / W
+    dim = u.shape[-1]
+    eff = dim - (w_ref * fg.detect_ridge / dim) * d.inv.diagonal(dim1=-2, dim2=-1).sum(-1)  # tr(C P)
+    z = quad * (w_ref - eff - 2).clamp_min(1) / ((a / (2 - a) + 1 / w_ref) * eff.clamp_min(1e-6))
     acc = (d.acc + z - (1 + fg.detect_slack)).clamp_min(0) * (d.n > w_ref)
     if ok is not None:
         acc = torch.where(ok, acc, d.acc)
