@@ -8,8 +8,8 @@ The rules as their sources state them (docs/engine.md, "Forgetting"):
 - idle: an entry not the cache's strongest vote (largest kernel weight) for `idle` steps since its
   insertion or last such vote leaves (DynaPrompt's LRU, adapted);
 - periodic: RDumb `models/rdumb.py:50-54`: before sample t with t % every == 0, everything goes;
-- detect: the project's detector (standardised drift of an EMA of the unit image feature from
-  the running mean since the last reset), a reset at each cut.
+- detect: the project's detector (a CUSUM of the Mahalanobis gap between an EMA of the unit image
+  feature and the reference of the first samples since the last reset), a reset at each cut.
 """
 
 from __future__ import annotations
@@ -21,33 +21,40 @@ from reference_loop import argmax, entropy, softmax, unit
 
 
 class Detector:
-    """The scene-cut statistic in float64 (the engine keeps it in float32): Welford's mean and
-    (population) total variance since the last reset, an EMA of rate a; z = |ema - mean|^2 /
-    (V (a/(2-a) - 1/n)); a cut after `patience` steps with z over the threshold (n >= warmup);
-    then it starts over from the next sample."""
+    """The scene-cut statistic in float64 (the engine keeps it in float32), written from its
+    definition (docs/engine.md, "The detector"): the reference is the first W = warmup samples since
+    the last reset (their mean and population covariance C, computed directly), P = (C + r/d I)^-1
+    inverted once, m = tr(C P); the EMA e of rate a of every sample (the first: itself); from sample
+    W + 1 on, z = (e - mean)^T P (e - mean) (W - m - 2) / (W m (a/(2-a) + 1/W)) feeds a CUSUM
+    acc = max(0, acc + z - 1 - k), and a cut is acc > threshold; then it starts over from the next sample."""
 
     def __init__(self, fg, dim):
         self.fg, self.dim = fg, dim
         self.start()
 
     def start(self):
-        self.n, self.m2, self.run = 0, 0.0, 0
-        self.mean = np.zeros(self.dim)
+        self.ref, self.n, self.acc = [], 0, 0.0
+        self.mean, self.prec = None, None
         self.ema = np.zeros(self.dim)
 
     def cut(self, u):
-        fg = self.fg
-        a = fg.detect_rate
+        fg, d = self.fg, self.dim
+        a, w = fg.detect_rate, fg.detect_warmup
         self.n += 1
-        old = self.mean.copy()
-        self.mean = old + (u - old) / self.n
-        self.m2 += float(np.sum((u - old) * (u - self.mean)))
         self.ema = u.copy() if self.n == 1 else (1 - a) * self.ema + a * u
-        var = self.m2 / self.n
-        spread = max(var * (a / (2 - a) - 1 / self.n), 1e-12)
-        z = float(np.sum((self.ema - self.mean) ** 2)) / spread
-        self.run = self.run + 1 if (self.n >= fg.detect_warmup and z > fg.detect_threshold) else 0
-        if self.run >= fg.detect_patience:
+        if self.n <= w:
+            self.ref.append(u.copy())
+            if self.n == w:
+                ref = np.stack(self.ref)
+                self.mean = ref.mean(0)
+                cov = (ref - self.mean).T @ (ref - self.mean) / w
+                self.prec = np.linalg.inv(cov + fg.detect_ridge / d * np.eye(d))
+                self.eff = float(np.trace(cov @ self.prec))
+            return False
+        g = self.ema - self.mean
+        z = float(g @ self.prec @ g) * max(w - self.eff - 2, 1) / (w * self.eff * (a / (2 - a) + 1 / w))
+        self.acc = max(0.0, self.acc + z - 1 - fg.detect_slack)
+        if self.acc > fg.detect_threshold:
             self.start()
             return True
         return False

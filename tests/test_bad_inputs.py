@@ -520,8 +520,10 @@ CASES = [
             ("forget.detect_rate=1.5", "expected a finite number in (0, 1]"),
             ("forget.detect_threshold=0", "expected a finite number in (0, 1e+06]"),
             ("forget.detect_threshold=.nan", "expected a finite number in (0, 1e+06]"),
-            ("forget.detect_patience=0", "expected an integer in [1, 10,000]"),
-            ("forget.detect_patience=10001", "expected an integer in [1, 10,000]"),
+            ("forget.detect_slack=-0.1", "expected a finite number in [0, 1e+06]"),
+            ("forget.detect_slack=.inf", "expected a finite number in [0, 1e+06]"),
+            ("forget.detect_ridge=0", "expected a finite number in (0, 1]"),
+            ("forget.detect_ridge=1.5", "expected a finite number in (0, 1]"),
             ("forget.detect_warmup=1", "expected an integer in [2, 10,000,000]"),
             ("forget.detect_warmup=10000001", "expected an integer in [2, 10,000,000]"),
         ]

@@ -44,8 +44,8 @@ RULES = {
     "timeliness-h30-w0.3": dict(rule="timeliness", horizon=30, weight=0.3),
     "idle-12": dict(rule="idle", idle=12),
     "periodic-45": dict(rule="periodic", every=45),
-    "detect": dict(detect=True, detect_warmup=30),
-    "timeliness-detect": dict(rule="timeliness", horizon=20, detect=True, detect_warmup=30),
+    "detect": dict(detect=True, detect_warmup=30, detect_ridge=0.1),  # a 30-sample reference in 12 dims
+    "timeliness-detect": dict(rule="timeliness", horizon=20, detect=True, detect_warmup=30, detect_ridge=0.1),
 }
 CACHE_ROWS = ["baseline", "tda", "ms-tta", "tda+ms"]  # without and with MS, with and without TDA's negative cache
 
@@ -98,7 +98,9 @@ def test_timeliness_with_weight_zero_is_the_entropy_rule_bit_for_bit(method):
 def test_rule_none_is_todays_step_for_every_method(method):
     """`rule: none` with every other key moved is today's step, bit for bit (the other keys are inert)."""
     f, t = cut_stream(n=40, views=4)
-    off = ForgetConfig("none", horizon=2, weight=7.0, idle=1, every=2, detect_rate=1.0, detect_patience=1)
+    off = ForgetConfig(
+        "none", horizon=2, weight=7.0, idle=1, every=2, detect_rate=1.0, detect_slack=0.0, detect_ridge=1.0
+    )
     kw = tower_kw(method, t.shape[0], t.shape[1])  # the prompt-tuning rows' text tower (else nothing)
     a = Engine(t, method, EngineConfig(view_mode="original"), **kw)
     b = Engine(t, method, EngineConfig(view_mode="original", forget=off), **kw)
@@ -234,6 +236,25 @@ def test_no_false_cut_on_a_long_iid_stream():
 
 
 @pytest.mark.parametrize(
+    "seed,cuts,keys",
+    [
+        (3, (300, 650, 900), {}),
+        (4, (250, 500), dict(detect_rate=0.2, detect_slack=0.2, detect_threshold=2.0, detect_warmup=60)),
+        (5, (), dict(detect_ridge=0.002, detect_warmup=40, detect_threshold=1.0, detect_slack=0.1)),
+    ],
+)
+def test_the_detector_equals_its_float64_reference_loop(seed, cuts, keys):
+    """`drift_step_t` (float32, Sherman-Morrison) cuts where the plain float64 loop of the statistic
+    (tests/reference_forget.Detector: the reference's covariance inverted directly) cuts."""
+    f, _ = cut_stream(n=1000, cuts=cuts, dim=32, classes=8, seed=seed, shift=0.4)
+    cfg = ForgetConfig(detect=True, **keys)
+    det = reference_forget.Detector(cfg, 32)
+    want = [det.cut(u) for u in f.double().numpy()]
+    got = stream_cuts(f.unsqueeze(1), cfg).tolist()
+    assert got == want and any(want)
+
+
+@pytest.mark.parametrize(
     "method,rule",
     [
         ("ms-tta", "timeliness-detect"),
@@ -277,9 +298,9 @@ def test_the_keys_reach_the_engine_from_set_and_yaml(tmp_path):
     assert cfg.forget == ForgetConfig("timeliness", detect=True, detect_warmup=2)
     assert cfg.forget.steps == RECOMMENDED_HORIZON
     path = tmp_path / "c.yaml"
-    path.write_text("engine:\n  forget: {rule: periodic, every: 10000000, detect_patience: 10000, horizon: 1}\n")
+    path.write_text("engine:\n  forget: {rule: periodic, every: 10000000, detect_slack: 1000000, horizon: 1}\n")
     fg = load_dataset_config(path).engine.forget
-    assert (fg.rule, fg.every, fg.detect_patience, fg.steps) == ("periodic", 10_000_000, 10_000, 1)
+    assert (fg.rule, fg.every, fg.detect_slack, fg.steps) == ("periodic", 10_000_000, 1e6, 1)
     with pytest.raises(UserError, match=r"unknown key 'rules' in .*forget; allowed keys: rule, horizon"):
         load_dataset_config(None, ["forget.rules=idle"])
 

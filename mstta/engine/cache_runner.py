@@ -87,7 +87,7 @@ class Streams(Runner):
         idle = cfg.forget.rule == "idle"
         self.pos = Cache.empty(S, C, q, d, dev, values=False, used=idle) if m.cache else None
         self.neg = Cache.empty(S, C, qn, d, dev, values=True, used=idle) if m.negative else None
-        self.drift = Drift.empty(S, d, dev) if cfg.forget.detect else None
+        self.drift = Drift.empty(S, d, dev, cfg.forget) if cfg.forget.detect else None
         self.last_cut = torch.zeros(S, dtype=torch.bool, device=dev)  # the last step's resets (forget)
 
     def _check_memory(self, rows: int, q: int, qn: int) -> None:
@@ -235,9 +235,7 @@ class Streams(Runner):
                 self.drift.forget(cut)
         if fg.detect:
             u = Fn.normalize(x[:, 0])
-            found = drift_step_t(
-                self.drift, u, fg.detect_rate, fg.detect_threshold, fg.detect_patience, fg.detect_warmup, ok
-            )
+            found = drift_step_t(self.drift, u, fg, ok)
             cut = found if cut is None else cut | found
         if cut is not None:
             if self.bank is not None:

@@ -109,7 +109,9 @@ class FamilyStreams(Runner):
         self.seen = np.zeros(self.streams, dtype=np.int64)
         self.states = [self._init() for _ in range(self.streams)]
         self.banks = [self._bank() for _ in range(self.streams)]
-        self.drift = Drift.empty(self.streams, self.dim, self.device) if self.config.forget.detect else None
+        self.drift = (
+            Drift.empty(self.streams, self.dim, self.device, self.config.forget) if self.config.forget.detect else None
+        )
         self.last_cut = torch.zeros(self.streams, dtype=torch.bool, device=self.device)
 
     @property
@@ -170,9 +172,7 @@ class FamilyStreams(Runner):
             self.drift.forget(torch.as_tensor(cut, device=self.device))
             okt = torch.as_tensor(ok, device=self.device)
             u = Fn.normalize(x[:, 0].float())
-            found = drift_step_t(
-                self.drift, u, fg.detect_rate, fg.detect_threshold, fg.detect_patience, fg.detect_warmup, okt
-            )
+            found = drift_step_t(self.drift, u, fg, okt)
             cut = cut | found.cpu().numpy()
         for s in np.nonzero(cut)[0]:
             self.states[s] = self._init()

@@ -36,7 +36,6 @@ RULES = ("none", "timeliness", "idle", "periodic")
 # (+0.18 / +0.25 points) and is no worse on the return to A; it costs up to 2.8 points on label-correlated orders.
 RECOMMENDED_HORIZON = 50
 MAX_STEPS = 10_000_000  # horizon, idle, every, warmup: far beyond any stream a run replays
-MAX_PATIENCE = 10_000  # consecutive steps over the threshold before a cut is declared
 MAX_FORGET_WEIGHT = 1e6  # lambda_t (RoTTA: 1); keeps every score finite in float64
 MAX_DETECT_THRESHOLD = 1e6
 ADAPTATION = "forgetting rule adapted by this project"  # the mark of a non-published rule
@@ -52,10 +51,12 @@ class ForgetConfig:
     idle: int = 1000  # idle rule: steps a slot may go unused before it is emptied
     every: int = 1000  # periodic rule: reset before each sample whose index is a multiple (RDumb: 1000)
     detect: bool = False  # also reset at each detected scene cut (the project's detector)
-    detect_rate: float = 0.1  # the detector's EMA rate a of the current scene's mean feature
-    detect_threshold: float = 6.0  # a cut: the standardised drift above this ...
-    detect_patience: int = 5  # ... for this many consecutive steps
-    detect_warmup: int = 100  # steps after a reset before the detector may fire
+    # The detector's settings, chosen on the digits streams (docs/streams.md, "detector"):
+    detect_rate: float = 0.1  # the EMA rate a of the current scene's mean feature
+    detect_threshold: float = 5.0  # a cut: the CUSUM of (z - 1 - slack) above this
+    detect_slack: float = 1.0  # the CUSUM's allowance k per step (z ~ 1 on an i.i.d. stream)
+    detect_warmup: int = 150  # the reference: the first samples after a reset (none may be a cut)
+    detect_ridge: float = 0.01  # r: the reference covariance C + r/d I (unit features: tr C <= 1)
 
     def __post_init__(self) -> None:
         check(self.rule in RULES, "forget.rule", self.rule, f"one of {', '.join(RULES)}")
@@ -67,8 +68,9 @@ class ForgetConfig:
         check(isinstance(self.detect, bool), "forget.detect", self.detect, "true or false")
         _num(self, "detect_rate", 0.0, 1.0, low_open=True)
         _num(self, "detect_threshold", 0.0, MAX_DETECT_THRESHOLD, low_open=True)
-        _int(self, "detect_patience", 1, MAX_PATIENCE)
+        _num(self, "detect_slack", 0.0, MAX_DETECT_THRESHOLD)
         _int(self, "detect_warmup", 2, MAX_STEPS)
+        _num(self, "detect_ridge", 0.0, 1.0, low_open=True)
 
     @property
     def steps(self) -> int:
@@ -158,60 +160,75 @@ def periodic_reset_t(clock: torch.Tensor, every: int) -> torch.Tensor:
 
 @dataclass
 class Drift:
-    """The scene-cut detector's state per stream (the project's design): since the last reset, the
-    count n, the running mean `mean` [S, d] and total variance `var` [S] (population, summed over
-    dims; Welford) of the unit image features, their EMA `ema` [S, d] and the run of steps over
-    the threshold. n = 0: nothing seen (the next sample starts the reference)."""
+    """The scene-cut detector's state per stream (the project's design): the reference, i.e. the
+    first `warmup` unit image features since the last reset (count n, mean `mean` [S, d] and `inv`
+    [S, d, d] = (M + warmup * ridge / d * I)^-1, M their sum of squared deviations, kept by
+    Sherman-Morrison), the EMA `ema` [S, d] of every feature and the CUSUM `acc` [S]. n = 0:
+    nothing seen (the next sample starts the reference); n counts on past the warm-up."""
 
     n: torch.Tensor  # [S] float32
     mean: torch.Tensor  # [S, d]
-    var: torch.Tensor  # [S]
+    inv: torch.Tensor  # [S, d, d]
     ema: torch.Tensor  # [S, d]
-    run: torch.Tensor  # [S] long
+    acc: torch.Tensor  # [S]
+    start: torch.Tensor  # [] inv's value at a reset, times I: d / (warmup * ridge)
 
     @classmethod
-    def empty(cls, streams: int, dim: int, device) -> Drift:
+    def empty(cls, streams: int, dim: int, device, cfg: ForgetConfig) -> Drift:
         z = torch.zeros(streams, device=device)
-        return cls(
-            z.clone(),
-            torch.zeros(streams, dim, device=device),
-            z.clone(),
-            torch.zeros(streams, dim, device=device),
-            torch.zeros(streams, dtype=torch.long, device=device),
-        )
+        start = torch.tensor(dim / (cfg.detect_warmup * cfg.detect_ridge), device=device)
+        eye = torch.eye(dim, device=device).expand(streams, dim, dim) * start
+        zd = torch.zeros(streams, dim, device=device)
+        return cls(z.clone(), zd.clone(), eye.contiguous(), zd.clone(), z.clone(), start)
 
     def clear(self, s: int) -> None:
-        for t in (self.n, self.mean, self.var, self.ema, self.run):
+        for t in (self.n, self.mean, self.ema, self.acc):
             t[s] = 0
+        self.inv[s] = torch.eye(self.inv.shape[-1], device=self.inv.device) * self.start
 
     def forget(self, cut: torch.Tensor) -> None:
         """Start over where cut [S] (bool), on the device: the next sample starts the reference."""
         keep = ~cut
         self.n.mul_(keep)
-        self.run.mul_(keep)
+        self.acc.mul_(keep)
+        eye = torch.eye(self.inv.shape[-1], device=self.inv.device) * self.start
+        self.inv.copy_(torch.where(cut.view(-1, 1, 1), eye, self.inv))
 
 
-def drift_step_t(d: Drift, u: torch.Tensor, rate: float, threshold: float, patience: int, warmup: int, ok=None):
+def drift_step_t(d: Drift, u: torch.Tensor, fg: ForgetConfig, ok=None) -> torch.Tensor:
     """One sample u [S, d] (unit rows) into the detector, in place; -> cut [S] bool (the state is
-    reset before this sample). The statistic (the project's design): z = |ema - mean|^2 /
-    (V (a/(2-a) - 1/n)), V the features' total variance since the reset, a/(2-a) - 1/n the
-    variance of the EMA's gap to the running mean on an i.i.d. stream per unit of V: z ~ 1 while
-    the scene holds; a cut = z > threshold for `patience` steps, not before `warmup` samples.
-    After a cut the detector starts over from the next sample. `ok` [S]: the stepping streams."""
+    reset before this sample). The statistic (the project's design): against the reference of the
+    first W = `detect_warmup` samples since the reset (mean mu, population covariance C, ridge r,
+    P = (C + r/d I)^-1, its effective dimension m = tr(C P) = d - r/d tr P),
+    z = (e - mu)^T P (e - mu) (W - m - 2) / (W m (a/(2-a) + 1/W)), e the EMA of rate a of the
+    features: z ~ 1 while the scene holds (the EMA's variance a/(2-a) C plus the reference mean's
+    C/W; W/(W - m - 2) is the inverse-Wishart bias of a W-sample P). A CUSUM
+    acc = max(0, acc + z - 1 - `detect_slack`) from sample W + 1 on; a cut when acc >
+    `detect_threshold`; the detector starts over from the next sample. `ok` [S]: the stepping streams."""
     step = 1.0 if ok is None else ok.to(d.n.dtype)
+    w_ref = fg.detect_warmup
     d.n.add_(step)
-    w = step / d.n.clamp_min(1)  # Welford's 1/n (0 where a stream skips)
+    learn = step * (d.n <= w_ref)
+    w = learn / d.n.clamp_min(1)  # Welford's 1/n on the reference's samples (0 elsewhere)
     delta = u - d.mean
-    d.var.addcmul_(w, delta.square().sum(-1)).mul_(1 - w)  # V_n = (1 - 1/n)(V + |u - mean|^2 / n)
-    d.mean.lerp_(u, w.unsqueeze(-1))
-    d.ema.lerp_(u, (torch.where(d.n == 1, 1.0, rate) * step).unsqueeze(-1))  # the first sample: u
-    z = (d.ema - d.mean).square().sum(-1) / (d.var * (rate / (2 - rate) - w)).clamp_min(1e-12)
-    run = (d.run + 1) * ((d.n >= warmup) & (z > threshold))
+    d.mean.add_(delta * w.unsqueeze(-1))
+    beta = (learn - w).unsqueeze(-1)  # M += (1 - 1/n) delta delta^T: Sherman-Morrison on inv
+    bd = (d.inv @ delta.unsqueeze(-1)).squeeze(-1)
+    den = 1 + beta.squeeze(-1) * (bd * delta).sum(-1)
+    d.inv.sub_((beta / den.unsqueeze(-1)).unsqueeze(-1) * bd.unsqueeze(-1) * bd.unsqueeze(-2))
+    a = fg.detect_rate
+    d.ema.lerp_(u, (torch.where(d.n == 1, 1.0, a) * step).unsqueeze(-1))  # the first sample: u
+    g = d.ema - d.mean
+    quad = (g * (d.inv @ g.unsqueeze(-1)).squeeze(-1)).sum(-1)  # (e - mu)^T P (e - mu) / W
+    dim = u.shape[-1]
+    eff = dim - (w_ref * fg.detect_ridge / dim) * d.inv.diagonal(dim1=-2, dim2=-1).sum(-1)  # tr(C P)
+    z = quad * (w_ref - eff - 2).clamp_min(1) / ((a / (2 - a) + 1 / w_ref) * eff.clamp_min(1e-6))
+    acc = (d.acc + z - (1 + fg.detect_slack)).clamp_min(0) * (d.n > w_ref)
     if ok is not None:
-        run = torch.where(ok, run, d.run)
-    cut = run >= patience
-    d.run.copy_(run * ~cut)
-    d.n.mul_(~cut)
+        acc = torch.where(ok, acc, d.acc)
+    cut = acc > fg.detect_threshold
+    d.acc.copy_(acc * ~cut)
+    d.forget(cut)
     return cut
 
 
@@ -226,11 +243,11 @@ def stream_cuts(feats: torch.Tensor, cfg: ForgetConfig) -> torch.Tensor:
         cut[0] = False
     if not cfg.detect or n == 0:
         return cut
-    d = Drift.empty(1, feats.shape[-1], feats.device)
+    d = Drift.empty(1, feats.shape[-1], feats.device, cfg)
     found = []
     for t in range(n):
         if cut[t]:
             d.forget(torch.ones(1, dtype=torch.bool, device=feats.device))
         u = Fn.normalize(feats[t : t + 1, 0].float())
-        found.append(drift_step_t(d, u, cfg.detect_rate, cfg.detect_threshold, cfg.detect_patience, cfg.detect_warmup))
+        found.append(drift_step_t(d, u, cfg))
     return cut | torch.cat(found).cpu()
