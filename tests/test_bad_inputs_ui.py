@@ -352,7 +352,8 @@ GRADIO_CASES = {
         "apply_settings",
         [None, L],
         "error",
-        "expected 13 input values (truth, labels, template, method, k, alpha, lam, capacity, bank, race, model, views, forget)",
+        "expected 13 input values (truth, labels, template, method, k, alpha, lam, capacity, bank, race, model, views, "
+        "forget)",
     ),
     "arity_too_many": ("apply_settings", apply_with() + [1, 2], "error", "expected 13 input values"),
     "arity_none": ("process_frame", [], "error", "expected 14 input values (image, keep, labels"),
