@@ -251,7 +251,7 @@ def test_inline_frames_must_be_base64(server):
 def test_anonymous_sessions_cannot_pile_up_engines(server):
     # a bank above the UI's bound is refused before any engine exists
     before = peak_mb(server.proc.pid)
-    big = ["ms-tta", 2, 0.8, 1.0, 3, 65536, [], "", 1]
+    big = ["ms-tta", 2, 0.8, 1.0, 3, 65536, [], "", 1, "off"]
     for _ in range(40):
         status, outputs = call(server.url, "apply_settings", [None, "\n".join(LABELS), "", *big])
         assert status == "complete" and "Bank size (features): 65536 is out of range" in status_of(outputs), outputs

@@ -181,9 +181,9 @@ def test_worker_processes_give_the_same_file(data, tmp_path):
 def test_views_on_device_match_cpu_views_and_replay_alike(tmp_path):
     """`--views-on device` (tensor views, here on CPU tensors) vs `cpu` (PIL), same seed: view-by-view
     feature cosine and every method's replayed predictions."""
+    from helpers_family import feature_methods
     from helpers_images import smooth_image
 
-    from mstta.engine.methods import list_methods
     from mstta.engine.replay import replay
 
     fake = make_fake_dataset(tmp_path / "d", "oxford_pets", classes=4, per_class=10)
@@ -207,7 +207,7 @@ def test_views_on_device_match_cpu_views_and_replay_alike(tmp_path):
         a, b = files["cpu"].features.float(), files["device"].features.float()
         cos = torch.nn.functional.cosine_similarity(a, b, dim=-1)
         assert a.shape == (40, 8, 64) and cos.mean() >= 0.99 and cos.min() >= 0.95, (augment, cos.mean(), cos.min())
-        for method in list_methods():
+        for method in feature_methods():  # the prompt-tuning rows need a text tower: tests/test_family_tpt.py
             pa = replay(a, files["cpu"].text.float(), method).predictions
             pb = replay(b, files["device"].text.float(), method).predictions
             assert np.mean(pa == pb) >= 0.99, (augment, method, np.mean(pa == pb))

@@ -19,6 +19,9 @@ from mstta.engine.families import bca
 stream = unit_stream
 
 
+CONFIDENT = EngineConfig(view_mode="confident")  # the port's protocol: the confident views' mean
+
+
 def check_equal(scores, expected):
     assert [int(i) for i in scores.argmax(1)] == [ref.first_argmax(r) for r in expected]
     np.testing.assert_allclose(scores, expected, rtol=0, atol=1e-6)
@@ -27,7 +30,7 @@ def check_equal(scores, expected):
 @pytest.mark.parametrize("C,V,seed", CASES)
 def test_engine_equals_the_port(C, V, seed):
     feats, text = stream(C, V, seed)
-    scores, probs = run(Engine(text, "bca"), feats)
+    scores, probs = run(Engine(text, "bca", CONFIDENT), feats)
     expected, state = ref.bca(feats.numpy(), text.numpy())
     check_equal(scores, expected)
     np.testing.assert_allclose(probs, expected / expected.sum(1, keepdims=True), rtol=0, atol=1e-6)
@@ -37,7 +40,7 @@ def test_engine_equals_the_port(C, V, seed):
 def test_both_updates_happen_on_these_streams():
     """The streams above move both the centres and the prior (so the comparison tests them)."""
     feats, text = stream(10, 64, 0)
-    engine = Engine(text, "bca")
+    engine = Engine(text, "bca", CONFIDENT)
     run(engine, feats)
     st = engine.states[0]
     assert int((st["c1"] - 20000).sum()) > 0 and int((st["c2"] - 1).sum()) > 0
@@ -50,7 +53,7 @@ def test_both_updates_happen_on_these_streams():
 @pytest.mark.parametrize("C,V,seed", [(10, 1, 0), (10, 64, 1), (1000, 1, 2)])
 def test_ms_row_equals_the_port_with_its_shift(C, V, seed):
     feats, text = stream(C, V, seed)
-    cfg = EngineConfig(alpha=0.5, k=3)
+    cfg = EngineConfig(view_mode="confident", alpha=0.5, k=3)
     scores, _ = run(Engine(text, "bca+ms", cfg), feats)
     expected, _ = ref.bca(feats.numpy(), text.numpy(), shift=ref.mean_shift(3, 0.5))
     check_equal(scores, expected)
@@ -68,7 +71,7 @@ def test_ties_go_to_the_first_class(C, V):
     feats, text = stream(C, V, 7)
     text[1] = text[0]
     feats[::2] = text[0]
-    scores, _ = run(Engine(text, "bca", EngineConfig(bca=FROZEN)), feats)
+    scores, _ = run(Engine(text, "bca", EngineConfig(view_mode="confident", bca=FROZEN)), feats)
     expected, _ = ref.bca(feats.numpy(), text.numpy(), threshold1=1.0, threshold2=1.0)
     check_equal(scores, expected)
     np.testing.assert_array_equal(scores[::2, 0], scores[::2, 1])
@@ -84,7 +87,7 @@ def test_ties_before_updates(C, V):
     for a, at in ((0, 0), (2, 1), (4, 2)):
         text[a + 1] = text[a]
         feats[at] = F.normalize(text[a] + 0.3 * feats[at], dim=-1)
-    scores, _ = run(Engine(text, "bca"), feats)
+    scores, _ = run(Engine(text, "bca", CONFIDENT), feats)
     expected, _ = ref.bca(feats.numpy(), text.numpy())
     check_equal(scores, expected)
     for a, at in ((0, 0), (2, 1), (4, 2)):
@@ -100,7 +103,7 @@ def test_each_hyperparameter_reaches_the_math(key, value):
     value changes the outputs by far more than the tolerance."""
     feats, text = stream(10, 64, 4)
     base = dict(init_count1=3)
-    cfg = EngineConfig(logit_scale=10.0, bca=bca.Params(**{**base, key: value}))
+    cfg = EngineConfig(view_mode="confident", logit_scale=10.0, bca=bca.Params(**{**base, key: value}))
     scores, _ = run(Engine(text, "bca", cfg), feats)
     expected, _ = ref.bca(feats.numpy(), text.numpy(), tem=10.0, **{**base, key: value})
     check_equal(scores, expected)
@@ -110,7 +113,7 @@ def test_each_hyperparameter_reaches_the_math(key, value):
 
 def test_logit_scale_is_the_likelihoods_temperature():
     feats, text = stream(10, 1, 5)
-    scores, _ = run(Engine(text, "bca", EngineConfig(logit_scale=50.0)), feats)
+    scores, _ = run(Engine(text, "bca", EngineConfig(view_mode="confident", logit_scale=50.0)), feats)
     expected, _ = ref.bca(feats.numpy(), text.numpy(), tem=50.0)
     check_equal(scores, expected)
 
@@ -118,7 +121,7 @@ def test_logit_scale_is_the_likelihoods_temperature():
 @pytest.mark.parametrize("method", ["bca", "bca+ms"])
 def test_replay_equals_stepping(method):
     feats, text = stream(10, 16, 5)
-    cfg = EngineConfig(alpha=0.5)
+    cfg = EngineConfig(view_mode="confident", alpha=0.5)
     got = replay(feats, text, method, cfg, keep_probs=True)
     scores, probs = run(Engine(text, method, cfg, stream_length=len(feats)), feats)
     np.testing.assert_array_equal(got.predictions, scores.argmax(1))
@@ -128,7 +131,7 @@ def test_replay_equals_stepping(method):
 def test_family_replay_equals_the_engine():
     feats, text = stream(10, 16, 6)
     out = bca.replay(F.normalize(feats, dim=-1), F.normalize(text, dim=-1), bca.Params(), 100.0)
-    scores, probs = run(Engine(text, "bca"), feats)
+    scores, probs = run(Engine(text, "bca", CONFIDENT), feats)
     np.testing.assert_array_equal(out.scores.argmax(1).numpy(), scores.argmax(1))
     np.testing.assert_allclose(out.scores.numpy(), scores, rtol=0, atol=1e-14)
     np.testing.assert_allclose(out.probs.numpy(), probs, rtol=0, atol=1e-14)
@@ -137,7 +140,7 @@ def test_family_replay_equals_the_engine():
 @pytest.mark.parametrize("method", ["bca", "bca+ms"])
 def test_multi_engine_equals_two_engines(method):
     (a, text), (b, _) = stream(10, 8, 0), stream(10, 8, 1)
-    cfg = EngineConfig(alpha=0.5)
+    cfg = EngineConfig(view_mode="confident", alpha=0.5)
     multi = MultiEngine(text, method, cfg, streams=2)
     got = np.stack([multi.step(torch.stack([x, y])).logits.numpy() for x, y in zip(a, b)], 1)
     for s, feats in enumerate((a, b)):
@@ -148,7 +151,7 @@ def test_multi_engine_equals_two_engines(method):
 @pytest.mark.parametrize("V", [1, 64])
 def test_ms_at_alpha_zero_is_the_base_row(V):
     feats, text = stream(10, V, 2)
-    cfg = EngineConfig(alpha=0.0)
+    cfg = EngineConfig(view_mode="confident", alpha=0.0)
     ms, _ = run(Engine(text, "bca+ms", cfg), feats)
     base, _ = run(Engine(text, "bca", cfg), feats)
     np.testing.assert_array_equal(ms, base)
@@ -170,7 +173,7 @@ def test_defaults_are_the_ports():
 @pytest.mark.parametrize("C,d", [(10, 32), (1000, 64)])
 def test_state_within_its_bound(C, d):
     feats, text = stream(C, 4, 0, n=5, dim=d)
-    engine = Engine(text.float(), "bca")
+    engine = Engine(text.float(), "bca", CONFIDENT)
     for x in feats.float():
         engine.step(x)
     used = sum(t.numel() * t.element_size() for t in engine.states[0].values())
@@ -208,20 +211,22 @@ def test_set_overrides_reach_the_section():
 def test_few_views_keep_one_and_float32_is_finite(V):
     """V < 10 keeps floor(0.1 V) = 0 views in the port (a NaN mean); here the single lowest-entropy view."""
     feats, text = stream(1000, V, 1, n=10)
-    engine = Engine(text.float(), "bca+ms")
+    engine = Engine(text.float(), "bca+ms", CONFIDENT)
     for x in feats.float():
         r = engine.step(x)
         assert all(torch.isfinite(t).all() for t in (r.logits, r.clip_logits, r.entropy_tensor, r.feature, r.probs))
     expected, _ = ref.bca(feats.numpy(), text.numpy(), shift=ref.mean_shift(2, 0.8))
     np.testing.assert_allclose(r.logits.double().numpy(), expected[-1], atol=1e-4)
-    assert [int(i) for i in run(Engine(text, "bca+ms"), feats)[0].argmax(1)] == [ref.first_argmax(e) for e in expected]
+    assert [int(i) for i in run(Engine(text, "bca+ms", CONFIDENT), feats)[0].argmax(1)] == [
+        ref.first_argmax(e) for e in expected
+    ]
 
 
 def test_clip_path_and_feature_are_the_kept_views():
     """The CLIP logits, entropy and bank feature of a multi-view sample are those of the mean of
     the kept views (the raw feature the centre update reads)."""
     feats, text = stream(10, 64, 3, n=1)
-    r = Engine(text, "bca").step(feats[0])
+    r = Engine(text, "bca", CONFIDENT).step(feats[0])
     logits = 100 * feats[0] @ text.T
     ent = -(logits.softmax(-1) * logits.log_softmax(-1)).sum(-1)
     keep = ent.argsort()[:6]
@@ -233,11 +238,11 @@ def test_clip_path_and_feature_are_the_kept_views():
 
 def test_reset_and_state_dict():
     feats, text = stream(10, 8, 8)
-    engine = Engine(text, "bca+ms")
+    engine = Engine(text, "bca+ms", CONFIDENT)
     first, _ = run(engine, feats[:10])
     saved = engine.state_dict()
     rest, _ = run(engine, feats[10:])
-    resumed = Engine(text, "bca+ms")
+    resumed = Engine(text, "bca+ms", CONFIDENT)
     resumed.load_state_dict(saved)
     np.testing.assert_array_equal(run(resumed, feats[10:])[0], rest)
     engine.reset()

@@ -305,7 +305,8 @@ def test_cli_search_on_labels_marks_every_output(tmp_path, feats, capsys, method
         capsys, "replay", "--features", feats, "--method", method, "--search-on-labels", "--out", tmp_path / "p.jsonl"
     )
     assert code == 0, err
-    assert dmn.LABEL_TUNED in out.strip().splitlines()[-1]
+    summary = next(line for line in out.splitlines() if line.startswith(f"{method}: "))  # the result line
+    assert dmn.LABEL_TUNED in summary
     assert all(json.loads(line)["label_tuned"] == dmn.LABEL_TUNED for line in (tmp_path / "p.jsonl").open())
 
 

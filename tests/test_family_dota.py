@@ -52,7 +52,7 @@ def stream(n, C, views, seed, d=32):
 
 
 def config(name="imagenet", **kw) -> EngineConfig:
-    return EngineConfig(dota=dota.Params(**{**dota.DATASET_PARAMS[name], **kw}))
+    return EngineConfig(view_mode="confident", dota=dota.Params(**{**dota.DATASET_PARAMS[name], **kw}))
 
 
 def run_engine(feats, text, cfg, method="dota"):

@@ -53,7 +53,7 @@ def stream(C: int, V: int, seed: int, n: int, d: int = 32):
 def compare(x, text, p: dpe.Params, method="dpe", ms=None, tol=1e-6, **cfg):
     """Step the engine (float64 classifier) and the reference side by side; returns both."""
     ref = ReferenceDPE(text, dataclasses.asdict(p), ms=ms)
-    eng = Engine(torch.from_numpy(text), method, EngineConfig(dpe=p, **cfg))
+    eng = Engine(torch.from_numpy(text), method, EngineConfig(view_mode="confident", dpe=p, **cfg))
     for i, xi in enumerate(x):
         r, o = ref.step(xi), eng.step(torch.from_numpy(xi))
         assert o.prediction == r["pred"], f"sample {i}"
@@ -98,7 +98,11 @@ def test_the_residual_step_is_visible_at_the_tolerance():
     x, text = stream(10, 1, 0, 10)
     with pytest.raises(AssertionError):
         ref = ReferenceDPE(text, dataclasses.asdict(params("imagenet")))
-        eng = Engine(torch.from_numpy(text), "dpe", EngineConfig(dpe=params("imagenet", lr_text=0, lr_image=0)))
+        eng = Engine(
+            torch.from_numpy(text),
+            "dpe",
+            EngineConfig(view_mode="confident", dpe=params("imagenet", lr_text=0, lr_image=0)),
+        )
         for xi in x:
             assert float((eng.step(torch.from_numpy(xi)).logits - ref.step(xi)["scores"]).abs().max()) < 1e-6
 
@@ -165,7 +169,7 @@ def test_closed_form_step_equals_torch_adamw():
 def test_replay_equals_stepping_the_engine():
     x, text = stream(10, 64, 5, 20)
     x32, t32 = torch.from_numpy(x).float(), torch.from_numpy(text).float()
-    cfg = EngineConfig(dpe=params("imagenet_a"))
+    cfg = EngineConfig(view_mode="confident", dpe=params("imagenet_a"))
     out = replay(x32, t32, "dpe", cfg, keep_probs=True)
     eng = Engine(t32, "dpe", cfg)
     rows = [eng.step(xi) for xi in x32]
@@ -178,7 +182,7 @@ def test_multi_engine_equals_two_engines(method):
     (xa, text), (xb, _) = stream(10, 8, 6, 12), stream(10, 8, 6, 24)
     xb = xb[12:]
     t = torch.from_numpy(text)
-    cfg = EngineConfig(dpe=params("imagenet"))
+    cfg = EngineConfig(view_mode="confident", dpe=params("imagenet"))
     multi = MultiEngine(t, method, cfg, streams=2)
     engines = [Engine(t, method, cfg), Engine(t, method, cfg)]
     for a, b in zip(xa, xb):
@@ -191,8 +195,8 @@ def test_multi_engine_equals_two_engines(method):
 def test_ms_at_alpha_zero_is_the_base_row(V):
     x, text = stream(10, V, 7, 20)
     t = torch.from_numpy(text)
-    base = Engine(t, "dpe", EngineConfig(dpe=params("imagenet")))
-    ms = Engine(t, "dpe+ms", EngineConfig(dpe=params("imagenet"), alpha=0.0))
+    base = Engine(t, "dpe", EngineConfig(view_mode="confident", dpe=params("imagenet")))
+    ms = Engine(t, "dpe+ms", EngineConfig(view_mode="confident", dpe=params("imagenet"), alpha=0.0))
     for xi in x:
         a, b = base.step(torch.from_numpy(xi)), ms.step(torch.from_numpy(xi))
         assert torch.equal(a.logits, b.logits) and torch.equal(a.probs, b.probs)
@@ -231,7 +235,7 @@ def test_rows_are_marked_not_training_free():
 @pytest.mark.parametrize("C,d,V", [(10, 32, 64), (1000, 64, 1)])
 def test_state_never_exceeds_state_bytes(C, d, V):
     x, text = stream(C, V, 8, 25, d)
-    cfg = EngineConfig(dpe=params("imagenet"))
+    cfg = EngineConfig(view_mode="confident", dpe=params("imagenet"))
     eng = Engine(torch.from_numpy(text).float(), "dpe", cfg)
     bound = dpe.state_bytes(C, d, cfg.dpe)
     for xi in torch.from_numpy(x).float():
@@ -265,7 +269,7 @@ def test_bad_values_name_the_key(key, value):
 @pytest.mark.parametrize("V", [1, 2, 5, 9, 10])
 def test_few_views_give_finite_outputs(V):
     x, text = stream(10, max(V, 2), 9, 8)
-    eng = Engine(torch.from_numpy(text).float(), "dpe", EngineConfig(dpe=params("imagenet_a")))
+    eng = Engine(torch.from_numpy(text).float(), "dpe", EngineConfig(view_mode="confident", dpe=params("imagenet_a")))
     for xi in torch.from_numpy(x[:, :V]).float():
         r = eng.step(xi)
         for t in (r.logits, r.clip_logits, r.probs, r.feature, r.entropy_tensor):
@@ -275,7 +279,7 @@ def test_few_views_give_finite_outputs(V):
 def test_reset_and_state_dict():
     x, text = stream(10, 8, 10, 16)
     t, xs = torch.from_numpy(text), torch.from_numpy(x)
-    eng = Engine(t, "dpe+ms", EngineConfig(dpe=params("imagenet")))
+    eng = Engine(t, "dpe+ms", EngineConfig(view_mode="confident", dpe=params("imagenet")))
     first = [eng.step(xi).logits for xi in xs[:8]]
     saved = eng.state_dict()
     later = [eng.step(xi).logits for xi in xs[8:]]

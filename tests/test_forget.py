@@ -331,13 +331,13 @@ def test_dota_timeliness_decay_equals_the_reference(views):
     f, t = f.double(), t.double()
     f = f if f.dim() == 3 else f[:, None]
     p = dota.DATASET_PARAMS["imagenet"]
-    cfg = EngineConfig(dota=dota.Params(**p), forget=ForgetConfig("timeliness", horizon=10))
+    cfg = EngineConfig(view_mode="confident", dota=dota.Params(**p), forget=ForgetConfig("timeliness", horizon=10))
     engine = Engine(t, "dota", cfg)
     got = torch.stack([engine.step(x).logits for x in f]).numpy()
     want = _dota_reference_with_decay(f.numpy(), t.numpy(), 10, p)
     assert np.array_equal(got.argmax(1), want.argmax(1))
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)  # Lambda inverts a matrix of condition ~1e4
-    never = Engine(t, "dota", EngineConfig(dota=dota.Params(**p)))
+    never = Engine(t, "dota", EngineConfig(view_mode="confident", dota=dota.Params(**p)))
     assert np.abs(got - torch.stack([never.step(x).logits for x in f]).numpy()).max() > 1e-4
     assert np.array_equal(replay(f, t, "dota", cfg).predictions, got.argmax(1))
 

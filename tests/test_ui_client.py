@@ -219,7 +219,9 @@ def test_the_model_box_loads_only_what_its_list_offers(app, tmp_path):
     c = client(app.url)
     for path in (str(planted), uploaded, "/etc/passwd", str(tmp_path / "missing.pt")):
         for value in (f"mstta-digits|{path}", path, f"mstta-digits ({path})"):
-            out = named(c.predict(*settings_args(settings=[*SETTINGS[:-2], value, 1]), api_name="/apply_settings"))
+            out = named(
+                c.predict(*settings_args(settings=[*SETTINGS[:-3], value, 1, SETTINGS[-1]]), api_name="/apply_settings")
+            )
             assert out["status"] == f"⚠️ {NOT_OFFERED}", (value, out["status"])
     assert ctx.models.loaded() == before, "no model slot taken"
     assert "|" not in NOT_OFFERED and "pretrained" not in NOT_OFFERED

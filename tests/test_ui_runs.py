@@ -29,7 +29,7 @@ def context(**kw):
 
 
 def form(video, **kw):
-    method, k, alpha, lam, capacity, bank, race, model, views = SETTINGS
+    method, k, alpha, lam, capacity, bank, race, model, views, forget = SETTINGS
     return (
         dict(
             video=str(video),
@@ -48,6 +48,7 @@ def form(video, **kw):
             race=race,
             model=model,
             views=views,
+            forget=forget,
         )
         | kw
     )
