@@ -113,6 +113,18 @@ def test_the_gain_plot_marks_each_detected_cut():
     assert "scene cuts detected: MS-TTA + forgetting + cuts 2 (frames 108, 115)" in plots.run_summary(h, 1.0, "MS-TTA")
 
 
+def test_the_run_summary_names_every_raced_methods_accuracy():
+    """The summary line above the page names each raced row's accuracy (the leaderboard's), not only
+    the first method's beside CLIP's."""
+    h = History()
+    for x in range(10):
+        h.update(
+            _result([("ms-tta", 0 if x < 6 else 1, False), ("ms-tta@detect", 0 if x < 9 else 1, False)]), LABELS[0]
+        )
+    summary = plots.run_summary(h, 1.0, "MS-TTA")
+    assert "accuracy CLIP 100.0%, MS-TTA + forgetting + cuts 90.0%, MS-TTA 60.0% (10 labelled)" in summary, summary
+
+
 def _form(**changes):
     form = dict(labels="\n".join(LABELS), template="", method="ms-tta", race=[], k=3, alpha=0.2, lam=1.0)
     return form | dict(capacity=3, bank=100, views=1) | changes

@@ -130,15 +130,16 @@ def cache_title(stream: StreamSession | None) -> str:
 
 # ---------------------------------------------------------------------------- page text (HTML, Markdown)
 def verdict_html(result: FrameResult | None) -> str:
-    """The agree / DISAGREE banner for the current frame."""
+    """The agree / DISAGREE banner for the current frame: the predicted classes first, so a long
+    method title (a raced run's "MS-TTA (no forgetting)") is what an ellipsis cuts at 1280x720."""
     if result is None:
         return '<div id="mstta-verdict-box" class="none">No frame processed yet</div>'
     clip, tta = html.escape(result.clip_label), html.escape(result.tta_label)
     title = html.escape(result.title)
     if result.disagree:
-        text = f'✗ DISAGREE: CLIP says <b class="name">{clip}</b>, {title} says <b class="name">{tta}</b>'
+        text = f'✗ DISAGREE: CLIP <b class="name">{clip}</b>, {title} <b class="name">{tta}</b>'
         return f'<div id="mstta-verdict-box" class="disagree" title="{_plain(text)}">{text}</div>'
-    text = f'✓ Agree: CLIP and {title} both say <b class="name">{clip}</b>'
+    text = f'✓ Agree on <b class="name">{clip}</b>: CLIP and {title}'
     return f'<div id="mstta-verdict-box" class="agree" title="{_plain(text)}">{text}</div>'
 
 
@@ -193,11 +194,20 @@ def run_summary(h: History, seconds: float, title: str, skipped: int = 0, views:
     if skipped:
         text += f"; {frames(skipped)} skipped to keep real time"
     if h.labelled:
-        text += f"; accuracy CLIP {t.accuracy('clip'):.1f}%, {title} {t.accuracy('tta'):.1f}% ({h.labelled} labelled)"
+        text += f"; accuracy {accuracies(h, title)} ({h.labelled} labelled)"
     cuts = [cuts_entry(row) for row in t.leaderboard() if row.get("cuts")]
     if cuts:  # where a method's forgetting reset it (issue 29), by source frame as in the JSONL
         text += "; scene cuts detected: " + ", ".join(cuts)
     return text + "."
+
+
+def accuracies(h: History, title: str) -> str:
+    """'CLIP 67.1%, MS-TTA (no forgetting) 68.1%, MS-TTA + forgetting 72.3%': CLIP's, then every
+    raced method's in the leaderboard's order (best first); the one method's when none is raced."""
+    t = h.tally
+    racers = [row for row in t.leaderboard() if row["method"] != "clip" and row["accuracy"] is not None]
+    parts = [f"{row['title']} {row['accuracy']:.1f}%" for row in racers] or [f"{title} {t.accuracy('tta'):.1f}%"]
+    return ", ".join([f"CLIP {t.accuracy('clip'):.1f}%", *parts])
 
 
 def progress_bar(done: int, expected: int | None, width: int = 24) -> str:
