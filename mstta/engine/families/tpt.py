@@ -12,9 +12,11 @@ T(ctx) [C, d] (`mstta.features.text_tower`, the live open_clip text tower with t
      one AdamW step on ctx (lr 5e-3, weight decay 0.01);
   4. prediction = s x_0 T(ctx)^T.
 Image features come from the stored views, never re-encoded; only the text tower runs with
-autograd. Precision: on CUDA autocast (fp16) with a GradScaler (init scale 1000, kept per stream
-as the authors' one scaler is kept over the run); on a CPU the authors' `torch.cuda.amp` calls are
-inert, so everything is float32. Not training-free: every output carries the mark.
+autograd. A replay (`replay_tower`) tunes chunks of samples at once, the same outputs as stepping
+them (the prompt and AdamW are reset before every sample; docs/methods/tpt.md, "Cost").
+Precision: on CUDA autocast (fp16) with a GradScaler (init scale 1000, kept per stream as the
+authors' one scaler is kept over the run); on a CPU the authors' `torch.cuda.amp` calls are inert,
+so everything is float32. Not training-free: every output carries the mark.
 """
 
 from __future__ import annotations
