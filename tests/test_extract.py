@@ -178,6 +178,14 @@ def test_worker_processes_give_the_same_file(data, tmp_path):
     assert np.array_equal(a["features"], b["features"]) and np.array_equal(a["labels"], b["labels"])
 
 
+def test_batch_size_gives_the_same_file(data, tmp_path):
+    """The encoder computes each image's row alone: `--batch-size` (e.g. `field --digits`'s 4096) never
+    changes a feature file."""
+    a = _arrays(_run(data, tmp_path / "b3.npz", tmp_path, views=4, augment="augmix", batch_size=3).path)
+    b = _arrays(_run(data, tmp_path / "b64.npz", tmp_path, views=4, augment="augmix", batch_size=64).path)
+    assert np.array_equal(a["features"], b["features"]) and np.array_equal(a["labels"], b["labels"])
+
+
 def test_views_on_device_match_cpu_views_and_replay_alike(tmp_path):
     """`--views-on device` (tensor views, here on CPU tensors) vs `cpu` (PIL), same seed: view-by-view
     feature cosine and every method's replayed predictions."""

@@ -67,6 +67,27 @@ def test_against_reference(clip, C, method, lam):
     assert moved == len(x)  # every sample's step moved the prompt
 
 
+@pytest.mark.parametrize("C", [2, 10])
+@pytest.mark.parametrize("method,lam", [("tpt", 0.0), ("c-tpt", 50.0)])
+def test_batched_replay_equals_reference_and_steps(clip, C, method, lam, monkeypatch):
+    """The replay tunes chunks of samples at once (`tpt.replay_stream`, chunks of 4 here on the pool's
+    workers): the reference's predictions on 100% of samples and its contexts within 1e-5, and the
+    per-sample engine loop's outputs (`online=True`) within 1e-6."""
+    monkeypatch.setattr(tpt, "MAX_CHUNK", 4)
+    x = stream(C, seed=10 + C, n=10)
+    ref = ReferenceTPT(clip, WORDS[:C], lam=lam)
+    t = tower(clip, C)
+    want = [ref.step(xi.numpy()) for xi in x]
+    got = replay(x, t.initial(), method, text_tower=t, keep_probs=True)
+    steps = replay(x, t.initial(), method, text_tower=t, keep_probs=True, online=True)
+    assert got.predictions.tolist() == [int(r["pred"]) for r in want]
+    assert np.array_equal(got.predictions, steps.predictions) and np.abs(got.probs - steps.probs).max() < 1e-6
+    unit = torch.nn.functional.normalize(x, dim=-1)
+    ctx, idx = tpt.tune_batch(unit, t, tpt.Params(), lam)
+    assert max(float((c - r["ctx"]).abs().max()) for c, r in zip(ctx, want)) < 1e-5
+    assert [i.tolist() for i in idx] == [r["idx"].tolist() for r in want]
+
+
 def test_reset_per_sample(clip):
     """The prompt and the optimiser are reset before every sample: the same sample twice, the same output."""
     t = tower(clip, 10)
@@ -90,7 +111,7 @@ def test_ctpt_lambda_zero_is_tpt(clip):
 def test_ms_alpha_zero_is_tpt_and_multi(clip):
     t = tower(clip, 10)
     x = stream(10, seed=5, n=5)
-    a = replay(x, t.initial(), "tpt", text_tower=t, keep_probs=True)
+    a = replay(x, t.initial(), "tpt", text_tower=t, keep_probs=True, online=True)  # stepped, as tpt+ms is
     b = replay(x, t.initial(), "tpt+ms", EngineConfig(alpha=0.0), text_tower=t, keep_probs=True)
     assert np.array_equal(a.probs, b.probs)
     c = replay(x, t.initial(), "tpt+ms", text_tower=t, keep_probs=True)

@@ -58,3 +58,18 @@ def test_reused_and_never_overwritten(tmp_path, small):
         D.make_shifted_digits(other)
     assert sorted(p.name for p in other.iterdir()) == ["x"]
     assert not D.make_shifted_digits(tmp_path / "dry", write=False).exists()
+
+
+@pytest.mark.parametrize("given,want", [([], 4096), (["--batch-size", "8"], 8)])
+def test_digits_preset_encodes_in_large_batches(tmp_path, given, want):
+    """`field --digits` encodes 4096 images per forward unless --batch-size says (the same features:
+    tests/test_extract.py `test_batch_size_gives_the_same_file`)."""
+    import argparse
+
+    from mstta.commands import field as F
+
+    p = argparse.ArgumentParser()
+    F.add_arguments(p)
+    args = p.parse_args(["--digits", "--dry-run", "--store", str(tmp_path), *given])
+    F.digits_preset(args)
+    assert args.batch_size == want == (F.DIGITS_BATCH if not given else 8)

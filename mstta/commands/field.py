@@ -13,6 +13,8 @@ from ..errors import UserError
 from .run import add_common, build_config, check_places, paper_table
 
 ORDERS, DIGITS_ORDERS = 10, 5  # default stream orders per seed; --digits keeps `make field` within 10 CPU minutes
+DIGITS_BATCH = 4096  # --digits: images per encoder forward unless --batch-size says (the 32 px digits model: a
+# third of 256's CPU per view, the same features: each image's row is computed alone; docs/field.md)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -185,6 +187,8 @@ def digits_preset(args: argparse.Namespace) -> None:
     args.backbone, args.pretrained = "mstta-digits", str(ckpt)
     if args.orders is None:
         args.orders = DIGITS_ORDERS
+    if args.batch_size is None:
+        args.batch_size = DIGITS_BATCH
 
 
 def run(args: argparse.Namespace) -> int:

@@ -28,7 +28,7 @@ from .config import EngineConfig
 from .engine import Engine
 from .families import get_family, view_aggregator
 from .families.base import CACHE
-from .family_runner import check_family_memory
+from .family_runner import check_family_memory, check_text_tower
 from .forget import stream_cuts, timeliness_slot
 from .methods import Method, get_method
 from .protocol import warn_few_views
@@ -119,12 +119,15 @@ def _replay_family(feats, text, m, cfg, dev, online, tower=None):
     it has one and the row has no mean shift (its bank makes every step depend on the last), else
     its step over the stream (`Engine`, told the stream's length)."""
     family = get_family(m.family)
-    if not online and not m.mean_shift and hasattr(family, "replay"):
+    towered = getattr(family, "TOWER", False)  # a prompt-tuning family's replay also takes the text tower
+    vectorised = getattr(family, "replay_tower" if towered else "replay", None)
+    if not online and not m.mean_shift and vectorised is not None and (tower is not None or not towered):
         t = torch.as_tensor(text)
         dtype = torch.float64 if t.dtype == torch.float64 else torch.float32
         x, unit = Fn.normalize(feats.to(dtype)), Fn.normalize(t.to(dev, dtype))
         check_family_memory(m, cfg, unit, 1, torch.device(dev))  # the bound `Engine` checks: one for both paths
-        out = family.replay(x, unit, cfg.family_params(m.family), cfg.logit_scale)
+        extra = (check_text_tower(m, tower, unit.shape[0]),) if towered else ()
+        out = vectorised(x, unit, cfg.family_params(m.family), cfg.logit_scale, *extra)
         return out.scores, out.clip, out.entropy, out.probs, None
     engine = Engine(text, m, cfg, device=dev, stream_length=max(1, feats.shape[0]), text_tower=tower)
     rows = [engine.step(x) for x in feats]

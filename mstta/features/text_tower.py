@@ -84,17 +84,24 @@ class TextTower:
 
     def __call__(self, ctx: torch.Tensor) -> torch.Tensor:
         """open_clip `CLIP.encode_text` with positions 1..n_ctx = ctx, normalised. [n_ctx, w] -> [C, d]."""
+        return self.batched(ctx.unsqueeze(0))[0]
+
+    def batched(self, ctx: torch.Tensor) -> torch.Tensor:
+        """The tower of B contexts at once, one forward over B x C prompts (each prompt's row is computed
+        as alone: the transformer mixes positions, never prompts). [B, n_ctx, w] -> [B, C, d]."""
         m, n = self.model, self.length
         tokens, cast = self.tokens[:, :n], m.transformer.get_cast_dtype()
-        ctx = ctx.to(cast).unsqueeze(0).expand(tokens.shape[0], -1, -1)
-        x = torch.cat([self.prefix.to(cast), ctx, self.suffix.to(cast)], dim=1)  # custom_clip.py:196-203
+        B, C = ctx.shape[0], tokens.shape[0]
+        ctx = ctx.to(cast).unsqueeze(1).expand(-1, C, -1, -1)
+        pre, suf = (t.to(cast).unsqueeze(0).expand(B, -1, -1, -1) for t in (self.prefix, self.suffix))
+        x = torch.cat([pre, ctx, suf], dim=2).reshape(B * C, n, -1)  # custom_clip.py:196-203
         x = x + m.positional_embedding[:n].to(cast)
         x = m.transformer(x, attn_mask=m.attn_mask[:n, :n])
         x = m.ln_final(x)
-        x = _pool(x, tokens, m)
+        x = _pool(x, tokens.repeat(B, 1), m)
         if m.text_projection is not None:
             x = m.text_projection(x) if isinstance(m.text_projection, nn.Linear) else x @ m.text_projection
-        return nn.functional.normalize(x.float(), dim=-1)
+        return nn.functional.normalize(x.float(), dim=-1).view(B, C, -1)
 
     def initial(self) -> torch.Tensor:
         """The untuned prompts' features [C, d] (computed once): TPT's zero-shot classifier."""

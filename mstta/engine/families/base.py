@@ -32,6 +32,8 @@ Optional:
     replay(x, text, p, logit_scale) -> StepOut
                                              a whole stream [N, V, d] at once (outputs [N, ...]),
                                              equal to stepping it; used for rows without MS
+    replay_tower(x, text, p, logit_scale, tower) -> StepOut
+                                             a TOWER family's `replay`, with the text tower
     aggregate(x, text, logit_scale, p) -> (f [N, d], clip [N, C])
                                              its view combination, offered to the cache methods as
                                              a `view_mode` named after the family
@@ -126,7 +128,11 @@ class Family(Protocol):
 # family) declares no init/step. Optional members are checked when present.
 REQUIRED = {"state_bytes": ("C", "d", "p")}
 STEPPED = {"init": ("text", "p", "logit_scale", "length"), "step": ("state", "x", "text", "p", "logit_scale", "shift")}
-OPTIONAL = {"replay": ("x", "text", "p", "logit_scale"), "aggregate": ("x", "text", "logit_scale", "p")}
+OPTIONAL = {
+    "replay": ("x", "text", "p", "logit_scale"),
+    "replay_tower": ("x", "text", "p", "logit_scale", "tower"),  # a TOWER family's replay
+    "aggregate": ("x", "text", "logit_scale", "p"),
+}
 
 
 def check_family(module: ModuleType | Any, own_runner: bool = False) -> list[str]:

@@ -56,3 +56,8 @@ init = tpt.init
 def step(state: dict, x: torch.Tensor, text: torch.Tensor, p: Params, logit_scale: float, shift) -> StepOut:
     """One sample of C-TPT: TPT's step with lam = p.lam."""
     return tpt.run(state, x, text, p, logit_scale, shift, p.lam)
+
+
+def replay_tower(x: torch.Tensor, text: torch.Tensor, p: Params, logit_scale: float, tower) -> StepOut:
+    """A whole stream of C-TPT, x [N, V, d] unit rows (no mean shift): TPT's `replay_stream` with lam = p.lam."""
+    return tpt.replay_stream(x, text, p, logit_scale, tower, p.lam)
