@@ -97,6 +97,32 @@ def init(text: torch.Tensor, p: Params, logit_scale: float, length: int | None) 
     }
 
 
+FORGET = ("timeliness",)  # the forget rules this family defines beside the runner's resets (mstta.engine.forget)
+
+
+def decay(state: dict[str, torch.Tensor], gamma: float, text: torch.Tensor, p: Params) -> None:
+    """`forget.rule=timeliness` (the project's adaptation, no published rule; docs/methods/bca.md,
+    "Forgetting"): before each step the evidence beyond each prior fades by gamma = exp(-1 / horizon)
+    and the prior keeps its weight. A centre is the running mean of n1 = init_count1 copies of its text
+    embedding W_c and the samples, so c1 mu = n1 W + E (E: the samples' weighted sum, as the port's
+    normalised update reads it): mu <- normalise(n1 W + gamma (c1 mu - n1 W)), c1 <- n1 + gamma (c1 - n1);
+    a prior row is the mean of n2 = init_count2 copies of e_c and the posteriors: P <- (n2 I +
+    gamma (c2 P - n2 I)) / c2', c2' = n2 + gamma (c2 - n2). The counts become real numbers."""
+    mu, prior = state["mu"], state["prior"]
+    n1, n2 = float(p.init_count1), float(p.init_count2)
+    c1 = state["c1"].to(mu.dtype).unsqueeze(1)
+    c2 = state["c2"].to(mu.dtype).unsqueeze(1)
+    centre = n1 * text + gamma * (c1 * mu - n1 * text)
+    norm = torch.linalg.vector_norm(centre, dim=1, keepdim=True)
+    mu.copy_(torch.where(c1 > n1, centre / norm, mu))  # no evidence yet: the centre is the prior's
+    eye = torch.eye(prior.shape[0], dtype=prior.dtype, device=prior.device)
+    c2_new = n2 + gamma * (c2 - n2)
+    rows = (n2 * eye + gamma * (c2 * prior - n2 * eye)) / c2_new
+    prior.copy_(torch.where(c2 > n2, rows, prior))
+    state["c1"] = (n1 + gamma * (c1 - n1)).squeeze(1)
+    state["c2"] = c2_new.squeeze(1)
+
+
 def confident_mean(x: torch.Tensor, logits: torch.Tensor, ratio: float) -> torch.Tensor:
     """`assign_label` with TPT's `select_confident_samples`: the mean feature of the floor(ratio V)
     lowest-entropy views (at least 1: the port's empty selection would be NaN; ties to the lower
@@ -141,8 +167,8 @@ def update_rows(
     grow1, grow2 = conf > p.threshold1, conf > p.threshold2
     mu.index_copy_(0, y, torch.where(grow1.unsqueeze(1), centre, mu_y))
     prior.index_copy_(0, y, torch.where(grow2.unsqueeze(1), (c2 * prior_y + out) / (c2 + 1), prior_y))
-    state["c1"].index_add_(0, y, grow1.to(torch.int64))
-    state["c2"].index_add_(0, y, grow2.to(torch.int64))
+    state["c1"].index_add_(0, y, grow1.to(state["c1"].dtype))  # int64, or real under `decay`
+    state["c2"].index_add_(0, y, grow2.to(state["c2"].dtype))
 
 
 def replay(x: torch.Tensor, text: torch.Tensor, p: Params, logit_scale: float) -> StepOut:
