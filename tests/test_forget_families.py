@@ -83,6 +83,7 @@ def test_dpe_rules_equal_the_reference(rule, ms):
     want = np.stack([r.step(x.numpy())["scores"].numpy() for x in f])
     _check(got, want, 1e-6)
     _never_differs(method, cfg, f, t, got, cut=DPE_N // 2)
+    assert np.array_equal(replay(f, t, method, cfg).predictions, got.argmax(1))
 
 
 @pytest.mark.parametrize("ms", [False, True])
@@ -98,6 +99,7 @@ def test_bca_timeliness_equals_the_reference(ms):
     want = ref.bca(f.numpy(), t.numpy(), 30.0, math.exp(-1 / HORIZON), shift, init_count1=200)
     _check(got, want, 1e-9)
     _never_differs(method, cfg, f, t, got)
+    assert np.array_equal(replay(f, t, method, cfg).predictions, got.argmax(1))
 
 
 @pytest.mark.parametrize("ms", [False, True])
@@ -110,6 +112,7 @@ def test_onzeta_timeliness_equals_the_reference(ms):
     want = ref.onzeta(f[:, 0].numpy(), t.numpy(), math.exp(-1 / HORIZON), N, shift=shift)
     _check(got, want, 1e-9)
     _never_differs(method, cfg, f, t, got, stream_length=N)
+    assert np.array_equal(replay(f, t, method, cfg).predictions, got.argmax(1))  # replay: length N
 
 
 @pytest.mark.parametrize("method", ["dmn-zs", "dmn-zs+ms"])
