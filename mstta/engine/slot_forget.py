@@ -66,11 +66,12 @@ def timeliness_pick(entropy: list[float], time: list[int], h: float, t: int, rul
 
 
 def mark_used(state: dict[str, torch.Tensor], weights: torch.Tensor, live: torch.Tensor) -> None:
-    """The idle rule's use: the live slot of largest kernel weight (weights, live [C, Q]; the first
-    on ties, class-major) is used at this step."""
+    """The idle rule's use: the live slot of largest kernel weight (weights, live [C, L]: the first
+    L <= Q slots of each class; the first on ties, class-major) is used at this step."""
     if bool(live.any()):
         top = torch.where(live, weights, float("-inf")).flatten().argmax()
-        state["used"].view(-1)[top] = state["clock"]
+        width = weights.shape[1]
+        state["used"][top // width, top % width] = state["clock"]
 
 
 def idle_slots(state: dict[str, torch.Tensor], live: torch.Tensor, rule: SlotRule) -> torch.Tensor:

@@ -193,16 +193,17 @@ def expire(state: dict[str, torch.Tensor], rule) -> None:
 
 def readout(
     state: dict[str, torch.Tensor], q: torch.Tensor, text: torch.Tensor, logit_scale: float, beta: float
-) -> torch.Tensor:
+) -> tuple[torch.Tensor, torch.Tensor]:
     """get_image_pred "similarity_weighted": memory logits s a_c q [C] for the query q [d]. Keys are
     stored unit (the official normalises them at every readout) and empty slots are zero rows (zero
-    after normalisation, as the official resets them); only the first max(count) slots are read."""
+    after normalisation, as the official resets them); only the first max(count) slots are read.
+    -> (logits [C], the slots' kernel weights w [C, L])."""
     keys = state["keys"][:, : int(state["count"].max())]  # [C, L, d]
     qn = Fn.normalize(q)
     w = torch.exp(-beta * (1 - keys @ qn))  # [C, L]
     w_text = torch.exp(-beta * (1 - text @ qn))  # W_c: the last key
     a = Fn.normalize((w.unsqueeze(1) @ keys).squeeze(1) + w_text.unsqueeze(-1) * text)
-    return logit_scale * (a @ q)
+    return logit_scale * (a @ q), w
 
 
 def fuse(p_text: torch.Tensor, p_mem: torch.Tensor, weight: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -227,10 +228,11 @@ def parts(
     zs = zero_shot(x.unsqueeze(0), text, logit_scale, p)
     z = shift(x[:1])[0]
     update(state, z, int(zs.label[0]), zs.h_bar[0], p)
-    p_mem = torch.softmax(readout(state, z, text, logit_scale, p.beta), dim=-1)
+    logits, w = readout(state, z, text, logit_scale, p.beta)
+    p_mem = torch.softmax(logits, dim=-1)
     if rule is not None:
         if rule.rule == "idle":  # the memory's largest kernel weight exp(-beta (1 - q k)) for this query
-            mark_used(state, torch.exp(-p.beta * (1 - state["keys"] @ Fn.normalize(z))), _live(state))
+            mark_used(state, w, _live(state)[:, : w.shape[1]])
         state["clock"] += 1
     return zs.clip[0], zs.p_text[0], p_mem
 
