@@ -110,17 +110,17 @@ def decay(state: dict[str, torch.Tensor], gamma: float, text: torch.Tensor, p: P
     gamma (c2 P - n2 I)) / c2', c2' = n2 + gamma (c2 - n2). The counts become real numbers."""
     mu, prior = state["mu"], state["prior"]
     n1, n2 = float(p.init_count1), float(p.init_count2)
-    c1 = state["c1"].to(mu.dtype).unsqueeze(1)
-    c2 = state["c2"].to(mu.dtype).unsqueeze(1)
-    centre = n1 * text + gamma * (c1 * mu - n1 * text)
-    norm = torch.linalg.vector_norm(centre, dim=1, keepdim=True)
-    mu.copy_(torch.where(c1 > n1, centre / norm, mu))  # no evidence yet: the centre is the prior's
-    eye = torch.eye(prior.shape[0], dtype=prior.dtype, device=prior.device)
+    c1, c2 = state["c1"].to(mu.dtype), state["c2"].to(mu.dtype)
+    seen1, seen2 = (c1 > n1).unsqueeze(1), c2 > n2  # rows without evidence stay as they are
+    # in place, one factor per row (a pass over mu and one over P): n1 W + gamma (c1 mu - n1 W) =
+    # gamma c1 mu + (1 - gamma) n1 W, and P' = a P + diag(b), a = gamma c2 / c2', b = (1 - gamma) n2 / c2'
+    mu.mul_(torch.where(seen1, gamma * c1.unsqueeze(1), 1.0)).addcmul_(seen1.to(mu.dtype) * ((1 - gamma) * n1), text)
+    mu.div_(torch.where(seen1, torch.linalg.vector_norm(mu, dim=1, keepdim=True), 1.0))
     c2_new = n2 + gamma * (c2 - n2)
-    rows = (n2 * eye + gamma * (c2 * prior - n2 * eye)) / c2_new
-    prior.copy_(torch.where(c2 > n2, rows, prior))
-    state["c1"] = (n1 + gamma * (c1 - n1)).squeeze(1)
-    state["c2"] = c2_new.squeeze(1)
+    prior.mul_(torch.where(seen2, gamma * c2 / c2_new, 1.0).unsqueeze(1))
+    prior.diagonal().add_(torch.where(seen2, (1 - gamma) * n2 / c2_new, 0.0))
+    state["c1"] = n1 + gamma * (c1 - n1)
+    state["c2"] = c2_new
 
 
 def confident_mean(x: torch.Tensor, logits: torch.Tensor, ratio: float) -> torch.Tensor:
