@@ -89,6 +89,10 @@ class ReferenceDPE:
         self.p, self.ms = p, ms
         self.pos_cache, self.num_avg, self.bank = {}, 0, []
 
+    def update_cache(self, pred, item):
+        """main_dpe.py `update_cache` on this stream's cache (a forgetting reference overrides it)."""
+        update_cache(self.pos_cache, pred, item, self.p["capacity"])
+
     def get_clip_logits(self, images, clip_weights):
         """utils.py `get_clip_logits` on unit features (at least one confident view; stable sort)."""
         image_features = images
@@ -136,7 +140,7 @@ class ReferenceDPE:
         entropy = float(entropy.detach() / math.log2(C))  # get_entropy
         with torch.no_grad():
             query = self.shift(image_features_x.detach())
-            update_cache(self.pos_cache, pred, [query, entropy], p["capacity"])
+            self.update_cache(pred, [query, entropy])
             pos_cache_keys, pos_cache_values, all_classes = cache_key_value(query, self.pos_cache, C)
         key_residual = torch.nn.Parameter(torch.zeros_like(pos_cache_keys))  # PositiveCacheResidue
 

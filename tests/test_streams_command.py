@@ -68,7 +68,8 @@ def _args(store, out, *extra):
 def test_streams_end_to_end(store, tmp_path, capsys):
     out = tmp_path / "out"
     rule_arms = ("--arms", "forget.rule=timeliness forget.horizon=5; forget.detect=true forget.detect_warmup=5")
-    more = ("--short-arms", "forget.rule=timeliness", "--short-streams", "cut,iid", "--correlated-on", "d1")
+    short = "forget.rule=timeliness;forget.rule=idle"
+    more = ("--short-arms", short, "--short-streams", "cut,iid", "--correlated-on", "d1")
     code, stdout, err = run_bench(capsys, *_args(store, out, "--streams", "iid,cut,chain,separate", *rule_arms, *more))
     assert code == 0, err
     assert (out / "report.md").is_file() and (out / "results.csv").is_file()
@@ -85,8 +86,8 @@ def test_streams_end_to_end(store, tmp_path, capsys):
     } <= arms
     assert {r["kind"] for r in recs if r["method"] == "zero"} == {"iid"}  # episodic: the i.i.d. line only
     assert {r["kind"] for r in recs if r["method"] == "onzeta"} == {"iid", "cut"}  # --short-streams
-    # OnZeta's family defines no timeliness rule: its short arms are never and the oracle
-    assert {r["arm"] for r in recs if r["method"] == "onzeta"} == {"never", "oracle"}
+    # OnZeta's family defines timeliness but no idle rule: its short arms lose the idle one
+    assert {r["arm"] for r in recs if r["method"] == "onzeta"} == {"never", "oracle", "forget.rule=timeliness"}
     assert {r["arm"] for r in recs if r["method"] == "tda"} == {"never", "oracle", *rule_arms[1].split("; ")}
     assert {r["stream"] for r in recs if r["kind"] == "separate"} == {"d1"}  # --correlated-on
     chain = [r for r in recs if r["kind"] == "chain" and r["arm"] == "never" and r["method"] == "ms-tta"]

@@ -14,6 +14,7 @@ import numpy as np
 from ..atomic import atomic_open, sweep_stale
 from ..bench.config import load_dataset_config
 from ..configfile import parse_overrides
+from ..engine.family_runner import forget_marks
 from ..engine.methods import get_method, list_methods
 from ..engine.protocol import clip_label, describe
 from ..engine.replay import ReplayResult, replay
@@ -80,7 +81,8 @@ def summarise(fs: FeatureSet, result: ReplayResult, method: str, engine_cfg) -> 
         "protocol": describe(method, engine_cfg, int(fs.num_views), fs.meta.get("augment"), "the file's (peer)"),
         "zero_shot_label": clip_label(method, engine_cfg, int(fs.num_views)),
     }
-    marks = get_method(method).marks + engine_cfg.forget.marks  # e.g. "not training-free": wherever the row is
+    m = get_method(method)
+    marks = m.marks + engine_cfg.forget.marks + forget_marks(m, engine_cfg.forget)  # e.g. "not training-free"
     if marks:
         out["marks"] = marks
     if result.cuts is not None:  # forget's resets: the samples each one came before (mstta.engine.forget)

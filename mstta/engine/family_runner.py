@@ -30,8 +30,9 @@ from .cache import UNBOUNDED_START, FeatureBank
 from .config import EngineConfig
 from .families import get_family
 from .families.base import TOWER_KEY, Method, StepOut
-from .forget import Drift, drift_step_t, periodic_reset
+from .forget import ADAPTATION, Drift, drift_step_t, periodic_reset
 from .runner import Runner
+from .slot_forget import RULE_KEY, ages, slot_rule
 
 
 def check_text_tower(method: Method, tower, classes: int):
@@ -48,6 +49,29 @@ def check_text_tower(method: Method, tower, classes: int):
             f"text_tower has {tower.num_classes} classes, the text classifier {classes}; build both from one list"
         )
     return tower
+
+
+def check_forget_rule(method: Method, rule: str) -> None:
+    """Refuse, in one line, a slot or decay rule its family does not define (docs/engine.md, Forgetting):
+    the class statistics of BCA, OnZeta and DOTA are read at every step, so none goes idle."""
+    family = get_family(method.family)
+    defined = getattr(family, "FORGET", ())
+    if rule not in ("timeliness", "idle") or method.episodic or rule in defined:
+        return
+    why = "its class statistics are read at every step, none goes unused; " if defined else ""
+    use = [f"forget.rule={r}" for r in defined] + ["forget.rule=periodic", "forget.detect=true"]
+    raise UserError(
+        f"forget.rule={rule}: not defined for {method.title} ({why}docs/engine.md, Forgetting); "
+        f"use {', '.join(use[:-1])} or {use[-1]}"
+    )
+
+
+def forget_marks(method: Method, fg) -> list[str]:
+    """The mark an output carries where a family's own `timeliness` rule is the project's adaptation
+    (its `decay`: DOTA, BCA, OnZeta, DPE's W_g; docs/engine.md, Forgetting)."""
+    if fg.rule != "timeliness" or method.episodic or not hasattr(get_family(method.family), "decay"):
+        return []
+    return [f"forget.rule=timeliness: {ADAPTATION} ({method.title}'s statistics fade with the horizon)"]
 
 
 def _identity(v: torch.Tensor) -> torch.Tensor:
@@ -81,12 +105,12 @@ class FamilyStreams(Runner):
         if stream_length is not None:
             int_in(stream_length, "stream_length", 1, extra=" or None")
         self.stream_length = stream_length
-        rule = self.config.forget.rule
-        if rule in ("timeliness", "idle") and not method.episodic and rule not in getattr(self.family, "FORGET", ()):
-            raise UserError(
-                f"forget.rule={rule}: not defined for {method.title} (docs/engine.md, Forgetting); "
-                "use forget.rule=periodic or forget.detect=true"
-            )
+        check_forget_rule(method, self.config.forget.rule)
+
+    @property
+    def slot_rule(self):
+        """The slot rule a slot family's step reads (`mstta.engine.slot_forget`), or None."""
+        return slot_rule(self.config.forget) if hasattr(self.family, "SLOTS") else None
 
     @property
     def family(self):
@@ -123,6 +147,8 @@ class FamilyStreams(Runner):
         state = self.family.init(self.text, self.params, self.config.logit_scale, self.stream_length)
         if self.text_tower is not None:  # a family with TOWER reads it from its state (never saved)
             state[TOWER_KEY] = self.text_tower
+        if self.slot_rule is not None:  # a slot family's rule (never saved) and its slot clocks
+            state.update(ages(state[self.family.SLOTS]), **{RULE_KEY: self.slot_rule})
         return state
 
     def _bank(self) -> FeatureBank | None:
@@ -139,7 +165,7 @@ class FamilyStreams(Runner):
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume the streams (copies)."""
-        states = [{k: v for k, v in st.items() if k != TOWER_KEY} for st in self.states]
+        states = [{k: v for k, v in st.items() if k not in (TOWER_KEY, RULE_KEY)} for st in self.states]
         return copy.deepcopy({"states": states, "banks": self.banks, "seen": self.seen, "drift": self.drift})
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -147,10 +173,15 @@ class FamilyStreams(Runner):
         state = copy.deepcopy(state)
         if set(state) != {"states", "banks", "seen", "drift"} or len(state["states"]) != self.streams:
             raise UserError(f"state_dict does not match {self.streams} stream(s) of {self.method.title}")
+        clocks = self.slot_rule is not None
+        if any(("clock" in st) != clocks for st in state["states"]):
+            raise UserError(f"state_dict was saved under another forget.rule than {self.config.forget.rule}")
         self.states, self.banks, self.drift = state["states"], state["banks"], state["drift"]
-        if self.text_tower is not None:
-            for st in self.states:
+        for st in self.states:
+            if self.text_tower is not None:
                 st[TOWER_KEY] = self.text_tower
+            if clocks:
+                st[RULE_KEY] = self.slot_rule
         self.seen = np.array(state["seen"], dtype=np.int64)
 
     # ------------------------------------------------------------------ step
@@ -191,8 +222,8 @@ class FamilyStreams(Runner):
                 if active is not None and not active[s]:
                     outs.append(None)
                     continue
-                if self.config.forget.rule == "timeliness" and not self.method.episodic:
-                    self.family.decay(self.states[s], math.exp(-1 / self.config.forget.steps), params)
+                if self.config.forget.rule == "timeliness" and hasattr(self.family, "decay"):
+                    self.family.decay(self.states[s], math.exp(-1 / self.config.forget.steps), self.text, params)
                 xs = x[s] if self.method.augment is not None or self.config.view_mode != "original" else x[s][:1]
                 out = self.family.step(
                     self.states[s], Fn.normalize(xs), self.text, params, self.config.logit_scale, self._shifter(s)

@@ -44,6 +44,15 @@ Optional:
                                              the runner refuses a run without one and puts it in each
                                              stream's state as `state[TOWER_KEY]` (never saved by
                                              `state_dict`); its step reads it from there
+    FORGET                                   the `forget.rule`s it defines beside the runner's resets
+                                             (`timeliness`, `idle`; others refuse them in one line)
+    decay(state, gamma, text, p)             `timeliness` on accumulated statistics: the runner calls
+                                             it before each step, gamma = exp(-1 / horizon) (text:
+                                             the classifier, the statistics' starting point)
+    SLOTS                                    a memory of slots: the state key of its [C, Q] slot
+                                             entropies; under a slot rule the runner adds the slot
+                                             clocks (`mstta.engine.slot_forget.ages`) and the rule as
+                                             `state[slot_forget.RULE_KEY]` (never saved); its step applies it
 """
 
 from __future__ import annotations

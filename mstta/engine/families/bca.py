@@ -97,6 +97,32 @@ def init(text: torch.Tensor, p: Params, logit_scale: float, length: int | None) 
     }
 
 
+FORGET = ("timeliness",)  # the forget rules this family defines beside the runner's resets (mstta.engine.forget)
+
+
+def decay(state: dict[str, torch.Tensor], gamma: float, text: torch.Tensor, p: Params) -> None:
+    """`forget.rule=timeliness` (the project's adaptation, no published rule; docs/methods/bca.md,
+    "Forgetting"): before each step the evidence beyond each prior fades by gamma = exp(-1 / horizon)
+    and the prior keeps its weight. A centre is the running mean of n1 = init_count1 copies of its text
+    embedding W_c and the samples, so c1 mu = n1 W + E (E: the samples' weighted sum, as the port's
+    normalised update reads it): mu <- normalise(n1 W + gamma (c1 mu - n1 W)), c1 <- n1 + gamma (c1 - n1);
+    a prior row is the mean of n2 = init_count2 copies of e_c and the posteriors: P <- (n2 I +
+    gamma (c2 P - n2 I)) / c2', c2' = n2 + gamma (c2 - n2). The counts become real numbers."""
+    mu, prior = state["mu"], state["prior"]
+    n1, n2 = float(p.init_count1), float(p.init_count2)
+    c1, c2 = state["c1"].to(mu.dtype), state["c2"].to(mu.dtype)
+    seen1, seen2 = (c1 > n1).unsqueeze(1), c2 > n2  # rows without evidence stay as they are
+    # in place, one factor per row (a pass over mu and one over P): n1 W + gamma (c1 mu - n1 W) =
+    # gamma c1 mu + (1 - gamma) n1 W, and P' = a P + diag(b), a = gamma c2 / c2', b = (1 - gamma) n2 / c2'
+    mu.mul_(torch.where(seen1, gamma * c1.unsqueeze(1), 1.0)).addcmul_(seen1.to(mu.dtype) * ((1 - gamma) * n1), text)
+    mu.div_(torch.where(seen1, torch.linalg.vector_norm(mu, dim=1, keepdim=True), 1.0))
+    c2_new = n2 + gamma * (c2 - n2)
+    prior.mul_(torch.where(seen2, gamma * c2 / c2_new, 1.0).unsqueeze(1))
+    prior.diagonal().add_(torch.where(seen2, (1 - gamma) * n2 / c2_new, 0.0))
+    state["c1"] = n1 + gamma * (c1 - n1)
+    state["c2"] = c2_new
+
+
 def confident_mean(x: torch.Tensor, logits: torch.Tensor, ratio: float) -> torch.Tensor:
     """`assign_label` with TPT's `select_confident_samples`: the mean feature of the floor(ratio V)
     lowest-entropy views (at least 1: the port's empty selection would be NaN; ties to the lower
@@ -141,8 +167,8 @@ def update_rows(
     grow1, grow2 = conf > p.threshold1, conf > p.threshold2
     mu.index_copy_(0, y, torch.where(grow1.unsqueeze(1), centre, mu_y))
     prior.index_copy_(0, y, torch.where(grow2.unsqueeze(1), (c2 * prior_y + out) / (c2 + 1), prior_y))
-    state["c1"].index_add_(0, y, grow1.to(torch.int64))
-    state["c2"].index_add_(0, y, grow2.to(torch.int64))
+    state["c1"].index_add_(0, y, grow1.to(state["c1"].dtype))  # int64, or real under `decay`
+    state["c2"].index_add_(0, y, grow2.to(state["c2"].dtype))
 
 
 def replay(x: torch.Tensor, text: torch.Tensor, p: Params, logit_scale: float) -> StepOut:

@@ -17,6 +17,7 @@ Per sample, views x [V, d] (view 0 = the original image, q = x_0), text W [C, d]
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
@@ -27,6 +28,8 @@ from ...checks import check, check_int, check_num
 from ...errors import UserError
 from .. import functional as Fn
 from ..cache import FeatureBank, ShiftSettings
+from ..cache_rules import EMPTY_TIME
+from ..slot_forget import RULE_KEY, idle_slots, mark_used, timeliness_pick
 from .base import Method, StepOut
 
 NAME = "dmn"
@@ -138,32 +141,69 @@ def replace_slot(stored: list[float] | np.ndarray, h: float, rule: str) -> int |
     return int(top[-1]) if (h < stored).any() else None
 
 
+FORGET = ("timeliness", "idle")  # the slot rules on the memory (mstta.engine.slot_forget), beside the resets
+SLOTS = "entropy"  # the state's [C, M] slot entropies: the runner adds the slot clocks beside them
+
+
 def update(state: dict[str, torch.Tensor], key: torch.Tensor, label: int, h: torch.Tensor, p: Params) -> None:
-    """update_memory_bank: write (key / |key|, H_bar) into class `label`, in place."""
+    """update_memory_bank: write (key / |key|, H_bar) into class `label`, in place. Under
+    `forget.rule=timeliness` a full class replaces by RoTTA's score (ties: the last slot, as
+    `replace_slot`; docs/engine.md, "Forgetting")."""
+    rule = state.get(RULE_KEY)
     n = int(state["count"][label])
     if n < p.memory_size:
         slot = n
         state["count"][label] = n + 1
+    elif rule is not None and rule.rule == "timeliness":
+        row, when = state["entropy"][label].tolist(), state["time"][label].tolist()
+        clock, ln_c = int(state["clock"]), math.log(state["keys"].shape[0])
+        slot = timeliness_pick(row, when, float(h), clock, rule, ln_c, range(p.memory_size))
+        if slot < 0:
+            return
     else:
         slot = replace_slot(state["entropy"][label].cpu().numpy(), float(h), p.replace)
         if slot is None:
             return
     state["keys"][label, slot] = Fn.normalize(key)
     state["entropy"][label, slot] = h
+    if rule is not None:
+        state["time"][label, slot] = state["used"][label, slot] = state["clock"]
+
+
+def _live(state: dict[str, torch.Tensor]) -> torch.Tensor:
+    """[C, M] bool: the filled slots (the first count_c of each class)."""
+    M = state["entropy"].shape[1]
+    return torch.arange(M, device=state["count"].device) < state["count"].unsqueeze(1)
+
+
+def expire(state: dict[str, torch.Tensor], rule) -> None:
+    """The idle rule before a step: empty the slots unused for `rule.idle` steps; each class's
+    remaining slots move up in order (the memory appends at its count, as the official)."""
+    gone = idle_slots(state, _live(state), rule)
+    for c in gone.any(1).nonzero().flatten().tolist():
+        n = int(state["count"][c])
+        keep = (~gone[c, :n]).nonzero().flatten()
+        k = len(keep)
+        for name, empty in (("keys", 0.0), ("entropy", 0.0), ("time", EMPTY_TIME), ("used", EMPTY_TIME)):
+            row = state[name][c]
+            row[:k] = row[keep].clone()
+            row[k:n] = empty
+        state["count"][c] = k
 
 
 def readout(
     state: dict[str, torch.Tensor], q: torch.Tensor, text: torch.Tensor, logit_scale: float, beta: float
-) -> torch.Tensor:
+) -> tuple[torch.Tensor, torch.Tensor]:
     """get_image_pred "similarity_weighted": memory logits s a_c q [C] for the query q [d]. Keys are
     stored unit (the official normalises them at every readout) and empty slots are zero rows (zero
-    after normalisation, as the official resets them); only the first max(count) slots are read."""
+    after normalisation, as the official resets them); only the first max(count) slots are read.
+    -> (logits [C], the slots' kernel weights w [C, L])."""
     keys = state["keys"][:, : int(state["count"].max())]  # [C, L, d]
     qn = Fn.normalize(q)
     w = torch.exp(-beta * (1 - keys @ qn))  # [C, L]
     w_text = torch.exp(-beta * (1 - text @ qn))  # W_c: the last key
     a = Fn.normalize((w.unsqueeze(1) @ keys).squeeze(1) + w_text.unsqueeze(-1) * text)
-    return logit_scale * (a @ q)
+    return logit_scale * (a @ q), w
 
 
 def fuse(p_text: torch.Tensor, p_mem: torch.Tensor, weight: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -182,10 +222,18 @@ def parts(
     shift: Callable[[torch.Tensor], torch.Tensor],
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One sample's (clip, P_text, P_mem), updating `state`: update before readout, as coded."""
+    rule = state.get(RULE_KEY)
+    if rule is not None and rule.rule == "idle":
+        expire(state, rule)
     zs = zero_shot(x.unsqueeze(0), text, logit_scale, p)
     z = shift(x[:1])[0]
     update(state, z, int(zs.label[0]), zs.h_bar[0], p)
-    p_mem = torch.softmax(readout(state, z, text, logit_scale, p.beta), dim=-1)
+    logits, w = readout(state, z, text, logit_scale, p.beta)
+    p_mem = torch.softmax(logits, dim=-1)
+    if rule is not None:
+        if rule.rule == "idle":  # the memory's largest kernel weight exp(-beta (1 - q k)) for this query
+            mark_used(state, w, _live(state)[:, : w.shape[1]])
+        state["clock"] += 1
     return zs.clip[0], zs.p_text[0], p_mem
 
 

@@ -119,11 +119,11 @@ def init(text: torch.Tensor, p: Params, logit_scale: float, length: int | None) 
 FORGET = ("timeliness",)  # the forget rules this family defines beside the runner's resets (mstta.engine.forget)
 
 
-def decay(state: dict[str, torch.Tensor], gamma: float, p: Params) -> None:
+def decay(state: dict[str, torch.Tensor], gamma: float, text: torch.Tensor, p: Params) -> None:
     """`forget.rule=timeliness` (the project's adaptation, no published rule): before each step the
     evidence beyond the prior fades by gamma = exp(-1 / horizon): c_k <- 1 + gamma (c_k - 1), S_k <-
     sigma I + gamma (S_k - sigma I) (`init`'s values), so a sample `horizon` steps old weighs 1/e
-    in the means, covariances and DOTA's weight."""
+    in the means, covariances and DOTA's weight (`text` is not read: DOTA's prior is constants)."""
     count, scatter = state["count"], state["scatter"]
     count.sub_(1).mul_(gamma).add_(1)
     scatter.mul_(gamma).diagonal(dim1=1, dim2=2).add_((1 - gamma) * p.sigma)

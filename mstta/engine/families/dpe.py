@@ -32,6 +32,8 @@ import torch
 
 from ...checks import MAX_WEIGHT, check, check_int, check_num
 from .. import functional as Fn
+from ..cache_rules import EMPTY_TIME
+from ..slot_forget import RULE_KEY, idle_slots, mark_used, timeliness_pick
 from .base import Method, StepOut
 
 NAME = "dpe"
@@ -209,31 +211,87 @@ def adamw_first_step(w: torch.Tensor, g: torch.Tensor, lr: float, eps: float) ->
     return torch.addcdiv(w, g, g.abs().add_(eps), value=-lr)
 
 
+FORGET = ("timeliness", "idle")  # the slot rules on the cache (mstta.engine.slot_forget), beside the resets
+SLOTS = "ent"  # the state's [C, Q] slot entropies: the runner adds the slot clocks beside them
+
+
+def decay(state: dict, gamma: float, text: torch.Tensor, p: Params) -> None:
+    """`forget.rule=timeliness` on DPE's one accumulator beside the cache (the project's adaptation):
+    W_g is the mean of the text (weight 1) and the num_avg evolved prototypes W* (`run_test_dpe`'s
+    cumulative average), so (n + 1) W_g = W + E; before each step E and n fade by gamma = exp(-1 /
+    horizon): W_g <- (W + gamma ((n + 1) W_g - W)) / (gamma n + 1), n <- gamma n (a real number)."""
+    wg, n = state["wg"], state["num_avg"].to(state["wg"].dtype)
+    wg.mul_((n + 1) * gamma).add_(text, alpha=1 - gamma).div_(gamma * n + 1)
+    torch.linalg.vector_norm(wg, dim=-1, out=state["wnorm"]).clamp_min_(1e-12)
+    state["num_avg"] = n * gamma
+
+
+def _rows(state: dict) -> tuple[str, ...]:
+    """The state's per-slot rows, which move together when the list is reordered."""
+    return ("feats", "ent", "time", "used") if RULE_KEY in state else ("feats", "ent")
+
+
 def insert(state: dict, c: int, key: torch.Tensor, h: float, capacity: int) -> None:
     """main_dpe.py `update_cache` (TDA's): append while short, else replace the last (highest-entropy)
-    entry iff h is strictly lower; the list stays sorted by entropy (stable). Then the class key
-    = `cache_key_value`'s prototype, the mean of the class's entries."""
-    ent, feats = state["ent"][c], state["feats"][c]
+    entry iff h is strictly lower (under `forget.rule=timeliness`: the entry of highest RoTTA score,
+    ties to the latest inserted as TDA's, if it beats the newcomer's; entropies H / log2 C, so
+    ln_c = ln 2); the list stays sorted by entropy (stable). Then the class key."""
+    rule = state.get(RULE_KEY)
+    ent = state["ent"][c]
     row = ent.tolist()
     n = sum(math.isfinite(e) for e in row)
     if n == capacity:
-        if not h < row[-1]:
+        j = n - 1 if h < row[-1] else -1
+        if rule is not None and rule.rule == "timeliness":
+            when = state["time"][c].tolist()
+            j = timeliness_pick(row, when, h, int(state["clock"]), rule, math.log(2), when)
+        if j < 0:
             return
-        n -= 1  # the last entry goes
+        for name in _rows(state):  # the entry leaves the list
+            state[name][c, j : n - 1] = state[name][c, j + 1 : n].clone()
+        n -= 1
+        row = ent.tolist()
     at = sum(e <= h for e in row[:n])  # sorted() is stable: after every entry of equal entropy
-    feats[at + 1 : n + 1] = feats[at:n].clone()
-    ent[at + 1 : n + 1] = ent[at:n].clone()
-    feats[at], ent[at] = key, h
-    k = torch.zeros_like(key)
-    for s in range(n + 1):  # image_prototype += item[0] / num_items, in the list's order
-        k += feats[s] / (n + 1)
+    for name in _rows(state):
+        state[name][c, at + 1 : n + 1] = state[name][c, at:n].clone()
+    state["feats"][c, at], ent[at] = key, h
+    if rule is not None:
+        state["time"][c, at] = state["used"][c, at] = state["clock"]
+    class_key(state, c, n + 1)
+
+
+def class_key(state: dict, c: int, n: int) -> None:
+    """main_dpe.py `cache_key_value`'s prototype of class c: the mean of its n entries, summed in the
+    list's order (`image_prototype += item[0] / num_items`); zero when empty."""
+    feats = state["feats"][c]
+    k = torch.zeros_like(feats[0])
+    for s in range(n):
+        k += feats[s] / n
     state["keys"][c] = k
+
+
+def expire(state: dict, rule) -> None:
+    """The idle rule before a step: the entries unused for `rule.idle` steps leave their class's list
+    (the others keep their order), and the class key is the mean of the rest."""
+    gone = idle_slots(state, torch.isfinite(state["ent"]), rule)
+    for c in gone.any(1).nonzero().flatten().tolist():
+        n = int(torch.isfinite(state["ent"][c]).sum())
+        keep = (~gone[c, :n]).nonzero().flatten()
+        k = len(keep)
+        for name, empty in (("feats", 0.0), ("ent", math.inf), ("time", EMPTY_TIME), ("used", EMPTY_TIME)):
+            row = state[name][c]
+            row[:k] = row[keep].clone()
+            row[k:n] = empty
+        class_key(state, c, k)
 
 
 def step(state: dict, x: torch.Tensor, text: torch.Tensor, p: Params, logit_scale: float, shift) -> StepOut:
     """One sample of run_test_dpe (module doc, steps 1-4); updates `state` in place."""
     scale = logit_scale
     log2c = math.log2(text.shape[0])
+    rule = state.get(RULE_KEY)
+    if rule is not None and rule.rule == "idle":
+        expire(state, rule)
     wg, wnorm = state["wg"], state["wnorm"]
     f, l, h = confident(x, wg, scale / wnorm, p.ratio)  # under W' = normalise(W_g)
     q = shift(f.unsqueeze(0))[0]
@@ -250,15 +308,21 @@ def step(state: dict, x: torch.Tensor, text: torch.Tensor, p: Params, logit_scal
     else:
         fi = x[0]
         li = (v @ fi) * (scale / vnorm)
-    a = (k @ shift(fi.unsqueeze(0))[0]) / torch.linalg.vector_norm(k, dim=-1).clamp_min_(1e-12)
+    qi = shift(fi.unsqueeze(0))[0]
+    a = (k @ qi) / torch.linalg.vector_norm(k, dim=-1).clamp_min_(1e-12)
     scores = li.index_add(0, cls, cache_logits(a, p.alpha, p.beta))
     logp = torch.log_softmax(scores, dim=-1)
     probs = logp.exp()
     if float(-(probs * logp).sum()) / log2c < p.threshold:  # cumulative average of the prototypes
         state["num_avg"] += 1
-        n = int(state["num_avg"])
+        n = float(state["num_avg"])  # an integer, or real under `decay`
         wg.mul_(n / (n + 1)).addcdiv_(v, (vnorm * (n + 1)).unsqueeze(-1))  # + W* / (n + 1)
         torch.linalg.vector_norm(wg, dim=-1, out=wnorm).clamp_min_(1e-12)
+    if rule is not None:
+        if rule.rule == "idle":  # the cache's largest kernel weight exp(-beta (1 - q e')) over its entries
+            w = torch.exp(-p.beta * (1 - Fn.normalize(state["feats"]) @ qi))
+            mark_used(state, w, torch.isfinite(state["ent"]))
+        state["clock"] += 1
     if p.infer_confident:
         _, clip, ent = confident(x, text, scale, p.ratio)
     else:

@@ -103,6 +103,22 @@ def init(text: torch.Tensor, p: Params, logit_scale: float, length: int | None) 
     }
 
 
+FORGET = ("timeliness",)  # the forget rules this family defines beside the runner's resets (mstta.engine.forget)
+
+
+def decay(state: dict[str, torch.Tensor], gamma: float, text: torch.Tensor, p: Params) -> None:
+    """`forget.rule=timeliness` (the project's adaptation, no published rule; docs/methods/onzeta.md,
+    "Forgetting"): before each step what the stream taught fades by gamma = exp(-1 / horizon) toward
+    `init`'s values: rho <- gamma rho (the prior starts at 0), w <- normalise_rows(W + gamma (w - W))
+    (the proxy starts at the text), and the step index i <- gamma i, the evidence the schedule counts
+    (lr = cw/sqrt(i+1) grows back, beta_i = beta sqrt((i+1)/n) shrinks back, as after fewer samples)."""
+    w = state["w"]
+    w.sub_(text).mul_(gamma).add_(text)
+    w.div_(torch.linalg.vector_norm(w, dim=1, keepdim=True).clamp_min(1e-12))
+    state["rho"].mul_(gamma)
+    state["i"].mul_(gamma)
+
+
 def schedule(i: torch.Tensor, n: torch.Tensor, p: Params, dtype: torch.dtype) -> torch.Tensor:
     """[lr/tau_i, rlr, beta_i, 1 - beta_i] of step i, lines 259-261 (272's lr/tau_i, 270's 1 - beta):
     float64 as the official Python floats, then cast as PyTorch casts a Python scalar for a tensor

@@ -1,0 +1,176 @@
+"""Forgetting for DMN-ZS, DPE, BCA and OnZeta (issue 29): each rule against its independent float64
+reference (tests/reference_forget_families.py) on streams with a scene cut, with and without MS,
+100% of predictions; the rule changes something; weight 0 is the memory's own rule; replay equals
+the steps; a resumed stream equals an uninterrupted one."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pytest
+import reference_bca
+import reference_forget_families as ref
+import reference_onzeta
+import torch
+import torch.nn.functional as F
+from helpers_cli import run_bench
+from test_forget import cut_stream
+
+from mstta import Engine, EngineConfig, UserError, replay
+from mstta.engine.families import bca, dmn, dpe
+from mstta.engine.forget import ForgetConfig
+from mstta.engine.slot_forget import RULE_KEY, SlotRule, ages
+from mstta.features.format import save_features
+
+N, CUT, HORIZON, IDLE = 120, 60, 8, 10
+DPE_N = 80
+RULES = {"timeliness": dict(rule="timeliness", horizon=HORIZON), "idle": dict(rule="idle", idle=IDLE)}
+SHIFT = dict(k=2, alpha=0.5)  # the +ms rows' kNN mean shift (EngineConfig k, alpha)
+
+
+def _stream(views=1, n=N, cut=CUT, seed=11):
+    """(features [n, V, d], text) in float64, unit rows (the engine's path that the references check)."""
+    f, t = cut_stream(n=n, cuts=(cut,), views=views, seed=seed)
+    f = f if f.dim() == 3 else f[:, None]
+    return F.normalize(f.double(), dim=-1), F.normalize(t.double(), dim=-1)
+
+
+def _steps(engine, f):
+    return torch.stack([engine.step(x).logits for x in f]).numpy()
+
+
+def _check(got, want, tol):
+    assert np.array_equal(got.argmax(1), want.argmax(1))  # 100% of predictions
+    np.testing.assert_allclose(got, want, rtol=0, atol=tol)
+
+
+def _never_differs(method, cfg, f, t, got, cut=CUT, **kw):
+    """The rule did something after the cut: the never-forgetting engine predicts otherwise."""
+    never = _steps(Engine(t, method, dataclasses.replace(cfg, forget=ForgetConfig()), **kw), f)
+    assert (never[cut:].argmax(1) != got[cut:].argmax(1)).any()
+
+
+@pytest.mark.parametrize("ms", [False, True])
+@pytest.mark.parametrize("rule", list(RULES))
+def test_dmn_rules_equal_the_reference(rule, ms):
+    f, t = _stream(views=4)
+    method = "dmn-zs+ms" if ms else "dmn-zs"
+    p = dmn.Params(memory_size=3, selection_p=0.5)
+    cfg = EngineConfig(dmn=p, forget=ForgetConfig(**RULES[rule]), **SHIFT)
+    got = _steps(Engine(t, method, cfg), f)
+    kw = dict(memory_size=3, selection_p=0.5, beta=p.beta, weight=p.weight, logit_scale=cfg.logit_scale)
+    kw.update(mean_shift=ms, k=cfg.k, alpha=cfg.alpha, bank_size=cfg.bank_size)
+    _check(got, ref.dmn(f.numpy(), t.numpy(), rule, horizon=HORIZON, idle=IDLE, **kw), 1e-9)
+    _never_differs(method, cfg, f, t, got)
+    assert np.array_equal(replay(f, t, method, cfg).predictions, got.argmax(1))
+
+
+@pytest.mark.parametrize("ms", [False, True])
+@pytest.mark.parametrize("rule", list(RULES))
+def test_dpe_rules_equal_the_reference(rule, ms):
+    f, t = _stream(
+        views=1, n=DPE_N, cut=DPE_N // 2
+    )  # the reference takes an autograd AdamW step per sample: a short stream
+    method = "dpe+ms" if ms else "dpe"
+    p = dpe.Params(capacity=2, lr_text=0.02, lr_image=0.02)
+    cfg = EngineConfig(dpe=p, forget=ForgetConfig(**RULES[rule]), bank_size=None, **SHIFT)
+    got = _steps(Engine(t, method, cfg), f)
+    shift = dict(k=cfg.k, alpha=cfg.alpha, steps=cfg.ms_steps, bank_size=None) if ms else None
+    r = ref.DPEForget(t.numpy(), dataclasses.asdict(p), rule, horizon=HORIZON, idle=IDLE, ms=shift)
+    want = np.stack([r.step(x.numpy())["scores"].numpy() for x in f])
+    _check(got, want, 1e-6)
+    _never_differs(method, cfg, f, t, got, cut=DPE_N // 2)
+    assert np.array_equal(replay(f, t, method, cfg).predictions, got.argmax(1))
+
+
+@pytest.mark.parametrize("ms", [False, True])
+def test_bca_timeliness_equals_the_reference(ms):
+    """BCA at a centre prior weight of 200 (the port's 20,000 moves a centre ~1/20,000 per sample: the
+    decay's arithmetic is checked where it shows)."""
+    f, t = _stream(views=1)
+    method = "bca+ms" if ms else "bca"
+    p = bca.Params(init_count1=200)
+    cfg = EngineConfig(logit_scale=30.0, bca=p, forget=ForgetConfig("timeliness", horizon=HORIZON), **SHIFT)
+    got = _steps(Engine(t, method, cfg), f)
+    shift = reference_bca.mean_shift(cfg.k, cfg.alpha, cfg.ms_steps) if ms else None
+    want = ref.bca(f.numpy(), t.numpy(), 30.0, math.exp(-1 / HORIZON), shift, init_count1=200)
+    _check(got, want, 1e-9)
+    _never_differs(method, cfg, f, t, got)
+    assert np.array_equal(replay(f, t, method, cfg).predictions, got.argmax(1))
+
+
+@pytest.mark.parametrize("ms", [False, True])
+def test_onzeta_timeliness_equals_the_reference(ms):
+    f, t = _stream(views=1)
+    method = "onzeta+ms" if ms else "onzeta"
+    cfg = EngineConfig(forget=ForgetConfig("timeliness", horizon=HORIZON), **SHIFT)
+    got = _steps(Engine(t, method, cfg, stream_length=N), f)
+    shift = reference_onzeta.mean_shift(cfg.k, cfg.alpha, cfg.ms_steps) if ms else None
+    want = ref.onzeta(f[:, 0].numpy(), t.numpy(), math.exp(-1 / HORIZON), N, shift=shift)
+    _check(got, want, 1e-9)
+    _never_differs(method, cfg, f, t, got, stream_length=N)
+    assert np.array_equal(replay(f, t, method, cfg).predictions, got.argmax(1))  # replay: length N
+
+
+@pytest.mark.parametrize("method", ["dmn-zs", "dmn-zs+ms"])
+def test_dmn_timeliness_with_weight_zero_is_its_own_rule(method):
+    f, t = _stream(views=1)
+    base = EngineConfig(dmn=dmn.Params(memory_size=3), **SHIFT)
+    zero = dataclasses.replace(base, forget=ForgetConfig("timeliness", horizon=3, weight=0.0))
+    a, b = Engine(t, method, base), Engine(t, method, zero)
+    for x in f:
+        assert torch.equal(a.step(x).logits, b.step(x).logits)
+
+
+def test_dpe_insert_with_timeliness_weight_zero_is_tdas_rule():
+    """DPE's cache alone (its W_g decays under timeliness): at weight 0 every insertion, entropy ties
+    included, leaves the same sorted lists and class keys as `update_cache`."""
+    g = torch.Generator().manual_seed(0)
+    C, Q, d = 3, 2, 4
+    text = F.normalize(torch.randn(C, d, generator=g, dtype=torch.float64), dim=-1)
+    p = dpe.Params(capacity=Q)
+    plain, ruled = dpe.init(text, p, 100.0, None), dpe.init(text, p, 100.0, None)
+    ruled.update(ages(ruled["ent"]), **{RULE_KEY: SlotRule("timeliness", 3, 0.0, 1000)})
+    for _ in range(60):
+        c, h = int(torch.randint(C, (1,), generator=g)), float(torch.randint(4, (1,), generator=g)) / 4
+        key = torch.randn(d, generator=g, dtype=torch.float64)
+        dpe.insert(plain, c, key, h, Q)
+        dpe.insert(ruled, c, key, h, Q)
+        ruled["clock"] += 1
+        for name in ("feats", "ent", "keys"):
+            assert torch.equal(plain[name], ruled[name])
+    assert torch.isfinite(plain["ent"]).all()  # every class filled: the rule chose among full rows
+
+
+@pytest.mark.parametrize(
+    "method,rule", [("dmn-zs+ms", "idle"), ("dpe", "timeliness"), ("bca", "timeliness"), ("onzeta+ms", "timeliness")]
+)
+def test_a_resumed_stream_equals_an_uninterrupted_one(method, rule):
+    f, t = _stream(views=1)
+    cfg = EngineConfig(dmn=dmn.Params(memory_size=3), dpe=dpe.Params(capacity=2), forget=ForgetConfig(**RULES[rule]))
+    whole = Engine(t, method, cfg)
+    want = _steps(whole, f)
+    first = Engine(t, method, cfg)
+    _steps(first, f[: CUT + 5])
+    second = Engine(t, method, cfg)
+    second.load_state_dict(first.state_dict())
+    assert np.array_equal(_steps(second, f[CUT + 5 :]), want[CUT + 5 :])
+    if method.startswith(("dmn", "dpe")):  # the slot clocks exist under a slot rule only
+        with pytest.raises(UserError, match="state_dict was saved under another forget.rule"):
+            Engine(t, method, EngineConfig()).load_state_dict(first.state_dict())
+
+
+@pytest.mark.parametrize("method,marked", [("bca", True), ("dmn-zs", False)])
+def test_replay_marks_a_familys_own_decay_as_the_projects_adaptation(tmp_path, capsys, method, marked):
+    """`mstta-bench replay --set forget.rule=timeliness`: a statistics family's decay is marked in the
+    JSON; DMN-ZS's slot rule is RoTTA's score (unmarked, as the cache family's)."""
+    f, t = cut_stream(n=30, cuts=(15,))
+    path = save_features(tmp_path / "f.npz", f.numpy(), t.numpy(), np.zeros(30, int), list("abcde"), {"model": "x"})
+    argv = ["replay", "--features", str(path), "--method", method, "--json", "--set", "forget.rule=timeliness"]
+    code, out, err = run_bench(capsys, *argv)
+    assert code == 0, err
+    marks = json.loads(out.strip().splitlines()[-1]).get("marks", [])
+    assert any("statistics fade with the horizon" in m for m in marks) == marked
