@@ -68,3 +68,12 @@ def test_every_record_equals_a_plain_replay_of_its_stream(dom, method):
         want = [100 * correct[a:b].mean() for a, b in streams[(r["kind"], r["stream"])].segments()]
         assert r["segments"] == pytest.approx(want), (r["kind"], r["stream"], r["arm"])
         assert r["detected"] == cuts, (r["kind"], r["stream"], r["arm"])
+
+
+def test_the_default_rows_are_those_that_run_on_stored_features():
+    """TPT and C-TPT tune a prompt through the text tower, which a replay of features lacks."""
+    from mstta.bench.streamrun import episodic_methods, stateful_methods
+
+    rows = stateful_methods() + episodic_methods()
+    assert "tpt+ms" not in rows and "tpt" not in rows and "c-tpt" not in rows
+    assert {"ms-tta", "dpe+ms", "boostadapter+ms", "zero", "mta"} <= set(rows)

@@ -8,8 +8,10 @@ the predictions of stepping the engine sample by sample and less work:
 - those resets are computed once per stream and setting (`Shared.cuts`), not once per method;
 - a step depends only on the samples before it, so where an arm steps online, the cut A -> B of a
   seed is the first A + B steps of that seed's return A -> B -> A (the same shuffles: checked, not
-  assumed) and is read from it instead of stepped again. Not for a family whose state reads the
-  stream's length (OnZeta's schedule, `families/onzeta.py`, `init`).
+  assumed) and is read from it instead of stepped again.
+A family whose state reads the stream's length (OnZeta's schedule, `families/onzeta.py`, `init`)
+is neither split at its resets nor read from a longer stream: its resetting arms step the whole
+stream, as the engine does.
 """
 
 from __future__ import annotations

@@ -51,12 +51,22 @@ def stateful(m: Method) -> bool:
     return not m.episodic and (m.family != CACHE or m.cache)
 
 
+def replayable(m: Method) -> bool:
+    """A row that runs on stored features alone: not the prompt-tuning family (TPT, C-TPT: `TOWER`,
+    they need the model's text tower, which the streams benchmark does not load)."""
+    from ..engine.families import get_family
+
+    return not getattr(get_family(m.family), "TOWER", False)
+
+
 def stateful_methods() -> list[str]:
-    return [n for n in list_methods() if stateful(get_method(n))]
+    """The default stateful rows (those that run on stored features)."""
+    return [n for n in list_methods() if stateful(get_method(n)) and replayable(get_method(n))]
 
 
 def episodic_methods() -> list[str]:
-    return [n for n in list_methods() if get_method(n).episodic]
+    """The default episodic rows (those that run on stored features)."""
+    return [n for n in list_methods() if get_method(n).episodic and replayable(get_method(n))]
 
 
 @dataclass
