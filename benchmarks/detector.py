@@ -2,6 +2,8 @@
 
     PYTHONPATH=. python benchmarks/detector.py                       # the engine's defaults, seeds 1-10
     PYTHONPATH=. python benchmarks/detector.py --seeds 11-30 --set detect_threshold=4 --out /tmp/det.json
+    PYTHONPATH=. python benchmarks/detector.py --width 512 --noise 0.5          # the digits lifted to d = 512
+    PYTHONPATH=. python benchmarks/detector.py --width 768 --source mixture     # generated Gaussian mixtures
 
 Runs only `mstta.engine.forget.drift_step_t` (the engine's own ops, batched over the streams of one
 length) over view 0 of the digits store's feature files (`mstta-bench streams --digits`: clean,
@@ -10,6 +12,15 @@ camera, rotate, blur; `--store`, built by `make field`) in the stream orders of
 label-correlated orders on each domain (for information). Per kind: true cuts found within
 `--within` steps (`mstta.bench.streammetrics.detections`, the benchmark's matching), the delays,
 false cuts and false cuts per 10,000 steps. Seconds on a CPU: no engine, no replay.
+
+At CLIP widths (`--width d`, the detector's settings chosen at the digits model's d = 64):
+- `--source digits` (default): each digits feature x (unit, 64 dims) lifted to d dims by a fixed
+  seeded random orthonormal map Q [d, 64] plus isotropic Gaussian noise of norm about `--noise`
+  (per dimension noise / sqrt(d)), drawn once per sample, then made unit: the stream's structure is
+  the digits' (the same streams, the same cuts), in a d-dimensional space;
+- `--source mixture`: four generated domains of 600 samples, 10 classes, at width d: unit(domain
+  offset + class mean + noise), norms 1 (offset), 1.5 (class mean), 1 (noise), the offsets and means
+  random directions; the same stream orders, so the same cuts.
 """
 
 from __future__ import annotations
@@ -43,6 +54,29 @@ def digits_features(store: Path) -> tuple[torch.Tensor, list[np.ndarray]]:
     sets = [load_features(p) for p in paths]
     x = torch.cat([fs.features if fs.features.dim() == 2 else fs.features[:, 0] for fs in sets]).float()
     return Fn.normalize(x), [np.asarray(fs.labels) for fs in sets]
+
+
+def lifted(x: torch.Tensor, width: int, noise: float, seed: int = 0) -> torch.Tensor:
+    """x [N, k] unit rows -> unit(x Q^T + noise / sqrt(width) * N(0, I)) [N, width], Q a seeded random
+    orthonormal [width, k] map: the same geometry plus isotropic noise of norm about `noise`."""
+    g = torch.Generator().manual_seed(seed)
+    q, _ = torch.linalg.qr(torch.randn(width, x.shape[1], generator=g, dtype=torch.float64))
+    e = torch.randn(x.shape[0], width, generator=g, dtype=torch.float64) * (noise / width**0.5)
+    return Fn.normalize((x.double() @ q.T + e).float())
+
+
+def mixture(width: int, seed: int = 0, domains: int = 4, per: int = 600, classes: int = 10):
+    """Generated domains at `width`: unit(offset_j + mean_c + noise), norms 1, 1.5, 1 -> (x, labels)."""
+    g = torch.Generator().manual_seed(seed)
+    unit = lambda *s: Fn.normalize(torch.randn(*s, width, generator=g, dtype=torch.float64))
+    means, offsets = 1.5 * unit(classes), unit(domains)
+    xs, labels = [], []
+    for j in range(domains):
+        y = torch.arange(per) % classes
+        noise = torch.randn(per, width, generator=g, dtype=torch.float64) / width**0.5
+        xs.append(Fn.normalize((offsets[j] + means[y] + noise).float()))
+        labels.append(y.numpy())
+    return torch.cat(xs), labels
 
 
 def streams_of(labels: list[np.ndarray], kind: str, seed: int, lead: int, segment: int):
@@ -112,13 +146,20 @@ def main(argv=None) -> int:
     p.add_argument("--segment", type=int, default=599)
     p.add_argument("--within", type=int, default=30)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a forget.detect_* key")
+    p.add_argument("--source", choices=("digits", "mixture"), default="digits", help="the features (see above)")
+    p.add_argument("--width", type=int, default=0, help="lift to this width (0: the digits' own 64)")
+    p.add_argument("--noise", type=float, default=0.5, help="--width: the isotropic noise's norm")
     p.add_argument("--out", help="also write the JSON here")
     a = p.parse_args(argv)
     keys = {k: float(v) if "." in v or "e" in v else int(v) for k, _, v in (s.partition("=") for s in a.set)}
     cfg = ForgetConfig(detect=True, **keys)
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    x, labels = digits_features(Path(a.store))
+    if a.source == "mixture":
+        x, labels = mixture(a.width or 64)
+    else:
+        x, labels = digits_features(Path(a.store))
+        x = lifted(x, a.width, a.noise) if a.width else x
     t1 = time.perf_counter()
     with torch.inference_mode():
         res = measure(x, labels, cfg, a.streams.split(","), seed_list(a.seeds), a.lead, a.segment, a.within)
@@ -127,6 +168,9 @@ def main(argv=None) -> int:
     out = {
         "settings": settings,
         "seeds": a.seeds,
+        "source": a.source,
+        "width": x.shape[1],
+        "noise": a.noise if a.width and a.source == "digits" else None,
         "within": a.within,
         "results": res,
         "goals": {

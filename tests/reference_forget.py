@@ -17,19 +17,33 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import torch
 from reference_loop import argmax, entropy, softmax, unit
+
+DETECT_DIMS, DETECT_SEED = 64, 29  # docs/engine.md, "The detector": wider features go through a fixed map
+
+
+def projection(dim):
+    """The detector's map for dim > 64 (docs/engine.md): orthonormal columns (QR, NumPy) of a [dim, 64]
+    standard normal drawn by torch's generator seeded 29, times sqrt(dim / 64); None otherwise."""
+    if dim <= DETECT_DIMS:
+        return None
+    g = torch.Generator().manual_seed(DETECT_SEED)
+    q, _ = np.linalg.qr(torch.randn(dim, DETECT_DIMS, generator=g, dtype=torch.float64).numpy())
+    return q * math.sqrt(dim / DETECT_DIMS)
 
 
 class Detector:
     """The scene-cut statistic in float64 (the engine keeps it in float32), written from its
     definition (docs/engine.md, "The detector"): the reference is the first W = warmup samples since
-    the last reset (their mean and population covariance C, computed directly), P = (C + r/d I)^-1
+    the last reset (their mean and population covariance C, computed directly; features wider than
+    64 dims read through `projection`), P = (C + r/d I)^-1
     inverted once, m = tr(C P); the EMA e of rate a of every sample (the first: itself); from sample
     W + 1 on, z = (e - mean)^T P (e - mean) (W - m - 2) / (W m (a/(2-a) + 1/W)) feeds a CUSUM
     acc = max(0, acc + z - 1 - k), and a cut is acc > threshold; then it starts over from the next sample."""
 
     def __init__(self, fg, dim):
-        self.fg, self.dim = fg, dim
+        self.fg, self.dim, self.proj = fg, min(dim, DETECT_DIMS), projection(dim)
         self.start()
 
     def start(self):
@@ -39,6 +53,7 @@ class Detector:
 
     def cut(self, u):
         fg, d = self.fg, self.dim
+        u = u if self.proj is None else u @ self.proj
         a, w = fg.detect_rate, fg.detect_warmup
         self.n += 1
         self.ema = u.copy() if self.n == 1 else (1 - a) * self.ema + a * u

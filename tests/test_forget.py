@@ -237,6 +237,23 @@ def test_the_detector_finds_known_cuts_within_30_steps():
     assert len(found) == 3 and all(0 <= c - a < 30 for c, a in zip(found, (300, 650, 900))), found
 
 
+def _lifted(f, width, noise, seed=0):
+    """f [N, k] lifted to `width` dims: a seeded random orthonormal map plus isotropic noise of norm ~`noise`."""
+    g = torch.Generator().manual_seed(seed)
+    q, _ = torch.linalg.qr(torch.randn(width, f.shape[1], generator=g))
+    return F.normalize(f @ q.T + noise / width**0.5 * torch.randn(f.shape[0], width, generator=g), dim=-1)
+
+
+def test_the_detector_finds_known_cuts_at_a_clip_width():
+    """A 64-dim scene stream lifted to d = 512 with noise: the statistic is read through the fixed map
+    to DETECT_DIMS dims (a 150-sample reference in 512 dims is rank-deficient: without the map the
+    standardisation collapses and two of the three cuts go unseen)."""
+    f, _ = cut_stream(n=1200, cuts=(300, 650, 900), dim=64, classes=10, seed=3, shift=0.3)
+    x = _lifted(f, 512, 0.5)
+    found = np.nonzero(stream_cuts(x.unsqueeze(1), ForgetConfig(detect=True)).numpy())[0]
+    assert len(found) == 3 and all(0 <= c - a < 30 for c, a in zip(found, (300, 650, 900))), found
+
+
 def test_no_false_cut_on_a_long_iid_stream():
     f, _, _ = as_tensors(make_stream(n=10_000, classes=10, dim=64, seed=5))
     assert not stream_cuts(f.unsqueeze(1), ForgetConfig(detect=True)).any()
@@ -252,10 +269,12 @@ def test_no_false_cut_on_a_long_iid_stream():
 )
 def test_the_detector_equals_its_float64_reference_loop(seed, cuts, keys):
     """`drift_step_t` (float32, Sherman-Morrison) cuts where the plain float64 loop of the statistic
-    (tests/reference_forget.Detector: the reference's covariance inverted directly) cuts."""
-    f, _ = cut_stream(n=1000, cuts=cuts, dim=32, classes=8, seed=seed, shift=0.4)
+    (tests/reference_forget.Detector: the reference's covariance inverted directly) cuts; at d = 96
+    both read the features through the fixed map to 64 dims."""
+    dim = 96 if seed == 5 else 32
+    f, _ = cut_stream(n=1000, cuts=cuts, dim=dim, classes=8, seed=seed, shift=0.4)
     cfg = ForgetConfig(detect=True, **keys)
-    det = reference_forget.Detector(cfg, 32)
+    det = reference_forget.Detector(cfg, dim)
     want = [det.cut(u) for u in f.double().numpy()]
     got = stream_cuts(f.unsqueeze(1), cfg).tolist()
     assert got == want and any(want)

@@ -16,18 +16,16 @@ import numpy as np
 import torch
 
 from ..checks import int_in
-from ..engine import functional as Fn
 from ..engine.config import EngineConfig
-from ..engine.engine import Engine
 from ..engine.families.base import CACHE
 from ..engine.methods import Method, get_method, list_methods
-from ..engine.replay import replay
 from ..errors import UserError
 from ..features.format import FeatureSet
 from . import streammetrics as SM
+from .streamarms import ORACLE, Outcome, Shared, derivable, is_prefix
 from .streamorders import ORDERS, SCENE_DOMAINS, SCENES, Stream, build, scene
 
-NEVER, ORACLE, ZERO = "never", "oracle", "zero-shot"
+NEVER, ZERO = "never", "zero-shot"
 MAX_SEEDS, MAX_STEPS, MAX_ARMS = 100, 1_000_000, 32
 # The forgetting arms: `--set`-style overrides of the engine's `forget` section (mstta.forget), each
 # rule at two or three settings (shared/reference/streams-and-tpt.md §1.5, scaled to the digits'
@@ -53,12 +51,22 @@ def stateful(m: Method) -> bool:
     return not m.episodic and (m.family != CACHE or m.cache)
 
 
+def replayable(m: Method) -> bool:
+    """A row that runs on stored features alone: not the prompt-tuning family (TPT, C-TPT: `TOWER`,
+    they need the model's text tower, which the streams benchmark does not load)."""
+    from ..engine.families import get_family
+
+    return not getattr(get_family(m.family), "TOWER", False)
+
+
 def stateful_methods() -> list[str]:
-    return [n for n in list_methods() if stateful(get_method(n))]
+    """The default stateful rows (those that run on stored features)."""
+    return [n for n in list_methods() if stateful(get_method(n)) and replayable(get_method(n))]
 
 
 def episodic_methods() -> list[str]:
-    return [n for n in list_methods() if get_method(n).episodic]
+    """The default episodic rows (those that run on stored features)."""
+    return [n for n in list_methods() if get_method(n).episodic and replayable(get_method(n))]
 
 
 @dataclass
@@ -170,66 +178,6 @@ def align(sets: list[FeatureSet], names: list[str]) -> Domains:
     return Domains(torch.cat(feats), np.concatenate(labels), sizes, list(names), text, [k[0] for k in shared])
 
 
-@dataclass
-class Outcome:
-    """One arm on one stream: per-step correctness, the stale share after each step (NaN where not
-    measured) and the steps where the engine detected a cut."""
-
-    correct: np.ndarray
-    stale: np.ndarray
-    detected: np.ndarray
-
-
-def _online(x, text, m: Method, ecfg: EngineConfig, stream: Stream, labels: np.ndarray) -> Outcome:
-    """Step the engine sample by sample, reading after each step after the first cut the positive
-    cache's stale share: each live slot's read-out weight for the step's query
-    (`functional.cache_weights`, Eq. 3), split by insertion step (`Engine.cache_times`)."""
-    eng = Engine(text, m, ecfg, device="cpu")
-    n = len(stream.order)
-    correct, stale, detected = np.zeros(n, bool), np.full(n, np.nan), []
-    starts = np.asarray(stream.starts)
-    for t in range(n):
-        r = eng.step(x[t])
-        correct[t] = r.prediction == labels[t]
-        if bool(getattr(r, "cut", False)):
-            detected.append(t)
-        last = int(starts[starts <= t][-1])
-        if last == 0 or eng.pos is None:
-            continue
-        w = Fn.cache_weights(
-            r.feature[None], eng.pos.keys[0], eng.pos.bias[0], ecfg.beta, ecfg.kernel, ecfg.cache_alpha
-        )
-        stale[t] = SM.stale_share(w[0].cpu().numpy(), eng.cache_times().reshape(-1), last)
-    return Outcome(correct, stale, np.asarray(detected, dtype=np.int64))
-
-
-def _replayed(x, text, m: Method, ecfg: EngineConfig, labels: np.ndarray) -> Outcome:
-    r = replay(x, text, m, ecfg, device="cpu")
-    cuts = getattr(r, "cuts", None)
-    detected = np.flatnonzero(np.asarray(cuts)) if cuts is not None else np.zeros(0, np.int64)
-    return Outcome(r.predictions == labels, np.full(len(labels), np.nan), detected)
-
-
-def run_arm(dom: Domains, stream: Stream, method: str, arm: str, ecfg: EngineConfig, stale: bool = False) -> Outcome:
-    """One arm of one method on one stream. `oracle`: every segment replayed from an empty state;
-    `stale`: stepped online to read the positive cache's stale share (cache family, a stream with cuts)."""
-    m = get_method(method)
-    x, labels = dom.features[torch.as_tensor(stream.order)], dom.labels[stream.order]
-    if arm == ORACLE:
-        segs = stream.segments()
-        parts = [_replayed(x[a:b], dom.text, m, ecfg, labels[a:b]) for a, b in segs]
-        stale = np.zeros(len(labels)) if (m.cache and len(segs) > 1) else np.full(len(labels), np.nan)
-        stale[: segs[0][1]] = np.nan
-        return Outcome(
-            np.concatenate([p.correct for p in parts]),
-            stale,
-            np.concatenate([p.detected + a for p, (a, _) in zip(parts, segs)]),
-        )
-    if stale and m.family == CACHE and m.cache and len(stream.starts) > 1:
-        return _online(x, dom.text, m, ecfg, stream, labels)
-    return _replayed(x, dom.text, m, ecfg, labels)
-
-
 def streams_of(dom: Domains, opts: StreamOptions, seed: int) -> list[tuple[str, Stream]]:
     """Every stream of the run for one seed, each with its label: cut and return from A to each other
     domain, the chain through every domain in turn, the other kinds on each domain alone."""
@@ -323,18 +271,17 @@ def plan(dom: Domains, opts: StreamOptions) -> list[tuple[str, str, Stream, list
 
 
 def run_streams(dom: Domains, opts: StreamOptions, config_path=None, progress: bool = False) -> dict[str, Any]:
-    """Every stream x method x arm: the records and the seed-wise windowed curves around each cut."""
+    """Every stream x method x arm: the records and the seed-wise windowed curves around each cut
+    (each arm run by `streamarms`: pieces between resets, shared resets, cuts read from returns)."""
     from tqdm.auto import tqdm
 
     records: list[dict] = []
     curves: dict[str, dict[str, Any]] = {}
     todo = plan(dom, opts)
+    shared = Shared(dom.features, dom.labels, dom.text)
+    outcome = _outcomes(shared, todo, opts, config_path)
     for seed, label, stream, cells in tqdm(todo, disable=not progress, unit="stream", dynamic_ncols=True):
-        outs: dict[tuple[str, str], Outcome] = {}
-        stale = stream.kind == "cut" and seed == opts.seeds[0]  # online: the first seed's cut streams
-        for method, arm in cells:
-            ecfg = engine_config(method, arm, opts.settings, config_path)
-            outs[(method, arm)] = run_arm(dom, stream, method, arm, ecfg, stale and method in opts.all_arms_for)
+        outs = {(method, arm): outcome(seed, label, stream, method, arm) for method, arm in cells}
         for (method, arm), out in outs.items():
             rec = record(stream.kind, label, seed, method, arm, stream, out, opts)
             oracle = outs.get((method, ORACLE))
@@ -350,6 +297,37 @@ def run_streams(dom: Domains, opts: StreamOptions, config_path=None, progress: b
                 entry = curves.setdefault(key, {"pre": min(opts.window * 2, c - stream.starts[i]), "seeds": []})
                 entry["seeds"].append([round(float(v), 3) for v in cv])
     return {"records": records, "curves": curves}
+
+
+def _outcomes(shared: Shared, todo, opts: StreamOptions, config_path):
+    """`outcome(seed, label, stream, method, arm)`, memoised: a cut stream's online arm is read from
+    the same seed's return stream when the cut is its prefix (`streamarms.is_prefix`), which it
+    then runs first; the first seed's cut streams are stepped online for the stale share."""
+    memo: dict[tuple, Any] = {}
+    longer = {(seed, label): st for seed, label, st, _ in todo if st.kind == "return"}
+    cells = {(seed, st.kind, label): set(cs) for seed, label, st, cs in todo}
+
+    def outcome(seed, label, stream, method, arm):
+        key = (seed, stream.kind, label, method, arm)  # a domain's i.i.d. and label-correlated streams share a label
+        if key in memo:
+            return memo[key]
+        ecfg = engine_config(method, arm, opts.settings, config_path)
+        stale = stream.kind == "cut" and seed == opts.seeds[0] and method in opts.all_arms_for
+        back = f"{label}→{label.split('→')[0]}" if stream.kind == "cut" else None
+        ret = longer.get((seed, back))
+        if (
+            not stale
+            and ret is not None
+            and (method, arm) in cells[(seed, "return", back)]
+            and derivable(get_method(method), arm, ecfg)
+            and is_prefix(stream, ret)
+        ):
+            memo[key] = outcome(seed, back, ret, method, arm).head(len(stream.order))
+        else:
+            memo[key] = shared.run_arm((seed, stream.kind, label), stream, method, arm, ecfg, stale)
+        return memo[key]
+
+    return outcome
 
 
 def settings_of(dom: Domains, opts: StreamOptions, paths) -> dict[str, Any]:

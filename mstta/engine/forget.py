@@ -39,6 +39,11 @@ MAX_STEPS = 10_000_000  # horizon, idle, every, warmup: far beyond any stream a 
 MAX_FORGET_WEIGHT = 1e6  # lambda_t (RoTTA: 1); keeps every score finite in float64
 MAX_DETECT_THRESHOLD = 1e6
 ADAPTATION = "forgetting rule adapted by this project"  # the mark of a non-published rule
+# The detector reads features wider than this through a fixed seeded random map to this many
+# dimensions (`detect_projection`): its settings were chosen at the digits model's d = 64, and at
+# CLIP widths (512, 768) a 150-sample reference covariance is rank-deficient (docs/streams.md).
+DETECT_DIMS = 64
+DETECT_SEED = 29
 
 
 @dataclass
@@ -158,13 +163,25 @@ def periodic_reset_t(clock: torch.Tensor, every: int) -> torch.Tensor:
     return (clock > 0) & (clock % every == 0)
 
 
+def detect_projection(dim: int, device) -> torch.Tensor | None:
+    """The detector's fixed map R [d, k] for d > k = DETECT_DIMS (the project's design): the Q of the
+    QR of a seeded (DETECT_SEED) standard normal [d, k] in float64, times sqrt(d / k), so u -> u R
+    keeps a feature's squared norm on average (Johnson-Lindenstrauss); None for d <= k (no map)."""
+    if dim <= DETECT_DIMS:
+        return None
+    g = torch.Generator().manual_seed(DETECT_SEED)
+    q, _ = torch.linalg.qr(torch.randn(dim, DETECT_DIMS, generator=g, dtype=torch.float64))
+    return (q * math.sqrt(dim / DETECT_DIMS)).float().to(device)
+
+
 @dataclass
 class Drift:
     """The scene-cut detector's state per stream (the project's design): the reference, i.e. the
     first `warmup` unit image features since the last reset (count n, mean `mean` [S, d] and `inv`
     [S, d, d] = (M + warmup * ridge / d * I)^-1, M their sum of squared deviations, kept by
     Sherman-Morrison), the EMA `ema` [S, d] of every feature and the CUSUM `acc` [S]. n = 0:
-    nothing seen (the next sample starts the reference); n counts on past the warm-up."""
+    nothing seen (the next sample starts the reference); n counts on past the warm-up. Features
+    wider than DETECT_DIMS are read through `proj` (`detect_projection`), and d is then DETECT_DIMS."""
 
     n: torch.Tensor  # [S] float32
     mean: torch.Tensor  # [S, d]
@@ -172,14 +189,17 @@ class Drift:
     ema: torch.Tensor  # [S, d]
     acc: torch.Tensor  # [S]
     start: torch.Tensor  # [] inv's value at a reset, times I: d / (warmup * ridge)
+    proj: torch.Tensor | None = None  # [D, d] the map of features of D > DETECT_DIMS dims
 
     @classmethod
     def empty(cls, streams: int, dim: int, device, cfg: ForgetConfig) -> Drift:
+        proj = detect_projection(dim, device)
+        dim = min(dim, DETECT_DIMS)
         z = torch.zeros(streams, device=device)
         start = torch.tensor(dim / (cfg.detect_warmup * cfg.detect_ridge), device=device)
         eye = torch.eye(dim, device=device).expand(streams, dim, dim) * start
         zd = torch.zeros(streams, dim, device=device)
-        return cls(z.clone(), zd.clone(), eye.contiguous(), zd.clone(), z.clone(), start)
+        return cls(z.clone(), zd.clone(), eye.contiguous(), zd.clone(), z.clone(), start, proj)
 
     def clear(self, s: int) -> None:
         for t in (self.n, self.mean, self.ema, self.acc):
@@ -204,7 +224,10 @@ def drift_step_t(d: Drift, u: torch.Tensor, fg: ForgetConfig, ok=None) -> torch.
     features: z ~ 1 while the scene holds (the EMA's variance a/(2-a) C plus the reference mean's
     C/W; W/(W - m - 2) is the inverse-Wishart bias of a W-sample P). A CUSUM
     acc = max(0, acc + z - 1 - `detect_slack`) from sample W + 1 on; a cut when acc >
-    `detect_threshold`; the detector starts over from the next sample. `ok` [S]: the stepping streams."""
+    `detect_threshold`; the detector starts over from the next sample. `ok` [S]: the stepping streams.
+    Features wider than DETECT_DIMS enter as u R (`detect_projection`)."""
+    if d.proj is not None:
+        u = u @ d.proj
     step = 1.0 if ok is None else ok.to(d.n.dtype)
     w_ref = fg.detect_warmup
     d.n.add_(step)

@@ -1,0 +1,166 @@
+"""How `mstta-bench streams` runs one arm of one method on one stream (docs/streams.md, "Time"), with
+the predictions of stepping the engine sample by sample and less work:
+
+- a reset splits a stream into independent pieces (the state starts over as after `reset()`), so
+  the oracle replays each true segment and a resetting arm (periodic, detect) each piece between
+  the resets the engine makes (`forget.stream_cuts`, the engine's own ops), with the rest of the
+  arm's rule: the cache family's vectorised replay where the rule allows;
+- those resets are computed once per stream and setting (`Shared.cuts`), not once per method;
+- a step depends only on the samples before it, so where an arm steps online, the cut A -> B of a
+  seed is the first A + B steps of that seed's return A -> B -> A (the same shuffles: checked, not
+  assumed) and is read from it instead of stepped again.
+A family whose state reads the stream's length (OnZeta's schedule, `families/onzeta.py`, `init`)
+is neither split at its resets nor read from a longer stream: its resetting arms step the whole
+stream, as the engine does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..engine import functional as Fn
+from ..engine.config import EngineConfig
+from ..engine.engine import Engine
+from ..engine.families import get_family
+from ..engine.families.base import CACHE
+from ..engine.forget import stream_cuts
+from ..engine.methods import Method, get_method
+from ..engine.replay import replay
+from . import streammetrics as SM
+from .streamorders import Stream
+
+ORACLE = "oracle"
+LENGTH_AWARE = ("onzeta",)  # families whose `init` reads the stream's length (onzeta.py: its schedule's n)
+
+
+@dataclass
+class Outcome:
+    """One arm on one stream: per-step correctness, the stale share after each step (NaN where not
+    measured) and the steps where the engine detected a cut."""
+
+    correct: np.ndarray
+    stale: np.ndarray
+    detected: np.ndarray
+
+    def head(self, n: int) -> Outcome:
+        """The first n steps (a stream's prefix)."""
+        return Outcome(self.correct[:n], self.stale[:n], self.detected[self.detected < n])
+
+
+def steps_online(m: Method, cfg: EngineConfig) -> bool:
+    """Whether replay steps this method and config sample by sample (`mstta.engine.replay`)."""
+    fg = cfg.forget
+    if m.family == CACHE:
+        return m.boost or fg.rule == "idle"
+    return m.mean_shift or fg.active or not hasattr(get_family(m.family), "replay")
+
+
+def without_resets(cfg: EngineConfig) -> EngineConfig:
+    """The arm's config less its resets (periodic, detect): what each piece between resets runs."""
+    fg = cfg.forget
+    inner = dataclasses.replace(fg, rule="none" if fg.rule == "periodic" else fg.rule, detect=False)
+    return dataclasses.replace(cfg, forget=inner)
+
+
+def _pieces(edges: list[int], n: int) -> list[tuple[int, int]]:
+    cuts = [0, *edges, n]
+    return [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
+
+
+@dataclass
+class Shared:
+    """What every method and arm of one run share: the domains' features, their text classifier,
+    and per stream and setting the resets the engine makes (`cuts`)."""
+
+    features: torch.Tensor
+    labels: np.ndarray
+    text: torch.Tensor
+    memo: dict = field(default_factory=dict)
+
+    def inputs(self, stream: Stream) -> tuple[torch.Tensor, np.ndarray]:
+        return self.features[torch.as_tensor(stream.order)], self.labels[stream.order]
+
+    def cuts(self, key, x: torch.Tensor, cfg: EngineConfig) -> np.ndarray:
+        """The steps where the engine resets the state over stream x (`stream_cuts`), once per
+        stream `key` and setting."""
+        fg = cfg.forget
+        setting = (fg.rule == "periodic" and fg.every, *(getattr(fg, k) for k in vars(fg) if k.startswith("detect")))
+        got = self.memo.get((key, setting))
+        if got is None:
+            got = self.memo[(key, setting)] = np.flatnonzero(stream_cuts(x, fg).numpy())
+        return got
+
+    def replayed(self, x, m: Method, cfg: EngineConfig, labels: np.ndarray) -> Outcome:
+        """One piece from an empty state, by replay (vectorised where it can be)."""
+        r = replay(x, self.text, m, cfg, device="cpu")
+        cuts = getattr(r, "cuts", None)
+        detected = np.flatnonzero(np.asarray(cuts)) if cuts is not None else np.zeros(0, np.int64)
+        return Outcome(r.predictions == labels, np.full(len(labels), np.nan), detected)
+
+    def run_arm(self, key, stream: Stream, method: str, arm: str, cfg: EngineConfig, stale: bool = False) -> Outcome:
+        """One arm of one method on one stream: the oracle and a resetting arm as independent pieces,
+        `stale`: stepped online to read the positive cache's stale share (cache family, with cuts)."""
+        m = get_method(method)
+        x, labels = self.inputs(stream)
+        n = len(labels)
+        if arm == ORACLE:
+            pieces, detected = stream.segments(), np.zeros(0, np.int64)
+        elif stale and m.family == CACHE and m.cache and len(stream.starts) > 1:
+            return online_stale(x, self.text, m, cfg, stream, labels)
+        elif cfg.forget.resets and (m.family == CACHE or m.family not in LENGTH_AWARE):
+            detected = self.cuts(key, x, cfg)
+            pieces, cfg = _pieces(detected.tolist(), n), without_resets(cfg)
+        else:
+            return self.replayed(x, m, cfg, labels)
+        parts = [self.replayed(x[a:b], m, cfg, labels[a:b]) for a, b in pieces]
+        stale_out = np.full(n, np.nan)
+        if arm == ORACLE and m.cache and len(pieces) > 1:
+            stale_out = np.zeros(n)
+            stale_out[: pieces[0][1]] = np.nan
+        return Outcome(np.concatenate([p.correct for p in parts]), stale_out, detected)
+
+
+def online_stale(x, text, m: Method, ecfg: EngineConfig, stream: Stream, labels: np.ndarray) -> Outcome:
+    """Step the engine sample by sample, reading after each step after the first cut the positive
+    cache's stale share: each live slot's read-out weight for the step's query
+    (`functional.cache_weights`, Eq. 3), split by insertion step (`Engine.cache_times`)."""
+    eng = Engine(text, m, ecfg, device="cpu")
+    n = len(stream.order)
+    correct, stale, detected = np.zeros(n, bool), np.full(n, np.nan), []
+    starts = np.asarray(stream.starts)
+    for t in range(n):
+        r = eng.step(x[t])
+        correct[t] = r.prediction == labels[t]
+        if bool(getattr(r, "cut", False)):
+            detected.append(t)
+        last = int(starts[starts <= t][-1])
+        if last == 0 or eng.pos is None:
+            continue
+        w = Fn.cache_weights(
+            r.feature[None], eng.pos.keys[0], eng.pos.bias[0], ecfg.beta, ecfg.kernel, ecfg.cache_alpha
+        )
+        stale[t] = SM.stale_share(w[0].cpu().numpy(), eng.cache_times().reshape(-1), last)
+    return Outcome(correct, stale, np.asarray(detected, dtype=np.int64))
+
+
+def derivable(m: Method, arm: str, cfg: EngineConfig) -> bool:
+    """Whether an arm's outcome on a stream's prefix is the outcome on the prefix alone and worth
+    reading from the longer stream: it steps online (the vectorised paths are cheap) and its family
+    does not read the stream's length."""
+    online = steps_online(m, without_resets(cfg) if (cfg.forget.resets or arm == ORACLE) else cfg)
+    return online and m.family not in LENGTH_AWARE
+
+
+def is_prefix(short: Stream, long: Stream) -> bool:
+    """`short` is the first steps of `long`, segment for segment."""
+    n = len(short.order)
+    return (
+        n <= len(long.order)
+        and np.array_equal(short.order, long.order[:n])
+        and tuple(long.starts[: len(short.starts)]) == short.starts
+        and (len(long.starts) == len(short.starts) or long.starts[len(short.starts)] >= n)
+    )
