@@ -50,7 +50,7 @@ SHORT_ARMS: tuple[str, ...] = ("forget.rule=timeliness", "forget.detect=true")
 
 def stateful(m: Method) -> bool:
     """A method that carries state from one sample to the next (not zero-shot, not episodic)."""
-    return not m.episodic and (m.family != CACHE or m.cache)
+    return m.stateful
 
 
 def stateful_methods() -> list[str]:
@@ -218,14 +218,14 @@ def run_arm(dom: Domains, stream: Stream, method: str, arm: str, ecfg: EngineCon
     if arm == ORACLE:
         segs = stream.segments()
         parts = [_replayed(x[a:b], dom.text, m, ecfg, labels[a:b]) for a, b in segs]
-        stale = np.zeros(len(labels)) if (m.cache and len(segs) > 1) else np.full(len(labels), np.nan)
+        stale = np.zeros(len(labels)) if (m.keeps_cache and len(segs) > 1) else np.full(len(labels), np.nan)
         stale[: segs[0][1]] = np.nan
         return Outcome(
             np.concatenate([p.correct for p in parts]),
             stale,
             np.concatenate([p.detected + a for p, (a, _) in zip(parts, segs)]),
         )
-    if stale and m.family == CACHE and m.cache and len(stream.starts) > 1:
+    if stale and m.keeps_cache and len(stream.starts) > 1:
         return _online(x, dom.text, m, ecfg, stream, labels)
     return _replayed(x, dom.text, m, ecfg, labels)
 
