@@ -88,7 +88,8 @@ class Racer:
         return tuple(self.method.marks) + ((DETECT_MARK,) if self.forget == "detect" else ())
 
     @property
-    def cache(self) -> bool:
+    def keeps_cache(self) -> bool:
+        """Whether its method keeps the positive cache the page plots (`Method.keeps_cache`)."""
         return self.method.keeps_cache
 
     def config(self, cfg: EngineConfig) -> EngineConfig:
