@@ -18,7 +18,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from mstta.engine.config import EngineConfig
-from mstta.engine.families.base import CACHE, Method
+from mstta.engine.families.base import Method
 from mstta.engine.forget import RECOMMENDED_HORIZON
 from mstta.engine.methods import get_method
 from mstta.errors import UserError
@@ -63,9 +63,7 @@ def choice_of(cfg: EngineConfig) -> str:
 
 def keeps_state(method: Method) -> bool:
     """Whether a method carries state from one frame to the next (what forgetting acts on)."""
-    if method.episodic:
-        return False
-    return method.family != CACHE or method.cache or method.mean_shift or method.boost
+    return method.stateful
 
 
 @dataclass(frozen=True)
@@ -90,8 +88,9 @@ class Racer:
         return tuple(self.method.marks) + ((DETECT_MARK,) if self.forget == "detect" else ())
 
     @property
-    def cache(self) -> bool:
-        return self.method.cache
+    def keeps_cache(self) -> bool:
+        """Whether its method keeps the positive cache the page plots (`Method.keeps_cache`)."""
+        return self.method.keeps_cache
 
     def config(self, cfg: EngineConfig) -> EngineConfig:
         """The config its engine runs with: `cfg`, with its own forgetting choice if it has one."""

@@ -269,7 +269,7 @@ class StreamSession:
             tta_topk=raced[0].topk,
             entropy=float(first.entropy),
             cache_size=int(fill.sum()),
-            cache_capacity=int(fill.shape[0] * self.config.capacity) if self.method.cache else 0,
+            cache_capacity=int(fill.shape[0] * self.config.capacity) if self.method.keeps_cache else 0,
             bank_rows=int(self.engine.bank_len),
             latency_ms=latency,
             method=self.method.name,

@@ -80,7 +80,7 @@ class ForgetReference:
     clip, cut)."""
 
     def __init__(self, text, method, cfg):
-        self.m, self.cfg, self.fg = method, cfg, cfg.forget
+        self.m, self.sw, self.cfg, self.fg = method, method.settings, cfg, cfg.forget  # sw: the row's switches
         self.text = [unit(np.asarray(t, dtype=np.float64)) for t in text]
         self.t = 0
         self.detector = Detector(self.fg, len(self.text[0]))
@@ -126,7 +126,7 @@ class ForgetReference:
             cache[next(i for i, e in enumerate(cache) if e is worst)] = item
 
     def step(self, views):
-        cfg, m, fg = self.cfg, self.m, self.fg
+        cfg, m, sw, fg = self.cfg, self.m, self.sw, self.fg
         views = [unit(np.asarray(v, dtype=np.float64)) for v in views]
         cut = fg.rule == "periodic" and self.t > 0 and self.t % fg.every == 0
         if cut:
@@ -141,7 +141,7 @@ class ForgetReference:
         clip = np.array([cfg.logit_scale * float(np.dot(views[0], t)) for t in self.text])
         probs = softmax(clip)
         h, pred, f = entropy(probs), argmax(clip), views[0]
-        if not m.cache:
+        if not sw.cache:
             self.t += 1
             return clip, clip, cut
         q = self.shift(f) if m.mean_shift else f
@@ -151,7 +151,7 @@ class ForgetReference:
                 self.bank.pop(0)
         new = {"c": pred, "key": q, "h": h, "t": self.t, "used": self.t}
         self.admit(self.pos, new, cfg.capacity)
-        if m.negative and cfg.neg_entropy_lower < h / math.log2(len(self.text)) < cfg.neg_entropy_upper:
+        if sw.negative and cfg.neg_entropy_lower < h / math.log2(len(self.text)) < cfg.neg_entropy_upper:
             self.admit(self.neg, {**new, "p": probs}, cfg.neg_capacity)
         pos = np.zeros(len(self.text))
         pw = []

@@ -68,7 +68,7 @@ class Reference:
     """One stream through one method. `step(views)` with views [V, d] -> (final, clip) logits."""
 
     def __init__(self, text, method, cfg):
-        self.m, self.cfg = method, cfg
+        self.m, self.sw, self.cfg = method, method.settings, cfg  # sw: the parts it runs (the row's switches)
         self.text = [unit(np.asarray(t, dtype=np.float64)) for t in text]
         self.bank = []  # raw features f of earlier samples, oldest first (Alg. 1's M)
         self.pos = {}  # class -> [[key, entropy], ...]
@@ -92,7 +92,7 @@ class Reference:
         return z
 
     def step(self, views):
-        cfg, m = self.cfg, self.m
+        cfg, m, sw = self.cfg, self.m, self.sw
         views = [unit(np.asarray(v, dtype=np.float64)) for v in views]
         view_logits = [self.logits(v) for v in views]
         if len(views) == 1 or cfg.view_mode == "original":
@@ -107,11 +107,11 @@ class Reference:
             probs = sum(softmax(view_logits[i]) for i in keep) / n
         h = entropy(probs)
         pred = argmax(clip)
-        if not m.cache:
+        if not sw.cache:
             return clip, clip
 
         boost = []
-        if m.boost:  # BoostAdapter select_confident_samples(ori_feat, ori_output, 0.1)
+        if sw.boost:  # BoostAdapter select_confident_samples(ori_feat, ori_output, 0.1)
             ent = [entropy(softmax(z)) for z in view_logits]
             n = int(cfg.view_ratio * len(views)) if len(views) > 1 else 0
             for i in sorted(range(len(views)), key=lambda i: ent[i])[:n]:
@@ -124,9 +124,9 @@ class Reference:
                 self.bank.pop(0)
 
         tda_update_cache(self.pos, pred, [q, h], cfg.capacity)
-        if m.negative and cfg.neg_entropy_lower < h / math.log2(len(self.text)) < cfg.neg_entropy_upper:
+        if sw.negative and cfg.neg_entropy_lower < h / math.log2(len(self.text)) < cfg.neg_entropy_upper:
             item = [q, h, probs]
-            if m.neg_policy == "fifo":
+            if sw.neg_policy == "fifo":
                 boost_update_cache(self.neg, pred, item, cfg.neg_capacity, fifo=True)
             else:
                 tda_update_cache(self.neg, pred, item, cfg.neg_capacity)

@@ -12,6 +12,7 @@ import torch
 from synthetic import as_tensors, make_stream
 
 from mstta import Engine, EngineConfig, get_method, replay
+from mstta.engine.families.cache import switches
 
 TEXT = torch.eye(3)  # C = 3 classes, d = 3
 SCALE, A, BETA = 10.0, 2.0, 5.0
@@ -140,5 +141,6 @@ def test_online_equals_replay(method):
 def test_the_boost_methods_are_registered_as_described():
     for name, shift_on in (("baseline+boost", False), ("ms-tta+boost", True)):
         m = get_method(name)
-        assert (m.cache, m.mean_shift, m.negative, m.boost) == (True, shift_on, False, True)
+        sw = switches(m)
+        assert (sw.cache, m.mean_shift, sw.negative, sw.boost) == (True, shift_on, False, True)
         assert m.title and m.summary

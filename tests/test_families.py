@@ -20,6 +20,7 @@ from mstta import Engine, EngineConfig, MultiEngine, UserError, get_method, list
 from mstta.engine.cache_runner import Streams
 from mstta.engine.config import FAMILY_SECTIONS
 from mstta.engine.families.base import CACHE, Method, StepOut
+from mstta.engine.families.cache import Switches
 
 
 # ---------------------------------------------------------------- a family written for the test
@@ -267,8 +268,7 @@ def test_replay_prints_a_rows_marks(tmp_path, capsys, monkeypatch):
         name="tda-marked",
         title="TDA (marked)",
         summary="",
-        cache=True,
-        negative=True,
+        settings=Switches(cache=True, negative=True),
         training_free=False,
         provenance="from the paper, not the authors' code",
     )

@@ -92,7 +92,7 @@ def test_every_registered_rows_protocol_is_built_from_its_family(name):
     assert predicts_from(name, confident, 1).startswith("predicts from the original image")
     text = describe(name, EngineConfig(), 64, "augmix", "photo")
     assert text.endswith("; text set photo")
-    own = m.augment is not None or m.boost  # rows whose authors' code reads views on every dataset
+    own = m.augment is not None or m.boosting_views  # rows whose authors' code reads views on every dataset
     assert ("reads 64 augmix views" in text) == own and ("reads 1 view (the original image)" in text) != own
     if not own:
         assert "predicts from the original image" in text

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mstta import UserError, get_method, list_methods
+from mstta.engine.families.cache import switches
 
 
 def test_paper_order_with_the_boost_readings():
@@ -34,10 +35,12 @@ def test_switches_follow_the_names():
     for m in list_methods():
         meth = get_method(m)
         assert meth.mean_shift == (m.endswith("+ms") or m.startswith("ms-tta"))
-        assert meth.boost == ("boost" in m)
-        assert meth.negative == m.startswith(("tda", "boostadapter"))
-        assert meth.cache == (meth.family == "cache" and m != "zero-shot")
-        assert meth.neg_policy == ("fifo" if m.startswith("boostadapter") else "entropy")
+        sw = switches(meth) if meth.family == "cache" else None
+        assert meth.boosting_views == ("boost" in m) == (sw is not None and sw.boost)
+        assert sw is None or sw.negative == m.startswith(("tda", "boostadapter"))
+        assert meth.keeps_cache == (meth.family == "cache" and m != "zero-shot") == (sw is not None and sw.cache)
+        assert sw is None or sw.neg_policy == ("fifo" if m.startswith("boostadapter") else "entropy")
+        assert meth.stateful == (m != "zero-shot" and not meth.episodic)
 
 
 def test_unknown_method_lists_the_choices():

@@ -56,7 +56,7 @@ def test_single_view_step_has_no_host_sync(method, bank_size, monkeypatch):
     np.testing.assert_allclose(online, ref, rtol=1e-4, atol=1e-3)
 
 
-@pytest.mark.parametrize("method", [m for m in CACHE_METHODS if not get_method(m).boost])
+@pytest.mark.parametrize("method", [m for m in CACHE_METHODS if not get_method(m).boosting_views])
 @pytest.mark.parametrize("mode", ["confident", "original"])
 def test_multi_view_step_has_no_host_sync(method, mode, monkeypatch):
     online, ref = _run(method, 8, EngineConfig(view_mode=mode, view_ratio=0.25, **CFG), monkeypatch)
@@ -75,7 +75,7 @@ def test_boosting_views_are_the_documented_exception(monkeypatch):
             engine.step(f[1])
 
 
-@pytest.mark.parametrize("method", [m for m in CACHE_METHODS if not get_method(m).boost])
+@pytest.mark.parametrize("method", [m for m in CACHE_METHODS if not get_method(m).boosting_views])
 def test_multi_engine_step_has_no_host_sync(method, monkeypatch):
     """Several streams, some skipping the step: still no Python number read from a tensor."""
     from mstta.engine.multi import MultiEngine

@@ -16,11 +16,15 @@ from helpers_data import make_fake_dataset
 from mstta.bench.config import load_dataset_config
 from mstta.bench.report import render_report
 from mstta.cli import main
+from mstta.engine.families.cache import switches
 from mstta.engine.methods import get_method, list_methods
 from mstta.engine.replay import replay
 from mstta.features.format import load_features, read_meta
 
-BOOSTING = {m for m in list_methods() if get_method(m).boost} | {"ms-tta+boost@original", "baseline+boost@original"}
+BOOSTING = {m for m in list_methods() if get_method(m).boosting_views} | {
+    "ms-tta+boost@original",
+    "baseline+boost@original",
+}
 OWN_CROPS = {m for m in list_methods() if get_method(m).views == "crop64"}  # ZERO, MTA: crops everywhere
 # DMN, TPT: crops on the ImageNet family, else AugMix; C-TPT (--I_augmix): AugMix everywhere
 TPT = {m for m in list_methods() if get_method(m).views in ("tpt32", "tpt64")}
@@ -204,7 +208,7 @@ def test_lambda_zero_is_the_clip_row_of_the_methods_own_path(synthetic, method):
     name, _, mode = method.partition("@")
     fs = load_features(r["features"])
     assert r["features"].endswith(
-        "crop-seed1.npz" if get_method(name).boost else "augmix-seed1.npz"
+        "crop-seed1.npz" if get_method(name).boosting_views else "augmix-seed1.npz"
     )  # --device cpu: PIL
     sets = ["views=10"] + ([f"view_mode={mode}"] if mode else [])
     ecfg = load_dataset_config("configs/imagenet_a.yaml", sets).engine
@@ -300,7 +304,8 @@ class _Clock:
 
 def _work(method: str) -> float:
     m = get_method(method)
-    return 0.01 + 0.1 * m.cache + 0.1 * m.mean_shift + 0.05 * m.negative + 0.2 * m.boost
+    sw = switches(m)
+    return 0.01 + 0.1 * sw.cache + 0.1 * m.mean_shift + 0.05 * sw.negative + 0.2 * sw.boost
 
 
 @pytest.mark.parametrize("order", [("zero-shot", "ms-tta", "tda"), ("tda", "ms-tta", "zero-shot")])

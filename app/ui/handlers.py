@@ -116,7 +116,7 @@ def method_info(method: str) -> tuple[str, dict[str, tuple[str, bool]]]:
     notes = {}
     for name, (_, whole, low, high) in CONTROLS.items():
         needs_cache = name in ("lam", "capacity")
-        used = m.cache if needs_cache else m.mean_shift
+        used = m.keeps_cache if needs_cache else m.mean_shift
         why = f"Unused: {m.title} keeps no cache" if needs_cache else f"Unused: {m.title} has no mean shift"
         notes[name] = (f"{'whole number, ' if whole else ''}{low:,g} to {high:,g}" if used else why, used)
     cost = f" [per frame: {m.cost}]" if m.cost else ""

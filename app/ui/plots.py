@@ -123,7 +123,7 @@ def cache_title(stream: StreamSession | None) -> str:
     if stream is None:
         return "Cache occupancy per class"
     title = stream.method.title
-    if not stream.method.cache:
+    if not stream.method.keeps_cache:
         return f"Cache occupancy per class: none, {title} keeps no cache"
     return f"{title} cache occupancy per class (Q = {stream.config.capacity})"
 

@@ -7,7 +7,7 @@ key, and `RunContext`, the state of one run (device, models, results file, per-d
 Protocol per method (issue 9): every method reads the views its own code reads. BoostAdapter
 builds crop views everywhere (`AugMixAugmenter(..., augmix=False)` in both `get_ood_preprocess`
 and `get_cross_dataset_preprocess`, taolinzhang/BoostAdapter utils.py:112-133), so every method
-with boosting (`Method.boost`) reads `crop` views; TDA builds AugMix views for ImageNet-A/V2/R/S
+with boosting (`Method.boosting_views`) reads `crop` views; TDA builds AugMix views for ImageNet-A/V2/R/S
 (kdiAAA/TDA utils.py:94-105 via `build_test_data_loader`) and the original image elsewhere, so the
 other methods read the dataset's `bench.augment` (augmix on OOD). `--augment` makes every method
 read one kind.

@@ -245,7 +245,7 @@ def describe_protocol(r: dict[str, Any]) -> str:
     many = views > 1 and method != "zero-shot"
     reads = (
         f"{views - 1} {augment} views + original"
-        if many and (get_method(method).boost or confident)
+        if many and (get_method(method).boosting_views or confident)
         else "original image"
     )
     source = "the confident views' mean" if many and confident else "the original image"

@@ -55,7 +55,7 @@ def steps_online(m: Method, cfg: EngineConfig) -> bool:
     """Whether replay steps this method and config sample by sample (`mstta.engine.replay`)."""
     fg = cfg.forget
     if m.family == CACHE:
-        return m.boost or fg.rule == "idle"
+        return m.boosting_views or fg.rule == "idle"
     return m.mean_shift or fg.active or not hasattr(get_family(m.family), "replay")
 
 
@@ -109,7 +109,7 @@ class Shared:
         n = len(labels)
         if arm == ORACLE:
             pieces, detected = stream.segments(), np.zeros(0, np.int64)
-        elif stale and m.family == CACHE and m.cache and len(stream.starts) > 1:
+        elif stale and m.keeps_cache and len(stream.starts) > 1:
             return online_stale(x, self.text, m, cfg, stream, labels)
         elif cfg.forget.resets and (m.family == CACHE or m.family not in LENGTH_AWARE):
             detected = self.cuts(key, x, cfg)
@@ -118,7 +118,7 @@ class Shared:
             return self.replayed(x, m, cfg, labels)
         parts = [self.replayed(x[a:b], m, cfg, labels[a:b]) for a, b in pieces]
         stale_out = np.full(n, np.nan)
-        if arm == ORACLE and m.cache and len(pieces) > 1:
+        if arm == ORACLE and m.keeps_cache and len(pieces) > 1:
             stale_out = np.zeros(n)
             stale_out[: pieces[0][1]] = np.nan
         return Outcome(np.concatenate([p.correct for p in parts]), stale_out, detected)

@@ -48,7 +48,7 @@ SHORT_ARMS: tuple[str, ...] = ("forget.rule=timeliness", "forget.detect=true")
 
 def stateful(m: Method) -> bool:
     """A method that carries state from one sample to the next (not zero-shot, not episodic)."""
-    return not m.episodic and (m.family != CACHE or m.cache)
+    return m.stateful
 
 
 def replayable(m: Method) -> bool:

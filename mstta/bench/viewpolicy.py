@@ -67,7 +67,7 @@ def view_spec(
     extraction)."""
     m = get_method(method)
     policy = VIEW_POLICIES[m.views][dataset_group(dataset)] if m.views is not None else DATASETS
-    kind = forced or policy.kind or m.augment or ("crop" if m.boost else dcfg.bench.augment)
+    kind = forced or policy.kind or m.augment or ("crop" if m.boosting_views else dcfg.bench.augment)
     users = views_set or ((dataset or "").startswith("imagefolder:") and not policy.users)
     store = dcfg.bench.views if users or policy.store is None else policy.store
     read = store if policy.read is None else min(policy.read, store)

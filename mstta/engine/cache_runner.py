@@ -1,6 +1,8 @@
 """The cache family's runner: the state of S independent streams and their step (Alg. 1), batched
 over streams, behind `Engine` (S = 1) and `MultiEngine` (S streams) of a cache-family method; the
-sibling of `family_runner.FamilyStreams` under `runner.Runner`.
+sibling of `family_runner.FamilyStreams` under `runner.Runner`. Like a family's functions, it reads
+its family's own `Params` (`EngineConfig.family_params("cache")`) and its row's `Switches`
+(`mstta.engine.families.cache`), never the family's keys off the whole config.
 
 The whole state (bank, caches, a sample counter per stream) lives on the device and a step never
 waits on the host (no `.item()`, no branch on a tensor's value; BoostAdapter's per-view cache
@@ -26,7 +28,8 @@ from .cache import UNBOUNDED_START, Bank, Cache
 from .cache_rules import entropy_gate_t
 from .config import EngineConfig
 from .families import view_aggregator
-from .families.base import Method
+from .families.base import CACHE, Method
+from .families.cache import switches
 from .forget import Drift, drift_step_t, periodic_reset_t
 from .runner import Runner
 
@@ -36,7 +39,10 @@ RECORDS = ("bank", "pos", "neg", "drift")  # drift: the scene-cut detector (forg
 
 
 class Streams(Runner):
-    """S streams of one cache-family method and config over one text classifier, stepped together."""
+    """S streams of one cache-family method and config over one text classifier, stepped together:
+    `p`, the family's `Params` (taken from the config once, here), and `sw`, the row's `Switches`,
+    choose and weigh the parts of the step; the config gives the runner's own settings (views, bank,
+    mean shift, logit scale, forget)."""
 
     def __init__(
         self,
@@ -49,10 +55,12 @@ class Streams(Runner):
         stream_length: int | None = None,  # other families' schedules; the cache family needs none
     ):
         super().__init__(text, method, config, device, streams)
+        self.p = self.config.family_params(CACHE)  # the family's hyperparameters, read once
+        self.sw = switches(method)  # the parts of the step this row runs
         can_graph = (
             self.device.type == "cuda"
             and self.config.bank_size is not None
-            and not self.method.boost
+            and not self.sw.boost
             and self.config.view_mode in ("confident", "original")
         )  # a family's view mode syncs
         if cuda_graph and not can_graph:
@@ -77,16 +85,16 @@ class Streams(Runner):
             return
         cfg, C, d, dev, m, S = self.config, self.num_classes, self.dim, self.device, self.method, self.streams
         rows = (cfg.bank_size if cfg.bank_size is not None else UNBOUNDED_START) if m.mean_shift else 0
-        q = cfg.capacity if m.cache else 0
-        qn = cfg.neg_capacity if m.negative else 0
+        q = self.p.capacity if self.sw.cache else 0
+        qn = self.p.neg_capacity if self.sw.negative else 0
         self._check_memory(rows, q, qn)
         self.graphs: dict[int, Any] = {}
         self.seen = np.zeros(S, dtype=np.int64)  # samples seen, on the host
         self.clock = torch.zeros(S, dtype=torch.long, device=dev)  # the same, on the device
         self.bank = Bank.empty(S, rows, d, getattr(torch, cfg.bank_dtype), dev) if m.mean_shift else None
         idle = cfg.forget.rule == "idle"
-        self.pos = Cache.empty(S, C, q, d, dev, values=False, used=idle) if m.cache else None
-        self.neg = Cache.empty(S, C, qn, d, dev, values=True, used=idle) if m.negative else None
+        self.pos = Cache.empty(S, C, q, d, dev, values=False, used=idle) if self.sw.cache else None
+        self.neg = Cache.empty(S, C, qn, d, dev, values=True, used=idle) if self.sw.negative else None
         self.drift = Drift.empty(S, d, dev, cfg.forget) if cfg.forget.detect else None
         self.last_cut = torch.zeros(S, dtype=torch.bool, device=dev)  # the last step's resets (forget)
 
@@ -181,46 +189,48 @@ class Streams(Runner):
     def _step(self, x: torch.Tensor, ok: torch.Tensor | None, rows: tuple[int, bool]):
         """The step on the device state, Alg. 1. `rows` = (bank rows searched, masked or not):
         eager, the filled prefix; under a CUDA graph, every row with the empty ones masked."""
-        cfg, m = self.config, self.method
+        cfg, p, sw, shifts = self.config, self.p, self.sw, self.method.mean_shift
         if cfg.forget.active:
             self._forget(x, ok, rows[0])
         aggregate = view_aggregator(cfg.view_mode, getattr(cfg, cfg.view_mode, None))
         f, clip, h, probs = Fn.form_queries(x, self.text, cfg.logit_scale, cfg.view_mode, cfg.view_ratio, aggregate)
-        if not m.cache:
+        if not sw.cache:
             self.clock += 1 if ok is None else ok
             return clip, clip, h, f
-        q = self._shift(f.unsqueeze(1), rows).squeeze(1) if m.mean_shift else f
-        boost = select_views(x, self.text, cfg.logit_scale, cfg.view_ratio) if m.boost else None
-        if boost is not None and m.mean_shift:
+        q = self._shift(f.unsqueeze(1), rows).squeeze(1) if shifts else f
+        boost = select_views(x, self.text, cfg.logit_scale, cfg.view_ratio) if sw.boost else None
+        if boost is not None and shifts:
             boost = (self._shift(boost[0], rows), *boost[1:])
-        if m.mean_shift:
+        if shifts:
             self._grow_if_full()
             self.bank.append(f, self.clock, cfg.bank_size is not None, ok)
-        p = clip.argmax(-1)
-        fg = cfg.forget
+        self._insert(clip.argmax(-1), h, q, probs, ok)
+        pos = self.pos.logits(q, p.beta, p.kernel, p.cache_alpha, self.clock, ok)
+        if boost is not None:
+            pos = boosted_logits(q, pos, self.pos, *boost, self._stepping(ok), p.delta, p.beta, p.kernel, p.cache_alpha)
+        neg = self.neg.logits(q, p.neg_beta, "exp", p.neg_alpha, self.clock, ok) if sw.negative else None
+        self.clock += 1 if ok is None else ok
+        return Fn.final_logits(clip, pos, neg, p.lam), clip, h, q
+
+    def _insert(self, label, h, q, probs, ok: torch.Tensor | None) -> None:
+        """The cache updates before any cache logits are read (Alg. 1): the positive cache, TDA's negative one
+        (its entropy gate and its mask of the probabilities); forget's timeliness weights where set."""
+        p, fg = self.p, self.config.forget
         tl = (fg.steps, fg.weight) if fg.rule == "timeliness" else None
-        self.pos.insert(p, h, q, self.clock, Fn.log_weight(cfg.cache_alpha, cfg.beta), ok=ok, timeliness=tl)
-        if m.negative:
-            gate = entropy_gate_t(h, self.num_classes, cfg.neg_entropy_lower, cfg.neg_entropy_upper)
+        self.pos.insert(label, h, q, self.clock, Fn.log_weight(p.cache_alpha, p.beta), ok=ok, timeliness=tl)
+        if self.sw.negative:
+            gate = entropy_gate_t(h, self.num_classes, p.neg_entropy_lower, p.neg_entropy_upper)
             self.neg.insert(
-                p,
+                label,
                 h,
                 q,
                 self.clock,
-                Fn.log_weight(cfg.neg_alpha, cfg.neg_beta),
-                m.neg_policy == "fifo",
+                Fn.log_weight(p.neg_alpha, p.neg_beta),
+                self.sw.neg_policy == "fifo",
                 gate if ok is None else gate & ok,
-                Fn.negative_mask(probs, cfg.neg_mask_lower, cfg.neg_mask_upper),
+                Fn.negative_mask(probs, p.neg_mask_lower, p.neg_mask_upper),
                 tl,
             )
-        pos = self.pos.logits(q, cfg.beta, cfg.kernel, cfg.cache_alpha, self.clock, ok)
-        if boost is not None:
-            pos = boosted_logits(
-                q, pos, self.pos, *boost, self._stepping(ok), cfg.delta, cfg.beta, cfg.kernel, cfg.cache_alpha
-            )
-        neg = self.neg.logits(q, cfg.neg_beta, "exp", cfg.neg_alpha, self.clock, ok) if m.negative else None
-        self.clock += 1 if ok is None else ok
-        return Fn.final_logits(clip, pos, neg, cfg.lam), clip, h, q
 
     def _forget(self, x: torch.Tensor, ok: torch.Tensor | None, rows: int) -> None:
         """The forget section's resets and expiries before the step (`mstta.engine.forget`), on the device:

@@ -103,7 +103,7 @@ class EngineConfig:
         _int(self, "ms_steps", 1, MAX_MS_STEPS)
         if self.bank_size is not None:
             _int(self, "bank_size", 1, MAX_BANK_SIZE, " or none (unbounded)")
-        self.family_params(CACHE)  # the cache family's keys, checked by its Params
+        CacheParams(**{f.name: getattr(self, f.name) for f in fields(CacheParams)})  # the cache family's keys
         _num(self, "logit_scale", MIN_LOGIT_SCALE, MAX_WEIGHT)
         _check(self.view_mode in VIEW_MODES, "view_mode", self.view_mode, f"one of {', '.join(VIEW_MODES)}")
         _num(self, "view_ratio", 0.0, 1.0, low_open=True)
@@ -120,9 +120,10 @@ class EngineConfig:
 
     def family_params(self, family: str):
         """A family's own `Params` (the runner passes them, with `logit_scale`, to the family's
-        functions: never the whole config): the cache family's top-level keys as its `Params`, another
-        family's section (its `Params`' defaults where this config has no such section)."""
+        functions: never the whole config; the cache family's runner takes its own once): the cache
+        family's top-level keys as its `Params`, another family's section (its `Params`' defaults where
+        this config has no such section); as they are now, checked when this config was built."""
         if family == CACHE:
-            return CacheParams(**{f.name: getattr(self, f.name) for f in fields(CacheParams)})
+            return CacheParams.read(self)
         section = getattr(self, family, None)
         return section if section is not None else FAMILIES[family].Params()

@@ -29,7 +29,7 @@ def _row(method: str | Method) -> Method:
 def views_read(method: str | Method, cfg: EngineConfig, views: int) -> int:
     """How many of a sample's `views` the row reads (1 = the original image alone)."""
     m = _row(method)
-    if views <= 1 or (m.augment is None and not m.boost and cfg.view_mode == "original"):
+    if views <= 1 or (m.augment is None and not m.boosting_views and cfg.view_mode == "original"):
         return 1
     return views
 
@@ -39,7 +39,7 @@ def selection(method: str | Method, cfg: EngineConfig) -> tuple[str, float] | No
     (a family's `SELECTION`: the key of its `Params`; the cache family's `view_ratio`)."""
     m = _row(method)
     if m.family == CACHE:
-        return ("view_ratio", cfg.view_ratio) if m.boost or cfg.view_mode == "confident" else None
+        return ("view_ratio", cfg.view_ratio) if m.boosting_views or cfg.view_mode == "confident" else None
     key = getattr(get_family(m.family), "SELECTION", None)
     return None if key is None else (f"{m.family}.{key}", getattr(getattr(cfg, m.family), key))
 
@@ -68,7 +68,7 @@ def predicts_from(method: str | Method, cfg: EngineConfig, views: int) -> str:
     kept = _kept(m, cfg, v)
     fam = None if m.family == CACHE else get_family(m.family)
     text = _query(cfg, v) if fam is None else getattr(fam, "PREDICTS", UNSTATED).format(kept=kept, views=v)
-    if m.boost:
+    if m.boosting_views:
         text += f"; its {kept} lowest-entropy views boost a throw-away cache"
     return f"predicts from {text}"
 

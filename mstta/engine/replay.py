@@ -28,6 +28,7 @@ from .config import EngineConfig
 from .engine import Engine
 from .families import get_family, view_aggregator
 from .families.base import CACHE
+from .families.cache import switches
 from .family_runner import check_family_memory, check_text_tower
 from .forget import stream_cuts, timeliness_slot
 from .methods import Method, get_method
@@ -76,7 +77,7 @@ def replay(
     dev = torch.device(device) if device is not None else torch.as_tensor(text).device
     feats = _as_views(features)
     warn_few_views(m, cfg, feats.shape[1])
-    if cfg.view_mode == "original" and not m.boost and m.augment is None:
+    if cfg.view_mode == "original" and not m.boosting_views and m.augment is None:
         feats = feats[:, :1]  # only view 0 is ever read: same predictions, V times less memory
     feats = feats.to(dev)  # kept in its stored dtype; converted to float32 per chunk
     t0 = time.perf_counter()
@@ -87,7 +88,7 @@ def replay(
         if m.family != CACHE:  # another family: its own replay, or its step sample by sample
             *res, cuts = _replay_family(feats, text, m, cfg, dev, online or cfg.forget.active, text_tower)
             out = [_summarise(*res, keep_probs)]
-        elif online or m.boost:  # the engine's step: small ops, one thread (mstta.threads)
+        elif online or m.boosting_views:  # the engine's step: small ops, one thread (mstta.threads)
             logits, clip, ent, cuts = _replay_online(feats, text, m, cfg, dev)
             out = [_summarise(logits, clip, ent, None, keep_probs)]
         else:  # independent row chunks on the pool's one-thread workers (mstta.threads)
@@ -204,10 +205,12 @@ def _queries(feats: torch.Tensor, text: torch.Tensor, cfg: EngineConfig, chunk: 
 
 
 def _replay_vectorised(feats, text, m, cfg, chunk, keep_probs=False):
-    """Per chunk of samples, `_summarise`'s tensors."""
+    """Per chunk of samples, `_summarise`'s tensors: the cache family's row `m` (its switches), with
+    the family's `Params` and the runner's settings of `cfg`."""
     spans, parts = _queries(feats, text, cfg, chunk)
     f, ent, lab = (torch.cat([p[i] for p in parts]) for i in (0, 2, 4))
-    if not m.cache:
+    sw, cp = switches(m), cfg.family_params(CACHE)
+    if not sw.cache:
         return map_chunks(lambda p: _summarise(p[1], p[1], p[2], None, keep_probs), parts, feats.device)
     C = text.shape[0]
     q = _shift_all(f, cfg, chunk) if m.mean_shift else f
@@ -215,22 +218,22 @@ def _replay_vectorised(feats, text, m, cfg, chunk, keep_probs=False):
     h = ent.cpu().numpy().astype(np.float64)
 
     tl = (cfg.forget.steps, cfg.forget.weight) if cfg.forget.rule == "timeliness" else None
-    end = _intervals(labels, h, cfg.capacity, C, "entropy", None, tl)
-    weights = lambda qq, kk, bias: Fn.cache_weights(qq, kk, bias, cfg.beta, cfg.kernel, cfg.cache_alpha)
-    pos = _Entries(end, lab, weights, Fn.log_weight(cfg.cache_alpha, cfg.beta), None)
+    end = _intervals(labels, h, cp.capacity, C, "entropy", None, tl)
+    weights = lambda qq, kk, bias: Fn.cache_weights(qq, kk, bias, cp.beta, cp.kernel, cp.cache_alpha)
+    pos = _Entries(end, lab, weights, Fn.log_weight(cp.cache_alpha, cp.beta), None)
     neg = None
-    if m.negative:
-        gate = [entropy_gate(v, C, cfg.neg_entropy_lower, cfg.neg_entropy_upper) for v in h.tolist()]
-        nend = _intervals(labels, h, cfg.neg_capacity, C, m.neg_policy, gate, tl)
-        values = torch.cat([Fn.negative_mask(p[3], cfg.neg_mask_lower, cfg.neg_mask_upper) for p in parts])
-        nweights = lambda qq, kk, bias: Fn.cache_weights(qq, kk, bias, cfg.neg_beta, "exp", cfg.neg_alpha)
-        neg = _Entries(nend, lab, nweights, Fn.log_weight(cfg.neg_alpha, cfg.neg_beta), values)
+    if sw.negative:
+        gate = [entropy_gate(v, C, cp.neg_entropy_lower, cp.neg_entropy_upper) for v in h.tolist()]
+        nend = _intervals(labels, h, cp.neg_capacity, C, sw.neg_policy, gate, tl)
+        values = torch.cat([Fn.negative_mask(p[3], cp.neg_mask_lower, cp.neg_mask_upper) for p in parts])
+        nweights = lambda qq, kk, bias: Fn.cache_weights(qq, kk, bias, cp.neg_beta, "exp", cp.neg_alpha)
+        neg = _Entries(nend, lab, nweights, Fn.log_weight(cp.neg_alpha, cp.neg_beta), values)
 
     def run(i):
         (a, b), clip = spans[i], parts[i][1]
         pos_logits = pos.logits(q, a, b, C)
         neg_logits = None if neg is None else neg.logits(q, a, b, C)
-        return _summarise(Fn.final_logits(clip, pos_logits, neg_logits, cfg.lam), clip, ent[a:b], None, keep_probs)
+        return _summarise(Fn.final_logits(clip, pos_logits, neg_logits, cp.lam), clip, ent[a:b], None, keep_probs)
 
     return map_chunks(run, range(len(spans)), q.device)
 

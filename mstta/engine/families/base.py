@@ -4,16 +4,23 @@ and the interface of a family module (`Family`, checked by `check_family`).
 A family is a module; every one declares
 
     NAME                                     its key (`Method.family` of its rows)
-    METHODS                                  its registry rows, `Method(family=NAME, ...)`
+    METHODS                                  its registry rows, `Method(family=NAME, ...)`; a row's
+                                             fixed settings of the family's own (which parts it runs)
+                                             are `Method(settings=...)`, a frozen `RowSettings`
+                                             subclass of the family's, read by its runner alone;
+                                             callers ask `Method.stateful`, `keeps_cache`,
+                                             `boosting_views`, which those settings answer
     Params                                   its hyperparameters: a dataclass, `EngineConfig.<NAME>`
                                              (the cache family's: EngineConfig's top-level keys),
-                                             every value checked in `__post_init__` (mstta.checks)
+                                             every value checked in `__post_init__` (mstta.checks);
+                                             `EngineConfig.family_params(NAME)` gives them
     state_bytes(C, d, p) -> int              one stream's state bytes, checked before anything is allocated
 
-and, run by the family runner (`mstta.engine.family_runner`; the cache family has its own, vectorised
-runner, `mstta.engine.cache_runner.Streams`), pure functions over an explicit state (a dict of
-tensors, one stream's), each given the family's own `Params` p and CLIP's `logit_scale`, never the
-whole config:
+and, run by the family runner (`mstta.engine.family_runner`), pure functions over an explicit state
+(a dict of tensors, one stream's), each given the family's own `Params` p and CLIP's `logit_scale`,
+never the whole config (the cache family brings its own vectorised runner instead,
+`mstta.engine.cache_runner.Streams`, which likewise reads its `Params` and its rows' settings, and
+only the runner's own settings of `EngineConfig`: views, bank, mean shift, logit scale, forget):
 
     init(text, p, logit_scale, length) -> state
                                              one stream's state on text's device and dtype;
@@ -70,6 +77,29 @@ CACHE = "cache"  # the family of the positive/negative cache methods (baseline, 
 
 
 @dataclass(frozen=True)
+class RowSettings:
+    """A family's fixed settings of one registry row (`Method.settings`), read by its runner alone. A
+    family with some subclasses this (a frozen dataclass: the cache family's `families.cache.Switches`)
+    and overrides the answers below, which callers read through `Method`'s properties of the same
+    names: they never read a family's settings themselves."""
+
+    @property
+    def stateful(self) -> bool:
+        """The row carries state from one sample to the next (unless it is episodic)."""
+        return True
+
+    @property
+    def keeps_cache(self) -> bool:
+        """The row keeps the positive cache that `Engine.cache_fill` reads (the cache family's records)."""
+        return False
+
+    @property
+    def boosting_views(self) -> bool:
+        """The row reads BoostAdapter's boosting views (crops on every dataset)."""
+        return False
+
+
+@dataclass(frozen=True)
 class Method:
     """A registry row: what a method is and which family runs it. Callers never branch on it:
     `Engine(text, method)` picks the family's runner."""
@@ -78,11 +108,9 @@ class Method:
     title: str  # human title, as the reports and the demo print it
     summary: str  # one line: what the method is
     family: str = CACHE  # the module under mstta.engine.families that runs it (cache: mstta.engine.cache_runner)
-    cache: bool = False  # positive cache of low-entropy samples (§3.1)
+    settings: RowSettings = RowSettings()  # its family's fixed settings of this row, read by that family's
+    # runner alone (the cache family's: which of its parts the row runs, `families.cache.Switches`)
     mean_shift: bool = False  # kNN mean shift toward the earlier samples' raw features (§4.1; the +ms rows)
-    negative: bool = False  # TDA's negative cache
-    boost: bool = False  # BoostAdapter's throw-away boosted cache from the lowest-entropy views
-    neg_policy: str = "entropy"  # negative-cache replacement: "entropy" (TDA) or "fifo" (BoostAdapter)
     training_free: bool = True  # False: the method takes an optimiser step (DPE), marked in every output
     provenance: str = "authors' code"  # where its semantics come from, printed beside its rows
     episodic: bool = False  # no state carried from one sample to the next (ZERO, MTA)
@@ -95,6 +123,22 @@ class Method:
     # None = `augment` (else the dataset's `bench.augment`) with the dataset's `bench.views`
 
     cost: str | None = None  # a slow method's cost per sample, as the demo's method list shows it
+
+    @property
+    def stateful(self) -> bool:
+        """Whether it carries state from one sample to the next (not episodic, not zero-shot)."""
+        return not self.episodic and self.settings.stateful
+
+    @property
+    def keeps_cache(self) -> bool:
+        """Whether it keeps the positive cache that `Engine.cache_fill`/`cache_times` show ([C, capacity])."""
+        return self.settings.keeps_cache
+
+    @property
+    def boosting_views(self) -> bool:
+        """Whether it reads BoostAdapter's boosting views: crops on every dataset, its `view_ratio` most
+        confident of them boosting a throw-away cache (replayed online, never a CUDA graph)."""
+        return self.settings.boosting_views
 
     @property
     def marks(self) -> list[str]:

@@ -1,82 +1,124 @@
 """The paper's cache family: the §3.1 training-free cache baseline, TDA, BoostAdapter, MS-TTA and
-their combinations, as switches on one step (`Method.cache`, `mean_shift`, `negative`, `boost`,
-`neg_policy`). Its registry rows and its hyperparameters live here, as every family's do; its step
-is its own vectorised runner, `mstta.engine.cache_runner.Streams` (Alg. 1: state on the device, a
-CUDA graph on GPU), not pure functions run by the family runner.
+their combinations, as parts of one step that each row turns on: its `Switches` (`cache`,
+`negative`, `boost`, `neg_policy`; `Method(settings=Switches(...))`) and the generic
+`Method.mean_shift`. Its registry rows and its hyperparameters live here, as every family's do; its
+step is its own vectorised runner, `mstta.engine.cache_runner.Streams` (Alg. 1: state on the device,
+a CUDA graph on GPU), not pure functions run by the family runner. That runner and the family's
+replay (`mstta.engine.replay`) are the only readers of the switches (`switches(row)`); every other
+caller asks the row (`Method.stateful`, `keeps_cache`, `boosting_views`, which `Switches` answers).
 
 Its `Params` are the top-level keys of `EngineConfig` (`engine: {capacity: 3, ...}` in a dataset
 YAML, `--set lam=2`), as they were before the other families came: `EngineConfig.family_params("cache")`
-gives them as this dataclass, and `EngineConfig` checks them through it.
+gives them as this dataclass (the runner takes them once, at construction), and `EngineConfig`
+checks them through it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 from ...checks import MAX_WEIGHT, check, check_int, check_num
-from .base import CACHE, Method
+from ...errors import UserError
+from .base import CACHE, Method, RowSettings
 
 NAME = CACHE
+NEG_POLICIES = ("entropy", "fifo")
+
+
+@dataclass(frozen=True)
+class Switches(RowSettings):
+    """Which parts of the step a row runs (`Method.settings` of the cache family's rows; all off: zero-shot)."""
+
+    cache: bool = False  # positive cache of low-entropy samples (§3.1)
+    negative: bool = False  # TDA's negative cache
+    boost: bool = False  # BoostAdapter's throw-away boosted cache from the lowest-entropy views
+    neg_policy: str = "entropy"  # negative-cache replacement: "entropy" (TDA) or "fifo" (BoostAdapter)
+
+    def __post_init__(self) -> None:
+        check(self.neg_policy in NEG_POLICIES, "neg_policy", self.neg_policy, f"one of {', '.join(NEG_POLICIES)}")
+
+    @property
+    def stateful(self) -> bool:
+        """Without the positive cache nothing is kept (the bank and the other caches feed on it)."""
+        return self.cache
+
+    @property
+    def keeps_cache(self) -> bool:
+        return self.cache
+
+    @property
+    def boosting_views(self) -> bool:
+        return self.boost
+
+
+def switches(row: Method) -> Switches:
+    """A cache-family row's switches; a row without them is refused (zero-shot's are `Switches()`)."""
+    if not isinstance(row.settings, Switches):
+        raise UserError(
+            f"method {row.name!r} of the cache family has no switches: give it "
+            "settings=mstta.engine.families.cache.Switches(...) (all off = zero-shot)"
+        )
+    return row.settings
+
 
 # The paper's order: its main tables (CLIP, TDA, BoostAdapter, MS-TTA), then the ablation against
 # the §3.1 baseline, then the plug-in tables (TDA + MS, BoostAdapter + MS). The `+boost` methods
 # (issue 9) are MS-TTA and its baseline run on BoostAdapter's pipeline: the paper's other reading.
 METHODS: tuple[Method, ...] = (
-    Method(name="zero-shot", title="CLIP (zero-shot)", summary="CLIP zero-shot logits, no adaptation (Eq. 1)"),
-    Method(name="tda", title="TDA", cache=True, negative=True, summary="TDA: positive + negative caches"),
+    Method(
+        name="zero-shot",
+        title="CLIP (zero-shot)",
+        settings=Switches(),
+        summary="CLIP zero-shot logits, no adaptation (Eq. 1)",
+    ),
+    Method(
+        name="tda", title="TDA", settings=Switches(cache=True, negative=True), summary="TDA: positive + negative caches"
+    ),
     Method(
         name="boostadapter",
         title="BoostAdapter",
-        cache=True,
-        negative=True,
-        boost=True,
-        neg_policy="fifo",
+        settings=Switches(cache=True, negative=True, boost=True, neg_policy="fifo"),
         summary="BoostAdapter: TDA's caches + the lowest-entropy views in a throw-away boosted cache",
     ),
     Method(
         name="ms-tta",
         title="MS-TTA",
-        cache=True,
         mean_shift=True,
+        settings=Switches(cache=True),
         summary="MS-TTA: kNN mean shift + a cache of shifted embeddings (Alg. 1), on TDA's views",
     ),
     Method(
         name="ms-tta+boost",
         title="MS-TTA + boost",
-        cache=True,
         mean_shift=True,
-        boost=True,
+        settings=Switches(cache=True, boost=True),
         summary="MS-TTA on BoostAdapter's pipeline: shifted keys, queries and boosting views",
     ),
     Method(
         name="baseline",
         title="Baseline (cache)",
-        cache=True,
+        settings=Switches(cache=True),
         summary="the paper's training-free cache baseline: one positive cache (§3.1)",
     ),
     Method(
         name="baseline+boost",
         title="Baseline + boost",
-        cache=True,
-        boost=True,
+        settings=Switches(cache=True, boost=True),
         summary="the §3.1 baseline with BoostAdapter's boosting views",
     ),
     Method(
         name="tda+ms",
         title="TDA + MS",
-        cache=True,
         mean_shift=True,
-        negative=True,
+        settings=Switches(cache=True, negative=True),
         summary="TDA with mean-shifted keys and queries (plug-in)",
     ),
     Method(
         name="boostadapter+ms",
         title="BoostAdapter + MS",
-        cache=True,
         mean_shift=True,
-        negative=True,
-        boost=True,
-        neg_policy="fifo",
+        settings=Switches(cache=True, negative=True, boost=True, neg_policy="fifo"),
         summary="BoostAdapter with mean-shifted keys and queries (plug-in)",
     ),
 )
@@ -128,6 +170,14 @@ class Params:
             f"below neg_mask_upper ({self.neg_mask_upper})",
         )
         check_int(self, "delta", 0, MAX_CAPACITY)
+
+    @classmethod
+    def read(cls, source: Any) -> Params:
+        """These keys as `source` holds them now (EngineConfig's top-level keys, checked when it was
+        built): not checked again, as another family's section is not when a caller changes it."""
+        p = object.__new__(cls)
+        p.__dict__.update({f.name: getattr(source, f.name) for f in fields(cls)})
+        return p
 
 
 def state_bytes(C: int, d: int, p: Params) -> int:
