@@ -34,7 +34,6 @@ from . import streammetrics as SM
 from .streamorders import Stream
 
 ORACLE = "oracle"
-LENGTH_AWARE = ("onzeta",)  # families whose `init` reads the stream's length (onzeta.py: its schedule's n)
 
 
 @dataclass
@@ -111,7 +110,7 @@ class Shared:
             pieces, detected = stream.segments(), np.zeros(0, np.int64)
         elif stale and m.keeps_cache and len(stream.starts) > 1:
             return online_stale(x, self.text, m, cfg, stream, labels)
-        elif cfg.forget.resets and (m.family == CACHE or m.family not in LENGTH_AWARE):
+        elif cfg.forget.resets and not reads_length(m):
             detected = self.cuts(key, x, cfg)
             pieces, cfg = _pieces(detected.tolist(), n), without_resets(cfg)
         else:
@@ -152,7 +151,13 @@ def derivable(m: Method, arm: str, cfg: EngineConfig) -> bool:
     reading from the longer stream: it steps online (the vectorised paths are cheap) and its family
     does not read the stream's length."""
     online = steps_online(m, without_resets(cfg) if (cfg.forget.resets or arm == ORACLE) else cfg)
-    return online and m.family not in LENGTH_AWARE
+    return online and not reads_length(m)
+
+
+def reads_length(m: Method) -> bool:
+    """Its family's `init` reads the stream's length (`READS_LENGTH`, OnZeta's schedule): a piece of the
+    stream, or its prefix, is not the same run."""
+    return m.family != CACHE and getattr(get_family(m.family), "READS_LENGTH", False)
 
 
 def is_prefix(short: Stream, long: Stream) -> bool:

@@ -60,6 +60,8 @@ Optional:
                                              entropies; under a slot rule the runner adds the slot
                                              clocks (`mstta.engine.slot_forget.ages`) and the rule as
                                              `state[slot_forget.RULE_KEY]` (never saved); its step applies it
+    READS_LENGTH = True                      its `init` reads the stream's length (OnZeta's schedule), so
+                                             a piece of a stream is not the same run as the whole
 """
 
 from __future__ import annotations

@@ -60,6 +60,7 @@ DATASET_PARAMS: dict[str, dict] = {}
 MIN_TEMPERATURE = 1e-6  # tau_t, tau_i: the official 0.01, 0.04; cosines / tau stay far inside float32
 MAX_TEMPERATURE = 1e3
 MAX_RATE = 1e6  # cw, cr, alpha: the official 0.5, 20, 1
+READS_LENGTH = True  # `init`'s schedule reads n, the stream's length (families.base)
 MAX_HORIZON = 2**40  # samples; a schedule's length, never allocated
 
 
