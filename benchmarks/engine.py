@@ -363,18 +363,8 @@ def part_methods(args, device) -> dict:
             try:
                 engine = Engine(text.to(device), name, cfg)
                 x = feats[: args.methods_steps + 5].to(device)
-                for i in range(5):
-                    engine.step(x[i])
-                _sync(device)
-                t0, done = time.perf_counter(), 0
-                for row_x in x[5:]:  # at most --methods-steps steps or --method-seconds, whichever first
-                    res = engine.step(row_x)
-                    done += 1
-                    if time.perf_counter() - t0 > args.method_seconds:
-                        break
-                _ = res.prediction
-                _sync(device)
-                online = done / (time.perf_counter() - t0)
+                done, wall, _ = _timed_steps(engine, x, 5, args.method_seconds, device)
+                online = done / wall
                 n = min(
                     args.methods_n, max(20, int(online * args.method_seconds * 2))
                 )  # a slow method replays a prefix
@@ -389,6 +379,23 @@ def part_methods(args, device) -> dict:
             except UserError as exc:
                 row[f"views_{views}"] = {"refused": str(exc)}
     return out
+
+
+def _timed_steps(engine, x: torch.Tensor, warm: int, seconds: float, device: torch.device):
+    """`warm` untimed steps, then `Engine.step()` over the rest of x until it ends or `seconds` pass,
+    whichever first -> (steps timed, wall seconds, `_clock` seconds) of the timed steps."""
+    for i in range(warm):
+        engine.step(x[i])
+    _sync(device)
+    t0, c0, done = time.perf_counter(), _clock(device), 0
+    for row_x in x[warm:]:
+        res = engine.step(row_x)
+        done += 1
+        if time.perf_counter() - t0 > seconds:
+            break
+    _ = res.prediction
+    _sync(device)
+    return done, time.perf_counter() - t0, _clock(device) - c0
 
 
 def _clock(device: torch.device) -> float:
@@ -429,18 +436,8 @@ def tower_rates(args, device, name: str, views: int, cfg) -> dict:
         )
         engine = Engine(text, name, cfg, text_tower=tower)
         x = x.to(device)
-        for i in range(2):
-            engine.step(x[i])
-        _sync(device)
-        t0, c0, done = time.perf_counter(), _clock(device), 0
-        for row_x in x[2:]:
-            res = engine.step(row_x)
-            done += 1
-            if time.perf_counter() - t0 > args.method_seconds:
-                break
-        _ = res.prediction
-        _sync(device)
-        per, clocked = (time.perf_counter() - t0) / done, (_clock(device) - c0) / done
+        done, wall, clock = _timed_steps(engine, x, 2, args.method_seconds, device)
+        per, clocked = wall / done, clock / done
         share = _tower_seconds(tower, device, max(1, min(done, 20))) / clocked
         c0 = time.process_time()
         r = replay(x[2 : 2 + done], text, name, cfg, device=device, text_tower=tower)
