@@ -598,6 +598,31 @@ def make_screenshot(
     return out
 
 
+def upload(url: str, name: str, data: bytes) -> str:
+    """POST a file to Gradio's upload route as a client would (the local test server); returns its server path."""
+    import json
+    import urllib.request
+    import uuid
+
+    boundary = uuid.uuid4().hex
+    body = (
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="files"; filename="{name}"\r\n'
+            "Content-Type: application/octet-stream\r\n\r\n"
+        ).encode()
+        + data
+        + f"\r\n--{boundary}--\r\n".encode()
+    )
+    req = urllib.request.Request(
+        f"{url}gradio_api/upload",
+        data=body,
+        method="POST",
+        headers={"Content-Type": f"multipart/form-data; boundary={boundary}"},
+    )
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.loads(r.read())[0]
+
+
 if __name__ == "__main__":
     import argparse
 

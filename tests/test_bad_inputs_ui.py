@@ -23,7 +23,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from helpers_ui import LABELS, SETTINGS, UIProcess
+from helpers_ui import LABELS, SETTINGS, UIProcess, upload
 from helpers_video import write_labels
 
 pytestmark = pytest.mark.slow
@@ -69,27 +69,6 @@ def small_png(width: int = 96, height: int = 64) -> bytes:
 
 
 # ---------------------------------------------------------------------------- raw HTTP
-def upload(url: str, name: str, data: bytes) -> str:
-    """POST a file to Gradio's upload route; returns its server path."""
-    boundary = uuid.uuid4().hex
-    body = (
-        (
-            f'--{boundary}\r\nContent-Disposition: form-data; name="files"; filename="{name}"\r\n'
-            "Content-Type: application/octet-stream\r\n\r\n"
-        ).encode()
-        + data
-        + f"\r\n--{boundary}--\r\n".encode()
-    )
-    req = urllib.request.Request(
-        f"{url}gradio_api/upload",
-        data=body,
-        method="POST",
-        headers={"Content-Type": f"multipart/form-data; boundary={boundary}"},
-    )
-    with urllib.request.urlopen(req, timeout=60) as r:
-        return json.loads(r.read())[0]
-
-
 def file_data(path: str, name: str) -> dict:
     return {"path": path, "orig_name": name, "meta": {"_type": "gradio.FileData"}}
 

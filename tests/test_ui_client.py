@@ -27,6 +27,7 @@ from helpers_ui import (
     named,
     series_points,
     settings_args,
+    upload,
     video_args,
     write_truth,
 )
@@ -186,24 +187,6 @@ def test_a_method_not_among_the_choices_is_refused_in_one_line(app_url):
         )
 
 
-def _upload(url: str, name: str, data: bytes) -> str:
-    """POST a file to Gradio's upload route as a client would; returns its path on the server."""
-    import json
-    import uuid
-
-    boundary = uuid.uuid4().hex
-    head = f'--{boundary}\r\nContent-Disposition: form-data; name="files"; filename="{name}"\r\n\r\n'
-    body = head.encode() + data + f"\r\n--{boundary}--\r\n".encode()
-    req = urllib.request.Request(
-        f"{url}gradio_api/upload",
-        data=body,
-        method="POST",
-        headers={"Content-Type": f"multipart/form-data; boundary={boundary}"},
-    )
-    with urllib.request.urlopen(req, timeout=60) as r:
-        return json.loads(r.read())[0]
-
-
 def test_the_model_box_loads_only_what_its_list_offers(app, tmp_path):
     """Issue 32.1: a planted checkpoint, an uploaded one, /etc/passwd and a missing path are refused in
     the same words (nothing tells which paths exist), before anything is read; no model slot is taken."""
@@ -213,7 +196,7 @@ def test_the_model_box_loads_only_what_its_list_offers(app, tmp_path):
     checkpoint = bundled_checkpoint("mstta-digits").read_bytes()
     planted = tmp_path / "planted.pt"
     planted.write_bytes(checkpoint)
-    uploaded = _upload(app.url, "uploaded.pt", checkpoint)
+    uploaded = upload(app.url, "uploaded.pt", checkpoint)
     ctx = app.demo.mstta_context
     before = ctx.models.loaded()
     c = client(app.url)
