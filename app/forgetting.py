@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 from mstta.engine.config import EngineConfig
 from mstta.engine.families.base import Method
-from mstta.engine.forget import RECOMMENDED_HORIZON
+from mstta.engine.family_runner import forget_marks
+from mstta.engine.forget import RECOMMENDED_HORIZON, ForgetConfig
 from mstta.engine.methods import get_method
 from mstta.errors import UserError
 
@@ -84,8 +85,14 @@ class Racer:
 
     @property
     def marks(self) -> tuple[str, ...]:
-        """The method's marks, and DETECT_MARK when its own choice detects cuts (the project's design)."""
-        return tuple(self.method.marks) + ((DETECT_MARK,) if self.forget == "detect" else ())
+        """The method's marks; under its own choice, the family's when its timeliness rule is the
+        project's adaptation (`family_runner.forget_marks`: DOTA, BCA, OnZeta, DPE), and DETECT_MARK
+        when it detects cuts (the project's design)."""
+        own = []
+        if self.forget is not None:
+            rule, detect = CHOICES[self.forget]
+            own = forget_marks(self.method, ForgetConfig(rule, detect=detect)) + ([DETECT_MARK] if detect else [])
+        return tuple(self.method.marks) + tuple(own)
 
     @property
     def keeps_cache(self) -> bool:

@@ -57,6 +57,16 @@ def test_each_raced_entry_runs_with_its_own_forgetting(tiny_clip):
     assert DETECT_MARK in parse_racer("tda@detect").marks and DETECT_MARK not in parse_racer("tda@recommended").marks
 
 
+def test_a_family_whose_fading_is_the_projects_adaptation_says_so_under_its_own_choice():
+    """DOTA's statistics fade under the timeliness rule (the project's adaptation): its raced entry
+    with its own choice carries that mark, as the replay command's output does; never without one."""
+    fading = [m for m in parse_racer("dota@recommended").marks if "adapted by this project" in m]
+    assert len(fading) == 1 and "DOTA" in fading[0]
+    assert fading[0] in parse_racer("dota@detect").marks and DETECT_MARK in parse_racer("dota@detect").marks
+    assert not [m for m in parse_racer("dota@off").marks + parse_racer("dota").marks if "adapted" in m]
+    assert not [m for m in parse_racer("ms-tta@recommended").marks if "adapted" in m]  # RoTTA's own score
+
+
 def _cut_video(path, before: int, after: int) -> None:
     """A hard scene change: `before` frames of one scene (a red circle on a gradient, moving a little),
     then `after` of another (the same picture with its colours inverted, upside down)."""

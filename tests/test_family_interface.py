@@ -49,7 +49,10 @@ def test_check_family_names_what_a_module_lacks():
 
     bad = types.SimpleNamespace(
         NAME="bad",
-        METHODS=(Method(name="bad", title="Bad", summary="x", family="other"),),
+        METHODS=(
+            Method(name="bad", title="Bad", summary="x", family="other"),
+            Method(name="bad2", title="Bad 2", summary="x", family="bad", settings={"cache": True}),
+        ),
         Params=Params,
         state_bytes=lambda C, d, cfg: 0,  # the old parameter name
         init=lambda text, p, logit_scale, length: {},
@@ -57,6 +60,7 @@ def test_check_family_names_what_a_module_lacks():
     )
     problems = check_family(bad)
     assert any(p.startswith("METHODS: row 'bad' names family 'other'") for p in problems)
+    assert "METHODS: row 'bad2' has settings dict, not a RowSettings" in problems  # a family's switches are typed
     assert any(p.startswith("state_bytes(") for p in problems)
     assert "step: a function is missing" in problems
     assert any("DATASET_PARAMS['dtd']: unknown keys ['nope']" in p for p in problems)

@@ -79,10 +79,22 @@ def lines(server, text: str) -> int:
     return sum(text in line for line in list(server.stderr))
 
 
-def fetch(context, href: str) -> tuple[int, bytes]:
-    """GET a link as the page's browser context would: (status, body)."""
-    response = context.request.get(href)
-    return response.status, response.body() if response.ok else b""
+def fetch(context, href: str, tries: int = 3) -> tuple[int, bytes]:
+    """GET a link as the page's browser context would: (status, body). A connection reset is tried
+    again: the request context reuses a keep-alive connection, which uvicorn closes after 5 idle
+    seconds, and a GET sent as it closes is reset (seen once under load); a status is never retried."""
+    from playwright.sync_api import Error as PlaywrightError
+
+    for attempt in range(tries):
+        try:
+            response = context.request.get(href)
+        except PlaywrightError as exc:
+            if "ECONNRESET" not in str(exc) or attempt == tries - 1:
+                raise
+            time.sleep(0.5)
+            continue
+        return response.status, response.body() if response.ok else b""
+    raise AssertionError("unreachable")
 
 
 GONE = (403, 404)  # a link whose file is deleted: Gradio's file route answers 403 "File not allowed" for a

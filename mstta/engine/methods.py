@@ -26,4 +26,4 @@ def needs_text_tower(name: str | Method) -> bool:
     """Whether a method tunes a prompt through the model's text tower (tpt, c-tpt: `Engine(...,
     text_tower=...)`, built by `mstta.text_tower.text_tower`), rather than reading features alone."""
     m = get_method(name) if isinstance(name, str) else name
-    return m.family != "cache" and bool(getattr(get_family(m.family), "TOWER", False))
+    return bool(getattr(get_family(m.family), "TOWER", False))

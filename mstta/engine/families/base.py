@@ -204,6 +204,11 @@ def check_family(module: ModuleType | Any, own_runner: bool = False) -> list[str
         problems += [
             f"METHODS: row {r.name!r} names family {r.family!r}, not {name!r}" for r in rows if r.family != name
         ]
+        problems += [
+            f"METHODS: row {r.name!r} has settings {type(r.settings).__name__}, not a RowSettings"
+            for r in rows
+            if not isinstance(r.settings, RowSettings)
+        ]
     params = getattr(module, "Params", None)
     if not (isinstance(params, type) and dataclasses.is_dataclass(params)):
         problems.append("Params: a dataclass is missing")
