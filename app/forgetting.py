@@ -130,3 +130,13 @@ def racer_title(entry: str) -> str:
         return parse_racer(entry).title
     except UserError:
         return entry
+
+
+def run_marks(engines) -> list[str]:
+    """What a run's forgetting is of the project's making, once each in raced order: every raced
+    engine's `forget` marks (idle, the detector) and its family's (`family_runner.forget_marks`)."""
+    marks: list[str] = []
+    for e in engines:
+        fg = e.config.forget
+        marks += [m for m in fg.marks + forget_marks(e.method, fg) if m not in marks]
+    return marks

@@ -32,7 +32,7 @@ from mstta.safety import STDOUT, check_outputs
 
 from .annotate import RANDOM_WEIGHTS_MARK, random_weights
 from .encoder import check_views
-from .forgetting import choice_of, with_forget
+from .forgetting import choice_of, run_marks, with_forget
 from .frames import MAX_PIXELS, parse_max_pixels
 from .labels import prompt_templates, read_labels
 from .progress import Progress, plural
@@ -434,7 +434,7 @@ def run_pipeline(
         methods=run.session.method_names,
         forget=choice_of(engine),  # what the entries without their own @choice forget with
         forget_horizon=engine.forget.steps,
-        forget_marks=engine.forget.marks,  # which parts of it are the project's adaptation (mstta.engine.forget)
+        forget_marks=run_marks(run.session.engines),  # which parts of the raced forgetting are the project's adaptation
         every=run.sampler.every,
         classes=len(run.prep.labels),
         out=out,

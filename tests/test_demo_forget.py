@@ -14,12 +14,13 @@ from helpers_video import LABELS, scene, write_labels
 
 from app.bundled import apply_bundled
 from app.cli import main, parse_args
-from app.forgetting import BUNDLED_RACE, DETECT_MARK, RECOMMENDED_RULE, parse_racer, with_forget
+from app.forgetting import BUNDLED_RACE, DETECT_MARK, RECOMMENDED_RULE, parse_racer, run_marks, with_forget
 from app.pipeline import config_from_args, prepare
 from app.session import FrameResult, MethodResult, Scored, StreamSession, check_methods
 from app.ui import plots
 from app.ui.state import FORGET_LABEL, History, Settings
 from mstta.engine.config import EngineConfig
+from mstta.engine.forget import ForgetConfig
 from mstta.errors import UserError
 
 
@@ -67,6 +68,14 @@ def test_a_family_whose_fading_is_the_projects_adaptation_says_so_under_its_own_
     assert not [m for m in parse_racer("ms-tta@recommended").marks if "adapted" in m]  # RoTTA's own score
 
 
+def test_a_runs_marks_name_each_raced_entrys_forgetting_once(tiny_clip):
+    base = with_forget(EngineConfig(bank_size=64), "recommended")
+    session = StreamSession(tiny_clip, LABELS, methods=["ms-tta", "dota", "dota@detect", "tda@off"], config=base)
+    marks = run_marks(session.engines)
+    assert marks == [parse_racer("dota@recommended").marks[0], *ForgetConfig(detect=True).marks], marks
+    assert run_marks(StreamSession(tiny_clip, LABELS, methods=["ms-tta", "dota@off"]).engines) == []
+
+
 def _cut_video(path, before: int, after: int) -> None:
     """A hard scene change: `before` frames of one scene (a red circle on a gradient, moving a little),
     then `after` of another (the same picture with its colours inverted, upside down)."""
@@ -97,6 +106,7 @@ def test_a_detected_cut_reaches_the_jsonl_and_the_summary(tmp_path, capsys):
     board = {row["method"]: row for row in summary["leaderboard"]}
     assert board["ms-tta@detect"]["cut_frames"] == found["ms-tta@detect"]
     assert board["ms-tta@detect"]["cuts"] == len(found["ms-tta@detect"]) and board["ms-tta"]["cuts"] == 0
+    assert summary["forget_marks"] == ForgetConfig(detect=True).marks  # an entry's own choice is listed too
 
 
 def _result(methods: list[tuple[str, int, bool]], truth: int = 0) -> FrameResult:
