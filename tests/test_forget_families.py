@@ -20,7 +20,7 @@ from helpers_cli import run_bench
 from test_forget import cut_stream
 
 from mstta import Engine, EngineConfig, UserError, replay
-from mstta.engine.families import bca, dmn, dpe
+from mstta.engine.families import bca, bca_fade, dmn, dpe
 from mstta.engine.forget import ForgetConfig
 from mstta.engine.slot_forget import RULE_KEY, SlotRule, ages
 from mstta.features.format import save_features
@@ -100,6 +100,51 @@ def test_bca_timeliness_equals_the_reference(ms):
     _check(got, want, 1e-9)
     _never_differs(method, cfg, f, t, got)
     assert np.array_equal(replay(f, t, method, cfg).predictions, got.argmax(1))
+
+
+@pytest.mark.parametrize("counts", [(200, 1), (0, 0), (5, 3)])
+def test_bca_fade_at_a_short_horizon_equals_the_reference(counts):
+    """Horizon 2 on 120 steps: the prior's scale s = gamma^t falls below `bca_fade.RESCALE` (1e-20)
+    twice and is folded into its evidence; at init counts 0 the rows without evidence are masked
+    (c1 = 0, c2 = 0). Float64: 100% of predictions; float32: the same predictions, finite."""
+    f, t = _stream(views=4)
+    n1, n2 = counts
+    p = bca.Params(init_count1=n1, init_count2=n2, selection_p=0.5)
+    cfg = EngineConfig(logit_scale=30.0, bca=p, view_mode="confident", forget=ForgetConfig("timeliness", horizon=2))
+    engine = Engine(t, "bca", cfg)
+    got = _steps(engine, f)
+    want = ref.bca(f.numpy(), t.numpy(), 30.0, math.exp(-1 / 2), None, init_count1=n1, init_count2=n2, selection_p=0.5)
+    _check(got, want, 1e-9)
+    assert engine.states[0]["scale"] > math.exp(-1 / 2 * N)  # it was folded: s alone would be e^-60
+    low = _steps(Engine(t.float(), "bca", cfg), f.float())
+    assert np.isfinite(low).all() and np.array_equal(low.argmax(1), want.argmax(1))
+
+
+def test_bca_fade_touches_no_centre_or_prior_entry():
+    """The fade is O(C): `bca.decay` rewrites no entry of V [C, d] or E [C, C] (between rescales), yet
+    the centres and prior it holds are the faded ones (bca.decay's formulas, in place, float64)."""
+    f, t = _stream(views=1)
+    p = bca.Params(init_count1=20, init_count2=2)
+    cfg = EngineConfig(logit_scale=30.0, bca=p, forget=ForgetConfig("timeliness", horizon=HORIZON))
+    engine = Engine(t, "bca", cfg)
+    _steps(engine, f[:30])
+    st, gamma = engine.states[0], math.exp(-1 / HORIZON)
+    mu, prior = bca_fade.centres(st, t), bca_fade.prior(st, 2.0)
+    c1, c2 = st["c1"].clone(), st["c2"].clone()
+    V, E = st["V"].clone(), st["E"].clone()
+    with torch.inference_mode():  # as the engine steps
+        bca.decay(st, gamma, t, p)
+    assert torch.equal(st["V"], V) and torch.equal(st["E"], E)
+    want = F.normalize(torch.where((c1 > 20).unsqueeze(1), gamma * c1.unsqueeze(1) * mu + (1 - gamma) * 20 * t, mu))
+    torch.testing.assert_close(bca_fade.centres(st, t), want, rtol=0, atol=1e-12)
+    seen = (c2 > 2).unsqueeze(1)
+    c2n = (2 + gamma * (c2 - 2)).unsqueeze(1)
+    faded = torch.where(
+        seen, (2 * torch.eye(len(t)) + gamma * (c2.unsqueeze(1) * prior - 2 * torch.eye(len(t)))) / c2n, prior
+    )
+    torch.testing.assert_close(bca_fade.prior(st, 2.0), faded.double(), rtol=0, atol=1e-12)
+    used = sum(v.numel() * v.element_size() for v in st.values() if isinstance(v, torch.Tensor))
+    assert used <= bca.state_bytes(len(t), t.shape[1], p) * 2  # float64: twice the float32 bound
 
 
 @pytest.mark.parametrize("ms", [False, True])
