@@ -170,6 +170,23 @@ def test_dmn_timeliness_with_weight_zero_is_its_own_rule(method):
         assert torch.equal(a.step(x).logits, b.step(x).logits)
 
 
+def test_dpe_idle_keeps_each_entrys_norm_beside_it():
+    """Under `idle` the use weights read |e| from `dpe.slot_norms` (one pass over the cache): through
+    insertions, sorted moves and expiries each kept norm is its entry's, and 1 where empty."""
+    f, t = _stream(views=1, n=DPE_N, cut=DPE_N // 2)
+    cfg = EngineConfig(dpe=dpe.Params(capacity=2), forget=ForgetConfig(rule="idle", idle=4), bank_size=None, **SHIFT)
+    engine = Engine(t, "dpe+ms", cfg)
+    filled = []
+    for x in f:
+        engine.step(x)
+        st = engine.states[0]
+        live = torch.isfinite(st["ent"])
+        want = torch.where(live, torch.linalg.vector_norm(st["feats"], dim=-1), 1.0)
+        torch.testing.assert_close(st["norm"], want, rtol=1e-12, atol=0)
+        filled.append(int(live.sum()))
+    assert any(b < a for a, b in zip(filled, filled[1:]))  # entries expired (idle 4)
+
+
 def test_dpe_insert_with_timeliness_weight_zero_is_tdas_rule():
     """DPE's cache alone (its W_g decays under timeliness): at weight 0 every insertion, entropy ties
     included, leaves the same sorted lists and class keys as `update_cache`."""
