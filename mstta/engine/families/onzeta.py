@@ -18,6 +18,7 @@ t (the text proxy's zero-shot label) stays on the raw x. docs/methods/onzeta.md 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -133,9 +134,21 @@ def schedule(i: torch.Tensor, n: torch.Tensor, p: Params, dtype: torch.dtype) ->
 
 def text_label(cos: torch.Tensor, rho: torch.Tensor, tau_t: float) -> torch.Tensor:
     """The online label of the text proxy, lines 263-265, from cos = x W^T: softmax(cos / tau_t) *
-    exp(rho), renormalised."""
-    t = torch.softmax(cos / tau_t, dim=0) * torch.exp(rho)
-    return t / t.sum()
+    exp(rho), renormalised, bit for bit while max rho stays below `exp_limit` (87 in float32). Past it
+    the official product overflows (exp(rho) = inf, inf * 0 = NaN for good); here exp(rho - m),
+    m = max rho - the limit, gives the same distribution (the factor cancels), softmax's underflows
+    included, and where that leaves no mass, softmax(log_softmax(cos / tau_t) + rho) in log space
+    (the project's departure: docs/methods/onzeta.md, "Numerics")."""
+    a = cos / tau_t
+    t = torch.softmax(a, dim=0) * torch.exp(rho - torch.clamp_min(rho.max() - exp_limit(rho.dtype), 0.0))
+    total = t.sum()
+    return torch.where(total > 0, t / total, torch.softmax(torch.log_softmax(a, dim=0) + rho, dim=0))
+
+
+def exp_limit(dtype: torch.dtype) -> float:
+    """The largest rho whose exp the text label takes as is: ln(the dtype's max) - 1 (87 in float32,
+    708 in float64), so exp(rho) times a probability stays finite."""
+    return math.floor(math.log(torch.finfo(dtype).max)) - 1.0
 
 
 def update_proxy(w: torch.Tensor, z: torch.Tensor, v: torch.Tensor, t: torch.Tensor, lr_tau: torch.Tensor) -> None:
