@@ -14,13 +14,14 @@ import pytest
 import reference_bca
 import reference_forget_families as ref
 import reference_onzeta
+import test_forget
 import torch
 import torch.nn.functional as F
 from helpers_cli import run_bench
 from test_forget import cut_stream
 
 from mstta import Engine, EngineConfig, UserError, replay
-from mstta.engine.families import bca, bca_fade, dmn, dpe
+from mstta.engine.families import bca, bca_fade, dmn, dota, dpe
 from mstta.engine.forget import ForgetConfig
 from mstta.engine.slot_forget import RULE_KEY, SlotRule, ages
 from mstta.features.format import save_features
@@ -145,6 +146,27 @@ def test_bca_fade_touches_no_centre_or_prior_entry():
     torch.testing.assert_close(bca_fade.prior(st, 2.0), faded.double(), rtol=0, atol=1e-12)
     used = sum(v.numel() * v.element_size() for v in st.values() if isinstance(v, torch.Tensor))
     assert used <= bca.state_bytes(len(t), t.shape[1], p) * 2  # float64: twice the float32 bound
+
+
+def test_dota_fade_scales_its_evidence_instead_of_touching_it():
+    """DOTA's fade is O(C): the C d x d scatters are held as E_k = (S_k - sigma I) / gamma^t, which a
+    fade leaves as it is; at horizon 1 the scale passes `dota.RESCALE` twice in 100 steps and is folded
+    in. Against the float64 reference of the in-place fade (tests/test_forget.py): every prediction."""
+    f, t = cut_stream(n=100, cuts=(50,), views=1, dim=16)
+    f, t = f.double()[:, None], t.double()
+    p = dota.DATASET_PARAMS["imagenet"]
+    cfg = EngineConfig(dota=dota.Params(**p), forget=ForgetConfig("timeliness", horizon=1))
+    engine = Engine(t, "dota", cfg)
+    got = _steps(engine, f)
+    want = test_forget._dota_reference_with_decay(f.numpy(), t.numpy(), 1, p)
+    assert np.array_equal(got.argmax(1), want.argmax(1))
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    st = engine.states[0]
+    assert 1e-20 < st["scale"] < 1 and "scatter" not in st  # folded: e^-100 alone would be below
+    evidence, scale = st["evidence"].clone(), st["scale"]
+    with torch.inference_mode():  # as the engine steps
+        dota.decay(st, math.exp(-1), t, engine.config.dota)
+    assert torch.equal(st["evidence"], evidence) and st["scale"] == scale * math.exp(-1)
 
 
 @pytest.mark.parametrize("ms", [False, True])
