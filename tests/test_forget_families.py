@@ -21,7 +21,7 @@ from helpers_cli import run_bench
 from test_forget import cut_stream
 
 from mstta import Engine, EngineConfig, UserError, replay
-from mstta.engine.families import bca, bca_fade, dmn, dota, dpe
+from mstta.engine.families import bca, bca_fade, dmn, dota, dpe, onzeta, onzeta_fade
 from mstta.engine.forget import ForgetConfig
 from mstta.engine.slot_forget import RULE_KEY, SlotRule, ages
 from mstta.features.format import save_features
@@ -227,6 +227,28 @@ def test_dpe_insert_with_timeliness_weight_zero_is_tdas_rule():
         for name in ("feats", "ent", "keys"):
             assert torch.equal(plain[name], ruled[name])
     assert torch.isfinite(plain["ent"]).all()  # every class filled: the rule chose among full rows
+
+
+def test_onzeta_fade_touches_no_proxy_entry_and_keeps_it_unit():
+    """OnZeta's fade is O(C): `onzeta.decay` rewrites no entry of U [C, d], yet the proxy it holds is
+    normalise_rows(W + gamma (w - W)) (float64); the proxy's rows stay unit from the carried dot
+    products over 2,000 float32 steps at horizon 3 (no drift)."""
+    f, t = _stream(views=1)
+    cfg = EngineConfig(forget=ForgetConfig("timeliness", horizon=HORIZON), **SHIFT)
+    engine = Engine(t, "onzeta+ms", cfg, stream_length=N)
+    _steps(engine, f[:30])
+    st, gamma = engine.states[0], math.exp(-1 / HORIZON)
+    w, U = onzeta_fade.proxy(st, t), st["U"].clone()
+    with torch.inference_mode():  # as the engine steps
+        onzeta.decay(st, gamma, t, engine.config.onzeta)
+    assert torch.equal(st["U"], U)
+    torch.testing.assert_close(onzeta_fade.proxy(st, t), F.normalize(t + gamma * (w - t)), rtol=0, atol=1e-12)
+    long, _ = cut_stream(n=2000, cuts=(700, 1400), seed=4)
+    short = EngineConfig(forget=ForgetConfig("timeliness", horizon=3))
+    engine = Engine(t.float(), "onzeta", short, stream_length=2000)
+    assert np.isfinite(_steps(engine, long.float()[:, None])).all()
+    norms = torch.linalg.vector_norm(onzeta_fade.proxy(engine.states[0], t.float()), dim=1)
+    torch.testing.assert_close(norms, torch.ones(len(t)), rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize(
