@@ -68,14 +68,10 @@ def fade(state: dict, gamma: float, n1: float, n2: float) -> None:
         state["scale"] = 1.0
 
 
-def cosines(state: dict, q: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
-    """q mu^T for rows q [n, d] -> [n, C], from q W^T and q V^T."""
-    return torch.addcmul(state["a"] * (q @ text.T), state["b"], q @ state["V"].T)
-
-
 def centres(state: dict, text: torch.Tensor) -> torch.Tensor:
-    """The centres mu [C, d] this form holds (materialised: for tests and inspection)."""
-    return state["a"].unsqueeze(1) * text + state["b"].unsqueeze(1) * state["V"]
+    """The centres mu [C, d] this form holds, materialised (two passes: cheaper than a second [V, d] x
+    [d, C] product where V > 1 views are scored)."""
+    return torch.addcmul(state["a"].unsqueeze(1) * text, state["b"].unsqueeze(1), state["V"])
 
 
 def prior(state: dict, n2: float) -> torch.Tensor:
@@ -110,7 +106,7 @@ def step(
     """`bca.step` in this form: the kept views' mean, the posterior, the updates; the zero-shot
     logits share the pass over W with the likelihood."""
     s = logit_scale
-    xbar = x[0] if x.shape[0] == 1 else confident_mean(x, s * cosines(state, x, text), p.selection_p)
+    xbar = x[0] if x.shape[0] == 1 else confident_mean(x, s * (x @ centres(state, text).T), p.selection_p)
     z = shift(xbar.unsqueeze(0))[0]
     both = torch.stack([z, xbar]) @ text.T  # [z W^T, xbar W^T]: one pass over W
     cos = torch.addcmul(state["a"] * both[0], state["b"], state["V"] @ z)
