@@ -18,6 +18,7 @@ import test_forget
 import torch
 import torch.nn.functional as F
 from helpers_cli import run_bench
+from helpers_family import HOST_READS
 from test_forget import cut_stream
 
 from mstta import Engine, EngineConfig, UserError, replay
@@ -249,6 +250,25 @@ def test_onzeta_fade_touches_no_proxy_entry_and_keeps_it_unit():
     assert np.isfinite(_steps(engine, long.float()[:, None])).all()
     norms = torch.linalg.vector_norm(onzeta_fade.proxy(engine.states[0], t.float()), dim=1)
     torch.testing.assert_close(norms, torch.ones(len(t)), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("method", ["bca", "bca+ms", "onzeta", "onzeta+ms", "dota"])
+def test_a_faded_step_reads_no_number_on_the_host(method, monkeypatch):
+    """The O(C) fades and their steps keep the plain steps' property: no tensor is read back as a
+    Python number (on a GPU each would stall the step); the guarded steps equal an unguarded twin's."""
+    f, t = _stream(views=1, n=24)
+    cfg = EngineConfig(forget=ForgetConfig("timeliness", horizon=1), **SHIFT)  # the scales fold at step 46: not yet
+    engine, twin = Engine(t, method, cfg, stream_length=24), Engine(t, method, cfg, stream_length=24)
+    _steps(engine, f[:6])
+    with monkeypatch.context() as mp:
+        for name in HOST_READS:
+            mp.setattr(torch.Tensor, name, lambda *a, _n=name, **k: pytest.fail(f"Tensor.{_n} in step()"))
+        with pytest.raises(pytest.fail.Exception, match=r"Tensor\.item in step"):  # the guard is live
+            torch.zeros(2).sum().item()
+        guarded = [engine.step(x).logits for x in f[6:]]
+    assert "scale" in engine.states[0] or "U" in engine.states[0]  # the faded form stepped
+    want = [twin.step(x).logits for x in f][6:]
+    assert all(torch.equal(a, b) for a, b in zip(guarded, want))
 
 
 @pytest.mark.parametrize(
