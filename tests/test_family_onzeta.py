@@ -144,7 +144,7 @@ def test_state_within_its_bound(C, d):
         engine.step(x)
     used = sum(t.numel() * t.element_size() for t in engine.states[0].values())
     assert used <= onzeta.state_bytes(C, d, engine.config.onzeta)
-    assert onzeta.state_bytes(1000, 512, engine.config.onzeta) == 2_052_016
+    assert onzeta.state_bytes(1000, 512, engine.config.onzeta) == 2_072_016
 
 
 @pytest.mark.parametrize(
@@ -204,3 +204,39 @@ def test_step_reads_no_number_on_the_host(method, V, monkeypatch):
     """No Python number is read from a tensor during a warm step (on a GPU each would stall it)."""
     feats, text = stream(10, V, 3, n=12)
     assert_no_host_reads(method, feats, text, monkeypatch, warm=6)
+
+
+def _official_float32(f: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
+    """main_online.py lines 256-273 in float32 as its GPU runs them (the official defaults), combo
+    labels [N, C]; NaN once exp(rho) overflows (inf * 0)."""
+    W, n = text.T, len(f)
+    w, rho, out = W.clone(), torch.zeros(W.shape[1]), []
+    for i, x in enumerate(f):
+        lr, rlr, b = 0.5 / (i + 1) ** 0.5, 20.0 / (i + 1) ** 0.5, 0.8 * ((i + 1) / n) ** 0.5
+        tl = F.softmax(x @ W / 0.01, dim=0) * torch.exp(rho)
+        tl /= torch.sum(tl)
+        rho -= rlr * (tl - 1.0 / W.shape[1])
+        rho[rho < 0] = 0
+        v = F.softmax(x @ w / 0.04, dim=0)
+        out.append(b * v + (1 - b) * tl)
+        w = F.normalize(w - (lr / 0.04) * torch.outer(x, v - tl), dim=0)
+    return torch.stack(out)
+
+
+def test_a_long_five_class_stream_stays_finite():
+    """5 classes, float32, never forgetting: the official loop's exp(rho) overflows after ~400 steps
+    (inf / inf = NaN, every step after); the engine equals it up to there (every prediction) and stays
+    finite, near the float64 loop (finite throughout) after it."""
+    from synthetic import as_tensors, make_stream
+
+    f, t, _ = as_tensors(make_stream(n=600, classes=5, dim=12, views=1, seed=11, noise=1.5))
+    f, t = F.normalize(f.float(), dim=-1), F.normalize(t.float(), dim=-1)
+    official = _official_float32(f, t)
+    finite = torch.isfinite(official).all(1)
+    assert 300 < int(finite.sum()) < 500 and not finite[int(finite.sum()) :].any()  # NaN for good
+    got = torch.as_tensor(replay(f[:, None], t, "onzeta", EngineConfig(), keep_probs=True).probs)
+    assert torch.isfinite(got).all()
+    assert torch.equal(got[finite].argmax(1), official[finite].argmax(1))
+    torch.testing.assert_close(got[finite], official[finite], rtol=0, atol=1e-4)
+    want, _ = ref.onzeta(f.double().numpy(), t.double().numpy(), n=len(f))  # float64: finite throughout
+    assert (got.argmax(1).numpy() == want.argmax(1)).mean() > 0.98

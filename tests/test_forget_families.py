@@ -14,13 +14,15 @@ import pytest
 import reference_bca
 import reference_forget_families as ref
 import reference_onzeta
+import test_forget
 import torch
 import torch.nn.functional as F
 from helpers_cli import run_bench
+from helpers_family import HOST_READS
 from test_forget import cut_stream
 
 from mstta import Engine, EngineConfig, UserError, replay
-from mstta.engine.families import bca, dmn, dpe
+from mstta.engine.families import bca, bca_fade, dmn, dota, dpe, onzeta, onzeta_fade
 from mstta.engine.forget import ForgetConfig
 from mstta.engine.slot_forget import RULE_KEY, SlotRule, ages
 from mstta.features.format import save_features
@@ -102,6 +104,72 @@ def test_bca_timeliness_equals_the_reference(ms):
     assert np.array_equal(replay(f, t, method, cfg).predictions, got.argmax(1))
 
 
+@pytest.mark.parametrize("counts", [(200, 1), (0, 0), (5, 3)])
+def test_bca_fade_at_a_short_horizon_equals_the_reference(counts):
+    """Horizon 2 on 120 steps: the prior's scale s = gamma^t falls below `bca_fade.RESCALE` (1e-20)
+    twice and is folded into its evidence; at init counts 0 the rows without evidence are masked
+    (c1 = 0, c2 = 0). Float64: 100% of predictions; float32: the same predictions, finite."""
+    f, t = _stream(views=4)
+    n1, n2 = counts
+    p = bca.Params(init_count1=n1, init_count2=n2, selection_p=0.5)
+    cfg = EngineConfig(logit_scale=30.0, bca=p, view_mode="confident", forget=ForgetConfig("timeliness", horizon=2))
+    engine = Engine(t, "bca", cfg)
+    got = _steps(engine, f)
+    want = ref.bca(f.numpy(), t.numpy(), 30.0, math.exp(-1 / 2), None, init_count1=n1, init_count2=n2, selection_p=0.5)
+    _check(got, want, 1e-9)
+    assert engine.states[0]["scale"] > math.exp(-1 / 2 * N)  # it was folded: s alone would be e^-60
+    low = _steps(Engine(t.float(), "bca", cfg), f.float())
+    assert np.isfinite(low).all() and np.array_equal(low.argmax(1), want.argmax(1))
+
+
+def test_bca_fade_touches_no_centre_or_prior_entry():
+    """The fade is O(C): `bca.decay` rewrites no entry of V [C, d] or E [C, C] (between rescales), yet
+    the centres and prior it holds are the faded ones (bca.decay's formulas, in place, float64)."""
+    f, t = _stream(views=1)
+    p = bca.Params(init_count1=20, init_count2=2)
+    cfg = EngineConfig(logit_scale=30.0, bca=p, forget=ForgetConfig("timeliness", horizon=HORIZON))
+    engine = Engine(t, "bca", cfg)
+    _steps(engine, f[:30])
+    st, gamma = engine.states[0], math.exp(-1 / HORIZON)
+    mu, prior = bca_fade.centres(st, t), bca_fade.prior(st, 2.0)
+    c1, c2 = st["c1"].clone(), st["c2"].clone()
+    V, E = st["V"].clone(), st["E"].clone()
+    with torch.inference_mode():  # as the engine steps
+        bca.decay(st, gamma, t, p)
+    assert torch.equal(st["V"], V) and torch.equal(st["E"], E)
+    want = F.normalize(torch.where((c1 > 20).unsqueeze(1), gamma * c1.unsqueeze(1) * mu + (1 - gamma) * 20 * t, mu))
+    torch.testing.assert_close(bca_fade.centres(st, t), want, rtol=0, atol=1e-12)
+    seen = (c2 > 2).unsqueeze(1)
+    c2n = (2 + gamma * (c2 - 2)).unsqueeze(1)
+    faded = torch.where(
+        seen, (2 * torch.eye(len(t)) + gamma * (c2.unsqueeze(1) * prior - 2 * torch.eye(len(t)))) / c2n, prior
+    )
+    torch.testing.assert_close(bca_fade.prior(st, 2.0), faded.double(), rtol=0, atol=1e-12)
+    used = sum(v.numel() * v.element_size() for v in st.values() if isinstance(v, torch.Tensor))
+    assert used <= bca.state_bytes(len(t), t.shape[1], p) * 2  # float64: twice the float32 bound
+
+
+def test_dota_fade_scales_its_evidence_instead_of_touching_it():
+    """DOTA's fade is O(C): the C d x d scatters are held as E_k = (S_k - sigma I) / gamma^t, which a
+    fade leaves as it is; at horizon 1 the scale passes `dota.RESCALE` twice in 100 steps and is folded
+    in. Against the float64 reference of the in-place fade (tests/test_forget.py): every prediction."""
+    f, t = cut_stream(n=100, cuts=(50,), views=1, dim=16)
+    f, t = f.double()[:, None], t.double()
+    p = dota.DATASET_PARAMS["imagenet"]
+    cfg = EngineConfig(dota=dota.Params(**p), forget=ForgetConfig("timeliness", horizon=1))
+    engine = Engine(t, "dota", cfg)
+    got = _steps(engine, f)
+    want = test_forget._dota_reference_with_decay(f.numpy(), t.numpy(), 1, p)
+    assert np.array_equal(got.argmax(1), want.argmax(1))
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    st = engine.states[0]
+    assert 1e-20 < st["scale"] < 1 and "scatter" not in st  # folded: e^-100 alone would be below
+    evidence, scale = st["evidence"].clone(), st["scale"]
+    with torch.inference_mode():  # as the engine steps
+        dota.decay(st, math.exp(-1), t, engine.config.dota)
+    assert torch.equal(st["evidence"], evidence) and st["scale"] == scale * math.exp(-1)
+
+
 @pytest.mark.parametrize("ms", [False, True])
 def test_onzeta_timeliness_equals_the_reference(ms):
     f, t = _stream(views=1)
@@ -125,6 +193,23 @@ def test_dmn_timeliness_with_weight_zero_is_its_own_rule(method):
         assert torch.equal(a.step(x).logits, b.step(x).logits)
 
 
+def test_dpe_idle_keeps_each_entrys_norm_beside_it():
+    """Under `idle` the use weights read |e| from `dpe.slot_norms` (one pass over the cache): through
+    insertions, sorted moves and expiries each kept norm is its entry's, and 1 where empty."""
+    f, t = _stream(views=1, n=DPE_N, cut=DPE_N // 2)
+    cfg = EngineConfig(dpe=dpe.Params(capacity=2), forget=ForgetConfig(rule="idle", idle=4), bank_size=None, **SHIFT)
+    engine = Engine(t, "dpe+ms", cfg)
+    filled = []
+    for x in f:
+        engine.step(x)
+        st = engine.states[0]
+        live = torch.isfinite(st["ent"])
+        want = torch.where(live, torch.linalg.vector_norm(st["feats"], dim=-1), 1.0)
+        torch.testing.assert_close(st["norm"], want, rtol=1e-12, atol=0)
+        filled.append(int(live.sum()))
+    assert any(b < a for a, b in zip(filled, filled[1:]))  # entries expired (idle 4)
+
+
 def test_dpe_insert_with_timeliness_weight_zero_is_tdas_rule():
     """DPE's cache alone (its W_g decays under timeliness): at weight 0 every insertion, entropy ties
     included, leaves the same sorted lists and class keys as `update_cache`."""
@@ -143,6 +228,47 @@ def test_dpe_insert_with_timeliness_weight_zero_is_tdas_rule():
         for name in ("feats", "ent", "keys"):
             assert torch.equal(plain[name], ruled[name])
     assert torch.isfinite(plain["ent"]).all()  # every class filled: the rule chose among full rows
+
+
+def test_onzeta_fade_touches_no_proxy_entry_and_keeps_it_unit():
+    """OnZeta's fade is O(C): `onzeta.decay` rewrites no entry of U [C, d], yet the proxy it holds is
+    normalise_rows(W + gamma (w - W)) (float64); the proxy's rows stay unit from the carried dot
+    products over 2,000 float32 steps at horizon 3 (no drift)."""
+    f, t = _stream(views=1)
+    cfg = EngineConfig(forget=ForgetConfig("timeliness", horizon=HORIZON), **SHIFT)
+    engine = Engine(t, "onzeta+ms", cfg, stream_length=N)
+    _steps(engine, f[:30])
+    st, gamma = engine.states[0], math.exp(-1 / HORIZON)
+    w, U = onzeta_fade.proxy(st, t), st["U"].clone()
+    with torch.inference_mode():  # as the engine steps
+        onzeta.decay(st, gamma, t, engine.config.onzeta)
+    assert torch.equal(st["U"], U)
+    torch.testing.assert_close(onzeta_fade.proxy(st, t), F.normalize(t + gamma * (w - t)), rtol=0, atol=1e-12)
+    long, _ = cut_stream(n=2000, cuts=(700, 1400), seed=4)
+    short = EngineConfig(forget=ForgetConfig("timeliness", horizon=3))
+    engine = Engine(t.float(), "onzeta", short, stream_length=2000)
+    assert np.isfinite(_steps(engine, long.float()[:, None])).all()
+    norms = torch.linalg.vector_norm(onzeta_fade.proxy(engine.states[0], t.float()), dim=1)
+    torch.testing.assert_close(norms, torch.ones(len(t)), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("method", ["bca", "bca+ms", "onzeta", "onzeta+ms", "dota"])
+def test_a_faded_step_reads_no_number_on_the_host(method, monkeypatch):
+    """The O(C) fades and their steps keep the plain steps' property: no tensor is read back as a
+    Python number (on a GPU each would stall the step); the guarded steps equal an unguarded twin's."""
+    f, t = _stream(views=1, n=24)
+    cfg = EngineConfig(forget=ForgetConfig("timeliness", horizon=1), **SHIFT)  # the scales fold at step 46: not yet
+    engine, twin = Engine(t, method, cfg, stream_length=24), Engine(t, method, cfg, stream_length=24)
+    _steps(engine, f[:6])
+    with monkeypatch.context() as mp:
+        for name in HOST_READS:
+            mp.setattr(torch.Tensor, name, lambda *a, _n=name, **k: pytest.fail(f"Tensor.{_n} in step()"))
+        with pytest.raises(pytest.fail.Exception, match=r"Tensor\.item in step"):  # the guard is live
+            torch.zeros(2).sum().item()
+        guarded = [engine.step(x).logits for x in f[6:]]
+    assert "scale" in engine.states[0] or "U" in engine.states[0]  # the faded form stepped
+    want = [twin.step(x).logits for x in f][6:]
+    assert all(torch.equal(a, b) for a, b in zip(guarded, want))
 
 
 @pytest.mark.parametrize(

@@ -75,5 +75,6 @@ def mark_used(state: dict[str, torch.Tensor], weights: torch.Tensor, live: torch
 
 
 def idle_slots(state: dict[str, torch.Tensor], live: torch.Tensor, rule: SlotRule) -> torch.Tensor:
-    """The slots the idle rule empties before this step: live ones unused for `rule.idle` steps. [C, Q] bool."""
-    return live & (state["clock"] - state["used"] >= rule.idle)
+    """The slots the idle rule empties before this step: live ones unused for `rule.idle` steps, of
+    the first L columns (live [C, L], L <= Q: a memory filled from slot 0 reads only those). [C, L] bool."""
+    return live & (state["used"][:, : live.shape[1]] <= state["clock"] - rule.idle)

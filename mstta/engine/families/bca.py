@@ -27,6 +27,7 @@ import torch
 from ...checks import check_int, check_num
 from ...threads import small_ops
 from .. import functional as Fn
+from . import bca_fade
 from .base import Method, StepOut
 
 NAME = "bca"
@@ -82,8 +83,9 @@ class Params:
 
 
 def state_bytes(C: int, d: int, p: Params) -> int:
-    """Bytes of one stream's state at float32: centres mu [C, d], prior P [C, C], two int64 counts [C]."""
-    return 4 * (C * d + C * C) + 16 * C
+    """Bytes of one stream's state at float32: centres mu [C, d], prior P [C, C], two int64 counts [C]
+    (16 C); under `timeliness` (`bca_fade`) V [C, d], E [C, C] and seven float vectors [C] (28 C)."""
+    return 4 * (C * d + C * C) + 28 * C
 
 
 def init(text: torch.Tensor, p: Params, logit_scale: float, length: int | None) -> dict[str, torch.Tensor]:
@@ -100,27 +102,19 @@ def init(text: torch.Tensor, p: Params, logit_scale: float, length: int | None) 
 FORGET = ("timeliness",)  # the forget rules this family defines beside the runner's resets (mstta.engine.forget)
 
 
-def decay(state: dict[str, torch.Tensor], gamma: float, text: torch.Tensor, p: Params) -> None:
+def decay(state: dict, gamma: float, text: torch.Tensor, p: Params) -> None:
     """`forget.rule=timeliness` (the project's adaptation, no published rule; docs/methods/bca.md,
     "Forgetting"): before each step the evidence beyond each prior fades by gamma = exp(-1 / horizon)
     and the prior keeps its weight. A centre is the running mean of n1 = init_count1 copies of its text
     embedding W_c and the samples, so c1 mu = n1 W + E (E: the samples' weighted sum, as the port's
     normalised update reads it): mu <- normalise(n1 W + gamma (c1 mu - n1 W)), c1 <- n1 + gamma (c1 - n1);
     a prior row is the mean of n2 = init_count2 copies of e_c and the posteriors: P <- (n2 I +
-    gamma (c2 P - n2 I)) / c2', c2' = n2 + gamma (c2 - n2). The counts become real numbers."""
-    mu, prior = state["mu"], state["prior"]
+    gamma (c2 P - n2 I)) / c2', c2' = n2 + gamma (c2 - n2). The counts become real numbers. Held in
+    `bca_fade`'s form (converted at the first fade), so the fade is O(C), not a pass over mu and P."""
     n1, n2 = float(p.init_count1), float(p.init_count2)
-    c1, c2 = state["c1"].to(mu.dtype), state["c2"].to(mu.dtype)
-    seen1, seen2 = (c1 > n1).unsqueeze(1), c2 > n2  # rows without evidence stay as they are
-    # in place, one factor per row (a pass over mu and one over P): n1 W + gamma (c1 mu - n1 W) =
-    # gamma c1 mu + (1 - gamma) n1 W, and P' = a P + diag(b), a = gamma c2 / c2', b = (1 - gamma) n2 / c2'
-    mu.mul_(torch.where(seen1, gamma * c1.unsqueeze(1), 1.0)).addcmul_(seen1.to(mu.dtype) * ((1 - gamma) * n1), text)
-    mu.div_(torch.where(seen1, torch.linalg.vector_norm(mu, dim=1, keepdim=True), 1.0))
-    c2_new = n2 + gamma * (c2 - n2)
-    prior.mul_(torch.where(seen2, gamma * c2 / c2_new, 1.0).unsqueeze(1))
-    prior.diagonal().add_(torch.where(seen2, (1 - gamma) * n2 / c2_new, 0.0))
-    state["c1"] = n1 + gamma * (c1 - n1)
-    state["c2"] = c2_new
+    if not bca_fade.faded(state):
+        bca_fade.convert(state, text, n2)
+    bca_fade.fade(state, gamma, n1, n2)
 
 
 def confident_mean(x: torch.Tensor, logits: torch.Tensor, ratio: float) -> torch.Tensor:
@@ -139,7 +133,9 @@ def step(
     shift: Callable[[torch.Tensor], torch.Tensor],
 ) -> StepOut:
     """One sample, `BCAState.bca_step`: predict from the posterior, then update centre and prior
-    (on-device masks for the thresholds: no host round trip)."""
+    (on-device masks for the thresholds: no host round trip); a faded state steps in its own form."""
+    if bca_fade.faded(state):
+        return bca_fade.step(state, x, text, p, logit_scale, shift, confident_mean)
     mu, prior = state["mu"], state["prior"]
     s = logit_scale
     xbar = x[0] if x.shape[0] == 1 else confident_mean(x, s * (x @ mu.T), p.selection_p)

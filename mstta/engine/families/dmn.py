@@ -170,16 +170,16 @@ def update(state: dict[str, torch.Tensor], key: torch.Tensor, label: int, h: tor
         state["time"][label, slot] = state["used"][label, slot] = state["clock"]
 
 
-def _live(state: dict[str, torch.Tensor]) -> torch.Tensor:
-    """[C, M] bool: the filled slots (the first count_c of each class)."""
-    M = state["entropy"].shape[1]
-    return torch.arange(M, device=state["count"].device) < state["count"].unsqueeze(1)
+def _live(state: dict[str, torch.Tensor], width: int) -> torch.Tensor:
+    """[C, width] bool: the filled slots (the first count_c of each class) among the first `width`
+    (every filled slot lies below max count)."""
+    return torch.arange(width, device=state["count"].device) < state["count"].unsqueeze(1)
 
 
 def expire(state: dict[str, torch.Tensor], rule) -> None:
     """The idle rule before a step: empty the slots unused for `rule.idle` steps; each class's
     remaining slots move up in order (the memory appends at its count, as the official)."""
-    gone = idle_slots(state, _live(state), rule)
+    gone = idle_slots(state, _live(state, int(state["count"].max())), rule)  # the filled columns only
     for c in gone.any(1).nonzero().flatten().tolist():
         n = int(state["count"][c])
         keep = (~gone[c, :n]).nonzero().flatten()
@@ -232,7 +232,7 @@ def parts(
     p_mem = torch.softmax(logits, dim=-1)
     if rule is not None:
         if rule.rule == "idle":  # the memory's largest kernel weight exp(-beta (1 - q k)) for this query
-            mark_used(state, w, _live(state)[:, : w.shape[1]])
+            mark_used(state, w, _live(state, w.shape[1]))
         state["clock"] += 1
     return zs.clip[0], zs.p_text[0], p_mem
 

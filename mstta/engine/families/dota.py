@@ -119,14 +119,26 @@ def init(text: torch.Tensor, p: Params, logit_scale: float, length: int | None) 
 FORGET = ("timeliness",)  # the forget rules this family defines beside the runner's resets (mstta.engine.forget)
 
 
-def decay(state: dict[str, torch.Tensor], gamma: float, text: torch.Tensor, p: Params) -> None:
+RESCALE = 1e-20  # the faded evidence's scale s is folded into it below this (float32 keeps 1e38 / steps)
+
+
+def decay(state: dict, gamma: float, text: torch.Tensor, p: Params) -> None:
     """`forget.rule=timeliness` (the project's adaptation, no published rule): before each step the
     evidence beyond the prior fades by gamma = exp(-1 / horizon): c_k <- 1 + gamma (c_k - 1), S_k <-
     sigma I + gamma (S_k - sigma I) (`init`'s values), so a sample `horizon` steps old weighs 1/e
-    in the means, covariances and DOTA's weight (`text` is not read: DOTA's prior is constants)."""
-    count, scatter = state["count"], state["scatter"]
-    count.sub_(1).mul_(gamma).add_(1)
-    scatter.mul_(gamma).diagonal(dim1=1, dim2=2).add_((1 - gamma) * p.sigma)
+    in the means, covariances and DOTA's weight (`text` is not read: DOTA's prior is constants).
+    Every S_k fades by the one factor: the state holds E_k = (S_k - sigma I) / s, s = gamma^t
+    (`evidence`, `scale`; converted at the first fade), so the fade is O(C), not a pass over the C d^2
+    scatters; below RESCALE, E <- s E and s <- 1 (one pass per ~46 horizons)."""
+    if "evidence" not in state:
+        evidence = state.pop("scatter")
+        evidence.diagonal(dim1=1, dim2=2).sub_(p.sigma)
+        state.update(evidence=evidence, scale=1.0)
+    state["count"].sub_(1).mul_(gamma).add_(1)
+    state["scale"] *= gamma
+    if state["scale"] < RESCALE:
+        state["evidence"].mul_(state["scale"])
+        state["scale"] = 1.0
 
 
 def _rounded(lam: torch.Tensor, p: Params) -> torch.Tensor:
@@ -171,15 +183,22 @@ def fit(state: dict[str, torch.Tensor], X: torch.Tensor, Y: torch.Tensor, p: Par
     """`DOTA.fit` then `DOTA.update` with soft labels Y [n, C] of X [n, d]: mu_k and c_k as
     official; S_k += sum_n Y_nk (x_n - mu_k)(x_n - mu_k)^T with the OLD mu_k (= the official
     Sigma_k <- (c_k Sigma_k + Delta_k) / (c_k + s_k) times c_k + s_k); Lambda = inv((1 - epsilon)
-    mean_k S_k / c_k + epsilon I)."""
-    mu, count, scatter = state["mu"], state["count"], state["scatter"]
+    mean_k S_k / c_k + epsilon I). Under `decay`'s form E_k += Delta_k / scale."""
+    mu, count = state["mu"], state["count"]
+    faded = "evidence" in state  # `decay`'s form: S_k = sigma I + scale E_k
+    scatter = state["evidence"] if faded else state["scatter"]
     C, d = mu.shape
     s = Y.sum(0)
     z = (X.unsqueeze(1) - mu.unsqueeze(0)).permute(1, 2, 0)  # [C, d, n], x_n - mu_k (old means)
-    scatter.baddbmm_(z * Y.T.unsqueeze(1), z.transpose(1, 2))
+    zy = z * (Y.T / state["scale"] if faded else Y.T).unsqueeze(1)
+    scatter.baddbmm_(zy, z.transpose(1, 2))
     mu.mul_(count.unsqueeze(1)).add_(Y.T @ X).div_((count + s).unsqueeze(1))
     count.add_(s)
-    sbar = (count.reciprocal() @ scatter.view(C, d * d)).view(d, d) / C
+    sbar = (count.reciprocal() @ scatter.view(C, d * d)).view(d, d)
+    if faded:  # sigma I mean_k 1 / c_k + scale mean_k E_k / c_k
+        sbar.mul_(state["scale"] / C).diagonal().add_(p.sigma * count.reciprocal().mean())
+    else:
+        sbar /= C
     eye = torch.eye(d, dtype=mu.dtype, device=mu.device)
     state["Lambda"] = _rounded(torch.linalg.inv((1 - p.epsilon) * sbar + p.epsilon * eye), p)
 

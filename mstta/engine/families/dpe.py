@@ -219,16 +219,29 @@ def decay(state: dict, gamma: float, text: torch.Tensor, p: Params) -> None:
     """`forget.rule=timeliness` on DPE's one accumulator beside the cache (the project's adaptation):
     W_g is the mean of the text (weight 1) and the num_avg evolved prototypes W* (`run_test_dpe`'s
     cumulative average), so (n + 1) W_g = W + E; before each step E and n fade by gamma = exp(-1 /
-    horizon): W_g <- (W + gamma ((n + 1) W_g - W)) / (gamma n + 1), n <- gamma n (a real number)."""
+    horizon): W_g <- (W + gamma ((n + 1) W_g - W)) / (gamma n + 1), n <- gamma n (a real number).
+    The two weights, gamma (n + 1) / (gamma n + 1) and (1 - gamma) / (gamma n + 1), sum to 1: one
+    in-place lerp toward W, then the row norms (two passes over W_g)."""
     wg, n = state["wg"], state["num_avg"].to(state["wg"].dtype)
-    wg.mul_((n + 1) * gamma).add_(text, alpha=1 - gamma).div_(gamma * n + 1)
+    wg.lerp_(text, (1 - gamma) / (gamma * n + 1))
     torch.linalg.vector_norm(wg, dim=-1, out=state["wnorm"]).clamp_min_(1e-12)
     state["num_avg"] = n * gamma
 
 
 def _rows(state: dict) -> tuple[str, ...]:
-    """The state's per-slot rows, which move together when the list is reordered."""
-    return ("feats", "ent", "time", "used") if RULE_KEY in state else ("feats", "ent")
+    """The state's per-slot rows, which move together when the list is reordered (under `idle` also
+    the entries' norms, `slot_norms`)."""
+    rows = ("feats", "ent", "time", "used") if RULE_KEY in state else ("feats", "ent")
+    return (*rows, "norm") if "norm" in state else rows
+
+
+def slot_norms(state: dict) -> torch.Tensor:
+    """[C, Q] |e| of every cached entry (1 where empty), kept beside the cache under the idle rule
+    (made at its first step, from the cache then), so its use weights read the entries in one pass."""
+    if "norm" not in state:
+        live = torch.isfinite(state["ent"])
+        state["norm"] = torch.where(live, torch.linalg.vector_norm(state["feats"], dim=-1).clamp_min(1e-12), 1.0)
+    return state["norm"]
 
 
 def insert(state: dict, c: int, key: torch.Tensor, h: float, capacity: int) -> None:
@@ -255,6 +268,8 @@ def insert(state: dict, c: int, key: torch.Tensor, h: float, capacity: int) -> N
     for name in _rows(state):
         state[name][c, at + 1 : n + 1] = state[name][c, at:n].clone()
     state["feats"][c, at], ent[at] = key, h
+    if "norm" in state:
+        state["norm"][c, at] = torch.linalg.vector_norm(key).clamp_min(1e-12)
     if rule is not None:
         state["time"][c, at] = state["used"][c, at] = state["clock"]
     class_key(state, c, n + 1)
@@ -273,12 +288,19 @@ def class_key(state: dict, c: int, n: int) -> None:
 def expire(state: dict, rule) -> None:
     """The idle rule before a step: the entries unused for `rule.idle` steps leave their class's list
     (the others keep their order), and the class key is the mean of the rest."""
+    slot_norms(state)
     gone = idle_slots(state, torch.isfinite(state["ent"]), rule)
     for c in gone.any(1).nonzero().flatten().tolist():
         n = int(torch.isfinite(state["ent"][c]).sum())
         keep = (~gone[c, :n]).nonzero().flatten()
         k = len(keep)
-        for name, empty in (("feats", 0.0), ("ent", math.inf), ("time", EMPTY_TIME), ("used", EMPTY_TIME)):
+        for name, empty in (
+            ("feats", 0.0),
+            ("ent", math.inf),
+            ("time", EMPTY_TIME),
+            ("used", EMPTY_TIME),
+            ("norm", 1.0),
+        ):
             row = state[name][c]
             row[:k] = row[keep].clone()
             row[k:n] = empty
@@ -319,8 +341,8 @@ def step(state: dict, x: torch.Tensor, text: torch.Tensor, p: Params, logit_scal
         wg.mul_(n / (n + 1)).addcdiv_(v, (vnorm * (n + 1)).unsqueeze(-1))  # + W* / (n + 1)
         torch.linalg.vector_norm(wg, dim=-1, out=wnorm).clamp_min_(1e-12)
     if rule is not None:
-        if rule.rule == "idle":  # the cache's largest kernel weight exp(-beta (1 - q e')) over its entries
-            w = torch.exp(-p.beta * (1 - Fn.normalize(state["feats"]) @ qi))
+        if rule.rule == "idle":  # the cache's largest kernel weight exp(-beta (1 - q e / |e|)) over its entries
+            w = torch.exp(-p.beta * (1 - (state["feats"] @ qi) / slot_norms(state)))
             mark_used(state, w, torch.isfinite(state["ent"]))
         state["clock"] += 1
     if p.infer_confident:

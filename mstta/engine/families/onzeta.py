@@ -18,6 +18,7 @@ t (the text proxy's zero-shot label) stays on the raw x. docs/methods/onzeta.md 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -26,6 +27,7 @@ import torch
 from ...checks import check_int, check_num
 from ...threads import small_ops
 from .. import functional as Fn
+from . import onzeta_fade
 from .base import Method, StepOut
 
 NAME = "onzeta"
@@ -87,8 +89,9 @@ class Params:
 
 
 def state_bytes(C: int, d: int, p: Params) -> int:
-    """Bytes of one stream's state at float32: w [C, d], rho [C], two float64 counters."""
-    return 4 * (C * d + C) + 16
+    """Bytes of one stream's state at float32: w [C, d], rho [C], two float64 counters; under
+    `timeliness` (`onzeta_fade`) U [C, d] and five more vectors [C] (a, b and the dot products)."""
+    return 4 * (C * d + 6 * C) + 16
 
 
 def init(text: torch.Tensor, p: Params, logit_scale: float, length: int | None) -> dict[str, torch.Tensor]:
@@ -113,11 +116,9 @@ def decay(state: dict[str, torch.Tensor], gamma: float, text: torch.Tensor, p: P
     `init`'s values: rho <- gamma rho (the prior starts at 0), w <- normalise_rows(W + gamma (w - W))
     (the proxy starts at the text), and the step index i <- gamma i, the evidence the schedule counts
     (lr = cw/sqrt(i+1) grows back, beta_i = beta sqrt((i+1)/n) shrinks back, as after fewer samples)."""
-    w = state["w"]
-    w.sub_(text).mul_(gamma).add_(text)
-    w.div_(torch.linalg.vector_norm(w, dim=1, keepdim=True).clamp_min(1e-12))
-    state["rho"].mul_(gamma)
-    state["i"].mul_(gamma)
+    if not onzeta_fade.faded(state):  # held in `onzeta_fade`'s form: the fade is O(C), not a pass over w
+        onzeta_fade.convert(state, text)
+    onzeta_fade.fade(state, gamma)
 
 
 def schedule(i: torch.Tensor, n: torch.Tensor, p: Params, dtype: torch.dtype) -> torch.Tensor:
@@ -133,9 +134,21 @@ def schedule(i: torch.Tensor, n: torch.Tensor, p: Params, dtype: torch.dtype) ->
 
 def text_label(cos: torch.Tensor, rho: torch.Tensor, tau_t: float) -> torch.Tensor:
     """The online label of the text proxy, lines 263-265, from cos = x W^T: softmax(cos / tau_t) *
-    exp(rho), renormalised."""
-    t = torch.softmax(cos / tau_t, dim=0) * torch.exp(rho)
-    return t / t.sum()
+    exp(rho), renormalised, bit for bit while max rho stays below `exp_limit` (87 in float32). Past it
+    the official product overflows (exp(rho) = inf, inf * 0 = NaN for good); here exp(rho - m),
+    m = max rho - the limit, gives the same distribution (the factor cancels), softmax's underflows
+    included, and where that leaves no mass, softmax(log_softmax(cos / tau_t) + rho) in log space
+    (the project's departure: docs/methods/onzeta.md, "Numerics")."""
+    a = cos / tau_t
+    t = torch.softmax(a, dim=0) * torch.exp(rho - torch.clamp_min(rho.max() - exp_limit(rho.dtype), 0.0))
+    total = t.sum()
+    return torch.where(total > 0, t / total, torch.softmax(torch.log_softmax(a, dim=0) + rho, dim=0))
+
+
+def exp_limit(dtype: torch.dtype) -> float:
+    """The largest rho whose exp the text label takes as is: ln(the dtype's max) - 1 (87 in float32,
+    708 in float64), so exp(rho) times a probability stays finite."""
+    return math.floor(math.log(torch.finfo(dtype).max)) - 1.0
 
 
 def update_proxy(w: torch.Tensor, z: torch.Tensor, v: torch.Tensor, t: torch.Tensor, lr_tau: torch.Tensor) -> None:
@@ -154,7 +167,10 @@ def step(
     logit_scale: float,
     shift: Callable[[torch.Tensor], torch.Tensor],
 ) -> StepOut:
-    """One sample (view 0 only: the official runs use 1 view), the loop body of lines 258-273."""
+    """One sample (view 0 only: the official runs use 1 view), the loop body of lines 258-273 (a
+    faded state steps in its own form, `onzeta_fade`)."""
+    if onzeta_fade.faded(state):
+        return onzeta_fade.step(state, x, text, p, logit_scale, shift, (schedule, text_label))
     C = text.shape[0]
     f = x[0]
     lr_tau, rlr, beta, rest = schedule(state["i"], state["n"], p, text.dtype)
