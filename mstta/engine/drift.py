@@ -148,11 +148,12 @@ def drift_step_t(d: Drift, x: torch.Tensor, fg, ok=None) -> torch.Tensor:
     c = (dots[:, :1] + coef[:, 3]).reciprocal_()  # Sherman-Morrison: beta / (1 + beta d^T inv d)
     d.inv.baddbmm_(iv[:, :1].mT, iv[:, :1] * c.unsqueeze(-1), alpha=-1)
     scale = z_scale(d.inv.diagonal(dim1=-2, dim2=-1).sum(-1), d.terms)
-    acc = torch.addcmul(d.acc, dots[:, 1], scale).sub_(1 + fg.detect_slack).clamp_(coef[:, 4, 0], coef[:, 5, 0])
+    acc = d.acc if ok is None else d.acc.clone()
+    acc.addcmul_(dots[:, 1], scale).sub_(1 + fg.detect_slack).clamp_(coef[:, 4, 0], coef[:, 5, 0])
     if ok is not None:
-        acc = torch.where(ok, acc, d.acc)
-    cut = acc > fg.detect_threshold
-    d.acc.copy_(acc.masked_fill_(cut, 0))
+        d.acc.copy_(torch.where(ok, acc, d.acc))
+    cut = d.acc > fg.detect_threshold
+    d.acc.masked_fill_(cut, 0)
     d.n.masked_fill_(cut, 0)
     return cut
 
