@@ -30,7 +30,7 @@ DETECT_SEED = 29
 # GUARD * (threshold + the CUSUM's summed terms) of the threshold, the segment is stepped by
 # `drift_step_t` itself (the measured gaps: benchmarks/detector_scan.py).
 GUARD = 1e-9
-SCAN_ROWS = 1024  # the scan's window (rows per batched step: bounded memory on any stream)
+SCAN_ROWS = 1024  # the scan's largest window (rows per batched step: bounded memory on any stream)
 EMA_BLOCK = 32  # the EMA's blocks inside a window (a [32, 32] Toeplitz matrix, then the blocks' ends)
 
 
@@ -203,21 +203,23 @@ def exact_cut(x: torch.Tensor, fg) -> int | None:
 
 def cusum_windows(u: torch.Tensor, fg):
     """The CUSUM of a segment of detector rows u [n, k] (`detect_input`; the detector starts empty at
-    row 0, and n > W) as if it never cut, window after window of SCAN_ROWS rows after the warm-up, each
-    at once: the EMA (`ema_rows`), z, and the CUSUM as a scan, S_t = C_t - min(0, min_{j<=t} C_j), C
-    the running sum from the window's start value -> (its first row, S [m], the summed |terms| [m])."""
+    row 0, and n > W) as if it never cut, window after window after the warm-up (64 rows, doubling up
+    to SCAN_ROWS: a cut soon after the warm-up costs little), each at once: the EMA (`ema_rows`), z,
+    and the CUSUM as a scan, S_t = C_t - min(0, min_{j<=t} C_j), C the running sum from the window's
+    start value -> (its first row, S [m], the summed |terms| [m])."""
     mean, inv, ema = _reference(u, fg)
     scale = z_scale(inv.diagonal().sum(), z_terms(fg, inv.shape[-1], u.device))
     acc, size, c = torch.zeros((), dtype=torch.float64, device=u.device), 0.0, 1 + fg.detect_slack
-    for p in range(fg.detect_warmup, len(u), SCAN_ROWS):
-        e = ema_rows(ema, u[p : p + SCAN_ROWS], fg.detect_rate)
+    p, rows = fg.detect_warmup, EMA_BLOCK * 2
+    while p < len(u):
+        e = ema_rows(ema, u[p : p + rows], fg.detect_rate)
         ema, g = e[-1], e - mean
         z = ((g @ inv) * g).sum(-1) * scale
         run = torch.cumsum(z - c, 0) + acc
         s = run - torch.cummin(run, 0).values.clamp_max(0)
         sizes = torch.cumsum(z + c, 0) + size
         yield p, s, sizes
-        acc, size = s[-1], sizes[-1]
+        acc, size, p, rows = s[-1], sizes[-1], p + len(s), min(2 * rows, SCAN_ROWS)
 
 
 def segment_cut(x: torch.Tensor, u: torch.Tensor, fg, guard: float = GUARD) -> tuple[int | None, bool]:
