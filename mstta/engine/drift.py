@@ -85,8 +85,8 @@ def z_terms(fg, dim: int, device) -> torch.Tensor:
 def z_scale(tr_inv: torch.Tensor, terms: torch.Tensor) -> torch.Tensor:
     """The factor of g^T inv g (inv = (W C + W r/k I)^-1 = P / W) that makes z, from tr(inv) [...]:
     max(W - m - 2, 1) / (max(m, 1e-6) (a/(2-a) + 1/W)), m = tr(C P) = k - (W r / k) tr(inv)."""
-    t = torch.addcmul(terms[0], tr_inv.unsqueeze(-1), terms[1]).clamp_min_(terms[2])
-    return t[..., 0] / t[..., 1]
+    b0, b1, floor = terms.unbind(0)
+    return torch.div(*torch.addcmul(b0, tr_inv.unsqueeze(-1), b1).clamp_min_(floor).unbind(-1))
 
 
 @dataclass
@@ -140,16 +140,18 @@ def drift_step_t(d: Drift, x: torch.Tensor, fg, ok=None) -> torch.Tensor:
     d.n.add_(1 if ok is None else ok)
     row = d.n.clamp_max(fg.detect_warmup + 1)
     coef = d.table[row if ok is None else row * ok]  # [S, 6, 1]
+    *_, inv_beta, low, top = coef.unbind(1)  # each [S, 1]
     d.inv.lerp_(d.start, coef[:, 2:3])  # n = 1: the reference starts from (W r / k I)^-1
     d.me.lerp_(u.unsqueeze(1), coef[:, :2])  # Welford's mean and the EMA (n = 1: both u)
     v = torch.cat((u.unsqueeze(1), d.me[:, 1:]), 1) - d.me[:, :1]  # [S, 2, k]: u - mean, g = e - mean
     iv = v @ d.inv  # inv before this sample's update: the same as after once the reference is complete
-    dots = (v * iv).sum(-1)  # [S, 2]: d^T inv d, g^T inv g
-    c = (dots[:, :1] + coef[:, 3]).reciprocal_()  # Sherman-Morrison: beta / (1 + beta d^T inv d)
-    d.inv.baddbmm_(iv[:, :1].mT, iv[:, :1] * c.unsqueeze(-1), alpha=-1)
+    dd, quad = (v * iv).sum(-1, keepdim=True).unbind(1)  # [S, 1] each: d^T inv d, g^T inv g
+    bd = iv[:, :1]
+    c = (dd + inv_beta).reciprocal_()  # Sherman-Morrison: beta / (1 + beta d^T inv d)
+    d.inv.baddbmm_(bd.mT, bd * c.unsqueeze(-1), alpha=-1)
     scale = z_scale(d.inv.diagonal(dim1=-2, dim2=-1).sum(-1), d.terms)
     acc = d.acc if ok is None else d.acc.clone()
-    acc.addcmul_(dots[:, 1], scale).sub_(1 + fg.detect_slack).clamp_(coef[:, 4, 0], coef[:, 5, 0])
+    acc.addcmul_(quad.view(-1), scale).sub_(1 + fg.detect_slack).clamp_(low.view(-1), top.view(-1))
     if ok is not None:
         d.acc.copy_(torch.where(ok, acc, d.acc))
     cut = d.acc > fg.detect_threshold
