@@ -5,7 +5,7 @@
     PYTHONPATH=. python benchmarks/detector.py --width 512 --noise 0.5          # the digits lifted to d = 512
     PYTHONPATH=. python benchmarks/detector.py --width 768 --source mixture     # generated Gaussian mixtures
 
-Runs only `mstta.engine.forget.drift_step_t` (the engine's own ops, batched over the streams of one
+Runs only `mstta.engine.drift.drift_step_t` (the engine's own ops, batched over the streams of one
 length) over view 0 of the digits store's feature files (`mstta-bench streams --digits`: clean,
 camera, rotate, blur; `--store`, built by `make field`) in the stream orders of
 `mstta.bench.streamorders`: cut (clean -> each shift), return, chain, i.i.d. on each domain, and the
@@ -37,7 +37,8 @@ import torch
 from mstta.bench.streammetrics import detections
 from mstta.bench.streamorders import ORDERS, SCENE_DOMAINS, SCENES, build, scene
 from mstta.engine import functional as Fn
-from mstta.engine.forget import Drift, ForgetConfig, drift_step_t
+from mstta.engine.drift import Drift, drift_step_t
+from mstta.engine.forget import ForgetConfig
 from mstta.features.format import load_features
 
 DOMAINS = ("clean", "camera", "rotate", "blur")

@@ -54,8 +54,8 @@ class Bank:
         `rows`: only the first rows can be filled (the eager step's known fill; None = all)."""
         c = cut.unsqueeze(-1)
         time, bias = (self.time, self.bias) if rows is None else (self.time[:, :rows], self.bias[:, :rows])
-        time.copy_(torch.where(c, EMPTY_TIME, time))
-        bias.copy_(torch.where(c, float("-inf"), bias))
+        time.masked_fill_(c, EMPTY_TIME)  # in place: a view of the rows (and a captured graph's addresses)
+        bias.masked_fill_(c, float("-inf"))
 
     def grown(self) -> Bank:
         """Twice the rows (an unbounded bank that is full), the new ones empty."""
@@ -112,11 +112,11 @@ class Cache:
         """Empty the slots where gone ([S] bool: whole streams, or [S, C, Q]) on the device."""
         S, C, Q = self.ent.shape
         g = gone.view(S, 1, 1).expand(S, C, Q) if gone.dim() == 1 else gone
-        self.ent.copy_(torch.where(g, float("inf"), self.ent))
-        self.time.copy_(torch.where(g, EMPTY_TIME, self.time))
-        self.bias.copy_(torch.where(g.reshape(S, C * Q), float("-inf"), self.bias))
+        self.ent.masked_fill_(g, float("inf"))
+        self.time.masked_fill_(g, EMPTY_TIME)
+        self.bias.masked_fill_(g.reshape(S, C * Q), float("-inf"))
         if self.used is not None:
-            self.used.copy_(torch.where(g, EMPTY_TIME, self.used))
+            self.used.masked_fill_(g, EMPTY_TIME)
 
     def expire(self, clock: torch.Tensor, idle: int, ok: torch.Tensor | None = None) -> None:
         """The idle rule (`mstta.engine.forget`): empty every live slot unused for `idle` steps at clock [S]

@@ -27,10 +27,11 @@ from .boost import boosted_logits, select_views
 from .cache import UNBOUNDED_START, Bank, Cache
 from .cache_rules import entropy_gate_t
 from .config import EngineConfig
+from .drift import Drift, drift_step_t
 from .families import view_aggregator
 from .families.base import CACHE, Method
 from .families.cache import switches
-from .forget import Drift, drift_step_t, periodic_reset_t
+from .forget import periodic_reset_t
 from .runner import Runner
 
 log = logging.getLogger(__name__)
@@ -234,7 +235,7 @@ class Streams(Runner):
 
     def _forget(self, x: torch.Tensor, ok: torch.Tensor | None, rows: int) -> None:
         """The forget section's resets and expiries before the step (`mstta.engine.forget`), on the device:
-        a periodic reset (RDumb), a detected cut (view 0's unit feature into the detector), the
+        a periodic reset (RDumb), a detected cut (view 0's feature into the detector), the
         idle rule's expiry; `last_cut` [S] records the streams reset at this step."""
         fg, cut = self.config.forget, None
         if fg.rule == "periodic":
@@ -244,8 +245,7 @@ class Streams(Runner):
             if self.drift is not None:  # the detector's reference starts over with the state
                 self.drift.forget(cut)
         if fg.detect:
-            u = Fn.normalize(x[:, 0])
-            found = drift_step_t(self.drift, u, fg, ok)
+            found = drift_step_t(self.drift, x[:, 0], fg, ok)
             cut = found if cut is None else cut | found
         if cut is not None:
             if self.bank is not None:

@@ -28,9 +28,10 @@ from ..threads import small_ops
 from . import functional as Fn
 from .cache import UNBOUNDED_START, FeatureBank
 from .config import EngineConfig
+from .drift import Drift, drift_step_t
 from .families import get_family
 from .families.base import TOWER_KEY, Method, StepOut
-from .forget import ADAPTATION, Drift, drift_step_t, periodic_reset
+from .forget import ADAPTATION, periodic_reset
 from .runner import Runner
 from .slot_forget import RULE_KEY, ages, slot_rule
 
@@ -202,8 +203,7 @@ class FamilyStreams(Runner):
         if self.drift is not None:
             self.drift.forget(torch.as_tensor(cut, device=self.device))
             okt = torch.as_tensor(ok, device=self.device)
-            u = Fn.normalize(x[:, 0].float())
-            found = drift_step_t(self.drift, u, fg, okt)
+            found = drift_step_t(self.drift, x[:, 0], fg, okt)
             cut = cut | found.cpu().numpy()
         for s in np.nonzero(cut)[0]:
             self.states[s] = self._init()

@@ -1,5 +1,6 @@
 """Forgetting on streams: the `forget` config section, the rules' math as pure functions (each on
-host rows and as device tensor ops, as `cache_rules` does) and the scene-cut detector.
+host rows and as device tensor ops, as `cache_rules` does), and the resets over a stored stream
+(`stream_cuts`; the scene-cut detector itself is `drift.py`).
 
 Rules (docs/engine.md, "Forgetting"):
 - `timeliness`: RoTTA's memory score (BIT-DA/RoTTA `core/utils/memory.py:104-105`), applied to
@@ -12,7 +13,7 @@ Rules (docs/engine.md, "Forgetting"):
   (nor inserted) for `idle` steps is emptied.
 - `periodic`: RDumb's reset (oripress/CCC `models/rdumb.py:50-54`): everything adapted is
   forgotten before every sample whose index is a multiple of `every`.
-- `detect`: a reset at a detected scene cut; the detector (`drift_step_t`) is the project's
+- `detect`: a reset at a detected scene cut; the detector (`drift.drift_step_t`) is the project's
   design, not a published rule.
 A reset empties the caches *and* the mean-shift bank: the stream starts over as after `reset()`.
 """
@@ -26,8 +27,8 @@ import torch
 
 from ..checks import check, check_int, check_num
 from ..errors import UserError
-from . import functional as Fn
 from .cache_rules import EMPTY_TIME
+from .drift import detect_rows, segment_cut
 
 RULES = ("none", "timeliness", "idle", "periodic")
 # The timeliness horizon N (steps) used when `forget.horizon` is unset: chosen by `make streams` on
@@ -39,11 +40,6 @@ MAX_STEPS = 10_000_000  # horizon, idle, every, warmup: far beyond any stream a 
 MAX_FORGET_WEIGHT = 1e6  # lambda_t (RoTTA: 1); keeps every score finite in float64
 MAX_DETECT_THRESHOLD = 1e6
 ADAPTATION = "forgetting rule adapted by this project"  # the mark of a non-published rule
-# The detector reads features wider than this through a fixed seeded random map to this many
-# dimensions (`detect_projection`): its settings were chosen at the digits model's d = 64, and at
-# CLIP widths (512, 768) a 150-sample reference covariance is rank-deficient (docs/streams.md).
-DETECT_DIMS = 64
-DETECT_SEED = 29
 
 
 @dataclass
@@ -163,102 +159,11 @@ def periodic_reset_t(clock: torch.Tensor, every: int) -> torch.Tensor:
     return (clock > 0) & (clock % every == 0)
 
 
-def detect_projection(dim: int, device) -> torch.Tensor | None:
-    """The detector's fixed map R [d, k] for d > k = DETECT_DIMS (the project's design): the Q of the
-    QR of a seeded (DETECT_SEED) standard normal [d, k] in float64, times sqrt(d / k), so u -> u R
-    keeps a feature's squared norm on average (Johnson-Lindenstrauss); None for d <= k (no map)."""
-    if dim <= DETECT_DIMS:
-        return None
-    g = torch.Generator().manual_seed(DETECT_SEED)
-    q, _ = torch.linalg.qr(torch.randn(dim, DETECT_DIMS, generator=g, dtype=torch.float64))
-    return (q * math.sqrt(dim / DETECT_DIMS)).float().to(device)
-
-
-@dataclass
-class Drift:
-    """The scene-cut detector's state per stream (the project's design): the reference, i.e. the
-    first `warmup` unit image features since the last reset (count n, mean `mean` [S, d] and `inv`
-    [S, d, d] = (M + warmup * ridge / d * I)^-1, M their sum of squared deviations, kept by
-    Sherman-Morrison), the EMA `ema` [S, d] of every feature and the CUSUM `acc` [S]. n = 0:
-    nothing seen (the next sample starts the reference); n counts on past the warm-up. Features
-    wider than DETECT_DIMS are read through `proj` (`detect_projection`), and d is then DETECT_DIMS."""
-
-    n: torch.Tensor  # [S] float32
-    mean: torch.Tensor  # [S, d]
-    inv: torch.Tensor  # [S, d, d]
-    ema: torch.Tensor  # [S, d]
-    acc: torch.Tensor  # [S]
-    start: torch.Tensor  # [] inv's value at a reset, times I: d / (warmup * ridge)
-    proj: torch.Tensor | None = None  # [D, d] the map of features of D > DETECT_DIMS dims
-
-    @classmethod
-    def empty(cls, streams: int, dim: int, device, cfg: ForgetConfig) -> Drift:
-        proj = detect_projection(dim, device)
-        dim = min(dim, DETECT_DIMS)
-        z = torch.zeros(streams, device=device)
-        start = torch.tensor(dim / (cfg.detect_warmup * cfg.detect_ridge), device=device)
-        eye = torch.eye(dim, device=device).expand(streams, dim, dim) * start
-        zd = torch.zeros(streams, dim, device=device)
-        return cls(z.clone(), zd.clone(), eye.contiguous(), zd.clone(), z.clone(), start, proj)
-
-    def clear(self, s: int) -> None:
-        for t in (self.n, self.mean, self.ema, self.acc):
-            t[s] = 0
-        self.inv[s] = torch.eye(self.inv.shape[-1], device=self.inv.device) * self.start
-
-    def forget(self, cut: torch.Tensor) -> None:
-        """Start over where cut [S] (bool), on the device: the next sample starts the reference."""
-        keep = ~cut
-        self.n.mul_(keep)
-        self.acc.mul_(keep)
-        eye = torch.eye(self.inv.shape[-1], device=self.inv.device) * self.start
-        self.inv.copy_(torch.where(cut.view(-1, 1, 1), eye, self.inv))
-
-
-def drift_step_t(d: Drift, u: torch.Tensor, fg: ForgetConfig, ok=None) -> torch.Tensor:
-    """One sample u [S, d] (unit rows) into the detector, in place; -> cut [S] bool (the state is
-    reset before this sample). The statistic (the project's design): against the reference of the
-    first W = `detect_warmup` samples since the reset (mean mu, population covariance C, ridge r,
-    P = (C + r/d I)^-1, its effective dimension m = tr(C P) = d - r/d tr P),
-    z = (e - mu)^T P (e - mu) (W - m - 2) / (W m (a/(2-a) + 1/W)), e the EMA of rate a of the
-    features: z ~ 1 while the scene holds (the EMA's variance a/(2-a) C plus the reference mean's
-    C/W; W/(W - m - 2) is the inverse-Wishart bias of a W-sample P). A CUSUM
-    acc = max(0, acc + z - 1 - `detect_slack`) from sample W + 1 on; a cut when acc >
-    `detect_threshold`; the detector starts over from the next sample. `ok` [S]: the stepping streams.
-    Features wider than DETECT_DIMS enter as u R (`detect_projection`)."""
-    if d.proj is not None:
-        u = u @ d.proj
-    step = 1.0 if ok is None else ok.to(d.n.dtype)
-    w_ref = fg.detect_warmup
-    d.n.add_(step)
-    learn = step * (d.n <= w_ref)
-    w = learn / d.n.clamp_min(1)  # Welford's 1/n on the reference's samples (0 elsewhere)
-    delta = u - d.mean
-    d.mean.add_(delta * w.unsqueeze(-1))
-    beta = (learn - w).unsqueeze(-1)  # M += (1 - 1/n) delta delta^T: Sherman-Morrison on inv
-    bd = (d.inv @ delta.unsqueeze(-1)).squeeze(-1)
-    den = 1 + beta.squeeze(-1) * (bd * delta).sum(-1)
-    d.inv.sub_((beta / den.unsqueeze(-1)).unsqueeze(-1) * bd.unsqueeze(-1) * bd.unsqueeze(-2))
-    a = fg.detect_rate
-    d.ema.lerp_(u, (torch.where(d.n == 1, 1.0, a) * step).unsqueeze(-1))  # the first sample: u
-    g = d.ema - d.mean
-    quad = (g * (d.inv @ g.unsqueeze(-1)).squeeze(-1)).sum(-1)  # (e - mu)^T P (e - mu) / W
-    dim = u.shape[-1]
-    eff = dim - (w_ref * fg.detect_ridge / dim) * d.inv.diagonal(dim1=-2, dim2=-1).sum(-1)  # tr(C P)
-    z = quad * (w_ref - eff - 2).clamp_min(1) / ((a / (2 - a) + 1 / w_ref) * eff.clamp_min(1e-6))
-    acc = (d.acc + z - (1 + fg.detect_slack)).clamp_min(0) * (d.n > w_ref)
-    if ok is not None:
-        acc = torch.where(ok, acc, d.acc)
-    cut = acc > fg.detect_threshold
-    d.acc.copy_(acc * ~cut)
-    d.forget(cut)
-    return cut
-
-
 def stream_cuts(feats: torch.Tensor, cfg: ForgetConfig) -> torch.Tensor:
     """The resets the online engine makes over a whole stream feats [N, V, d] (RDumb's periodic ones,
-    the detector's cuts), by the engine's own ops sample after sample -> [N] bool (sample t starts
-    a new segment). The replay's segments: everything adapted starts over at each."""
+    the detector's cuts) -> [N] bool (sample t starts a new segment). The replay's segments: everything
+    adapted starts over at each. The detector's cuts are its own step's (`drift.segment_cut`: per
+    segment between resets, batched, stepped where the batched sum comes near the threshold)."""
     n = feats.shape[0]
     cut = torch.zeros(n, dtype=torch.bool)
     if cfg.rule == "periodic":
@@ -266,11 +171,16 @@ def stream_cuts(feats: torch.Tensor, cfg: ForgetConfig) -> torch.Tensor:
         cut[0] = False
     if not cfg.detect or n == 0:
         return cut
-    d = Drift.empty(1, feats.shape[-1], feats.device, cfg)
-    found = []
-    for t in range(n):
-        if cut[t]:
-            d.forget(torch.ones(1, dtype=torch.bool, device=feats.device))
-        u = Fn.normalize(feats[t : t + 1, 0].float())
-        found.append(drift_step_t(d, u, cfg))
-    return cut | torch.cat(found).cpu()
+    x = feats[:, 0]
+    u = detect_rows(x)
+    edges = [*torch.nonzero(cut).flatten().tolist(), n]
+    start = 0
+    for end in edges:  # the detector starts over at each periodic reset
+        while start < end:
+            found, _ = segment_cut(x[start:end], u[start:end], cfg)
+            if found is None:
+                break
+            cut[start + found] = True
+            start += found + 1
+        start = end
+    return cut

@@ -1,0 +1,250 @@
+"""The scene-cut detector (the project's design, not a published rule; docs/engine.md, "The detector"):
+its state per stream (`Drift`), one sample into it on the device (`drift_step_t`, branchless, no host
+read), and the same cuts over a stored stream at once (`segment_cut`, for `forget.stream_cuts`).
+
+The statistic, in float64 in both paths: view 0's feature x made unit (and read through the fixed map
+`detect_projection` when wider than DETECT_DIMS), u; the reference is the first W = `detect_warmup`
+samples since the last reset (mean mu, population covariance C, ridge r, P = (C + r/k I)^-1, its
+effective dimension m = tr(C P) = k - r/k tr P); e the EMA of rate a of every u (the first: u);
+z = (e - mu)^T P (e - mu) (W - m - 2) / (W m (a/(2-a) + 1/W)) (z ~ 1 while the scene holds: the
+EMA's variance a/(2-a) C plus the reference mean's C/W; W/(W - m - 2) is the inverse-Wishart bias of
+a W-sample P); a CUSUM acc = max(0, acc + z - 1 - `detect_slack`) from sample W + 1 on; a cut when
+acc > `detect_threshold`, and the detector starts over from the next sample.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import torch
+
+# The detector reads features wider than this through a fixed seeded random map to this many
+# dimensions (`detect_projection`): its settings were chosen at the digits model's d = 64, and at
+# CLIP widths (512, 768) a 150-sample reference covariance is rank-deficient (docs/streams.md).
+DETECT_DIMS = 64
+DETECT_SEED = 29
+# The replay's scan (`segment_cut`) computes the statistic batched, the engine one sample at a time
+# (Sherman-Morrison): the same float64 math in another order. Where the scan's CUSUM comes within
+# GUARD * (threshold + the CUSUM's summed terms) of the threshold, the segment is stepped by
+# `drift_step_t` itself (the measured gaps: benchmarks/detector_scan.py).
+GUARD = 1e-9
+SCAN_ROWS = 1024  # the scan's largest window (rows per batched step: bounded memory on any stream)
+EMA_BLOCK = 32  # the EMA's blocks inside a window (a [32, 32] Toeplitz matrix, then the blocks' ends)
+
+
+def detect_projection(dim: int, device) -> torch.Tensor | None:
+    """The detector's fixed map R [d, k] for d > k = DETECT_DIMS (the project's design): the Q of the
+    QR of a seeded (DETECT_SEED) standard normal [d, k] in float64, times sqrt(d / k), so u -> u R
+    keeps a feature's squared norm on average (Johnson-Lindenstrauss); None for d <= k (no map)."""
+    if dim <= DETECT_DIMS:
+        return None
+    return _projection(dim).to(device, copy=True)
+
+
+@functools.lru_cache(maxsize=8)
+def _projection(dim: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(DETECT_SEED)
+    q, _ = torch.linalg.qr(torch.randn(dim, DETECT_DIMS, generator=g, dtype=torch.float64))
+    return q * math.sqrt(dim / DETECT_DIMS)
+
+
+def detect_input(x: torch.Tensor, proj: torch.Tensor | None) -> torch.Tensor:
+    """Features x [..., d] (any float dtype) -> the detector's rows [..., k] in float64: x R / |x|
+    (the unit feature read through the map; |x| floored as F.normalize does)."""
+    x = x.double()
+    norm = x.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+    return (x if proj is None else x @ proj) / norm
+
+
+def count_table(fg, device) -> torch.Tensor:
+    """The per-sample coefficients by count n since the reset, [W + 2, 6, 1] float64, row min(n, W + 1)
+    (row 0: a stream that does not step): Welford's weight 1/n on the reference's samples (0 after),
+    the EMA's rate (1 at n = 1: e = u), 1 at n = 1 (inv starts over), Sherman-Morrison's 1 / beta =
+    1 - 1/n (M += n/(n-1) d d^T, d = u - the new mean; +inf where no update: n = 1 and after the
+    reference), the CUSUM's floor 0 and ceiling (0 up to n = W, +inf after)."""
+    w_ref = fg.detect_warmup
+    n = torch.arange(w_ref + 2, dtype=torch.float64)
+    ref, first = (n >= 1) & (n <= w_ref), (n == 1).double()
+    w = torch.where(ref, 1 / n.clamp_min(1), 0.0)
+    rate = torch.full_like(n, fg.detect_rate).masked_fill_(n == 1, 1.0).masked_fill_(n == 0, 0.0)
+    inv_beta = torch.where(ref & (n >= 2), 1 - w, math.inf)
+    top = torch.where(n > w_ref, math.inf, 0.0)
+    return torch.stack((w, rate, first, inv_beta, torch.zeros_like(n), top), -1).unsqueeze(-1).to(device)
+
+
+def z_terms(fg, dim: int, device) -> torch.Tensor:
+    """The constants [3, 2] of `z_scale`: with m = k - (W r / k) tr(inv) and c = a/(2-a) + 1/W, the
+    rows b0, b1, floor of (W - 2 - m) / c, m = b0 + tr(inv) b1, each at least its floor."""
+    w_ref, a, r = fg.detect_warmup, fg.detect_rate, fg.detect_ridge
+    c, q = a / (2 - a) + 1 / w_ref, w_ref * r / dim
+    return torch.tensor([[(w_ref - 2 - dim) / c, dim], [q / c, -q], [1 / c, 1e-6]], dtype=torch.float64, device=device)
+
+
+def z_scale(tr_inv: torch.Tensor, terms: torch.Tensor) -> torch.Tensor:
+    """The factor of g^T inv g (inv = (W C + W r/k I)^-1 = P / W) that makes z, from tr(inv) [...]:
+    max(W - m - 2, 1) / (max(m, 1e-6) (a/(2-a) + 1/W)), m = tr(C P) = k - (W r / k) tr(inv)."""
+    b0, b1, floor = terms.unbind(0)
+    return torch.div(*torch.addcmul(b0, tr_inv.unsqueeze(-1), b1).clamp_min_(floor).unbind(-1))
+
+
+@dataclass
+class Drift:
+    """The scene-cut detector's state per stream (the project's design), float64: the count n [S]
+    (long) of samples since the last reset (0: the next sample starts the reference; it counts on
+    past the warm-up), `me` [S, 2, k]: the reference's mean and the EMA of every sample, `inv`
+    [S, k, k] = (M + W r / k I)^-1, M the reference's sum of squared deviations (Welford and
+    Sherman-Morrison over its W samples, then frozen), and the CUSUM `acc` [S]; constants: `start`
+    [k, k] (inv at a reset), `table` (`count_table`), `terms` (`z_terms`) and `proj` [D, k]
+    (`detect_projection`, for D > DETECT_DIMS)."""
+
+    n: torch.Tensor
+    me: torch.Tensor
+    inv: torch.Tensor
+    acc: torch.Tensor
+    start: torch.Tensor
+    table: torch.Tensor
+    terms: torch.Tensor
+    proj: torch.Tensor | None = None
+
+    @classmethod
+    def empty(cls, streams: int, dim: int, device, cfg) -> Drift:
+        proj = detect_projection(dim, device)
+        dim = min(dim, DETECT_DIMS)
+        f64 = dict(device=device, dtype=torch.float64)
+        start = torch.eye(dim, **f64) * (dim / (cfg.detect_warmup * cfg.detect_ridge))
+        n, me = torch.zeros(streams, dtype=torch.long, device=device), torch.zeros(streams, 2, dim, **f64)
+        inv = start.expand(streams, dim, dim).clone()
+        acc, table, terms = torch.zeros(streams, **f64), count_table(cfg, device), z_terms(cfg, dim, device)
+        return cls(n, me, inv, acc, start, table, terms, proj)
+
+    def clear(self, s: int) -> None:
+        for t in (self.n, self.me, self.acc):
+            t[s] = 0
+        self.inv[s] = self.start
+
+    def forget(self, cut: torch.Tensor) -> None:
+        """Start over where cut [S] (bool), on the device: the next sample starts the reference (its
+        mean, EMA and inv are then exactly a fresh detector's: `drift_step_t`'s lerps of weight 1)."""
+        self.n.masked_fill_(cut, 0)
+        self.acc.masked_fill_(cut, 0)
+
+
+def drift_step_t(d: Drift, x: torch.Tensor, fg, ok=None) -> torch.Tensor:
+    """One sample x [S, D] (view 0's features) into the detector, in place; -> cut [S] bool (the
+    state is reset before this sample). The statistic of the module's docstring, in float64;
+    Welford's mean and Sherman-Morrison's inverse over the reference's samples, frozen after
+    (their coefficients are 0 there: `count_table`). `ok` [S]: the stepping streams (fg: ForgetConfig)."""
+    u = detect_input(x, d.proj)
+    d.n.add_(1 if ok is None else ok)
+    row = d.n.clamp_max(fg.detect_warmup + 1)
+    coef = d.table[row if ok is None else row * ok]  # [S, 6, 1]
+    *_, inv_beta, low, top = coef.unbind(1)  # each [S, 1]
+    d.inv.lerp_(d.start, coef[:, 2:3])  # n = 1: the reference starts from (W r / k I)^-1
+    d.me.lerp_(u.unsqueeze(1), coef[:, :2])  # Welford's mean and the EMA (n = 1: both u)
+    v = torch.cat((u.unsqueeze(1), d.me[:, 1:]), 1) - d.me[:, :1]  # [S, 2, k]: u - mean, g = e - mean
+    iv = v @ d.inv  # inv before this sample's update: the same as after once the reference is complete
+    dd, quad = (v * iv).sum(-1, keepdim=True).unbind(1)  # [S, 1] each: d^T inv d, g^T inv g
+    bd = iv[:, :1]
+    c = (dd + inv_beta).reciprocal_()  # Sherman-Morrison: beta / (1 + beta d^T inv d)
+    d.inv.baddbmm_(bd.mT, bd * c.unsqueeze(-1), alpha=-1)
+    scale = z_scale(d.inv.diagonal(dim1=-2, dim2=-1).sum(-1), d.terms)
+    acc = d.acc if ok is None else d.acc.clone()
+    acc.addcmul_(quad.view(-1), scale).sub_(1 + fg.detect_slack).clamp_(low.view(-1), top.view(-1))
+    if ok is not None:
+        d.acc.copy_(torch.where(ok, acc, d.acc))
+    cut = d.acc > fg.detect_threshold
+    d.acc.masked_fill_(cut, 0)
+    d.n.masked_fill_(cut, 0)
+    return cut
+
+
+# ---------------------------------------------------------------- the same cuts over a stored stream
+def ema_rows(prev: torch.Tensor, u: torch.Tensor, a: float) -> torch.Tensor:
+    """e_t = (1 - a) e_{t-1} + a u_t for rows u [m, k] from e_{-1} = prev [k] -> [m, k] (float64), at
+    once: blocks of EMA_BLOCK rows by a Toeplitz matrix, then each block's start from the ends before."""
+    m, k = u.shape
+    b, lam = EMA_BLOCK, 1 - a
+    nb = -(-m // b)
+    x = torch.nn.functional.pad(u, (0, 0, 0, nb * b - m)).view(nb, b, k)
+    i = torch.arange(b, device=u.device, dtype=torch.float64)
+    local = (a * torch.tril(lam ** (i[:, None] - i).clamp_min(0))) @ x  # each block from zero
+    j = torch.arange(nb, device=u.device, dtype=torch.float64)
+    hop = lam**b  # one block's decay
+    ends = torch.tril(hop ** (j[:, None] - j).clamp_min(0)) @ local[:, -1] + hop ** (j + 1)[:, None] * prev
+    before = torch.cat((prev.unsqueeze(0), ends[:-1]))
+    return (local + lam ** (i + 1)[:, None] * before.unsqueeze(1)).reshape(nb * b, k)[:m]
+
+
+def _reference(u: torch.Tensor, fg) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The reference of the first W detector rows of u [n, k] -> (mean [k], inv [k, k], the EMA after
+    its W rows), in windows of SCAN_ROWS (sums shifted by the first row)."""
+    w_ref, first = fg.detect_warmup, u[0]
+    s1, s2, ema = torch.zeros_like(first), first.new_zeros(len(first), len(first)), first
+    for p in range(0, w_ref, SCAN_ROWS):
+        rows = u[p : min(p + SCAN_ROWS, w_ref)]
+        c = rows - first
+        s1, s2 = s1 + c.sum(0), s2 + c.T @ c
+        ema = ema_rows(ema, rows, fg.detect_rate)[-1]
+    k = len(first)
+    eye = torch.eye(k, dtype=torch.float64, device=u.device)
+    inv = torch.linalg.inv(s2 - torch.outer(s1, s1) / w_ref + eye * (w_ref * fg.detect_ridge / k))
+    return first + s1 / w_ref, inv, ema
+
+
+def exact_cut(x: torch.Tensor, fg) -> int | None:
+    """The first cut of a segment x [n, D] whose detector starts empty, by `drift_step_t` sample after
+    sample (the engine's own ops: a fresh `Drift` equals one after a reset) -> its row, None if none."""
+    d = Drift.empty(1, x.shape[-1], x.device, fg)
+    for t in range(len(x)):
+        if bool(drift_step_t(d, x[t : t + 1], fg)[0]):
+            return t
+    return None
+
+
+def cusum_windows(u: torch.Tensor, fg):
+    """The CUSUM of a segment of detector rows u [n, k] (`detect_input`; the detector starts empty at
+    row 0, and n > W) as if it never cut, window after window after the warm-up (64 rows, doubling up
+    to SCAN_ROWS: a cut soon after the warm-up costs little), each at once: the EMA (`ema_rows`), z,
+    and the CUSUM as a scan, S_t = C_t - min(0, min_{j<=t} C_j), C the running sum from the window's
+    start value -> (its first row, S [m], the summed |terms| [m])."""
+    mean, inv, ema = _reference(u, fg)
+    scale = z_scale(inv.diagonal().sum(), z_terms(fg, inv.shape[-1], u.device))
+    acc, size, c = torch.zeros((), dtype=torch.float64, device=u.device), 0.0, 1 + fg.detect_slack
+    p, rows = fg.detect_warmup, EMA_BLOCK * 2
+    while p < len(u):
+        e = ema_rows(ema, u[p : p + rows], fg.detect_rate)
+        ema, g = e[-1], e - mean
+        z = ((g @ inv) * g).sum(-1) * scale
+        run = torch.cumsum(z - c, 0) + acc
+        s = run - torch.cummin(run, 0).values.clamp_max(0)
+        sizes = torch.cumsum(z + c, 0) + size
+        yield p, s, sizes
+        acc, size, p, rows = s[-1], sizes[-1], p + len(s), min(2 * rows, SCAN_ROWS)
+
+
+def segment_cut(x: torch.Tensor, u: torch.Tensor, fg, guard: float = GUARD) -> tuple[int | None, bool]:
+    """The first cut the engine's detector makes on a segment x [n, D] (view 0's features; u [n, k]
+    their `detect_input` rows) that it starts empty, by `cusum_windows`; where the scan's S comes within
+    guard * (threshold + the summed terms) of the threshold at or before its first cut, the segment
+    is stepped by `exact_cut` -> (the cut's row or None, whether it was stepped)."""
+    thr = fg.detect_threshold
+    if len(x) <= fg.detect_warmup:
+        return None, False
+    for p, s, sizes in cusum_windows(u, fg):
+        hit = s > thr
+        last = int(hit.int().argmax()) if bool(hit.any()) else len(s) - 1
+        if bool(((s[: last + 1] - thr).abs() <= guard * (thr + sizes[: last + 1])).any()):
+            return exact_cut(x, fg), True
+        if bool(hit[last]):
+            return p + last, False
+    return None, False
+
+
+def detect_rows(x: torch.Tensor) -> torch.Tensor:
+    """`detect_input` of a whole stream's view-0 features x [N, D] -> [N, k] float64, SCAN_ROWS * 16 rows
+    at a time (a bounded float64 copy of the features)."""
+    proj = detect_projection(x.shape[-1], x.device)
+    step = SCAN_ROWS * 16
+    return torch.cat([detect_input(x[p : p + step], proj) for p in range(0, len(x), step)])

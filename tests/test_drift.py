@@ -1,0 +1,99 @@
+"""The replay's detector scan (`forget.stream_cuts` by `drift.segment_cut`: the statistic batched, the
+CUSUM as a scan) finds exactly the online engine's cuts; its guard hands a segment to the engine's own
+step where the batched sum comes near the threshold."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from synthetic import as_tensors, make_stream
+
+from mstta import Engine, EngineConfig
+from mstta.engine.drift import Drift, detect_rows, drift_step_t, exact_cut, segment_cut
+from mstta.engine.forget import ForgetConfig, stream_cuts
+
+FAST = dict(detect_rate=0.2, detect_slack=0.2, detect_threshold=2.0, detect_warmup=60)
+
+
+def scene_stream(n, cuts, dim, seed, shift=0.5, width=None):
+    """[n, 1, width or dim] features whose scene moves by `shift` along a new direction at each cut;
+    `width`: the stream lifted to that many dims by a seeded orthonormal map plus noise of norm 0.5."""
+    f, _, _ = as_tensors(make_stream(n=n, classes=10, dim=dim, seed=seed, noise=1.5))
+    g = torch.Generator().manual_seed(seed)
+    for a in cuts:
+        f[a:] = F.normalize(f[a:] + shift * F.normalize(torch.randn(dim, generator=g), dim=0), dim=-1)
+    if width is not None:
+        q, _ = torch.linalg.qr(torch.randn(width, dim, generator=g))
+        f = F.normalize(f @ q.T + 0.5 / width**0.5 * torch.randn(n, width, generator=g), dim=-1)
+    return f.unsqueeze(1)
+
+
+def online_cuts(feats, fg):
+    """The cuts `Engine.step` reports over feats [N, 1, d] (TDA over 3 classes, its forget section fg)."""
+    text = F.normalize(torch.randn(3, feats.shape[-1], generator=torch.Generator().manual_seed(0)), dim=-1)
+    engine = Engine(text, "tda", EngineConfig(forget=fg))
+    return [engine.step(x).cut for x in feats]
+
+
+@pytest.mark.parametrize(
+    "seed,dim,width,keys,cuts",
+    [
+        (3, 64, None, {}, (300, 650, 900)),
+        (8, 64, None, FAST, (250, 500, 800)),
+        (5, 64, 512, {}, (300, 700)),
+        (6, 64, None, dict(rule="periodic", every=400, **FAST), (250, 700, 900)),
+    ],
+)
+def test_the_scan_finds_the_engines_cuts(seed, dim, width, keys, cuts):
+    """Generated scene streams (d = 64; lifted to 512), with and without periodic resets."""
+    feats = scene_stream(1100, cuts, dim, seed, width=width)
+    fg = ForgetConfig(detect=True, **keys)
+    want = online_cuts(feats, fg)
+    assert stream_cuts(feats, fg).tolist() == want and sum(want) >= len(cuts)
+
+
+def test_a_cut_on_the_first_sample_after_the_warm_up_and_then_again():
+    """The scene moves at the warm-up's last sample: the first sample that may cut does, and the detector
+    starts over from the next one (a second cut once its new reference is complete)."""
+    fg = ForgetConfig(detect=True, detect_warmup=40, detect_threshold=0.5, detect_slack=0.0, detect_rate=0.5)
+    feats = scene_stream(200, (40, 120), 32, 2, shift=2.0)
+    want = online_cuts(feats, fg)
+    assert want[40] and not any(want[:40]) and sum(want) >= 2
+    assert stream_cuts(feats, fg).tolist() == want
+
+
+def test_a_stream_shorter_than_the_warm_up_and_an_empty_one_have_no_cut():
+    fg = ForgetConfig(detect=True, detect_threshold=0.01, detect_slack=0.0)
+    feats = scene_stream(150, (10,), 16, 1, shift=3.0)  # W = 150: never past the reference
+    assert online_cuts(feats, fg) == [False] * 150 and not stream_cuts(feats, fg).any()
+    assert stream_cuts(torch.zeros(0, 1, 16), fg).shape == (0,)
+    assert segment_cut(feats[:150, 0], detect_rows(feats[:150, 0]), fg) == (None, False)
+
+
+def test_the_guard_steps_a_segment_whose_sum_touches_the_threshold():
+    """The threshold set to a value the engine's CUSUM reaches: the engine never cuts (acc > threshold
+    is strict), the batched sum may land a rounding error above it; the scan hands the segment to the
+    engine's step (and says so), and the cuts stay the engine's."""
+    x = scene_stream(700, (), 64, 4)[:, 0]
+    fg = ForgetConfig(detect=True, detect_slack=0.5)
+    d, accs = Drift.empty(1, 64, "cpu", fg), []
+    for t in range(len(x)):
+        assert not drift_step_t(d, x[t : t + 1], fg)[0]
+        accs.append(float(d.acc[0]))
+    top = ForgetConfig(detect=True, detect_slack=0.5, detect_threshold=max(accs))
+    assert top.detect_threshold > 0 and exact_cut(x, top) is None
+    assert segment_cut(x, detect_rows(x), top) == (None, True)
+    assert not stream_cuts(x.unsqueeze(1), top).any()
+    below = ForgetConfig(detect=True, detect_slack=0.5, detect_threshold=max(accs) * (1 - 1e-6))
+    assert segment_cut(x, detect_rows(x), below) == (exact_cut(x, below), False) and exact_cut(x, below) is not None
+
+
+def test_the_guard_off_and_always_on_agree():
+    """guard = 0 (the scan alone) and guard = inf (the engine's step on every segment) give the same cut."""
+    feats = scene_stream(900, (400,), 64, 9)
+    x, fg = feats[:, 0], ForgetConfig(detect=True)
+    u = detect_rows(x)
+    scan, stepped = segment_cut(x, u, fg, guard=0.0), segment_cut(x, u, fg, guard=np.inf)
+    assert scan[0] == stepped[0] is not None and 400 <= scan[0] < 430 and stepped[1] and not scan[1]
