@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..threads import map_chunks
+from ..threads import map_chunks, small_ops
 from . import functional as Fn
 from .cache_rules import EMPTY_TIME, entropy_gate, entropy_slot, fifo_slot
 from .config import EngineConfig
@@ -31,6 +31,7 @@ from .families.base import CACHE
 from .families.cache import switches
 from .family_runner import check_family_memory, check_text_tower
 from .forget import stream_cuts, timeliness_slot
+from .idle_replay import IdleCache
 from .methods import Method, get_method
 from .protocol import warn_few_views
 
@@ -82,8 +83,6 @@ def replay(
     feats = feats.to(dev)  # kept in its stored dtype; converted to float32 per chunk
     t0 = time.perf_counter()
     cuts = None
-    # forget's idle rule reads each step's cache weights: no interval scan, online steps
-    online = online or cfg.forget.rule == "idle"
     with torch.inference_mode():
         if m.family != CACHE:  # another family: its own replay, or its step sample by sample
             *res, cuts = _replay_family(feats, text, m, cfg, dev, online or cfg.forget.active, text_tower)
@@ -217,23 +216,34 @@ def _replay_vectorised(feats, text, m, cfg, chunk, keep_probs=False):
     labels = lab.cpu().numpy()
     h = ent.cpu().numpy().astype(np.float64)
 
-    tl = (cfg.forget.steps, cfg.forget.weight) if cfg.forget.rule == "timeliness" else None
-    end = _intervals(labels, h, cp.capacity, C, "entropy", None, tl)
+    fg = cfg.forget
     weights = lambda qq, kk, bias: Fn.cache_weights(qq, kk, bias, cp.beta, cp.kernel, cp.cache_alpha)
-    pos = _Entries(end, lab, weights, Fn.log_weight(cp.cache_alpha, cp.beta), None)
-    neg = None
+    caches = [(cp.capacity, "entropy", None, weights, Fn.log_weight(cp.cache_alpha, cp.beta), None)]
     if sw.negative:
         gate = [entropy_gate(v, C, cp.neg_entropy_lower, cp.neg_entropy_upper) for v in h.tolist()]
-        nend = _intervals(labels, h, cp.neg_capacity, C, sw.neg_policy, gate, tl)
         values = torch.cat([Fn.negative_mask(p[3], cp.neg_mask_lower, cp.neg_mask_upper) for p in parts])
         nweights = lambda qq, kk, bias: Fn.cache_weights(qq, kk, bias, cp.neg_beta, "exp", cp.neg_alpha)
-        neg = _Entries(nend, lab, nweights, Fn.log_weight(cp.neg_alpha, cp.neg_beta), values)
+        caches.append(
+            (cp.neg_capacity, sw.neg_policy, gate, nweights, Fn.log_weight(cp.neg_alpha, cp.neg_beta), values)
+        )
+
+    def final(i, pos_logits, neg_logits):
+        (a, b), clip = spans[i], parts[i][1]
+        return _summarise(Fn.final_logits(clip, pos_logits, neg_logits, cp.lam), clip, ent[a:b], None, keep_probs)
+
+    if fg.rule == "idle":  # each chunk's entries depend on the last chunk's uses: chunks in turn
+        idle = [IdleCache(labels, lab, h, Q, C, pol, g, fg.idle, w, lw, v) for Q, pol, g, w, lw, v in caches]
+        with small_ops(q.device):  # the glue between the chunks' GEMMs (on the pool) on one thread
+            return [
+                final(i, *(c.logits(q, a, b) for c in idle), *([None] * (2 - len(idle))))
+                for i, (a, b) in enumerate(spans)
+            ]
+    tl = (fg.steps, fg.weight) if fg.rule == "timeliness" else None
+    entries = [_Entries(_intervals(labels, h, Q, C, pol, g, tl), lab, w, lw, v) for Q, pol, g, w, lw, v in caches]
 
     def run(i):
-        (a, b), clip = spans[i], parts[i][1]
-        pos_logits = pos.logits(q, a, b, C)
-        neg_logits = None if neg is None else neg.logits(q, a, b, C)
-        return _summarise(Fn.final_logits(clip, pos_logits, neg_logits, cp.lam), clip, ent[a:b], None, keep_probs)
+        a, b = spans[i]
+        return final(i, *(e.logits(q, a, b, C) for e in entries), *([None] * (2 - len(entries))))
 
     return map_chunks(run, range(len(spans)), q.device)
 
