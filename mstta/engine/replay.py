@@ -14,6 +14,7 @@ so do the other families without a vectorised `replay` of their own (`mstta.engi
 
 from __future__ import annotations
 
+import inspect
 import math
 import time
 from dataclasses import dataclass
@@ -85,7 +86,7 @@ def replay(
     cuts = None
     with torch.inference_mode():
         if m.family != CACHE:  # another family: its own replay, or its step sample by sample
-            *res, cuts = _replay_family(feats, text, m, cfg, dev, online or cfg.forget.active, text_tower)
+            *res, cuts = _replay_family(feats, text, m, cfg, dev, online, text_tower)
             out = [_summarise(*res, keep_probs)]
         elif online or m.boosting_views:  # the engine's step: small ops, one thread (mstta.threads)
             logits, clip, ent, cuts = _replay_online(feats, text, m, cfg, dev)
@@ -116,23 +117,53 @@ def _replay_segments(feats, text, m, cfg, chunk, keep_probs):
 
 def _replay_family(feats, text, m, cfg, dev, online, tower=None):
     """(scores, clip, H, probs, cuts or None) [N, ...] of a family method: the family's vectorised `replay` where
-    it has one and the row has no mean shift (its bank makes every step depend on the last), else
-    its step over the stream (`Engine`, told the stream's length)."""
+    it has one, the row has no mean shift (its bank makes every step depend on the last) and `forget`
+    only resets (`rule` none or periodic, with or without `detect`: each segment between the resets,
+    `stream_cuts`, replays from a fresh state), else its step over the stream (`Engine`, told the
+    stream's length)."""
     family = get_family(m.family)
     towered = getattr(family, "TOWER", False)  # a prompt-tuning family's replay also takes the text tower
     vectorised = getattr(family, "replay_tower" if towered else "replay", None)
-    if not online and not m.mean_shift and vectorised is not None and (tower is not None or not towered):
+    fg = cfg.forget
+    if (
+        not online
+        and not m.mean_shift
+        and _segments_replay(family, vectorised, fg)
+        and (tower is not None or not towered)
+    ):
         t = torch.as_tensor(text)
         dtype = torch.float64 if t.dtype == torch.float64 else torch.float32
         x, unit = Fn.normalize(feats.to(dtype)), Fn.normalize(t.to(dev, dtype))
         check_family_memory(m, cfg, unit, 1, torch.device(dev))  # the bound `Engine` checks: one for both paths
         extra = (check_text_tower(m, tower, unit.shape[0]),) if towered else ()
-        out = vectorised(x, unit, cfg.family_params(m.family), cfg.logit_scale, *extra)
-        return out.scores, out.clip, out.entropy, out.probs, None
+        p, n = cfg.family_params(m.family), feats.shape[0]
+        length = {"length": n} if _takes_length(vectorised) else {}  # each reset's init reads the whole N
+        cuts = stream_cuts(feats, fg) if fg.resets else None
+        edges = [0, *([] if cuts is None else torch.nonzero(cuts).flatten().tolist()), n]
+        outs = [
+            vectorised(x[a:b], unit, p, cfg.logit_scale, *extra, **length) for a, b in zip(edges, edges[1:]) if b > a
+        ]
+        out = [torch.cat(part) for part in zip(*outs)] if len(outs) > 1 else list(outs[0])
+        return out[0], out[1], out[2], out[4], cuts
     engine = Engine(text, m, cfg, device=dev, stream_length=max(1, feats.shape[0]), text_tower=tower)
     rows = [engine.step(x) for x in feats]
     keys = ("logits", "clip_logits", "entropy_tensor", "probs") + (("cut_tensor",) if cfg.forget.resets else ())
     return (*(torch.stack([getattr(r, k) for r in rows]) for k in keys), *(() if cfg.forget.resets else (None,)))
+
+
+def _segments_replay(family, vectorised, fg) -> bool:
+    """Whether a family's vectorised replay gives its steps under `fg`: it has one; `fg` only resets
+    (no rule that decays or empties slots step by step); a family whose `init` reads the stream's
+    length (`READS_LENGTH`) takes it (`length=`), as the engine's every reset passes the whole stream's."""
+    if vectorised is None or fg.rule not in ("none", "periodic"):
+        return False
+    if not fg.resets or not getattr(family, "READS_LENGTH", False):
+        return True
+    return _takes_length(vectorised)
+
+
+def _takes_length(vectorised) -> bool:
+    return "length" in inspect.signature(vectorised).parameters
 
 
 def mean_shifted(
