@@ -87,13 +87,20 @@ class IdleCache:
 
     def _scan(self, a, b, cols, rows, vals, idx) -> None:
         """Steps a..b-1 on the host rows: expiries, the slot rule, each step's use."""
-        gate = self.gate
+        gate, dl, slot, Q = self.gate, self.deadlines, self.slot, self.Q
         for t in range(a, b):
-            self._expire(t)
+            if dl and dl[0][0] <= t:
+                self._expire(t)
             if gate is None or gate[t]:
                 self._insert(t)
-            if rows is not None:
-                self._use(t, cols, rows[t - a], vals[t - a], idx[t - a])
+            if rows is None:
+                continue
+            v, i = vals[t - a], idx[t - a]
+            s = slot[cols[i[0]]]
+            if s >= 0 and len(v) > 1 and v[0] != v[1]:  # the top weight's entry is live and alone: used
+                self._mark(s // Q, s % Q, t)
+            else:
+                self._use(t, cols, rows[t - a], v, i)
 
     def _expire(self, t: int) -> None:
         """`Cache.expire`: every live slot whose last use is `idle` or more steps before t empties."""
