@@ -7,9 +7,13 @@ features) is known up front. So replay computes those in batches with the engine
 (`functional.form_queries`, `shift_by_sims`, `cache_weights`, `final_logits`), decides cache
 membership with the engine's slot rules in one host-side scan (each cached entry lives over an
 interval of the stream), and computes cache logits in chunks over the entries alive in each
-chunk. Every batched phase is a list of independent row chunks (`mstta.threads.map_chunks`). The
-boosting methods' per-sample boosted caches do not decompose this way; they replay online, and
-so do the other families without a vectorised `replay` of their own (`mstta.engine.families`).
+chunk. Every batched phase is a list of independent row chunks (`mstta.threads.map_chunks`).
+`forget`'s resets (periodic, detected cuts; `forget.stream_cuts`) cut the stream into segments that
+replay independently; its timeliness rule is part of the scan; its idle rule, whose expiries read
+each step's cache weights, replays chunk after chunk (`mstta.engine.idle_replay`). The boosting
+methods' per-sample boosted caches do not decompose this way; they replay online, and so do the
+other families without a vectorised `replay` of their own (`mstta.engine.families`), or under a
+rule that changes their state step by step (timeliness, idle).
 """
 
 from __future__ import annotations
