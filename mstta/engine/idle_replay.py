@@ -86,8 +86,17 @@ class IdleCache:
         return torch.cat(map_chunks(read, range(len(pieces)), q.device))
 
     def _scan(self, a, b, cols, rows, vals, idx) -> None:
-        """Steps a..b-1 on the host rows: expiries, the slot rule, each step's use."""
-        gate, dl, slot, Q = self.gate, self.deadlines, self.slot, self.Q
+        """Steps a..b-1 on the host rows: expiries, the slot rule, each step's use (its common case inline:
+        the top weight's entry live and alone)."""
+        gate, dl, slot, Q, used, owner, idle = (
+            self.gate,
+            self.deadlines,
+            self.slot,
+            self.Q,
+            self.used,
+            self.owner,
+            self.idle,
+        )
         for t in range(a, b):
             if dl and dl[0][0] <= t:
                 self._expire(t)
@@ -97,8 +106,10 @@ class IdleCache:
                 continue
             v, i = vals[t - a], idx[t - a]
             s = slot[cols[i[0]]]
-            if s >= 0 and len(v) > 1 and v[0] != v[1]:  # the top weight's entry is live and alone: used
-                self._mark(s // Q, s % Q, t)
+            if s >= 0 and len(v) > 1 and v[0] != v[1]:
+                c, j = divmod(s, Q)
+                used[c][j] = t
+                dl.append((t + idle, c, j, owner[c][j]))
             else:
                 self._use(t, cols, rows[t - a], v, i)
 
@@ -118,17 +129,18 @@ class IdleCache:
 
     def _insert(self, t: int) -> None:
         """`Cache.insert`'s slot rule (entropy, or first in, first out) on class row labels[t]."""
-        c = self.labels[t]
-        j = fifo_slot(self.when[c]) if self.fifo else entropy_slot(self.ent[c], self.when[c], self.h[t])
+        c, h = self.labels[t], self.h[t]
+        ent, when, owner = self.ent[c], self.when[c], self.owner[c]
+        j = fifo_slot(when) if self.fifo else entropy_slot(ent, when, h)
         if j < 0:
             return
-        if self.owner[c][j] >= 0:
+        if owner[j] >= 0:
             self._vacate(c, j, t)
-        self.owner[c][j], self.ent[c][j], self.when[c][j] = t, self.h[t], t
+        owner[j], ent[j], when[j], self.used[c][j] = t, h, t, t
         self.slot[t] = self.slots[t] = c * self.Q + j
         self.end[t] = len(self.slot)
         self.cached.add(t)
-        self._mark(c, j, t)
+        self.deadlines.append((t + self.idle, c, j, t))
 
     def _mark(self, c: int, j: int, t: int) -> None:
         self.used[c][j] = t
