@@ -21,8 +21,6 @@ import torch
 from ..threads import map_chunks, workers
 from .cache_rules import EMPTY_TIME, entropy_slot, fifo_slot
 
-TOP = 4  # candidates kept per query for its step's use (more are read only when all of them are dead or tie)
-
 
 class IdleCache:
     """One cache (positive, or TDA's negative) over a stream under the idle rule: its class rows on
@@ -53,25 +51,25 @@ class IdleCache:
             return torch.zeros(b - a, self.C, device=q.device)
         at = torch.as_tensor(cols, device=q.device)
         keys, bias = q[at], torch.full((len(cols),), self.log_w, device=q.device)
-        k, uses = min(TOP, len(cols)), math.isfinite(self.log_w)  # a = 0: no slot is live to the engine's use
+        uses = math.isfinite(self.log_w)  # a = 0: no slot is live to the engine's use
 
         def weigh(ab):
             w = self.weights(q[ab[0] : ab[1]], keys, bias)
-            top = w.topk(k, -1) if uses else None
-            return (w, top.values.tolist(), top.indices.tolist()) if uses else (w, None, None)
+            return (w, *(_top_two(w) if uses else ()))
 
         pieces = _pieces(a, b)
         parts = map_chunks(weigh, pieces, q.device)
         if uses:
-            rows = [(w, i) for w, _, _ in parts for i in range(w.shape[0])]
-            self._scan(a, b, cols, rows, [v for p in parts for v in p[1]], [i for p in parts for i in p[2]])
+            rows = [(w, i) for w, *_ in parts for i in range(w.shape[0])]
+            self._scan(a, b, cols, rows, *([x for p in parts for x in p[k]] for k in (1, 2, 3)))
         else:
-            self._scan(a, b, cols, None, None, None)
+            self._scan(a, b, cols, None, None, None, None)
         end = self.end[cols]
         dying = np.nonzero(end[: len(live)] < b)[0]  # entries alive at a that leave within the chunk
         mine = torch.as_tensor(end[len(live) :], device=q.device)  # the chunk's own: [s, end[s])
         dy, dy_end = torch.as_tensor(dying, device=q.device), torch.as_tensor(end[dying], device=q.device)
         first = at[len(live) :]
+        value = self.lab_t[at] if self.values is None else self.values[at]  # each column's class, or its value row
 
         def read(i):
             (r0, r1), w = pieces[i], parts[i][0]
@@ -80,14 +78,15 @@ class IdleCache:
             if len(dying):
                 w.index_copy_(1, dy, w.index_select(1, dy) * (t < dy_end))
             if self.values is None:
-                return torch.zeros(r1 - r0, self.C, device=q.device).index_add_(1, self.lab_t[at], w)
-            return w @ self.values[at]
+                return torch.zeros(r1 - r0, self.C, device=q.device).index_add_(1, value, w)
+            return w @ value
 
         return torch.cat(map_chunks(read, range(len(pieces)), q.device))
 
-    def _scan(self, a, b, cols, rows, vals, idx) -> None:
-        """Steps a..b-1 on the host rows: expiries, the slot rule, each step's use (its common case inline:
-        the top weight's entry live and alone)."""
+    def _scan(self, a, b, cols, rows, top, at, second) -> None:
+        """Steps a..b-1 on the host rows: expiries, the slot rule, each step's use (`Cache._mark_used`:
+        the live slot of largest weight; of equal ones the first slot): the column of the query's top
+        weight when it is live and alone (above the second), else read from its whole row."""
         gate, dl, slot, Q, used, owner, idle = (
             self.gate,
             self.deadlines,
@@ -104,14 +103,15 @@ class IdleCache:
                 self._insert(t)
             if rows is None:
                 continue
-            v, i = vals[t - a], idx[t - a]
-            s = slot[cols[i[0]]]
-            if s >= 0 and len(v) > 1 and v[0] != v[1]:
-                c, j = divmod(s, Q)
-                used[c][j] = t
-                dl.append((t + idle, c, j, owner[c][j]))
-            else:
-                self._use(t, cols, rows[t - a], v, i)
+            r = t - a
+            s = slot[cols[at[r]]]
+            if s < 0 or not top[r] > second[r]:
+                s = self._use_whole(cols, rows[r][0][rows[r][1]])
+                if s < 0:
+                    continue
+            c, j = divmod(s, Q)
+            used[c][j] = t
+            dl.append((t + idle, c, j, owner[c][j]))
 
     def _expire(self, t: int) -> None:
         """`Cache.expire`: every live slot whose last use is `idle` or more steps before t empties."""
@@ -142,26 +142,6 @@ class IdleCache:
         self.cached.add(t)
         self.deadlines.append((t + self.idle, c, j, t))
 
-    def _mark(self, c: int, j: int, t: int) -> None:
-        self.used[c][j] = t
-        self.deadlines.append((t + self.idle, c, j, self.owner[c][j]))
-
-    def _use(self, t: int, cols: list[int], row, vals: list[float], idx: list[int]) -> None:
-        """`Cache._mark_used`: the live slot of largest weight at step t (of equal ones the first slot)
-        is used at t; from the query's top weights, or its whole row when those are all dead or tie on."""
-        best, top = -1, None
-        for v, i in zip(vals, idx):
-            if top is not None and v != top:
-                break
-            s = self.slot[cols[i]]
-            if s >= 0 and (best < 0 or s < best):
-                best, top = s, v
-        else:
-            if len(vals) < len(cols) and (top is None or vals[-1] == top):
-                best = self._use_whole(cols, row[0][row[1]])
-        if best >= 0:
-            self._mark(best // self.Q, best % self.Q, t)
-
     def _use_whole(self, cols: list[int], row: torch.Tensor) -> int:
         slot = self.slots[cols]
         w = np.where(slot >= 0, row.cpu().numpy(), -np.inf)
@@ -169,6 +149,16 @@ class IdleCache:
         if not top > -np.inf:
             return -1
         return int(slot[w == top].min())
+
+
+def _top_two(w: torch.Tensor) -> tuple[list[float], list[int], list[float]]:
+    """Each row's largest weight, its column, and the largest of the other columns (-inf: none)."""
+    top, at = w.max(-1)
+    col = at.unsqueeze(1)
+    w.scatter_(1, col, float("-inf"))
+    second = w.max(-1).values
+    w.scatter_(1, col, top.unsqueeze(1))
+    return top.tolist(), at.tolist(), second.tolist()
 
 
 def _pieces(a: int, b: int) -> list[tuple[int, int]]:
