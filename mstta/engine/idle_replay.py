@@ -87,15 +87,8 @@ class IdleCache:
         """Steps a..b-1 on the host rows: expiries, the slot rule, each step's use (`Cache._mark_used`:
         the live slot of largest weight; of equal ones the first slot): the column of the query's top
         weight when it is live and alone (above the second), else read from its whole row."""
-        gate, dl, slot, Q, used, owner, idle = (
-            self.gate,
-            self.deadlines,
-            self.slot,
-            self.Q,
-            self.used,
-            self.owner,
-            self.idle,
-        )
+        gate, dl, slot, Q, idle = self.gate, self.deadlines, self.slot, self.Q, self.idle
+        used, owner = self.used, self.owner
         for t in range(a, b):
             if dl and dl[0][0] <= t:
                 self._expire(t)
@@ -122,6 +115,7 @@ class IdleCache:
                 self._vacate(c, j, t)
 
     def _vacate(self, c: int, j: int, t: int) -> None:
+        """Slot j of class row c empties at step t (its entry's interval ends)."""
         s = self.owner[c][j]
         self.end[s], self.slot[s], self.slots[s] = t, -1, -1
         self.cached.discard(s)
@@ -143,6 +137,7 @@ class IdleCache:
         self.deadlines.append((t + self.idle, c, j, t))
 
     def _use_whole(self, cols: list[int], row: torch.Tensor) -> int:
+        """The live slot of largest weight in a query's whole row (of equal ones the first slot); -1: none live."""
         slot = self.slots[cols]
         w = np.where(slot >= 0, row.cpu().numpy(), -np.inf)
         top = w.max()
