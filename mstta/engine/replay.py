@@ -144,9 +144,8 @@ def _replay_family(feats, text, m, cfg, dev, online, tower=None):
         length = {"length": n} if _takes_length(vectorised) else {}  # each reset's init reads the whole N
         cuts = stream_cuts(feats, fg) if fg.resets else None
         edges = [0, *([] if cuts is None else torch.nonzero(cuts).flatten().tolist()), n]
-        outs = [
-            vectorised(x[a:b], unit, p, cfg.logit_scale, *extra, **length) for a, b in zip(edges, edges[1:]) if b > a
-        ]
+        spans = [(a, b) for a, b in zip(edges, edges[1:]) if b > a] or [(0, n)]  # an empty stream: one empty replay
+        outs = [vectorised(x[a:b], unit, p, cfg.logit_scale, *extra, **length) for a, b in spans]
         out = [torch.cat(part) for part in zip(*outs)] if len(outs) > 1 else list(outs[0])
         return out[0], out[1], out[2], out[4], cuts
     engine = Engine(text, m, cfg, device=dev, stream_length=max(1, feats.shape[0]), text_tower=tower)
