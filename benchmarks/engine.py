@@ -38,7 +38,7 @@ Parts (choose with --parts):
   `Engine.step()` samples/s (on CUDA: with the step captured as a CUDA graph) and replay
   samples/s for each rule (none, timeliness, idle, periodic, detect, timeliness + detect) on the
   same stream, idle, the settings taking turns (best of REPEAT rounds), and each one's time
-  relative to `none` (the idle rule replays by online steps).
+  relative to `none`; on the CPU also the CPU time per sample and its ratio to `none`.
 - memory: peak RSS of a fresh process streaming --steps samples through `ms-tta` with the default
   bounded bank (65,536), and the step time over the first and last 2,000 steps (flat = bounded).
 Rates are the best of 3 runs (the machine may be shared); the 1-minute load average at start and
@@ -203,23 +203,51 @@ FORGET_SETTINGS = {
 
 def part_forget(feats, text, cfg, device) -> dict:
     """Online and replay samples/s of each forget setting, and its ratio to `none` (the cost); the
-    settings take turns, REPEAT rounds, each keeping its best (a shared machine's load drifts)."""
+    settings take turns, REPEAT rounds, each keeping its best (a shared machine's load drifts). On
+    the CPU also the process's CPU time per sample (every thread's; least of the rounds), which a
+    shared machine's load moves less than the wall time."""
     out: dict = {}
     graph = True if device.type == "cuda" else None
+    keys = ("online", "replay") + (("online_cpu", "replay_cpu") if device.type == "cpu" else ())
     for method in ("ms-tta", "tda"):
         r = out[method] = {name: {"online_samples_per_s": 0.0, "replay_samples_per_s": 0.0} for name in FORGET_SETTINGS}
         for _ in range(REPEAT):
             for name, fg in FORGET_SETTINGS.items():
                 c = dataclasses.replace(cfg, forget=fg)
-                on = online_rate(feats, text, method, c, device, cuda_graph=graph, repeat=1)
-                rep = replay_rate(feats, text, method, c, device, repeat=1)
+                on, on_cpu = _cpu_per_sample(online_rate, feats, text, method, c, device, cuda_graph=graph, repeat=1)
+                rep, rep_cpu = _cpu_per_sample(replay_rate, feats, text, method, c, device, repeat=1)
                 r[name]["online_samples_per_s"] = round(max(r[name]["online_samples_per_s"], on), 1)
                 r[name]["replay_samples_per_s"] = round(max(r[name]["replay_samples_per_s"], rep), 1)
+                if device.type == "cpu":
+                    for key, us in (("online", on_cpu), ("replay", rep_cpu)):
+                        r[name][f"{key}_cpu_us_per_sample"] = round(
+                            min(r[name].get(f"{key}_cpu_us_per_sample", us), us), 1
+                        )
         for name in FORGET_SETTINGS:
-            for key in ("online", "replay"):
-                rate = r[name][f"{key}_samples_per_s"]
-                r[name][f"{key}_time_vs_none"] = round(r["none"][f"{key}_samples_per_s"] / rate, 3)
+            for key in keys:
+                field = f"{key}_us_per_sample" if key.endswith("cpu") else f"{key}_samples_per_s"
+                rate = r[name][field]
+                ratio = rate / r["none"][field] if key.endswith("cpu") else r["none"][field] / rate
+                r[name][f"{key}_time_vs_none"] = round(ratio, 3)
     return out
+
+
+def _cpu_per_sample(rate_fn, feats, text, *args, **kw) -> tuple[float, float]:
+    """(rate_fn's samples/s, the process's CPU microseconds per sample of its timed run, every
+    thread's: `_clock` on a CPU) with `time.perf_counter` standing in for the timed run's clock."""
+    spent = []
+    real = time.perf_counter
+
+    def both() -> float:
+        spent.append(time.process_time())
+        return real()
+
+    time.perf_counter = both  # rate_fn times its run by two reads of perf_counter: the last two
+    try:
+        rate = rate_fn(feats, text, *args, **kw)
+    finally:
+        time.perf_counter = real
+    return rate, (spent[-1] - spent[-2]) * 1e6 / len(feats)
 
 
 def multi_rates(feats, text, cfg, device, streams: int, steps: int) -> dict:

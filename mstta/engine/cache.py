@@ -120,9 +120,14 @@ class Cache:
 
     def expire(self, clock: torch.Tensor, idle: int, ok: torch.Tensor | None = None) -> None:
         """The idle rule (`mstta.engine.forget`): empty every live slot unused for `idle` steps at clock [S]
-        (only in the stepping streams, `ok` [S]; None = all)."""
-        gone = (self.time != EMPTY_TIME) & (clock.view(-1, 1, 1) - self.used >= idle)
-        self.forget(gone if ok is None else gone & ok.view(-1, 1, 1))
+        (only in the stepping streams, `ok` [S]; None = all), in place. An empty slot's last use is at
+        most its emptying's (-1 after a reset), so it may be emptied again: that changes nothing."""
+        gone = self.used <= (clock - idle).view(-1, 1, 1)
+        if ok is not None:
+            gone &= ok.view(-1, 1, 1)
+        self.ent.masked_fill_(gone, float("inf"))
+        self.time.masked_fill_(gone, EMPTY_TIME)
+        self.bias.view_as(gone).masked_fill_(gone, float("-inf"))
 
     def insert(
         self,
@@ -178,7 +183,7 @@ class Cache:
     def _mark_used(self, w: torch.Tensor, clock: torch.Tensor, ok: torch.Tensor | None) -> None:
         """The idle rule's use (`mstta.engine.forget`): the live slot of largest kernel weight [S, C*Q]."""
         S, C, Q = self.ent.shape
-        live = torch.isfinite(self.bias)
+        live = self.bias > float("-inf")  # filled (ln a - beta), -inf empty: isfinite in one op
         top = torch.where(live, w, float("-inf")).argmax(-1)
         hit = live.gather(-1, top.unsqueeze(-1)).squeeze(-1)
         write_rows(self.used.view(S, C * Q), slots(self.keys, top), hit if ok is None else hit & ok, clock)

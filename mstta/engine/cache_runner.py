@@ -98,6 +98,7 @@ class Streams(Runner):
         self.neg = Cache.empty(S, C, qn, d, dev, values=True, used=idle) if self.sw.negative else None
         self.drift = Drift.empty(S, d, dev, cfg.forget) if cfg.forget.detect else None
         self.last_cut = torch.zeros(S, dtype=torch.bool, device=dev)  # the last step's resets (forget)
+        self._marked, self._active = False, None  # whether last_cut may hold a reset; the stepping streams
 
     def _check_memory(self, rows: int, q: int, qn: int) -> None:
         C, d, S = self.num_classes, self.dim, self.streams
@@ -172,6 +173,7 @@ class Streams(Runner):
         """One step of every stream (the skipped ones' state untouched): x [S, V, d] float32 on the
         device, active [S] bool on the host (None = all) -> (logits, clip, H, query), [S, ...]."""
         ok = None if active is None else torch.as_tensor(active).to(self.device, non_blocking=True)
+        self._active = active  # the host's view of the stepping streams (`_periodic`)
         if self.cuda_graph:
             out = graphs.run(self, x, ok)
         else:
@@ -239,11 +241,14 @@ class Streams(Runner):
         idle rule's expiry; `last_cut` [S] records the streams reset at this step."""
         fg, cut = self.config.forget, None
         if fg.rule == "periodic":
-            cut = periodic_reset_t(self.clock, fg.every)
-            if ok is not None:
-                cut = cut & ok
+            cut = self._periodic(ok)
             if self.drift is not None:  # the detector's reference starts over with the state
                 self.drift.forget(cut)
+            elif cut is None:  # eager, no stream resets at this step: no reset op (the last one's mark cleared)
+                if self._marked:
+                    self.last_cut.zero_()
+                    self._marked = False
+                return
         if fg.detect:
             found = drift_step_t(self.drift, x[:, 0], fg, ok)
             cut = found if cut is None else cut | found
@@ -254,10 +259,23 @@ class Streams(Runner):
                 if rec is not None:
                     rec.forget(cut)
             self.last_cut.copy_(cut)
+            self._marked = True
         if fg.rule == "idle":
             for rec in (self.pos, self.neg):
                 if rec is not None:
                     rec.expire(self.clock, fg.idle, ok)
+
+    def _periodic(self, ok: torch.Tensor | None) -> torch.Tensor | None:
+        """RDumb's reset at this step, [S] bool on the device. Eagerly without the detector, the host
+        knows it (the device clock is `seen`, the stepping streams `_active`): None when no stream resets."""
+        every = self.config.forget.every
+        if self.cuda_graph or self.drift is not None:
+            cut = periodic_reset_t(self.clock, every)
+            return cut if ok is None else cut & ok
+        due = (self.seen > 0) & (self.seen % every == 0)
+        if self._active is not None:
+            due &= self._active
+        return torch.as_tensor(due, device=self.device) if due.any() else None
 
     def _stepping(self, ok: torch.Tensor | None) -> list[int]:
         return list(range(self.streams)) if ok is None else ok.nonzero().flatten().tolist()

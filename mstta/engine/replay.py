@@ -7,13 +7,18 @@ features) is known up front. So replay computes those in batches with the engine
 (`functional.form_queries`, `shift_by_sims`, `cache_weights`, `final_logits`), decides cache
 membership with the engine's slot rules in one host-side scan (each cached entry lives over an
 interval of the stream), and computes cache logits in chunks over the entries alive in each
-chunk. Every batched phase is a list of independent row chunks (`mstta.threads.map_chunks`). The
-boosting methods' per-sample boosted caches do not decompose this way; they replay online, and
-so do the other families without a vectorised `replay` of their own (`mstta.engine.families`).
+chunk. Every batched phase is a list of independent row chunks (`mstta.threads.map_chunks`).
+`forget`'s resets (periodic, detected cuts; `forget.stream_cuts`) cut the stream into segments that
+replay independently; its timeliness rule is part of the scan; its idle rule, whose expiries read
+each step's cache weights, replays chunk after chunk (`mstta.engine.idle_replay`). The boosting
+methods' per-sample boosted caches do not decompose this way; they replay online, and so do the
+other families without a vectorised `replay` of their own (`mstta.engine.families`), or under a
+rule that changes their state step by step (timeliness, idle).
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 import time
 from dataclasses import dataclass
@@ -21,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..threads import map_chunks
+from ..threads import map_chunks, small_ops
 from . import functional as Fn
 from .cache_rules import EMPTY_TIME, entropy_gate, entropy_slot, fifo_slot
 from .config import EngineConfig
@@ -31,6 +36,7 @@ from .families.base import CACHE
 from .families.cache import switches
 from .family_runner import check_family_memory, check_text_tower
 from .forget import stream_cuts, timeliness_slot
+from .idle_replay import IdleCache
 from .methods import Method, get_method
 from .protocol import warn_few_views
 
@@ -82,11 +88,9 @@ def replay(
     feats = feats.to(dev)  # kept in its stored dtype; converted to float32 per chunk
     t0 = time.perf_counter()
     cuts = None
-    # forget's idle rule reads each step's cache weights: no interval scan, online steps
-    online = online or cfg.forget.rule == "idle"
     with torch.inference_mode():
         if m.family != CACHE:  # another family: its own replay, or its step sample by sample
-            *res, cuts = _replay_family(feats, text, m, cfg, dev, online or cfg.forget.active, text_tower)
+            *res, cuts = _replay_family(feats, text, m, cfg, dev, online, text_tower)
             out = [_summarise(*res, keep_probs)]
         elif online or m.boosting_views:  # the engine's step: small ops, one thread (mstta.threads)
             logits, clip, ent, cuts = _replay_online(feats, text, m, cfg, dev)
@@ -117,23 +121,52 @@ def _replay_segments(feats, text, m, cfg, chunk, keep_probs):
 
 def _replay_family(feats, text, m, cfg, dev, online, tower=None):
     """(scores, clip, H, probs, cuts or None) [N, ...] of a family method: the family's vectorised `replay` where
-    it has one and the row has no mean shift (its bank makes every step depend on the last), else
-    its step over the stream (`Engine`, told the stream's length)."""
+    it has one, the row has no mean shift (its bank makes every step depend on the last) and `forget`
+    only resets (`rule` none or periodic, with or without `detect`: each segment between the resets,
+    `stream_cuts`, replays from a fresh state), else its step over the stream (`Engine`, told the
+    stream's length)."""
     family = get_family(m.family)
     towered = getattr(family, "TOWER", False)  # a prompt-tuning family's replay also takes the text tower
     vectorised = getattr(family, "replay_tower" if towered else "replay", None)
-    if not online and not m.mean_shift and vectorised is not None and (tower is not None or not towered):
+    fg = cfg.forget
+    if (
+        not online
+        and not m.mean_shift
+        and _segments_replay(family, vectorised, fg)
+        and (tower is not None or not towered)
+    ):
         t = torch.as_tensor(text)
         dtype = torch.float64 if t.dtype == torch.float64 else torch.float32
         x, unit = Fn.normalize(feats.to(dtype)), Fn.normalize(t.to(dev, dtype))
         check_family_memory(m, cfg, unit, 1, torch.device(dev))  # the bound `Engine` checks: one for both paths
         extra = (check_text_tower(m, tower, unit.shape[0]),) if towered else ()
-        out = vectorised(x, unit, cfg.family_params(m.family), cfg.logit_scale, *extra)
-        return out.scores, out.clip, out.entropy, out.probs, None
+        p, n = cfg.family_params(m.family), feats.shape[0]
+        length = {"length": n} if _takes_length(vectorised) else {}  # each reset's init reads the whole N
+        cuts = stream_cuts(feats, fg) if fg.resets else None
+        edges = [0, *([] if cuts is None else torch.nonzero(cuts).flatten().tolist()), n]
+        spans = [(a, b) for a, b in zip(edges, edges[1:]) if b > a] or [(0, n)]  # an empty stream: one empty replay
+        outs = [vectorised(x[a:b], unit, p, cfg.logit_scale, *extra, **length) for a, b in spans]
+        out = [torch.cat(part) for part in zip(*outs)] if len(outs) > 1 else list(outs[0])
+        return out[0], out[1], out[2], out[4], cuts
     engine = Engine(text, m, cfg, device=dev, stream_length=max(1, feats.shape[0]), text_tower=tower)
     rows = [engine.step(x) for x in feats]
     keys = ("logits", "clip_logits", "entropy_tensor", "probs") + (("cut_tensor",) if cfg.forget.resets else ())
     return (*(torch.stack([getattr(r, k) for r in rows]) for k in keys), *(() if cfg.forget.resets else (None,)))
+
+
+def _segments_replay(family, vectorised, fg) -> bool:
+    """Whether a family's vectorised replay gives its steps under `fg`: it has one; `fg` only resets
+    (no rule that decays or empties slots step by step); a family whose `init` reads the stream's
+    length (`READS_LENGTH`) takes it (`length=`), as the engine's every reset passes the whole stream's."""
+    if vectorised is None or fg.rule not in ("none", "periodic"):
+        return False
+    if not fg.resets or not getattr(family, "READS_LENGTH", False):
+        return True
+    return _takes_length(vectorised)
+
+
+def _takes_length(vectorised) -> bool:
+    return "length" in inspect.signature(vectorised).parameters
 
 
 def mean_shifted(
@@ -217,23 +250,34 @@ def _replay_vectorised(feats, text, m, cfg, chunk, keep_probs=False):
     labels = lab.cpu().numpy()
     h = ent.cpu().numpy().astype(np.float64)
 
-    tl = (cfg.forget.steps, cfg.forget.weight) if cfg.forget.rule == "timeliness" else None
-    end = _intervals(labels, h, cp.capacity, C, "entropy", None, tl)
+    fg = cfg.forget
     weights = lambda qq, kk, bias: Fn.cache_weights(qq, kk, bias, cp.beta, cp.kernel, cp.cache_alpha)
-    pos = _Entries(end, lab, weights, Fn.log_weight(cp.cache_alpha, cp.beta), None)
-    neg = None
+    caches = [(cp.capacity, "entropy", None, weights, Fn.log_weight(cp.cache_alpha, cp.beta), None)]
     if sw.negative:
         gate = [entropy_gate(v, C, cp.neg_entropy_lower, cp.neg_entropy_upper) for v in h.tolist()]
-        nend = _intervals(labels, h, cp.neg_capacity, C, sw.neg_policy, gate, tl)
         values = torch.cat([Fn.negative_mask(p[3], cp.neg_mask_lower, cp.neg_mask_upper) for p in parts])
         nweights = lambda qq, kk, bias: Fn.cache_weights(qq, kk, bias, cp.neg_beta, "exp", cp.neg_alpha)
-        neg = _Entries(nend, lab, nweights, Fn.log_weight(cp.neg_alpha, cp.neg_beta), values)
+        caches.append(
+            (cp.neg_capacity, sw.neg_policy, gate, nweights, Fn.log_weight(cp.neg_alpha, cp.neg_beta), values)
+        )
+
+    def final(i, pos_logits, neg_logits):
+        (a, b), clip = spans[i], parts[i][1]
+        return _summarise(Fn.final_logits(clip, pos_logits, neg_logits, cp.lam), clip, ent[a:b], None, keep_probs)
+
+    if fg.rule == "idle":  # each chunk's entries depend on the last chunk's uses: chunks in turn
+        idle = [IdleCache(labels, lab, h, Q, C, pol, g, fg.idle, w, lw, v) for Q, pol, g, w, lw, v in caches]
+        with small_ops(q.device):  # the glue between the chunks' GEMMs (on the pool) on one thread
+            return [
+                final(i, *(c.logits(q, a, b) for c in idle), *([None] * (2 - len(idle))))
+                for i, (a, b) in enumerate(spans)
+            ]
+    tl = (fg.steps, fg.weight) if fg.rule == "timeliness" else None
+    entries = [_Entries(_intervals(labels, h, Q, C, pol, g, tl), lab, w, lw, v) for Q, pol, g, w, lw, v in caches]
 
     def run(i):
-        (a, b), clip = spans[i], parts[i][1]
-        pos_logits = pos.logits(q, a, b, C)
-        neg_logits = None if neg is None else neg.logits(q, a, b, C)
-        return _summarise(Fn.final_logits(clip, pos_logits, neg_logits, cp.lam), clip, ent[a:b], None, keep_probs)
+        a, b = spans[i]
+        return final(i, *(e.logits(q, a, b, C) for e in entries), *([None] * (2 - len(entries))))
 
     return map_chunks(run, range(len(spans)), q.device)
 

@@ -1,0 +1,77 @@
+"""The cache family's replay under `forget.rule=idle` (mstta.engine.idle_replay): the online steps'
+predictions and probabilities without stepping, at every idle horizon, with and without MS and
+TDA's negative cache, beside detected cuts, on exact ties (repeated frames)."""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+import reference_forget
+import torch
+from synthetic import as_tensors, make_stream
+
+from mstta import EngineConfig, get_method, replay
+from mstta.engine.forget import ForgetConfig
+
+replay_mod = importlib.import_module("mstta.engine.replay")
+NEG = dict(neg_entropy_lower=0.05, neg_entropy_upper=0.9)  # TDA's negative cache admits most of these samples
+
+
+def _no_steps(monkeypatch):
+    """The replay may not step: `Engine` refused inside `mstta.engine.replay`."""
+    monkeypatch.setattr(replay_mod, "Engine", lambda *a, **k: pytest.fail("the idle replay stepped online"))
+
+
+def _same(online, fast):
+    assert np.array_equal(online.predictions, fast.predictions)
+    np.testing.assert_allclose(online.probs, fast.probs, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("method", ["baseline", "tda", "ms-tta", "tda+ms"])
+@pytest.mark.parametrize("idle", [1, 4, 40, 1000])
+def test_the_idle_replay_equals_the_online_steps(method, idle, monkeypatch):
+    f, t, _ = as_tensors(make_stream(n=240, classes=6, dim=12, views=4, seed=idle, noise=1.5))
+    cfg = EngineConfig(
+        view_mode="confident", view_ratio=0.5, bank_size=50, forget=ForgetConfig("idle", idle=idle), **NEG
+    )
+    online = replay(f, t, method, cfg, online=True, keep_probs=True)
+    with monkeypatch.context() as mp:
+        _no_steps(mp)
+        fast = replay(f, t, method, cfg, chunk=32, keep_probs=True)
+    _same(online, fast)
+    if idle < 1000:  # the rule did something (1000 steps is longer than the stream)
+        never = replay(f, t, method, EngineConfig(view_mode="confident", view_ratio=0.5, bank_size=50, **NEG))
+        assert not np.array_equal(never.confidence, fast.confidence)
+
+
+@pytest.mark.parametrize("method", ["tda", "ms-tta"])
+def test_the_idle_replay_equals_the_reference_beside_detected_cuts(method):
+    """idle + detect: the segments between the detector's cuts, each replayed by the idle scan."""
+    from test_forget import cut_stream
+
+    f, t = cut_stream()
+    fg = ForgetConfig("idle", idle=6, detect=True, detect_warmup=30, detect_ridge=0.1)
+    cfg = EngineConfig(logit_scale=100.0, forget=fg, **NEG)
+    ref, cuts = reference_forget.run(f.numpy(), t.numpy(), get_method(method), cfg)
+    fast = replay(f, t, method, cfg, chunk=16, keep_probs=True)
+    assert np.array_equal(fast.cuts, cuts) and cuts.any()
+    assert np.array_equal(fast.predictions, ref.argmax(1))
+    _same(replay(f, t, method, cfg, online=True, keep_probs=True), fast)
+
+
+@pytest.mark.parametrize("method", ["baseline", "tda"])
+def test_the_idle_replay_breaks_ties_as_the_engine_does(method):
+    """Repeated frames: equal keys give equal weights, and the engine's use goes to the first slot."""
+    f, t, _ = as_tensors(make_stream(n=50, classes=4, dim=8, seed=1, noise=1.5))
+    f = torch.cat([f, f[:30], f[10:40], f[:30]])
+    cfg = EngineConfig(forget=ForgetConfig("idle", idle=3), capacity=2, **NEG)
+    _same(replay(f, t, method, cfg, online=True, keep_probs=True), replay(f, t, method, cfg, chunk=16, keep_probs=True))
+
+
+def test_a_large_class_count_replays_idle_in_chunks_of_many_entries():
+    """C = 60 classes x 3 slots, 2 views: many live entries per chunk, most queries' use read from their top weights."""
+    f, t, _ = as_tensors(make_stream(n=400, classes=60, dim=24, views=2, seed=3, noise=1.0))
+    cfg = EngineConfig(view_mode="original", forget=ForgetConfig("idle", idle=25), **NEG)
+    _same(replay(f, t, "tda", cfg, online=True, keep_probs=True), replay(f, t, "tda", cfg, chunk=64, keep_probs=True))
