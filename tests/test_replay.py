@@ -9,6 +9,7 @@ from helpers_family import feature_methods
 from synthetic import as_tensors, make_stream
 
 from mstta import EngineConfig, replay
+from mstta.engine.forget import ForgetConfig
 
 CASES = [
     # (views, view_mode, overrides)
@@ -78,3 +79,15 @@ def test_alpha_zero_is_the_baseline():
     assert np.array_equal(
         replay(f, t, "ms-tta", EngineConfig(alpha=0.0)).predictions, replay(f, t, "baseline").predictions
     )
+
+
+@pytest.mark.parametrize("method", ["ms-tta", "tda", "boostadapter", "dmn-zs", "onzeta", "dpe", "tda+ms"])
+@pytest.mark.parametrize("forget", [{}, {"detect": True}, {"rule": "periodic", "every": 3}, {"rule": "timeliness"}])
+def test_an_empty_stream_replays_to_no_row(method, forget):
+    """Zero samples: every output has zero rows (the chunked, segmented and family paths once failed
+    on an empty list), the probabilities [0, C], the resets [0] where the setting resets."""
+    text = torch.nn.functional.normalize(torch.randn(5, 16, generator=torch.Generator().manual_seed(0)), dim=-1)
+    cfg = EngineConfig(forget=ForgetConfig(**forget))
+    r = replay(torch.zeros(0, 2, 16), text, method, cfg, keep_probs=True)
+    assert all(len(a) == 0 for a in (r.predictions, r.clip_predictions, r.confidence, r.clip_confidence, r.entropy))
+    assert r.probs.shape == (0, 5) and (r.cuts is None) == (not cfg.forget.resets)

@@ -34,7 +34,7 @@ from .engine import Engine
 from .families import get_family, view_aggregator
 from .families.base import CACHE
 from .families.cache import switches
-from .family_runner import check_family_memory, check_text_tower
+from .family_runner import check_family_memory, check_forget_rule, check_text_tower
 from .forget import stream_cuts, timeliness_slot
 from .idle_replay import IdleCache
 from .methods import Method, get_method
@@ -86,6 +86,8 @@ def replay(
     if cfg.view_mode == "original" and not m.boosting_views and m.augment is None:
         feats = feats[:, :1]  # only view 0 is ever read: same predictions, V times less memory
     feats = feats.to(dev)  # kept in its stored dtype; converted to float32 per chunk
+    if feats.shape[0] == 0:
+        return _empty(m, cfg, torch.as_tensor(text).shape[0], keep_probs)
     t0 = time.perf_counter()
     cuts = None
     with torch.inference_mode():
@@ -104,6 +106,16 @@ def replay(
     seconds = time.perf_counter() - t0
     probs = probs[0].astype(np.float32) if probs else None
     return ReplayResult(pred, cpred, pf, pc, ent, seconds, probs, None if cuts is None else cuts.cpu().numpy())
+
+
+def _empty(m: Method, cfg: EngineConfig, classes: int, keep_probs: bool) -> ReplayResult:
+    """The replay of an empty stream: no row (the rule a family does not define is still refused)."""
+    if m.family != CACHE:
+        check_forget_rule(m, cfg.forget.rule)
+    none = np.zeros(0, dtype=np.int64)
+    probs = np.zeros((0, classes), dtype=np.float32) if keep_probs else None
+    cuts = np.zeros(0, dtype=bool) if cfg.forget.resets else None
+    return ReplayResult(none, none.copy(), *(np.zeros(0, dtype=np.float32) for _ in range(3)), 0.0, probs, cuts)
 
 
 def _replay_segments(feats, text, m, cfg, chunk, keep_probs):
