@@ -65,6 +65,10 @@ def test_check_family_names_what_a_module_lacks():
     assert "step: a function is missing" in problems
     assert any("DATASET_PARAMS['dtd']: unknown keys ['nope']" in p for p in problems)
     assert check_family(bad, own_runner=True) != []  # the rows and state_bytes are still wrong
+    bad.READS_LENGTH, bad.replay = True, lambda x, text, p, logit_scale: None  # a piece would not know N
+    assert "replay('x', 'text', 'p', 'logit_scale'): expected replay(x, text, p, logit_scale, length)" in check_family(
+        bad, own_runner=True
+    )
 
 
 # ---------------------------------------------------------------- the route, followed by a toy family

@@ -1,7 +1,7 @@
 """The other families' replay under `forget` resets (periodic, detected cuts): a family with a vectorised
 `replay` replays each segment between the resets from a fresh state instead of stepping, equal to its
-online steps; one whose `init` reads the stream's length (OnZeta) is told the whole stream's, as the
-engine's every reset is."""
+online steps; one whose `init` reads the stream's length (OnZeta: READS_LENGTH, its replay takes `length`) is told
+the whole stream's, as the engine's every reset is."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import importlib
 
 import numpy as np
 import pytest
-import torch
 from test_forget import cut_stream
 
 from mstta import EngineConfig, get_method, replay
@@ -27,7 +26,7 @@ METHODS = ["dmn-zs", "dota", "onzeta", "bca", "dpe", "zero", "mta"]
 
 def _vectorised(method: str) -> bool:
     family = get_family(get_method(method).family)
-    return getattr(family, "replay", None) is not None and not getattr(family, "READS_LENGTH", False)
+    return getattr(family, "replay", None) is not None
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -47,24 +46,21 @@ def test_a_family_replays_its_segments_as_its_steps(method, resets, monkeypatch)
 
 
 def test_onzeta_segments_are_told_the_whole_streams_length(monkeypatch):
-    """A `replay` that takes `length=` gets the whole stream's N for every segment (OnZeta's `init`
-    reads it: a segment's own length would change its schedule)."""
+    """OnZeta's `replay` (READS_LENGTH: it takes `length`) gets the whole stream's N for every segment
+    (its `init` reads it: a segment's own length would change its schedule), and equals its steps."""
     family = get_family("onzeta")
     real, seen = family.replay, []
 
-    def with_length(x, text, p, logit_scale, length):
+    def recorded(x, text, p, logit_scale, length=None):
         seen.append((x.shape[0], length))
-        state = family.init(text, p, logit_scale, length)
-        outs = [family.step(state, xi, text, p, logit_scale, lambda v: v) for xi in x]
-        return family.StepOut(*(torch.stack(parts) for parts in zip(*outs)))
+        return real(x, text, p, logit_scale, length)
 
     f, t = cut_stream(n=140, cuts=(70,))
     t = t.double()
     cfg = EngineConfig(forget=ForgetConfig("periodic", every=50))
     online = replay(f, t, "onzeta", cfg, online=True, keep_probs=True)
-    monkeypatch.setattr(family, "replay", with_length)
+    monkeypatch.setattr(family, "replay", recorded)
     monkeypatch.setattr(replay_mod, "Engine", lambda *a, **k: pytest.fail("onzeta stepped online"))
     fast = replay(f, t, "onzeta", cfg, keep_probs=True)
     assert seen == [(50, 140), (50, 140), (40, 140)]
     np.testing.assert_allclose(fast.probs, online.probs, rtol=1e-9, atol=1e-9)
-    monkeypatch.setattr(family, "replay", real)

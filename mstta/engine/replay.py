@@ -18,7 +18,6 @@ rule that changes their state step by step (timeliness, idle).
 
 from __future__ import annotations
 
-import inspect
 import math
 import time
 from dataclasses import dataclass
@@ -141,19 +140,14 @@ def _replay_family(feats, text, m, cfg, dev, online, tower=None):
     towered = getattr(family, "TOWER", False)  # a prompt-tuning family's replay also takes the text tower
     vectorised = getattr(family, "replay_tower" if towered else "replay", None)
     fg = cfg.forget
-    if (
-        not online
-        and not m.mean_shift
-        and _segments_replay(family, vectorised, fg)
-        and (tower is not None or not towered)
-    ):
+    if not online and not m.mean_shift and _segments_replay(vectorised, fg) and (tower is not None or not towered):
         t = torch.as_tensor(text)
         dtype = torch.float64 if t.dtype == torch.float64 else torch.float32
         x, unit = Fn.normalize(feats.to(dtype)), Fn.normalize(t.to(dev, dtype))
         check_family_memory(m, cfg, unit, 1, torch.device(dev))  # the bound `Engine` checks: one for both paths
         extra = (check_text_tower(m, tower, unit.shape[0]),) if towered else ()
         p, n = cfg.family_params(m.family), feats.shape[0]
-        length = {"length": n} if _takes_length(vectorised) else {}  # each reset's init reads the whole N
+        length = {"length": n} if getattr(family, "READS_LENGTH", False) else {}  # each reset's init: the whole N
         cuts = stream_cuts(feats, fg) if fg.resets else None
         edges = [0, *([] if cuts is None else torch.nonzero(cuts).flatten().tolist()), n]
         spans = [(a, b) for a, b in zip(edges, edges[1:]) if b > a] or [(0, n)]  # an empty stream: one empty replay
@@ -166,19 +160,11 @@ def _replay_family(feats, text, m, cfg, dev, online, tower=None):
     return (*(torch.stack([getattr(r, k) for r in rows]) for k in keys), *(() if cfg.forget.resets else (None,)))
 
 
-def _segments_replay(family, vectorised, fg) -> bool:
-    """Whether a family's vectorised replay gives its steps under `fg`: it has one; `fg` only resets
-    (no rule that decays or empties slots step by step); a family whose `init` reads the stream's
-    length (`READS_LENGTH`) takes it (`length=`), as the engine's every reset passes the whole stream's."""
-    if vectorised is None or fg.rule not in ("none", "periodic"):
-        return False
-    if not fg.resets or not getattr(family, "READS_LENGTH", False):
-        return True
-    return _takes_length(vectorised)
-
-
-def _takes_length(vectorised) -> bool:
-    return "length" in inspect.signature(vectorised).parameters
+def _segments_replay(vectorised, fg) -> bool:
+    """Whether a family's vectorised replay gives its steps under `fg`: it has one and `fg` only
+    resets (no rule that decays or empties slots step by step); a READS_LENGTH family's replay
+    takes the whole stream's length for each piece (families/base.py)."""
+    return vectorised is not None and fg.rule in ("none", "periodic")
 
 
 def mean_shifted(

@@ -38,7 +38,10 @@ Optional:
 
     replay(x, text, p, logit_scale) -> StepOut
                                              a whole stream [N, V, d] at once (outputs [N, ...]),
-                                             equal to stepping it; used for rows without MS
+                                             equal to stepping it; used for rows without MS.
+                                             A READS_LENGTH family's: replay(x, text, p, logit_scale,
+                                             length), `length` its init's (None: N), so a piece of a
+                                             stream between resets replays with the whole stream's
     replay_tower(x, text, p, logit_scale, tower) -> StepOut
                                              a TOWER family's `replay`, with the text tower
     aggregate(x, text, logit_scale, p) -> (f [N, d], clip [N, C])
@@ -214,6 +217,8 @@ def check_family(module: ModuleType | Any, own_runner: bool = False) -> list[str
         problems.append("Params: a dataclass is missing")
     wanted = {**REQUIRED, **({} if own_runner else STEPPED)}
     wanted.update({k: v for k, v in OPTIONAL.items() if hasattr(module, k)})
+    if getattr(module, "READS_LENGTH", False) and "replay" in wanted:
+        wanted["replay"] += ("length",)
     for fn, args in wanted.items():
         f = getattr(module, fn, None)
         if not callable(f):

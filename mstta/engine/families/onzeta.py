@@ -186,10 +186,10 @@ def step(
     return StepOut(scores=out, clip=clip, entropy=Fn.entropy(clip), feature=f, probs=out)
 
 
-def replay(x: torch.Tensor, text: torch.Tensor, p: Params, logit_scale: float) -> StepOut:
+def replay(x: torch.Tensor, text: torch.Tensor, p: Params, logit_scale: float, length: int | None = None) -> StepOut:
     """A whole stream [N, V, d] (no mean shift), stepped without the engine's per-call overhead;
-    equal to stepping it with length N."""
-    state = init(text, p, logit_scale, x.shape[0])
+    equal to stepping it with `length` (None: N; a piece between resets: the whole stream's)."""
+    state = init(text, p, logit_scale, x.shape[0] if length is None else length)
     with small_ops(x.device):
         outs = [step(state, xi, text, p, logit_scale, _identity) for xi in x]
     return StepOut(*(torch.stack(parts) for parts in zip(*outs)))
