@@ -92,7 +92,9 @@ def _sync(device: torch.device) -> None:
 REPEAT = 3  # each rate is the best of this many runs: the machine may be shared (timeit's rule)
 
 
-def online_rate(feats, text, method, cfg, device, cuda_graph=None, repeat=REPEAT) -> float:
+def online_rate(feats, text, method, cfg, device, cuda_graph=None, repeat=REPEAT, cpu_us=None) -> float:
+    """Best samples/s of `repeat` runs of `Engine.step()` over `feats`; `cpu_us` (a list) gets each
+    run's process CPU microseconds per sample (every thread's)."""
     engine = Engine(text.to(device), method, cfg, cuda_graph=cuda_graph)
     x = feats.to(device)
     fresh = Engine(text.to(device), method, cfg, cuda_graph=False).state_dict()
@@ -102,12 +104,14 @@ def online_rate(feats, text, method, cfg, device, cuda_graph=None, repeat=REPEAT
     for _ in range(repeat):
         engine.load_state_dict(fresh)
         _sync(device)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for row in x:
             r = engine.step(row)
         _ = r.prediction  # read the last result, as a consumer would
         _sync(device)
         best = max(best, len(x) / (time.perf_counter() - t0))
+        if cpu_us is not None:
+            cpu_us.append((time.process_time() - c0) * 1e6 / len(x))
     return best
 
 
@@ -162,9 +166,16 @@ def part_online(feats, text, cfg, device) -> dict:
     return out
 
 
-def replay_rate(feats, text, method, cfg, device, repeat=REPEAT) -> float:
+def replay_rate(feats, text, method, cfg, device, repeat=REPEAT, cpu_us=None) -> float:
+    """Best samples/s of `repeat` replays of `feats`; `cpu_us` as `online_rate`'s."""
     replay(feats[:300], text, method, cfg, device=device)  # warm-up
-    return max(replay(feats, text, method, cfg, device=device).samples_per_s for _ in range(repeat))
+    best = 0.0
+    for _ in range(repeat):
+        c0 = time.process_time()
+        best = max(best, replay(feats, text, method, cfg, device=device).samples_per_s)
+        if cpu_us is not None:
+            cpu_us.append((time.process_time() - c0) * 1e6 / len(feats))
+    return best
 
 
 def part_replay(feats, text, cfg, device) -> dict:
@@ -214,12 +225,13 @@ def part_forget(feats, text, cfg, device) -> dict:
         for _ in range(REPEAT):
             for name, fg in FORGET_SETTINGS.items():
                 c = dataclasses.replace(cfg, forget=fg)
-                on, on_cpu = _cpu_per_sample(online_rate, feats, text, method, c, device, cuda_graph=graph, repeat=1)
-                rep, rep_cpu = _cpu_per_sample(replay_rate, feats, text, method, c, device, repeat=1)
+                on_cpu, rep_cpu = [], []
+                on = online_rate(feats, text, method, c, device, cuda_graph=graph, repeat=1, cpu_us=on_cpu)
+                rep = replay_rate(feats, text, method, c, device, repeat=1, cpu_us=rep_cpu)
                 r[name]["online_samples_per_s"] = round(max(r[name]["online_samples_per_s"], on), 1)
                 r[name]["replay_samples_per_s"] = round(max(r[name]["replay_samples_per_s"], rep), 1)
                 if device.type == "cpu":
-                    for key, us in (("online", on_cpu), ("replay", rep_cpu)):
+                    for key, us in (("online", on_cpu[0]), ("replay", rep_cpu[0])):
                         r[name][f"{key}_cpu_us_per_sample"] = round(
                             min(r[name].get(f"{key}_cpu_us_per_sample", us), us), 1
                         )
@@ -230,24 +242,6 @@ def part_forget(feats, text, cfg, device) -> dict:
                 ratio = rate / r["none"][field] if key.endswith("cpu") else r["none"][field] / rate
                 r[name][f"{key}_time_vs_none"] = round(ratio, 3)
     return out
-
-
-def _cpu_per_sample(rate_fn, feats, text, *args, **kw) -> tuple[float, float]:
-    """(rate_fn's samples/s, the process's CPU microseconds per sample of its timed run, every
-    thread's: `_clock` on a CPU) with `time.perf_counter` standing in for the timed run's clock."""
-    spent = []
-    real = time.perf_counter
-
-    def both() -> float:
-        spent.append(time.process_time())
-        return real()
-
-    time.perf_counter = both  # rate_fn times its run by two reads of perf_counter: the last two
-    try:
-        rate = rate_fn(feats, text, *args, **kw)
-    finally:
-        time.perf_counter = real
-    return rate, (spent[-1] - spent[-2]) * 1e6 / len(feats)
 
 
 def multi_rates(feats, text, cfg, device, streams: int, steps: int) -> dict:
