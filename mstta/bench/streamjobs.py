@@ -126,7 +126,11 @@ def _mapper(work: Work, jobs: int) -> Iterator[Callable]:
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init, initargs=(work,)) as pool:
-        yield lambda fn, items: pool.map(_one_thread, [fn] * len(items), items)
+        try:
+            yield lambda fn, items: pool.map(_one_thread, [fn] * len(items), items)
+        except BaseException:  # an interrupt or a failed job: the jobs not started are dropped
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
 
 
 def _init(work: Work) -> None:
