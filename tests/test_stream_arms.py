@@ -11,9 +11,11 @@ import torch
 import torch.nn.functional as F
 
 from mstta import replay
+from mstta.bench import streamarms
 from mstta.bench.streamrun import ORACLE, Domains, StreamOptions, engine_config, run_streams, streams_of
 from mstta.engine.methods import get_method
 from mstta.engine.replay import ReplayResult
+from mstta.errors import UserError
 
 ARMS = ["forget.rule=periodic forget.every=17", "forget.detect=true forget.detect_warmup=8 forget.detect_threshold=2"]
 
@@ -52,7 +54,7 @@ def test_every_record_equals_a_plain_replay_of_its_stream(dom, method):
         methods=[method],
         all_arms_for=[],  # no stale share read online: every cut may come from its return
         short_arms=ARMS,
-        kinds=["iid", "cut", "return", "dirichlet-0.1", "separate"],
+        kinds=["iid", "cut", "return", "chain", "dirichlet-0.1", "separate"],
         correlated_on=["b"],
         seeds=[1],
         lead=10,
@@ -77,3 +79,46 @@ def test_the_default_rows_are_those_that_run_on_stored_features():
     rows = stateful_methods() + episodic_methods()
     assert "tpt+ms" not in rows and "tpt" not in rows and "c-tpt" not in rows
     assert {"ms-tta", "dpe+ms", "boostadapter+ms", "zero", "mta"} <= set(rows)
+
+
+def _opts(methods, **kw) -> StreamOptions:
+    base = dict(arms=ARMS[:1], short_arms=ARMS[1:], lead=10, segment=12, window=4, regret_steps=8)
+    return StreamOptions(methods=methods, **{**base, **kw})
+
+
+def test_the_records_are_the_same_whatever_the_jobs(dom):
+    """Two worker processes give the records, curves and their order of one process."""
+    opts = _opts(
+        ["ms-tta", "dmn-zs+ms", "onzeta", "zero"],
+        all_arms_for=["ms-tta"],  # its first seed's cut streams read the stale share online
+        kinds=["iid", "cut", "return", "chain", "separate"],
+        short_kinds=["cut", "return", "iid"],
+        seeds=[1, 2],
+    )
+    one, two = run_streams(dom, opts, jobs=1), run_streams(dom, opts, jobs=2)
+    assert len(one["records"]) > 40 and one == two
+    with pytest.raises(UserError, match=r"^--jobs 0: expected an integer in \[1, 64\]$"):
+        run_streams(dom, opts, jobs=0)
+
+
+@pytest.mark.parametrize("method, runs", [("dmn-zs+ms", 9), ("ms-tta", 12)])
+def test_each_run_is_made_once_and_an_online_one_never_over_a_prefix(dom, monkeypatch, method, runs):
+    """Streams a (i.i.d.) x3, a->b and a->c (10 + 12), their returns (+ 12 of a), the chain a->b->c,
+    arms never and the oracle. Never: the 3 i.i.d. streams, 2 returns, the chain, and the 2 cuts unless
+    they are read from their returns (online rows: DMN-ZS + MS). The oracle: no i.i.d. run (never's),
+    each return's b or c scene (2) and a again (the same 12 samples of a in both returns: 1), the
+    lead-in a once (vectorised rows; online, it is never's first steps), the chain's and the cuts'
+    scenes none (the returns' runs): 9 runs, 12."""
+    made: list[tuple[str, str, bytes]] = []
+    real = streamarms.Shared.replayed
+
+    def replayed(self, x, m, cfg, labels):
+        made.append((m.name, repr(cfg), x.numpy().tobytes())) if m.name == method else None
+        return real(self, x, m, cfg, labels)
+
+    monkeypatch.setattr(streamarms.Shared, "replayed", replayed)
+    opts = _opts([method], all_arms_for=[], short_arms=[], kinds=["iid", "cut", "return", "chain"], seeds=[1])
+    run_streams(dom, opts)
+    assert len(made) == len(set(made)) == runs
+    prefixes = [a for _, c, a in made for _, d, b in made if c == d and len(a) < len(b) and b.startswith(a)]
+    assert (prefixes == []) == (method == "dmn-zs+ms")  # a vectorised run is made again over a prefix

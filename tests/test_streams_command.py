@@ -125,6 +125,8 @@ def test_streams_dry_run_writes_nothing(store, tmp_path, capsys):
         (("--short-streams", "x"), "--streams: unknown stream 'x'"),
         (("--arms", "forget.horizon=0"), "forget.horizon"),
         (("--digits",), "give either --digits or --features"),
+        (("--jobs", "0"), "--jobs 0: expected an integer in [1, 64]"),
+        (("--jobs", "65"), "--jobs 65: expected an integer in [1, 64]"),
     ],
 )
 def test_streams_bad_flags(store, tmp_path, capsys, extra, needle):

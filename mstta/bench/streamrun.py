@@ -22,7 +22,7 @@ from ..engine.methods import Method, get_method, list_methods
 from ..errors import UserError
 from ..features.format import FeatureSet
 from . import streammetrics as SM
-from .streamarms import ORACLE, Outcome, Shared, derivable, is_prefix
+from .streamarms import ORACLE, Outcome, Shared
 from .streamorders import ORDERS, SCENE_DOMAINS, SCENES, Stream, build, scene
 
 NEVER, ZERO = "never", "zero-shot"
@@ -270,18 +270,24 @@ def plan(dom: Domains, opts: StreamOptions) -> list[tuple[str, str, Stream, list
     return todo
 
 
-def run_streams(dom: Domains, opts: StreamOptions, config_path=None, progress: bool = False) -> dict[str, Any]:
+def run_streams(
+    dom: Domains, opts: StreamOptions, config_path=None, progress: bool = False, jobs: int = 1
+) -> dict[str, Any]:
     """Every stream x method x arm: the records and the seed-wise windowed curves around each cut
-    (each arm run by `streamarms`: pieces between resets, shared resets, cuts read from returns)."""
-    from tqdm.auto import tqdm
+    (each arm run by `streamarms`: pieces between resets, shared resets and runs; the (seed, method)
+    jobs on `jobs` processes by `streamjobs`, the same records whatever the jobs)."""
+    from .streamjobs import MAX_JOBS, Work, outcomes
 
+    int_in(jobs, "--jobs", 1, MAX_JOBS)
     records: list[dict] = []
     curves: dict[str, dict[str, Any]] = {}
     todo = plan(dom, opts)
+    configs = {cell: engine_config(*cell, opts.settings, config_path) for cell in {c for *_, cs in todo for c in cs}}
     shared = Shared(dom.features, dom.labels, dom.text)
-    outcome = _outcomes(shared, todo, opts, config_path)
-    for seed, label, stream, cells in tqdm(todo, disable=not progress, unit="stream", dynamic_ncols=True):
-        outs = {(method, arm): outcome(seed, label, stream, method, arm) for method, arm in cells}
+    work = Work(shared, todo, configs, opts.seeds[0], frozenset(opts.all_arms_for))
+    outcome = outcomes(work, jobs, progress)
+    for seed, label, stream, cells in todo:
+        outs = {(method, arm): outcome[(seed, stream.kind, label, method, arm)] for method, arm in cells}
         for (method, arm), out in outs.items():
             rec = record(stream.kind, label, seed, method, arm, stream, out, opts)
             oracle = outs.get((method, ORACLE))
@@ -297,37 +303,6 @@ def run_streams(dom: Domains, opts: StreamOptions, config_path=None, progress: b
                 entry = curves.setdefault(key, {"pre": min(opts.window * 2, c - stream.starts[i]), "seeds": []})
                 entry["seeds"].append([round(float(v), 3) for v in cv])
     return {"records": records, "curves": curves}
-
-
-def _outcomes(shared: Shared, todo, opts: StreamOptions, config_path):
-    """`outcome(seed, label, stream, method, arm)`, memoised: a cut stream's online arm is read from
-    the same seed's return stream when the cut is its prefix (`streamarms.is_prefix`), which it
-    then runs first; the first seed's cut streams are stepped online for the stale share."""
-    memo: dict[tuple, Any] = {}
-    longer = {(seed, label): st for seed, label, st, _ in todo if st.kind == "return"}
-    cells = {(seed, st.kind, label): set(cs) for seed, label, st, cs in todo}
-
-    def outcome(seed, label, stream, method, arm):
-        key = (seed, stream.kind, label, method, arm)  # a domain's i.i.d. and label-correlated streams share a label
-        if key in memo:
-            return memo[key]
-        ecfg = engine_config(method, arm, opts.settings, config_path)
-        stale = stream.kind == "cut" and seed == opts.seeds[0] and method in opts.all_arms_for
-        back = f"{label}→{label.split('→')[0]}" if stream.kind == "cut" else None
-        ret = longer.get((seed, back))
-        if (
-            not stale
-            and ret is not None
-            and (method, arm) in cells[(seed, "return", back)]
-            and derivable(get_method(method), arm, ecfg)
-            and is_prefix(stream, ret)
-        ):
-            memo[key] = outcome(seed, back, ret, method, arm).head(len(stream.order))
-        else:
-            memo[key] = shared.run_arm((seed, stream.kind, label), stream, method, arm, ecfg, stale)
-        return memo[key]
-
-    return outcome
 
 
 def settings_of(dom: Domains, opts: StreamOptions, paths) -> dict[str, Any]:

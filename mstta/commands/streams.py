@@ -19,6 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The `streams` command's flags: the domains, then the methods, arms and streams, sizes, outputs."""
     _add_domains(p)
     _add_matrix(p)
+    _add_run(p)
 
 
 def _add_domains(p: argparse.ArgumentParser) -> None:
@@ -92,6 +93,18 @@ def _add_matrix(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="a hyperparameter for every method and arm (repeatable)",
+    )
+
+
+def _add_run(p: argparse.ArgumentParser) -> None:
+    from ..bench.streamjobs import MAX_JOBS
+
+    p.add_argument(
+        "--jobs",
+        type=int,
+        metavar="N",
+        help=f"worker processes, each one (seed, method) at a time; the same results whatever N "
+        f"(default: the cores, at most {MAX_JOBS}; 1..{MAX_JOBS})",
     )
     p.add_argument("--out", default="streams-results", metavar="DIR", help="output folder (default streams-results)")
     p.add_argument("--no-plots", action="store_true", help="skip the figures")
@@ -176,10 +189,13 @@ def domains(args: argparse.Namespace, settings: dict):
 def run(args: argparse.Namespace) -> int:
     from ..atomic import output_lock, sweep_stale
     from ..bench.config import load_dataset_config
+    from ..bench.streamjobs import MAX_JOBS, default_jobs
+    from ..checks import int_in
     from ..configfile import parse_overrides
     from ..features.format import load_features
     from ..safety import check_output_dir
 
+    jobs = default_jobs() if args.jobs is None else int_in(args.jobs, "--jobs", 1, MAX_JOBS)
     settings = parse_overrides(args.set)
     config = Path(args.config).expanduser() if args.config else None
     if config is not None and not config.is_file():
@@ -206,7 +222,7 @@ def run(args: argparse.Namespace) -> int:
     from ..bench.streamsummary import summarise
 
     dom = align([load_features(p) for p in paths], names)
-    result = run_streams(dom, opts, config, progress=True)
+    result = run_streams(dom, opts, config, progress=True, jobs=jobs)
     with output_lock(out / "results.json", "--out"):
         sweep_stale(out)
         report = write_reports(
