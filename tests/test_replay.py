@@ -8,8 +8,9 @@ import torch
 from helpers_family import feature_methods
 from synthetic import as_tensors, make_stream
 
-from mstta import EngineConfig, replay
+from mstta import EngineConfig, get_method, replay
 from mstta.engine.forget import ForgetConfig
+from mstta.engine.replay import steps_online
 
 CASES = [
     # (views, view_mode, overrides)
@@ -91,3 +92,15 @@ def test_an_empty_stream_replays_to_no_row(method, forget):
     r = replay(torch.zeros(0, 2, 16), text, method, cfg, keep_probs=True)
     assert all(len(a) == 0 for a in (r.predictions, r.clip_predictions, r.confidence, r.clip_confidence, r.entropy))
     assert r.probs.shape == (0, 5) and (r.cuts is None) == (not cfg.forget.resets)
+
+
+def test_which_rows_and_settings_the_replay_steps():
+    """`steps_online` is what `replay` does: the cache family vectorises every rule (idle too) and
+    steps only to boost views; another family vectorises between resets and steps under a rule that
+    changes its state at every step, with mean shift, or without its replay (TPT without the tower)."""
+    fg = lambda **kw: EngineConfig(forget=ForgetConfig(**kw))
+    assert not any(steps_online(get_method("ms-tta"), fg(rule=r)) for r in ("none", "timeliness", "idle"))
+    assert steps_online(get_method("boostadapter"), fg()) and not steps_online(get_method("tda"), fg(detect=True))
+    assert not steps_online(get_method("dmn-zs"), fg(rule="periodic", detect=True))
+    assert steps_online(get_method("dmn-zs"), fg(rule="timeliness")) and steps_online(get_method("dmn-zs+ms"), fg())
+    assert steps_online(get_method("dota"), fg()) and steps_online(get_method("tpt"), fg())  # no replay; no tower

@@ -34,7 +34,7 @@ from ..engine.families import get_family
 from ..engine.families.base import CACHE
 from ..engine.forget import stream_cuts
 from ..engine.methods import Method, get_method
-from ..engine.replay import replay
+from ..engine.replay import replay, steps_online
 from . import streammetrics as SM
 from .streamorders import Stream
 
@@ -53,14 +53,6 @@ class Outcome:
     def head(self, n: int) -> Outcome:
         """The first n steps (a stream's prefix)."""
         return Outcome(self.correct[:n], self.stale[:n], self.detected[self.detected < n])
-
-
-def steps_online(m: Method, cfg: EngineConfig) -> bool:
-    """Whether replay steps this method and config sample by sample (`mstta.engine.replay`)."""
-    fg = cfg.forget
-    if m.family == CACHE:
-        return m.boosting_views or fg.rule == "idle"
-    return m.mean_shift or fg.active or not hasattr(get_family(m.family), "replay")
 
 
 def without_resets(cfg: EngineConfig) -> EngineConfig:

@@ -17,8 +17,9 @@ from typing import Any
 
 from ..engine.config import EngineConfig
 from ..engine.methods import get_method
+from ..engine.replay import steps_online
 from ..threads import cores, intra_op_threads
-from .streamarms import Outcome, Shared, cuts_of, reset_setting, steps_online, without_resets
+from .streamarms import Outcome, Shared, cuts_of, reset_setting, without_resets
 
 MAX_JOBS = 64  # worker processes at most; each holds its own copy of what it reads (docs/limits.md)
 

@@ -93,7 +93,7 @@ def replay(
         if m.family != CACHE:  # another family: its own replay, or its step sample by sample
             *res, cuts = _replay_family(feats, text, m, cfg, dev, online, text_tower)
             out = [_summarise(*res, keep_probs)]
-        elif online or m.boosting_views:  # the engine's step: small ops, one thread (mstta.threads)
+        elif online or steps_online(m, cfg):  # the engine's step: small ops, one thread (mstta.threads)
             logits, clip, ent, cuts = _replay_online(feats, text, m, cfg, dev)
             out = [_summarise(logits, clip, ent, None, keep_probs)]
         else:  # independent row chunks on the pool's one-thread workers (mstta.threads)
@@ -140,7 +140,7 @@ def _replay_family(feats, text, m, cfg, dev, online, tower=None):
     towered = getattr(family, "TOWER", False)  # a prompt-tuning family's replay also takes the text tower
     vectorised = getattr(family, "replay_tower" if towered else "replay", None)
     fg = cfg.forget
-    if not online and not m.mean_shift and _segments_replay(vectorised, fg) and (tower is not None or not towered):
+    if not online and not steps_online(m, cfg, tower):
         t = torch.as_tensor(text)
         dtype = torch.float64 if t.dtype == torch.float64 else torch.float32
         x, unit = Fn.normalize(feats.to(dtype)), Fn.normalize(t.to(dev, dtype))
@@ -160,11 +160,21 @@ def _replay_family(feats, text, m, cfg, dev, online, tower=None):
     return (*(torch.stack([getattr(r, k) for r in rows]) for k in keys), *(() if cfg.forget.resets else (None,)))
 
 
-def _segments_replay(vectorised, fg) -> bool:
-    """Whether a family's vectorised replay gives its steps under `fg`: it has one and `fg` only
-    resets (no rule that decays or empties slots step by step); a READS_LENGTH family's replay
-    takes the whole stream's length for each piece (families/base.py)."""
-    return vectorised is not None and fg.rule in ("none", "periodic")
+def steps_online(m: Method, cfg: EngineConfig, tower=None) -> bool:
+    """Whether `replay` runs `m` under `cfg` by the engine's step, sample by sample: a cache row that
+    boosts its views; another family's row with mean shift (its bank makes every step depend on the
+    last), without a vectorised `replay` (or a TOWER family's without the tower), or under a
+    `forget.rule` that changes its state at every step (timeliness, idle: resets only split the
+    stream into segments, each replayed from a fresh state; a READS_LENGTH family's replay takes
+    the whole stream's length for each, families/base.py)."""
+    if m.family == CACHE:
+        return m.boosting_views
+    family = get_family(m.family)
+    towered = getattr(family, "TOWER", False)
+    vectorised = getattr(family, "replay_tower" if towered else "replay", None)
+    return (
+        m.mean_shift or vectorised is None or (towered and tower is None) or cfg.forget.rule not in ("none", "periodic")
+    )
 
 
 def mean_shifted(
