@@ -161,3 +161,15 @@ def test_shared_classes_match_names_and_repeated_names_by_occurrence():
     ]
     subset = ["owl", "missile", "cat"]
     assert shared_classes([imagenet, subset]) == [("cat", 0), ("owl", 0)]
+
+
+def test_the_help_states_each_steps_flags_true_bound():
+    """--window and --within are refused above 10,000 (the curves hold windows per cut): the help says
+    so (it said 1..1000000 for all five), and --regret-steps keeps the streams' 1,000,000."""
+    from mstta.commands import flagdocs
+
+    rows = {
+        line.split("`")[1].split()[0]: line for line in flagdocs.flag_table("streams").splitlines() if "`--" in line
+    }
+    assert "1..10000)" in rows["--window"] and "1..10000)" in rows["--within"]
+    assert "1..1000000)" in rows["--regret-steps"] and "1..1000000)" in rows["--lead"]

@@ -27,6 +27,7 @@ from .streamorders import ORDERS, SCENE_DOMAINS, SCENES, Stream, build, scene
 
 NEVER, ZERO = "never", "zero-shot"
 MAX_SEEDS, MAX_STEPS, MAX_ARMS = 100, 1_000_000, 32
+MAX_WINDOW = 10_000  # --window and --within: the curves hold 3 windows per cut and seed
 # The forgetting arms: `--set`-style overrides of the engine's `forget` section (mstta.forget), each
 # rule at two or three settings (shared/reference/streams-and-tpt.md §1.5, scaled to the digits'
 # 200-sample lead-in and 599-sample scenes; a periodic reset never lands on a true cut there).
@@ -92,9 +93,9 @@ class StreamOptions:
         for flag, v, hi in (
             ("--lead", self.lead, MAX_STEPS),
             ("--segment", self.segment, MAX_STEPS),
-            ("--window", self.window, 10_000),
+            ("--window", self.window, MAX_WINDOW),
             ("--regret-steps", self.regret_steps, MAX_STEPS),
-            ("--within", self.within, 10_000),
+            ("--within", self.within, MAX_WINDOW),
         ):
             int_in(v, flag, 1, hi)
         if not 1 <= len(self.seeds) <= MAX_SEEDS:

@@ -44,7 +44,7 @@ def _add_domains(p: argparse.ArgumentParser) -> None:
 
 def _add_matrix(p: argparse.ArgumentParser) -> None:
     from ..bench.streamorders import ORDERS
-    from ..bench.streamrun import MAX_ARMS, MAX_SEEDS, MAX_STEPS
+    from ..bench.streamrun import MAX_ARMS, MAX_SEEDS, MAX_STEPS, MAX_WINDOW
 
     p.add_argument("--methods", metavar="LIST", help="method rows (default: every stateful and episodic one)")
     p.add_argument(
@@ -79,14 +79,14 @@ def _add_matrix(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--seeds", default="1,2,3", metavar="LIST", help=f"stream seeds (default 1,2,3; at most {MAX_SEEDS})"
     )
-    for flag, default, what in (
-        ("--lead", 200, "samples of the first segment"),
-        ("--segment", 599, "samples of every later segment, capped by its domain"),
-        ("--window", 50, "steps of the windowed accuracy (recovery holds for as many steps)"),
-        ("--regret-steps", 200, "steps after a cut over which regret is measured"),
-        ("--within", 30, "a detected cut this many steps after a true one finds it"),
+    for flag, default, what, top in (
+        ("--lead", 200, "samples of the first segment", MAX_STEPS),
+        ("--segment", 599, "samples of every later segment, capped by its domain", MAX_STEPS),
+        ("--window", 50, "steps of the windowed accuracy (recovery holds for as many steps)", MAX_WINDOW),
+        ("--regret-steps", 200, "steps after a cut over which regret is measured", MAX_STEPS),
+        ("--within", 30, "a detected cut this many steps after a true one finds it", MAX_WINDOW),
     ):
-        p.add_argument(flag, type=int, default=default, metavar="N", help=f"{what} (default {default}; 1..{MAX_STEPS})")
+        p.add_argument(flag, type=int, default=default, metavar="N", help=f"{what} (default {default}; 1..{top})")
     p.add_argument(
         "--set",
         action="append",
