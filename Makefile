@@ -58,15 +58,16 @@ field: install
 
 # Streams with scene cuts offline (docs/streams.md): on the shifted digits of `make field` (same store), every
 # stateful row of the registry but TPT (its prompt tuning needs the model's text tower; the streams replay
-# features): the cache family's rows without boosting (MS-TTA, TDA, the baseline, TDA + MS) under every
-# forgetting arm on every stream kind (the label-correlated ones on the blur domain); the boosting rows and
-# the other families' rows under never / the oracle / the recommended rule where the family defines it / the
-# detector, on the cut, return and i.i.d. streams; ZERO and MTA on the i.i.d. streams. One worker process per
+# features): the cache family's rows without boosting (MS-TTA, TDA, the baseline, TDA + MS) and the other
+# families' plain rows (DMN-ZS, DOTA, OnZeta, BCA, DPE) under every forgetting arm their family defines on
+# every stream kind (the label-correlated ones on the blur domain); the boosting rows and the other families'
+# +MS rows under never / the oracle / the recommended rule where the family defines it / the detector, on the
+# cut, return and i.i.d. streams; ZERO and MTA on the i.i.d. streams. One worker process per
 # core (--jobs N to say otherwise; the same results whatever N). out/streams/report.md, results.csv, plots/.
 STREAM_METHODS := tda,boostadapter,ms-tta,ms-tta+boost,baseline,baseline+boost,tda+ms,boostadapter+ms,dmn-zs,dmn-zs+ms,dota,dota+ms,onzeta,onzeta+ms,bca,bca+ms,dpe,dpe+ms,zero,mta
 streams: install
 	$(VENV)/bin/mstta-bench streams --digits --out out/streams --store out/field/features --methods $(STREAM_METHODS) \
-		--all-arms-for ms-tta,tda,baseline,tda+ms --short-streams cut,return,iid --correlated-on blur
+		--all-arms-for ms-tta,tda,baseline,tda+ms,dmn-zs,dota,onzeta,bca,dpe --short-streams cut,return,iid --correlated-on blur
 
 clean:
 	rm -rf $(VENV) build *.egg-info
