@@ -112,9 +112,7 @@ class Cache:
         """Empty the slots where gone ([S] bool: whole streams, or [S, C, Q]) on the device."""
         S, C, Q = self.ent.shape
         g = gone.view(S, 1, 1).expand(S, C, Q) if gone.dim() == 1 else gone
-        self.ent.masked_fill_(g, float("inf"))
-        self.time.masked_fill_(g, EMPTY_TIME)
-        self.bias.masked_fill_(g.reshape(S, C * Q), float("-inf"))
+        self._vacate(g)
         if self.used is not None:
             self.used.masked_fill_(g, EMPTY_TIME)
 
@@ -125,9 +123,13 @@ class Cache:
         gone = self.used <= (clock - idle).view(-1, 1, 1)
         if ok is not None:
             gone &= ok.view(-1, 1, 1)
-        self.ent.masked_fill_(gone, float("inf"))
-        self.time.masked_fill_(gone, EMPTY_TIME)
-        self.bias.view_as(gone).masked_fill_(gone, float("-inf"))
+        self._vacate(gone)
+
+    def _vacate(self, g: torch.Tensor) -> None:
+        """Empty the slots where g [S, C, Q] (bool), in place: +inf entropy, no insertion time, -inf bias."""
+        self.ent.masked_fill_(g, float("inf"))
+        self.time.masked_fill_(g, EMPTY_TIME)
+        self.bias.view_as(g).masked_fill_(g, float("-inf"))
 
     def insert(
         self,

@@ -137,8 +137,7 @@ def _replay_family(feats, text, m, cfg, dev, online, tower=None):
     `stream_cuts`, replays from a fresh state), else its step over the stream (`Engine`, told the
     stream's length)."""
     family = get_family(m.family)
-    towered = getattr(family, "TOWER", False)  # a prompt-tuning family's replay also takes the text tower
-    vectorised = getattr(family, "replay_tower" if towered else "replay", None)
+    towered, vectorised = _family_replay(family)
     fg = cfg.forget
     if not online and not steps_online(m, cfg, tower):
         t = torch.as_tensor(text)
@@ -150,7 +149,7 @@ def _replay_family(feats, text, m, cfg, dev, online, tower=None):
         length = {"length": n} if getattr(family, "READS_LENGTH", False) else {}  # each reset's init: the whole N
         cuts = stream_cuts(feats, fg) if fg.resets else None
         edges = [0, *([] if cuts is None else torch.nonzero(cuts).flatten().tolist()), n]
-        spans = [(a, b) for a, b in zip(edges, edges[1:]) if b > a] or [(0, n)]  # an empty stream: one empty replay
+        spans = [(a, b) for a, b in zip(edges, edges[1:]) if b > a]  # n > 0: `replay` answers an empty stream
         outs = [vectorised(x[a:b], unit, p, cfg.logit_scale, *extra, **length) for a, b in spans]
         out = [torch.cat(part) for part in zip(*outs)] if len(outs) > 1 else list(outs[0])
         return out[0], out[1], out[2], out[4], cuts
@@ -169,12 +168,17 @@ def steps_online(m: Method, cfg: EngineConfig, tower=None) -> bool:
     the whole stream's length for each, families/base.py)."""
     if m.family == CACHE:
         return m.boosting_views
-    family = get_family(m.family)
-    towered = getattr(family, "TOWER", False)
-    vectorised = getattr(family, "replay_tower" if towered else "replay", None)
+    towered, vectorised = _family_replay(get_family(m.family))
     return (
         m.mean_shift or vectorised is None or (towered and tower is None) or cfg.forget.rule not in ("none", "periodic")
     )
+
+
+def _family_replay(family) -> tuple[bool, object]:
+    """(whether the family tunes through the text tower, its vectorised replay or None): a TOWER
+    family's is `replay_tower`, which also takes the tower."""
+    towered = getattr(family, "TOWER", False)
+    return towered, getattr(family, "replay_tower" if towered else "replay", None)
 
 
 def mean_shifted(
