@@ -7,7 +7,7 @@
 On generated scene streams (a Gaussian mixture of 10 classes per scene, a new scene offset at each
 true cut, unit rows; `--n` samples, a cut every `--every` samples) and for several detector settings:
 - whether the scan's cuts equal the step's, and how many segments the scan handed to the step (its
-  guard: `drift.GUARD`);
+  guard: `drift_scan.GUARD`);
 - the largest gap between the scan's CUSUM and the step's, |dS| / (threshold + summed terms), up to
   each segment's first cut: the quantity the guard bounds by GUARD;
 - CPU seconds of both over every stream (one thread).
@@ -21,7 +21,8 @@ import time
 
 import torch
 
-from mstta.engine.drift import GUARD, Drift, cusum_windows, detect_rows, drift_step_t, segment_cut
+from mstta.engine.drift import Drift, drift_step_t
+from mstta.engine.drift_scan import GUARD, cusum_windows, detect_rows, segment_cut
 from mstta.engine.forget import ForgetConfig, stream_cuts
 
 SETTINGS = {

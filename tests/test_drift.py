@@ -1,4 +1,4 @@
-"""The replay's detector scan (`forget.stream_cuts` by `drift.segment_cut`: the statistic batched, the
+"""The replay's detector scan (`forget.stream_cuts` by `drift_scan.segment_cut`: the statistic batched, the
 CUSUM as a scan) finds exactly the online engine's cuts; its guard hands a segment to the engine's own
 step where the batched sum comes near the threshold."""
 
@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from synthetic import as_tensors, make_stream
 
 from mstta import Engine, EngineConfig
-from mstta.engine.drift import Drift, detect_rows, drift_step_t, exact_cut, segment_cut
+from mstta.engine.drift import Drift, drift_step_t
+from mstta.engine.drift_scan import detect_rows, exact_cut, segment_cut
 from mstta.engine.forget import ForgetConfig, stream_cuts
 
 FAST = dict(detect_rate=0.2, detect_slack=0.2, detect_threshold=2.0, detect_warmup=60)

@@ -1,6 +1,6 @@
 """The scene-cut detector (the project's design, not a published rule; docs/engine.md, "The detector"):
 its state per stream (`Drift`), one sample into it on the device (`drift_step_t`, branchless, no host
-read), and the same cuts over a stored stream at once (`segment_cut`, for `forget.stream_cuts`).
+read); the same cuts over a stored stream at once are `drift_scan.py`'s.
 
 The statistic, in float64 in both paths: view 0's feature x made unit (and read through the fixed map
 `detect_projection` when wider than DETECT_DIMS), u; the reference is the first W = `detect_warmup`
@@ -25,13 +25,6 @@ import torch
 # CLIP widths (512, 768) a 150-sample reference covariance is rank-deficient (docs/streams.md).
 DETECT_DIMS = 64
 DETECT_SEED = 29
-# The replay's scan (`segment_cut`) computes the statistic batched, the engine one sample at a time
-# (Sherman-Morrison): the same float64 math in another order. Where the scan's CUSUM comes within
-# GUARD * (threshold + the CUSUM's summed terms) of the threshold, the segment is stepped by
-# `drift_step_t` itself (the measured gaps: benchmarks/detector_scan.py).
-GUARD = 1e-9
-SCAN_ROWS = 1024  # the scan's largest window (rows per batched step: bounded memory on any stream)
-EMA_BLOCK = 32  # the EMA's blocks inside a window (a [32, 32] Toeplitz matrix, then the blocks' ends)
 
 
 def detect_projection(dim: int, device) -> torch.Tensor | None:
@@ -158,93 +151,3 @@ def drift_step_t(d: Drift, x: torch.Tensor, fg, ok=None) -> torch.Tensor:
     d.acc.masked_fill_(cut, 0)
     d.n.masked_fill_(cut, 0)
     return cut
-
-
-# ---------------------------------------------------------------- the same cuts over a stored stream
-def ema_rows(prev: torch.Tensor, u: torch.Tensor, a: float) -> torch.Tensor:
-    """e_t = (1 - a) e_{t-1} + a u_t for rows u [m, k] from e_{-1} = prev [k] -> [m, k] (float64), at
-    once: blocks of EMA_BLOCK rows by a Toeplitz matrix, then each block's start from the ends before."""
-    m, k = u.shape
-    b, lam = EMA_BLOCK, 1 - a
-    nb = -(-m // b)
-    x = torch.nn.functional.pad(u, (0, 0, 0, nb * b - m)).view(nb, b, k)
-    i = torch.arange(b, device=u.device, dtype=torch.float64)
-    local = (a * torch.tril(lam ** (i[:, None] - i).clamp_min(0))) @ x  # each block from zero
-    j = torch.arange(nb, device=u.device, dtype=torch.float64)
-    hop = lam**b  # one block's decay
-    ends = torch.tril(hop ** (j[:, None] - j).clamp_min(0)) @ local[:, -1] + hop ** (j + 1)[:, None] * prev
-    before = torch.cat((prev.unsqueeze(0), ends[:-1]))
-    return (local + lam ** (i + 1)[:, None] * before.unsqueeze(1)).reshape(nb * b, k)[:m]
-
-
-def _reference(u: torch.Tensor, fg) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The reference of the first W detector rows of u [n, k] -> (mean [k], inv [k, k], the EMA after
-    its W rows), in windows of SCAN_ROWS (sums shifted by the first row)."""
-    w_ref, first = fg.detect_warmup, u[0]
-    s1, s2, ema = torch.zeros_like(first), first.new_zeros(len(first), len(first)), first
-    for p in range(0, w_ref, SCAN_ROWS):
-        rows = u[p : min(p + SCAN_ROWS, w_ref)]
-        c = rows - first
-        s1, s2 = s1 + c.sum(0), s2 + c.T @ c
-        ema = ema_rows(ema, rows, fg.detect_rate)[-1]
-    k = len(first)
-    eye = torch.eye(k, dtype=torch.float64, device=u.device)
-    inv = torch.linalg.inv(s2 - torch.outer(s1, s1) / w_ref + eye * (w_ref * fg.detect_ridge / k))
-    return first + s1 / w_ref, inv, ema
-
-
-def exact_cut(x: torch.Tensor, fg) -> int | None:
-    """The first cut of a segment x [n, D] whose detector starts empty, by `drift_step_t` sample after
-    sample (the engine's own ops: a fresh `Drift` equals one after a reset) -> its row, None if none."""
-    d = Drift.empty(1, x.shape[-1], x.device, fg)
-    for t in range(len(x)):
-        if bool(drift_step_t(d, x[t : t + 1], fg)[0]):
-            return t
-    return None
-
-
-def cusum_windows(u: torch.Tensor, fg):
-    """The CUSUM of a segment of detector rows u [n, k] (`detect_input`; the detector starts empty at
-    row 0, and n > W) as if it never cut, window after window after the warm-up (64 rows, doubling up
-    to SCAN_ROWS: a cut soon after the warm-up costs little), each at once: the EMA (`ema_rows`), z,
-    and the CUSUM as a scan, S_t = C_t - min(0, min_{j<=t} C_j), C the running sum from the window's
-    start value -> (its first row, S [m], the summed |terms| [m])."""
-    mean, inv, ema = _reference(u, fg)
-    scale = z_scale(inv.diagonal().sum(), z_terms(fg, inv.shape[-1], u.device))
-    acc, size, c = torch.zeros((), dtype=torch.float64, device=u.device), 0.0, 1 + fg.detect_slack
-    p, rows = fg.detect_warmup, EMA_BLOCK * 2
-    while p < len(u):
-        e = ema_rows(ema, u[p : p + rows], fg.detect_rate)
-        ema, g = e[-1], e - mean
-        z = ((g @ inv) * g).sum(-1) * scale
-        run = torch.cumsum(z - c, 0) + acc
-        s = run - torch.cummin(run, 0).values.clamp_max(0)
-        sizes = torch.cumsum(z + c, 0) + size
-        yield p, s, sizes
-        acc, size, p, rows = s[-1], sizes[-1], p + len(s), min(2 * rows, SCAN_ROWS)
-
-
-def segment_cut(x: torch.Tensor, u: torch.Tensor, fg, guard: float = GUARD) -> tuple[int | None, bool]:
-    """The first cut the engine's detector makes on a segment x [n, D] (view 0's features; u [n, k]
-    their `detect_input` rows) that it starts empty, by `cusum_windows`; where the scan's S comes within
-    guard * (threshold + the summed terms) of the threshold at or before its first cut, the segment
-    is stepped by `exact_cut` -> (the cut's row or None, whether it was stepped)."""
-    thr = fg.detect_threshold
-    if len(x) <= fg.detect_warmup:
-        return None, False
-    for p, s, sizes in cusum_windows(u, fg):
-        hit = s > thr
-        last = int(hit.int().argmax()) if bool(hit.any()) else len(s) - 1
-        if bool(((s[: last + 1] - thr).abs() <= guard * (thr + sizes[: last + 1])).any()):
-            return exact_cut(x, fg), True
-        if bool(hit[last]):
-            return p + last, False
-    return None, False
-
-
-def detect_rows(x: torch.Tensor) -> torch.Tensor:
-    """`detect_input` of a whole stream's view-0 features x [N, D] -> [N, k] float64, SCAN_ROWS * 16 rows
-    at a time (a bounded float64 copy of the features)."""
-    proj = detect_projection(x.shape[-1], x.device)
-    step = SCAN_ROWS * 16
-    return torch.cat([detect_input(x[p : p + step], proj) for p in range(0, len(x), step)])

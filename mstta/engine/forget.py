@@ -28,7 +28,7 @@ import torch
 from ..checks import check, check_int, check_num
 from ..errors import UserError
 from .cache_rules import EMPTY_TIME
-from .drift import detect_rows, segment_cut
+from .drift_scan import detect_rows, segment_cut
 
 RULES = ("none", "timeliness", "idle", "periodic")
 # The timeliness horizon N (steps) used when `forget.horizon` is unset: chosen by `make streams` on
@@ -162,7 +162,7 @@ def periodic_reset_t(clock: torch.Tensor, every: int) -> torch.Tensor:
 def stream_cuts(feats: torch.Tensor, cfg: ForgetConfig) -> torch.Tensor:
     """The resets the online engine makes over a whole stream feats [N, V, d] (RDumb's periodic ones,
     the detector's cuts) -> [N] bool (sample t starts a new segment). The replay's segments: everything
-    adapted starts over at each. The detector's cuts are its own step's (`drift.segment_cut`: per
+    adapted starts over at each. The detector's cuts are its own step's (`drift_scan.segment_cut`: per
     segment between resets, batched, stepped where the batched sum comes near the threshold)."""
     n = feats.shape[0]
     cut = torch.zeros(n, dtype=torch.bool)
