@@ -109,10 +109,12 @@ def _scene_cut(n=160, views=1):
 @pytest.mark.parametrize("method", ["ms-tta", "tda+ms"])
 @pytest.mark.parametrize("rule", list(FORGET))
 def test_static_shape_step_with_forgetting_equals_eager_on_cpu(method, rule):
-    """Forgetting inside the captured step (resets, expiries, the detector: device ops only)."""
+    """Forgetting inside the captured step (resets, expiries, the detector: device ops only, as under
+    a graph: no host read, `host_reads` off)."""
     f, t = _scene_cut()
     cfg = EngineConfig(bank_size=40, k=3, cache_alpha=6.0, beta=3.0, forget=FORGET[rule])
     static, eager = Engine(t, method, cfg), Engine(t, method, cfg)
+    static.runner.host_reads = static.runner.host_resets = False
     cuts = 0
     for x in f:
         with torch.inference_mode():

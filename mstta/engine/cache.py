@@ -13,6 +13,7 @@ import functools
 import math
 from dataclasses import dataclass, fields
 
+import numpy as np
 import torch
 
 from . import functional as Fn
@@ -20,6 +21,7 @@ from .cache_rules import EMPTY_TIME, entropy_slot_t, fifo_slot_t
 from .forget import timeliness_slot_t
 
 UNBOUNDED_START = 1024  # first bank allocation when bank_size is None (it doubles when full)
+UNUSED = torch.iinfo(torch.long).max  # an empty slot's last use (idle rule): it never expires
 
 
 @dataclass
@@ -27,12 +29,14 @@ class Bank:
     """The raw features of earlier samples, §4.1: a ring buffer of R rows per stream holding each
     feature as its direction (`rows`, in `bank_dtype`) and norm, its sample index (`time`, -1 =
     empty) and its kNN bias (0 filled, -inf empty: the mask lives in the state, so a step never
-    builds one over the whole bank)."""
+    builds one over the whole bank); `start` [S], the sample index of the stream's last reset
+    (`forget`): the features since then fill the rows from the first on."""
 
     rows: torch.Tensor  # [S, R, d] f / |f|
     norm: torch.Tensor  # [S, R] |f|
     time: torch.Tensor  # [S, R] long
     bias: torch.Tensor  # [S, R] 0 or -inf
+    start: torch.Tensor  # [S] long
 
     @classmethod
     def empty(cls, streams: int, rows: int, dim: int, dtype: torch.dtype, device) -> Bank:
@@ -41,6 +45,7 @@ class Bank:
             torch.ones(streams, rows, device=device),
             torch.full((streams, rows), EMPTY_TIME, dtype=torch.long, device=device),
             torch.full((streams, rows), float("-inf"), device=device),
+            torch.zeros(streams, dtype=torch.long, device=device),
         )
 
     def clear(self, s: int) -> None:
@@ -48,23 +53,29 @@ class Bank:
         self.norm[s] = 1
         self.time[s] = EMPTY_TIME
         self.bias[s] = float("-inf")
+        self.start[s] = 0
 
-    def forget(self, cut: torch.Tensor, rows: int | None = None) -> None:
-        """Empty the streams where cut [S] (bool) on the device: their rows masked out of the kNN.
-        `rows`: only the first rows can be filled (the eager step's known fill; None = all)."""
+    def forget(self, cut: torch.Tensor, clock: torch.Tensor, rows: int | None = None) -> None:
+        """Empty the streams where cut [S] (bool) at sample clock [S], on the device: their rows masked
+        out of the kNN, the next feature written to the first row. `rows`: only the first rows can
+        be filled (the eager step's known fill; None = all)."""
         c = cut.unsqueeze(-1)
         time, bias = (self.time, self.bias) if rows is None else (self.time[:, :rows], self.bias[:, :rows])
         time.masked_fill_(c, EMPTY_TIME)  # in place: a view of the rows (and a captured graph's addresses)
         bias.masked_fill_(c, float("-inf"))
+        self.start.copy_(torch.where(cut, clock, self.start))
 
     def grown(self) -> Bank:
         """Twice the rows (an unbounded bank that is full), the new ones empty."""
         more = Bank.empty(self.rows.shape[0], self.rows.shape[1], self.rows.shape[2], self.rows.dtype, self.rows.device)
-        return Bank(*(torch.cat([a, b], 1) for a, b in zip(tensors(self), tensors(more))))
+        rows = (torch.cat([a, b], 1) for a, b in zip(tensors(self)[:4], tensors(more)[:4]))
+        return Bank(*rows, self.start)
 
-    def append(self, f: torch.Tensor, clock: torch.Tensor, bounded: bool, ok: torch.Tensor | None) -> None:
-        """Each stream's feature f [S, d] enters its slot clock (mod R when bounded), Alg. 1."""
-        at = slots(self.rows, clock % self.rows.shape[1] if bounded else clock)
+    def append(self, f: torch.Tensor, clock: torch.Tensor, bounded: bool, ok: torch.Tensor | None, restarts=False):
+        """Each stream's feature f [S, d] enters its row clock - start (mod R when bounded; `restarts`:
+        resets can happen, else start is 0), Alg. 1."""
+        pos = clock - self.start if restarts else clock
+        at = slots(self.rows, pos % self.rows.shape[1] if bounded else pos)
         norm = f.norm(dim=-1, keepdim=True)
         write_rows(self.rows, at, ok, f / norm.clamp_min(1e-12))  # = F.normalize
         write_rows(self.norm, at, ok, norm.squeeze(-1))
@@ -77,14 +88,14 @@ class Cache:
     """One cache (§3.1 positive, or TDA's negative), Q class-major slots per class per stream:
     keys, entropies (+inf = empty), insertion times (-1 = empty), the fused kernel's bias (ln a -
     beta filled, -inf empty), for the negative cache the values (one-hot otherwise) and, under
-    `forget.rule=idle`, each slot's last use (`mstta.engine.forget`)."""
+    `forget.rule=idle`, each slot's last use (`mstta.engine.forget`; UNUSED while empty)."""
 
     keys: torch.Tensor  # [S, C*Q, d]
     ent: torch.Tensor  # [S, C, Q]
     time: torch.Tensor  # [S, C, Q] long
     bias: torch.Tensor  # [S, C*Q]
     values: torch.Tensor | None  # [S, C*Q, C] or None (one-hot of the slot's class)
-    used: torch.Tensor | None = None  # [S, C, Q] long: the step of the slot's last use (idle rule)
+    used: torch.Tensor | None = None  # [S, C, Q] long: the step of the slot's last use (idle rule), UNUSED empty
 
     @classmethod
     def empty(
@@ -97,7 +108,7 @@ class Cache:
             torch.full((streams, classes, capacity), EMPTY_TIME, dtype=torch.long, device=device),
             torch.full((streams, e), float("-inf"), device=device),
             torch.zeros(streams, e, classes, device=device) if values else None,
-            torch.full((streams, classes, capacity), EMPTY_TIME, dtype=torch.long, device=device) if used else None,
+            torch.full((streams, classes, capacity), UNUSED, dtype=torch.long, device=device) if used else None,
         )
 
     def clear(self, s: int) -> None:
@@ -113,23 +124,29 @@ class Cache:
         S, C, Q = self.ent.shape
         g = gone.view(S, 1, 1).expand(S, C, Q) if gone.dim() == 1 else gone
         self._vacate(g)
-        if self.used is not None:
-            self.used.masked_fill_(g, EMPTY_TIME)
 
-    def expire(self, clock: torch.Tensor, idle: int, ok: torch.Tensor | None = None) -> None:
+    def expire(self, clock: torch.Tensor | int, idle: int, ok: torch.Tensor | None = None) -> None:
         """The idle rule (`mstta.engine.forget`): empty every live slot unused for `idle` steps at clock [S]
-        (only in the stepping streams, `ok` [S]; None = all), in place. An empty slot's last use is at
-        most its emptying's (-1 after a reset), so it may be emptied again: that changes nothing."""
-        gone = self.used <= (clock - idle).view(-1, 1, 1)
+        (an int: every stream's; only in the stepping streams, `ok` [S]; None = all), in place (an
+        empty slot is UNUSED)."""
+        gone = self.used <= (clock - idle if isinstance(clock, int) else (clock - idle).view(-1, 1, 1))
         if ok is not None:
             gone &= ok.view(-1, 1, 1)
         self._vacate(gone)
+
+    def next_expiry(self, clock: np.ndarray, idle: int) -> np.ndarray:
+        """The earliest step at which a slot of each stream can expire, on the host [S], given the
+        clock [S] (host) now: a slot's use only moves later and a new entry is used at its clock."""
+        last = self.used.view(self.used.shape[0], -1).amin(-1).cpu().numpy()
+        return np.minimum(last, clock) + idle
 
     def _vacate(self, g: torch.Tensor) -> None:
         """Empty the slots where g [S, C, Q] (bool), in place: +inf entropy, no insertion time, -inf bias."""
         self.ent.masked_fill_(g, float("inf"))
         self.time.masked_fill_(g, EMPTY_TIME)
         self.bias.view_as(g).masked_fill_(g, float("-inf"))
+        if self.used is not None:
+            self.used.masked_fill_(g, UNUSED)
 
     def insert(
         self,
@@ -170,25 +187,31 @@ class Cache:
             write_rows(self.used.view(S, C * Q), at, ok, clock)
 
     def logits(
-        self, q: torch.Tensor, beta: float, kernel: str, a: float, clock: torch.Tensor | None = None, ok=None
+        self, q: torch.Tensor, beta: float, kernel: str, a: float, clock=None, ok=None, host: bool = False
     ) -> torch.Tensor:
         """Cache logits, Eq. (3)/(13): sum over live slots of the kernel's weight (fused, one batched
         GEMM + exp) times the slot's value. q [S, d] -> [S, C]. Under the idle rule the live slot of
-        largest weight is marked used at `clock` [S] (where `ok`)."""
+        largest weight is marked used at `clock` [S] (where `ok`; `host`: the host may read the weights)."""
         w = Fn.cache_weights(q, self.keys, self.bias, beta, kernel, a)
         if self.used is not None:
-            self._mark_used(w, clock, ok)
+            self._mark_used(w, clock, ok, host)
         if self.values is None:
             return w.view(w.shape[0], self.ent.shape[1], -1).sum(-1)
         return torch.bmm(w.unsqueeze(1), self.values).squeeze(1)
 
-    def _mark_used(self, w: torch.Tensor, clock: torch.Tensor, ok: torch.Tensor | None) -> None:
-        """The idle rule's use (`mstta.engine.forget`): the live slot of largest kernel weight [S, C*Q]."""
+    def _mark_used(self, w: torch.Tensor, clock: torch.Tensor, ok: torch.Tensor | None, host: bool) -> None:
+        """The idle rule's use (`mstta.engine.forget`): the live slot of largest kernel weight [S, C*Q]
+        (of equal ones the first). A cache with no live slot marks its first slot, an empty one:
+        its last use is read by nothing (an insertion sets it, an expiry empties it again). `host`:
+        where every stream's largest weight is positive, that is its slot (an empty slot weighs 0)."""
         S, C, Q = self.ent.shape
-        live = self.bias > float("-inf")  # filled (ln a - beta), -inf empty: isfinite in one op
-        top = torch.where(live, w, float("-inf")).argmax(-1)
-        hit = live.gather(-1, top.unsqueeze(-1)).squeeze(-1)
-        write_rows(self.used.view(S, C * Q), slots(self.keys, top), hit if ok is None else hit & ok, clock)
+        at = None
+        if host:
+            top, at = w.max(-1)
+            at = at if min(top.tolist()) > 0 else None
+        if at is None:
+            at = torch.where(self.bias > float("-inf"), w, float("-inf")).argmax(-1)  # bias: -inf empty
+        write_rows(self.used.view(S, C * Q), slots(self.keys, at), ok, clock)
 
 
 def tensors(record) -> list[torch.Tensor]:

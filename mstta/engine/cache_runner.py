@@ -7,6 +7,8 @@ its family's own `Params` (`EngineConfig.family_params("cache")`) and its row's 
 The whole state (bank, caches, a sample counter per stream) lives on the device and a step never
 waits on the host (no `.item()`, no branch on a tensor's value; BoostAdapter's per-view cache
 copies excepted), so on CUDA the step of a bounded bank can be captured once as a CUDA graph.
+One exception where nothing waits: on a CPU device the host reads the detector's state and cuts
+(`drift.drift_step_host`), so every reset is known there and the step skips what it need not do.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from .boost import boosted_logits, select_views
 from .cache import UNBOUNDED_START, Bank, Cache
 from .cache_rules import entropy_gate_t
 from .config import EngineConfig
-from .drift import Drift, drift_step_t
+from .drift import Drift, drift_step_host, drift_step_t
 from .families import view_aggregator
 from .families.base import CACHE, Method
 from .families.cache import switches
@@ -37,6 +39,7 @@ from .runner import Runner
 log = logging.getLogger(__name__)
 
 RECORDS = ("bank", "pos", "neg", "drift")  # drift: the scene-cut detector (forget.detect)
+HOST = ("seen", "since")  # the state's host counters (numpy)
 
 
 class Streams(Runner):
@@ -72,6 +75,11 @@ class Streams(Runner):
             )
         self.cuda_graph = can_graph if cuda_graph is None else bool(cuda_graph)
         self._graph_required = bool(cuda_graph)
+        # On a CPU the eager step may read the state (nothing to transfer): the detector's cuts, when
+        # a slot can next expire. The host then knows every reset (the bank's fill, the work to do);
+        # eager without the detector it does too (a periodic reset is the host's count).
+        self.host_reads = not self.cuda_graph and self.device.type == "cpu"
+        self.host_resets = self.host_reads or (not self.cuda_graph and not self.config.forget.detect)
 
     # ------------------------------------------------------------------ state
     def reset(self, stream: int | None = None) -> None:
@@ -83,6 +91,9 @@ class Streams(Runner):
                     getattr(self, name).clear(stream)
             self.clock[stream] = 0
             self.seen[stream] = 0
+            self.since[stream] = 0
+            self.expiry[:, stream] = 0
+            self.soonest = 0
             return
         cfg, C, d, dev, m, S = self.config, self.num_classes, self.dim, self.device, self.method, self.streams
         rows = (cfg.bank_size if cfg.bank_size is not None else UNBOUNDED_START) if m.mean_shift else 0
@@ -91,6 +102,9 @@ class Streams(Runner):
         self._check_memory(rows, q, qn)
         self.graphs: dict[int, Any] = {}
         self.seen = np.zeros(S, dtype=np.int64)  # samples seen, on the host
+        self.since = np.zeros(S, dtype=np.int64)  # the sample of each stream's last reset the host knows of
+        self.expiry = np.zeros((2, S), dtype=np.int64)  # idle rule, host reads: no slot of (pos, neg) expires before
+        self.runs, self.soonest = 0, 0  # steps run (>= any stream's clock), the least of `expiry`
         self.clock = torch.zeros(S, dtype=torch.long, device=dev)  # the same, on the device
         self.bank = Bank.empty(S, rows, d, getattr(torch, cfg.bank_dtype), dev) if m.mean_shift else None
         idle = cfg.forget.rule == "idle"
@@ -125,7 +139,7 @@ class Streams(Runner):
         """Raw features in stream s's bank (known on the host)."""
         if not self.method.mean_shift:
             return 0
-        n = int(self.seen[s])
+        n = int(self.seen[s] - self.since[s])  # rows written since the last reset (from the first row)
         return n if self.config.bank_size is None else min(n, self.config.bank_size)
 
     def _tensors(self) -> dict[str, torch.Tensor]:
@@ -138,33 +152,35 @@ class Streams(Runner):
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume the streams (tensors and counters; copies)."""
-        return copy.deepcopy({**self._tensors(), "seen": self.seen})
+        return copy.deepcopy({**self._tensors(), "seen": self.seen, "since": self.since})
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from `state_dict()`: copied into the current tensors when their shapes match (a
         captured CUDA graph stays valid), else the tensors are replaced (and graphs dropped)."""
         mine = self._tensors()
-        fits = mine.keys() == {k for k in state if k != "seen"} and all(
-            mine[k].shape == v.shape and mine[k].dtype == v.dtype for k, v in state.items() if k != "seen"
+        fits = mine.keys() == {k for k in state if k not in HOST} and all(
+            mine[k].shape == v.shape and mine[k].dtype == v.dtype for k, v in state.items() if k not in HOST
         )
         if fits:
             self._restore(state)
-            return
-        for k, v in copy.deepcopy(state).items():
-            if "." in k:
-                rec, field = k.split(".")
-                setattr(getattr(self, rec), field, v)
-            else:
-                setattr(self, k, v)
-        self.graphs = {}  # captured graphs point at the replaced tensors
+        else:
+            for k, v in copy.deepcopy(state).items():
+                if "." in k:
+                    rec, field = k.split(".")
+                    setattr(getattr(self, rec), field, v)
+                else:
+                    setattr(self, k, v)
+            self.graphs = {}  # captured graphs point at the replaced tensors
+        self.expiry[:], self.soonest = 0, 0  # recomputed at the next step
+        self.runs = int(self.seen.max())
 
     @torch.inference_mode()
     def _restore(self, state: dict[str, Any]) -> None:
         """Copy saved values into the existing state tensors (a graph keeps their addresses)."""
         mine = self._tensors()
         for k, v in state.items():
-            if k == "seen":
-                self.seen = np.array(v, dtype=np.int64)
+            if k in HOST:
+                setattr(self, k, np.array(v, dtype=np.int64))
             else:
                 mine[k].copy_(v)
 
@@ -180,6 +196,7 @@ class Streams(Runner):
             with small_ops(self.device):
                 out = self._step(x, ok, self._rows(active))
         self.seen += 1 if active is None else active
+        self.runs += 1
         return out
 
     def _rows(self, active: np.ndarray | None) -> tuple[int, bool]:
@@ -187,7 +204,7 @@ class Streams(Runner):
         of them hold fewer (then the empty rows are masked by the bank's bias)."""
         fills = [self._fill(s) for s in range(self.streams) if active is None or active[s]]
         rows = max(fills, default=0)
-        return rows, any(f < rows for f in fills) or self.config.forget.resets  # a reset masks its rows
+        return rows, any(f < rows for f in fills) or (self.config.forget.resets and not self.host_resets)
 
     def _step(self, x: torch.Tensor, ok: torch.Tensor | None, rows: tuple[int, bool]):
         """The step on the device state, Alg. 1. `rows` = (bank rows searched, masked or not):
@@ -195,6 +212,8 @@ class Streams(Runner):
         cfg, p, sw, shifts = self.config, self.p, self.sw, self.method.mean_shift
         if cfg.forget.active:
             self._forget(x, ok, rows[0])
+            if self.host_resets and self._marked:  # a stream reset at this step: its bank fills anew
+                rows = self._rows(self._active)
         aggregate = view_aggregator(cfg.view_mode, getattr(cfg, cfg.view_mode, None))
         f, clip, h, probs = Fn.form_queries(x, self.text, cfg.logit_scale, cfg.view_mode, cfg.view_ratio, aggregate)
         if not sw.cache:
@@ -206,12 +225,14 @@ class Streams(Runner):
             boost = (self._shift(boost[0], rows), *boost[1:])
         if shifts:
             self._grow_if_full()
-            self.bank.append(f, self.clock, cfg.bank_size is not None, ok)
+            self.bank.append(f, self.clock, cfg.bank_size is not None, ok, cfg.forget.resets)
         self._insert(clip.argmax(-1), h, q, probs, ok)
-        pos = self.pos.logits(q, p.beta, p.kernel, p.cache_alpha, self.clock, ok)
+        pos = self.pos.logits(q, p.beta, p.kernel, p.cache_alpha, self.clock, ok, self.host_reads)
         if boost is not None:
             pos = boosted_logits(q, pos, self.pos, *boost, self._stepping(ok), p.delta, p.beta, p.kernel, p.cache_alpha)
-        neg = self.neg.logits(q, p.neg_beta, "exp", p.neg_alpha, self.clock, ok) if sw.negative else None
+        neg = (
+            self.neg.logits(q, p.neg_beta, "exp", p.neg_alpha, self.clock, ok, self.host_reads) if sw.negative else None
+        )
         self.clock += 1 if ok is None else ok
         return Fn.final_logits(clip, pos, neg, p.lam), clip, h, q
 
@@ -238,38 +259,64 @@ class Streams(Runner):
     def _forget(self, x: torch.Tensor, ok: torch.Tensor | None, rows: int) -> None:
         """The forget section's resets and expiries before the step (`mstta.engine.forget`), on the device:
         a periodic reset (RDumb), a detected cut (view 0's feature into the detector), the
-        idle rule's expiry; `last_cut` [S] records the streams reset at this step."""
-        fg, cut = self.config.forget, None
-        if fg.rule == "periodic":
-            cut = self._periodic(ok)
-            if self.drift is not None:  # the detector's reference starts over with the state
-                self.drift.forget(cut)
-            elif cut is None:  # eager, no stream resets at this step: no reset op (the last one's mark cleared)
-                if self._marked:
-                    self.last_cut.zero_()
-                    self._marked = False
-                return
+        idle rule's expiry; `last_cut` [S] records the streams reset at this step. Where the host
+        knows the resets (`host_resets`), a step without one runs no reset op."""
+        fg = self.config.forget
+        cut = self._periodic(ok) if fg.rule == "periodic" else None
         if fg.detect:
-            found = drift_step_t(self.drift, x[:, 0], fg, ok)
-            cut = found if cut is None else cut | found
-        if cut is not None:
+            if cut is not None:  # the detector's reference starts over with the state
+                self.drift.forget(cut)
+            found = self._detect(x, ok)
+            cut = found if cut is None else cut if found is None else cut | found
+        if cut is None:  # no stream resets at this step (host-known): the last one's mark cleared
+            if self._marked:
+                self.last_cut.zero_()
+                self._marked = False
+        else:
             if self.bank is not None:
-                self.bank.forget(cut, rows)  # the rows that can hold a feature (all under a graph)
+                self.bank.forget(cut, self.clock, rows)  # the rows that can hold a feature (all under a graph)
             for rec in (self.pos, self.neg):
                 if rec is not None:
                     rec.forget(cut)
             self.last_cut.copy_(cut)
             self._marked = True
-        if fg.rule == "idle":
-            for rec in (self.pos, self.neg):
+            if self.host_resets:
+                hit = cut.cpu().numpy()
+                self.since[hit] = self.seen[hit]
+        if fg.rule == "idle" and (not self.host_reads or self.runs >= self.soonest):
+            for i, rec in enumerate((self.pos, self.neg)):
                 if rec is not None:
-                    rec.expire(self.clock, fg.idle, ok)
+                    self._expire(i, rec, ok)
+            self.soonest = int(self.expiry.min())
+
+    def _expire(self, i: int, rec: Cache, ok: torch.Tensor | None) -> None:
+        """The idle rule's expiry of cache i (0 positive, 1 negative); where the host reads the state,
+        only at a step where a slot can expire (`Cache.next_expiry`, kept in `expiry`)."""
+        idle = self.config.forget.idle
+        if not self.host_reads:
+            rec.expire(self.clock, idle, ok)
+            return
+        due = self.seen >= self.expiry[i]
+        if self._active is not None:
+            due &= self._active
+        if due.any():
+            one = self.streams == 1 or bool((self.seen == self.seen[0]).all())
+            rec.expire(int(self.seen[0]) if one else self.clock, idle, ok)  # the host's clock: the device's
+            self.expiry[i] = np.where(due, rec.next_expiry(self.seen, idle), self.expiry[i])
+
+    def _detect(self, x: torch.Tensor, ok: torch.Tensor | None) -> torch.Tensor | None:
+        """The detector's cuts at this step, [S] bool on the device; None where the host knows there is none."""
+        fg = self.config.forget
+        if not self.host_resets:
+            return drift_step_t(self.drift, x[:, 0], fg, ok)
+        hit = drift_step_host(self.drift, x[:, 0], fg, ok)
+        return torch.as_tensor(hit, device=self.device) if hit.any() else None
 
     def _periodic(self, ok: torch.Tensor | None) -> torch.Tensor | None:
-        """RDumb's reset at this step, [S] bool on the device. Eagerly without the detector, the host
-        knows it (the device clock is `seen`, the stepping streams `_active`): None when no stream resets."""
+        """RDumb's reset at this step, [S] bool on the device. Where the host knows the resets (the
+        device clock is `seen`, the stepping streams `_active`): None when no stream resets."""
         every = self.config.forget.every
-        if self.cuda_graph or self.drift is not None:
+        if not self.host_resets:
             cut = periodic_reset_t(self.clock, every)
             return cut if ok is None else cut & ok
         due = (self.seen > 0) & (self.seen % every == 0)
@@ -295,5 +342,5 @@ class Streams(Runner):
 
     def _grow_if_full(self) -> None:
         """An unbounded bank doubles when a stream has filled it (host-known: no sync)."""
-        if self.config.bank_size is None and int(self.seen.max()) >= self.bank.rows.shape[1]:
+        if self.config.bank_size is None and int((self.seen - self.since).max()) >= self.bank.rows.shape[1]:
             self.bank = self.bank.grown()

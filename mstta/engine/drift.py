@@ -18,6 +18,7 @@ import functools
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 # The detector reads features wider than this through a fixed seeded random map to this many
@@ -88,14 +89,15 @@ class Drift:
     (long) of samples since the last reset (0: the next sample starts the reference; it counts on
     past the warm-up), `me` [S, 2, k]: the reference's mean and the EMA of every sample, `inv`
     [S, k, k] = (M + W r / k I)^-1, M the reference's sum of squared deviations (Welford and
-    Sherman-Morrison over its W samples, then frozen), and the CUSUM `acc` [S]; constants: `start`
-    [k, k] (inv at a reset), `table` (`count_table`), `terms` (`z_terms`) and `proj` [D, k]
-    (`detect_projection`, for D > DETECT_DIMS)."""
+    Sherman-Morrison over its W samples, then frozen), the CUSUM `acc` [S] and `scale` [S], z's
+    factor `z_scale` of the current inv; constants: `start` [k, k] (inv at a reset), `table`
+    (`count_table`), `terms` (`z_terms`) and `proj` [D, k] (`detect_projection`, for D > DETECT_DIMS)."""
 
     n: torch.Tensor
     me: torch.Tensor
     inv: torch.Tensor
     acc: torch.Tensor
+    scale: torch.Tensor
     start: torch.Tensor
     table: torch.Tensor
     terms: torch.Tensor
@@ -109,11 +111,11 @@ class Drift:
         start = torch.eye(dim, **f64) * (dim / (cfg.detect_warmup * cfg.detect_ridge))
         n, me = torch.zeros(streams, dtype=torch.long, device=device), torch.zeros(streams, 2, dim, **f64)
         inv = start.expand(streams, dim, dim).clone()
-        acc, table, terms = torch.zeros(streams, **f64), count_table(cfg, device), z_terms(cfg, dim, device)
-        return cls(n, me, inv, acc, start, table, terms, proj)
+        acc, scale = torch.zeros(streams, **f64), torch.zeros(streams, **f64)
+        return cls(n, me, inv, acc, scale, start, count_table(cfg, device), z_terms(cfg, dim, device), proj)
 
     def clear(self, s: int) -> None:
-        for t in (self.n, self.me, self.acc):
+        for t in (self.n, self.me, self.acc, self.scale):
             t[s] = 0
         self.inv[s] = self.start
 
@@ -128,7 +130,8 @@ def drift_step_t(d: Drift, x: torch.Tensor, fg, ok=None) -> torch.Tensor:
     """One sample x [S, D] (view 0's features) into the detector, in place; -> cut [S] bool (the
     state is reset before this sample). The statistic of the module's docstring, in float64;
     Welford's mean and Sherman-Morrison's inverse over the reference's samples, frozen after
-    (their coefficients are 0 there: `count_table`). `ok` [S]: the stepping streams (fg: ForgetConfig)."""
+    (their coefficients are 0 there: `count_table`). `ok` [S]: the stepping streams (fg: ForgetConfig).
+    Branchless: on any device, in a CUDA graph; `drift_step_host` does the same with fewer ops."""
     u = detect_input(x, d.proj)
     d.n.add_(1 if ok is None else ok)
     row = d.n.clamp_max(fg.detect_warmup + 1)
@@ -136,18 +139,62 @@ def drift_step_t(d: Drift, x: torch.Tensor, fg, ok=None) -> torch.Tensor:
     *_, inv_beta, low, top = coef.unbind(1)  # each [S, 1]
     d.inv.lerp_(d.start, coef[:, 2:3])  # n = 1: the reference starts from (W r / k I)^-1
     d.me.lerp_(u.unsqueeze(1), coef[:, :2])  # Welford's mean and the EMA (n = 1: both u)
-    v = torch.cat((u.unsqueeze(1), d.me[:, 1:]), 1) - d.me[:, :1]  # [S, 2, k]: u - mean, g = e - mean
-    iv = v @ d.inv  # inv before this sample's update: the same as after once the reference is complete
-    dd, quad = (v * iv).sum(-1, keepdim=True).unbind(1)  # [S, 1] each: d^T inv d, g^T inv g
-    bd = iv[:, :1]
-    c = (dd + inv_beta).reciprocal_()  # Sherman-Morrison: beta / (1 + beta d^T inv d)
-    d.inv.baddbmm_(bd.mT, bd * c.unsqueeze(-1), alpha=-1)
-    scale = z_scale(d.inv.diagonal(dim1=-2, dim2=-1).sum(-1), d.terms)
+    quad = _quad(d)  # inv before this sample's update: the same as after once the reference is complete
+    _sherman_morrison(d, u, inv_beta)
+    d.scale.copy_(z_scale(d.inv.diagonal(dim1=-2, dim2=-1).sum(-1), d.terms))
     acc = d.acc if ok is None else d.acc.clone()
-    acc.addcmul_(quad.view(-1), scale).sub_(1 + fg.detect_slack).clamp_(low.view(-1), top.view(-1))
+    acc.addcmul_(quad, d.scale).sub_(1 + fg.detect_slack).clamp_(low.view(-1), top.view(-1))
     if ok is not None:
         d.acc.copy_(torch.where(ok, acc, d.acc))
     cut = d.acc > fg.detect_threshold
     d.acc.masked_fill_(cut, 0)
     d.n.masked_fill_(cut, 0)
     return cut
+
+
+def _quad(d: Drift) -> torch.Tensor:
+    """g^T inv g [S], g = e - mean (the EMA's distance from the reference's mean)."""
+    g = torch.diff(d.me, dim=1)  # [S, 1, k]
+    return torch.linalg.vecdot(g, g @ d.inv).view(-1)
+
+
+def _sherman_morrison(d: Drift, u: torch.Tensor, inv_beta: torch.Tensor) -> None:
+    """inv -= c (inv d)(inv d)^T, d = u - the new mean, c = 1 / (d^T inv d + 1/beta) [S, 1] (0 where
+    1/beta = +inf: no update), in place: the reference's M += n/(n-1) d d^T."""
+    dv = u.unsqueeze(1) - d.me[:, :1]  # [S, 1, k]
+    bd = dv @ d.inv
+    c = ((dv * bd).sum(-1) + inv_beta).reciprocal_()  # [S, 1]
+    d.inv.baddbmm_(bd.mT, bd * c.unsqueeze(-1), alpha=-1)
+
+
+def drift_step_host(d: Drift, x: torch.Tensor, fg, ok=None) -> np.ndarray:
+    """`drift_step_t` where the host may read the state (`d.n`; free on a CPU device): the same ops
+    on the same values, fewer of them when every stream steps in one phase -> cut [S] on the host.
+    Past the warm-up (n >= W before the sample): the EMA, z and the CUSUM only (mean, inv and scale
+    are frozen: their coefficients are 0); inside it (n < W): the reference's update only (the
+    CUSUM's ceiling is 0 there, so it stays 0); else, or with skipped streams, `drift_step_t`."""
+    n, w_ref = d.n.tolist(), fg.detect_warmup
+    if ok is not None and not bool(ok.all()):
+        return drift_step_t(d, x, fg, ok).cpu().numpy()
+    if min(n) >= w_ref:  # every stream watches
+        u = detect_input(x.unsqueeze(1), d.proj)  # [S, 1, k]
+        d.n.add_(1)
+        d.me.lerp_(u, d.table[-1, :2])  # the mean's weight 0, the EMA's a (count_table's last row: n > W)
+        d.acc.addcmul_(_quad(d), d.scale).sub_(1 + fg.detect_slack).clamp_min_(0)
+        cut = np.array([a > fg.detect_threshold for a in d.acc.tolist()])
+        if cut.any():
+            hit = torch.as_tensor(cut, device=d.acc.device)
+            d.acc.masked_fill_(hit, 0)
+            d.n.masked_fill_(hit, 0)
+        return cut
+    if max(n) < w_ref:  # every stream learns its reference
+        u = detect_input(x, d.proj)
+        d.n.add_(1)
+        coef = d.table[d.n]  # [S, 6, 1]
+        if min(n) == 0:  # a stream starts its reference: inv from (W r / k I)^-1
+            d.inv.lerp_(d.start, coef[:, 2:3])
+        d.me.lerp_(u.unsqueeze(1), coef[:, :2])
+        _sherman_morrison(d, u, coef[:, 3])
+        d.scale.copy_(z_scale(d.inv.diagonal(dim1=-2, dim2=-1).sum(-1), d.terms))
+        return np.zeros(len(n), dtype=bool)
+    return drift_step_t(d, x, fg, ok).cpu().numpy()

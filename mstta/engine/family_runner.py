@@ -28,7 +28,7 @@ from ..threads import small_ops
 from . import functional as Fn
 from .cache import UNBOUNDED_START, FeatureBank
 from .config import EngineConfig
-from .drift import Drift, drift_step_t
+from .drift import Drift, drift_step_host
 from .families import get_family
 from .families.base import TOWER_KEY, Method, StepOut
 from .forget import ADAPTATION, periodic_reset
@@ -203,8 +203,7 @@ class FamilyStreams(Runner):
         if self.drift is not None:
             self.drift.forget(torch.as_tensor(cut, device=self.device))
             okt = torch.as_tensor(ok, device=self.device)
-            found = drift_step_t(self.drift, x[:, 0], fg, okt)
-            cut = cut | found.cpu().numpy()
+            cut = cut | drift_step_host(self.drift, x[:, 0], fg, okt)
         for s in np.nonzero(cut)[0]:
             self.states[s] = self._init()
             self.banks[s] = self._bank()

@@ -1,0 +1,156 @@
+"""On a CPU the eager step reads what it needs of the state (`Streams.host_reads`: nothing to
+transfer): the detector's phase and cuts (`drift.drift_step_host`), so every reset is known on the
+host and the bank refills from its first row without a mask; when a slot can next expire (idle
+rule); which slot is used. Each is the device path's result bit for bit (the device path is the
+one a GPU runs, `host_reads` off; tests/test_forget.py holds both to the float64 reference)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from test_forget import cut_stream
+
+from mstta import Engine, EngineConfig
+from mstta.engine.cache import Cache
+from mstta.engine.drift import Drift, drift_step_host, drift_step_t
+from mstta.engine.forget import ForgetConfig
+from mstta.engine.multi import MultiEngine
+
+FAST = dict(detect_warmup=30, detect_ridge=0.1)  # a 30-sample reference in 12 dims
+SETTINGS = {
+    "detect": dict(detect=True, **FAST),
+    "periodic-detect": dict(rule="periodic", every=70, detect=True, **FAST),
+    "idle": dict(rule="idle", idle=9),
+    "idle-detect": dict(rule="idle", idle=15, detect=True, **FAST),
+    "periodic": dict(rule="periodic", every=33),
+}
+
+
+def _engine(t, method, fg, device_path, **over):
+    e = Engine(t, method, EngineConfig(forget=ForgetConfig(**fg), **over))
+    if device_path:
+        e.runner.host_reads = e.runner.host_resets = False
+    return e
+
+
+def _state_equal(a: dict, b: dict, skip=("bank.start",)) -> bool:
+    return all(
+        np.array_equal(a[k], b[k]) if not torch.is_tensor(a[k]) else torch.equal(a[k], b[k]) for k in a if k not in skip
+    )
+
+
+@pytest.mark.parametrize("method", ["tda", "ms-tta", "tda+ms"])
+@pytest.mark.parametrize("setting", list(SETTINGS))
+@pytest.mark.parametrize("bank_size", [None, 25])
+def test_the_host_reads_equal_the_device_path(method, setting, bank_size):
+    """Logits, cuts and the caches equal at every step; three scene cuts, the detector's phases all met."""
+    f, t = cut_stream(n=260, cuts=(70, 150, 210))
+    host, dev = (_engine(t, method, SETTINGS[setting], d, bank_size=bank_size) for d in (False, True))
+    assert host.runner.host_reads and not dev.runner.host_reads
+    cuts = []
+    for x in f:
+        a, b = host.step(x), dev.step(x)
+        assert torch.equal(a.logits, b.logits) and a.cut == b.cut
+        cuts.append(a.cut)
+    for rec in ("pos", "neg"):
+        if getattr(host.runner, rec) is not None:
+            for k in ("ent", "time", "bias", "used"):
+                x, y = getattr(getattr(host.runner, rec), k), getattr(getattr(dev.runner, rec), k)
+                assert (x is None and y is None) or torch.equal(x, y), (rec, k)
+    assert any(cuts) == (setting != "idle")
+
+
+def test_the_bank_refills_from_its_first_row_after_a_known_reset():
+    """A host-known reset: the fill restarts (`bank_len`), the next feature takes row 0, and the kNN
+    searches only the rows since the reset (unmasked)."""
+    f, t = cut_stream(n=120)
+    e = _engine(t, "ms-tta", dict(rule="periodic", every=50), False, bank_size=30)
+    for x in f[:50]:
+        e.step(x)
+    assert e.bank_len == 30
+    e.step(f[50])  # reset before sample 50
+    assert e.bank_len == 1 and int(e.runner.bank.time[0, 0]) == 50 and int(e.runner.bank.start[0]) == 50
+    assert e.runner._rows(None) == (1, False)
+
+
+@pytest.mark.parametrize("setting", ["idle-detect", "periodic-detect"])
+def test_a_resumed_stream_equals_an_uninterrupted_one(setting):
+    """state_dict() mid-stream (mid warm-up and past it), loaded into a fresh engine: the same steps
+    after, the idle rule's next expiry recomputed from the loaded clock."""
+    f, t = cut_stream(n=260, cuts=(70, 150, 210))
+    whole = _engine(t, "tda+ms", SETTINGS[setting], False, bank_size=25)
+    want = [whole.step(x) for x in f]
+    for at in (20, 120, 200):
+        first = _engine(t, "tda+ms", SETTINGS[setting], False, bank_size=25)
+        for x in f[:at]:
+            first.step(x)
+        second = _engine(t, "tda+ms", SETTINGS[setting], False, bank_size=25)
+        second.load_state_dict(first.state_dict())
+        got = [second.step(x) for x in f[at:]]
+        assert all(torch.equal(a.logits, b.logits) and a.cut == b.cut for a, b in zip(got, want[at:]))
+
+
+def test_multi_engine_with_skipped_streams_equals_separate_engines():
+    """S = 3 streams in different phases of the detector (the branchless step where they differ or
+    one skips), each equal to its own engine."""
+    f, t = cut_stream(n=240, cuts=(60, 150))
+    fg = SETTINGS["idle-detect"]
+    multi = MultiEngine(t, "tda+ms", EngineConfig(forget=ForgetConfig(**fg), bank_size=25), streams=3)
+    single = [_engine(t, "tda+ms", fg, False, bank_size=25) for _ in range(3)]
+    rng = np.random.default_rng(0)
+    pos = [0, 0, 0]
+    for _ in range(200):
+        active = rng.random(3) < 0.8
+        active[rng.integers(3)] = True
+        x = torch.stack([f[min(p, len(f) - 1)] for p in pos])
+        r = multi.step(x, active=active)
+        for s in range(3):
+            if active[s]:
+                want = single[s].step(x[s])
+                assert int(r.logits[s].argmax()) == want.prediction and bool(r.cuts[s]) == want.cut
+                torch.testing.assert_close(r.logits[s], want.logits, rtol=1e-5, atol=1e-5)
+                pos[s] += 1
+    assert all(p > 150 for p in pos)
+
+
+@pytest.mark.parametrize("streams", [1, 3])
+def test_drift_step_host_equals_the_branchless_step(streams):
+    """The detector's host step (watch, learn, or branchless where the streams' phases differ) leaves
+    the state and the cuts of `drift_step_t` bit for bit, skipped streams included."""
+    f, _ = cut_stream(n=400, cuts=(120, 260), dim=20)
+    fg = ForgetConfig(detect=True, detect_warmup=40, detect_ridge=0.1)
+    a, b = Drift.empty(streams, 20, "cpu", fg), Drift.empty(streams, 20, "cpu", fg)
+    rng = np.random.default_rng(1)
+    cuts = 0
+    for t in range(len(f) - 2 * (streams - 1)):
+        x = torch.stack([f[t + 2 * s] for s in range(streams)])
+        ok = None if streams == 1 or t % 7 else torch.as_tensor(rng.random(streams) < 0.7)
+        want = drift_step_t(a, x, fg, ok).numpy()
+        got = drift_step_host(b, x, fg, ok)
+        assert np.array_equal(want, got)
+        cuts += int(want.sum())
+        for k in ("n", "me", "inv", "acc", "scale"):
+            assert torch.equal(getattr(a, k), getattr(b, k)), (t, k)
+    assert cuts >= 2
+
+
+@pytest.mark.parametrize("weights", ["underflow", "none live", "positive"])
+def test_the_mark_of_the_host_equals_the_devices(weights):
+    """The idle rule's use on the host (the first largest weight, when it is positive) and on the
+    device (the live slot of largest weight): the same slot. Every live weight 0 (float32 underflow),
+    slot 0 empty: the first live slot, not slot 0; no live slot: any slot (its use is never read)."""
+    S, C, Q, d = 1, 3, 2, 4
+    marks = []
+    for host in (True, False):
+        cache = Cache.empty(S, C, Q, d, "cpu", values=False, used=True)
+        cache.bias[0, 3:] = -1.0  # slots 3, 4, 5 live (ln a - beta), 0, 1, 2 empty
+        w = torch.zeros(S, C * Q)
+        if weights == "positive":
+            w[0, 3:] = torch.tensor([0.2, 0.7, 0.7])
+        if weights == "none live":
+            cache.bias.fill_(float("-inf"))
+        cache._mark_used(w, torch.tensor([7]), None, host)
+        marks.append(torch.nonzero(cache.used.view(-1) == 7).flatten().tolist())
+    assert marks[0] == marks[1] or weights == "none live"
+    assert marks[0] == {"underflow": [3], "positive": [4], "none live": [0]}[weights]
