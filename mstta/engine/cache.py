@@ -21,7 +21,7 @@ from .cache_rules import EMPTY_TIME, entropy_slot_t, fifo_slot_t
 from .forget import timeliness_slot_t
 
 UNBOUNDED_START = 1024  # first bank allocation when bank_size is None (it doubles when full)
-UNUSED = torch.iinfo(torch.long).max  # an empty slot's last use (idle rule): it never expires
+NEVER = torch.iinfo(torch.long).max  # `Cache.next_expiry` with no live slot
 
 
 @dataclass
@@ -88,14 +88,15 @@ class Cache:
     """One cache (§3.1 positive, or TDA's negative), Q class-major slots per class per stream:
     keys, entropies (+inf = empty), insertion times (-1 = empty), the fused kernel's bias (ln a -
     beta filled, -inf empty), for the negative cache the values (one-hot otherwise) and, under
-    `forget.rule=idle`, each slot's last use (`mstta.engine.forget`; UNUSED while empty)."""
+    `forget.rule=idle`, the step each slot was last marked used (`mstta.engine.forget`; -1 empty): its
+    last use is the later of that and its insertion (`last_use`)."""
 
     keys: torch.Tensor  # [S, C*Q, d]
     ent: torch.Tensor  # [S, C, Q]
     time: torch.Tensor  # [S, C, Q] long
     bias: torch.Tensor  # [S, C*Q]
     values: torch.Tensor | None  # [S, C*Q, C] or None (one-hot of the slot's class)
-    used: torch.Tensor | None = None  # [S, C, Q] long: the step of the slot's last use (idle rule), UNUSED empty
+    used: torch.Tensor | None = None  # [S, C, Q] long: the step of the slot's last mark (idle rule), -1 empty
 
     @classmethod
     def empty(
@@ -108,7 +109,7 @@ class Cache:
             torch.full((streams, classes, capacity), EMPTY_TIME, dtype=torch.long, device=device),
             torch.full((streams, e), float("-inf"), device=device),
             torch.zeros(streams, e, classes, device=device) if values else None,
-            torch.full((streams, classes, capacity), UNUSED, dtype=torch.long, device=device) if used else None,
+            torch.full((streams, classes, capacity), EMPTY_TIME, dtype=torch.long, device=device) if used else None,
         )
 
     def clear(self, s: int) -> None:
@@ -128,8 +129,8 @@ class Cache:
     def expire(self, clock: torch.Tensor | int, idle: int, ok: torch.Tensor | None = None) -> None:
         """The idle rule (`mstta.engine.forget`): empty every live slot unused for `idle` steps at clock [S]
         (an int: every stream's; only in the stepping streams, `ok` [S]; None = all), in place (an
-        empty slot is UNUSED)."""
-        gone = self.used <= (clock - idle if isinstance(clock, int) else (clock - idle).view(-1, 1, 1))
+        empty slot may be emptied again: that changes nothing)."""
+        gone = self.last_use() <= (clock - idle if isinstance(clock, int) else (clock - idle).view(-1, 1, 1))
         if ok is not None:
             gone &= ok.view(-1, 1, 1)
         self._vacate(gone)
@@ -137,8 +138,12 @@ class Cache:
     def next_expiry(self, clock: np.ndarray, idle: int) -> np.ndarray:
         """The earliest step at which a slot of each stream can expire, on the host [S], given the
         clock [S] (host) now: a slot's use only moves later and a new entry is used at its clock."""
-        last = self.used.view(self.used.shape[0], -1).amin(-1).cpu().numpy()
-        return np.minimum(last, clock) + idle
+        live = torch.where(self.time >= 0, self.last_use(), NEVER)
+        return np.minimum(live.view(live.shape[0], -1).amin(-1).cpu().numpy(), clock) + idle
+
+    def last_use(self) -> torch.Tensor:
+        """Each slot's last use [S, C, Q]: the later of its insertion and its last mark (idle rule)."""
+        return torch.maximum(self.used, self.time)
 
     def _vacate(self, g: torch.Tensor) -> None:
         """Empty the slots where g [S, C, Q] (bool), in place: +inf entropy, no insertion time, -inf bias."""
@@ -146,7 +151,7 @@ class Cache:
         self.time.masked_fill_(g, EMPTY_TIME)
         self.bias.view_as(g).masked_fill_(g, float("-inf"))
         if self.used is not None:
-            self.used.masked_fill_(g, UNUSED)
+            self.used.masked_fill_(g, EMPTY_TIME)
 
     def insert(
         self,
@@ -183,8 +188,6 @@ class Cache:
         write_rows(self.bias, at, ok, torch.full_like(h, log_w))
         if self.values is not None:
             write_rows(self.values, at, ok, value)
-        if self.used is not None:
-            write_rows(self.used.view(S, C * Q), at, ok, clock)
 
     def logits(
         self, q: torch.Tensor, beta: float, kernel: str, a: float, clock=None, ok=None, host: bool = False
@@ -202,7 +205,7 @@ class Cache:
     def _mark_used(self, w: torch.Tensor, clock: torch.Tensor, ok: torch.Tensor | None, host: bool) -> None:
         """The idle rule's use (`mstta.engine.forget`): the live slot of largest kernel weight [S, C*Q]
         (of equal ones the first). A cache with no live slot marks its first slot, an empty one:
-        its last use is read by nothing (an insertion sets it, an expiry empties it again). `host`:
+        harmless (an insertion there is later; an expiry empties it again). `host`:
         where every stream's largest weight is positive, that is its slot (an empty slot weighs 0)."""
         S, C, Q = self.ent.shape
         at = None
