@@ -86,8 +86,8 @@ def z_scale(tr_inv: torch.Tensor, terms: torch.Tensor) -> torch.Tensor:
 @dataclass
 class Drift:
     """The scene-cut detector's state per stream (the project's design), float64: the count n [S]
-    (long) of samples since the last reset (0: the next sample starts the reference; it counts on
-    past the warm-up), `me` [S, 2, k]: the reference's mean and the EMA of every sample, `inv`
+    (long) of samples since the last reset (0: the next sample starts the reference; it stops at
+    W + 1, past the warm-up), `me` [S, 2, k]: the reference's mean and the EMA of every sample, `inv`
     [S, k, k] = (M + W r / k I)^-1, M the reference's sum of squared deviations (Welford and
     Sherman-Morrison over its W samples, then frozen), the CUSUM `acc` [S] and `scale` [S], z's
     factor `z_scale` of the current inv; constants: `start` [k, k] (inv at a reset), `table`
@@ -133,9 +133,8 @@ def drift_step_t(d: Drift, x: torch.Tensor, fg, ok=None) -> torch.Tensor:
     (their coefficients are 0 there: `count_table`). `ok` [S]: the stepping streams (fg: ForgetConfig).
     Branchless: on any device, in a CUDA graph; `drift_step_host` does the same with fewer ops."""
     u = detect_input(x, d.proj)
-    d.n.add_(1 if ok is None else ok)
-    row = d.n.clamp_max(fg.detect_warmup + 1)
-    coef = d.table[row if ok is None else row * ok]  # [S, 6, 1]
+    d.n.add_(1 if ok is None else ok).clamp_max_(fg.detect_warmup + 1)
+    coef = d.table[d.n if ok is None else d.n * ok]  # [S, 6, 1]
     *_, inv_beta, low, top = coef.unbind(1)  # each [S, 1]
     d.inv.lerp_(d.start, coef[:, 2:3])  # n = 1: the reference starts from (W r / k I)^-1
     d.me.lerp_(u.unsqueeze(1), coef[:, :2])  # Welford's mean and the EMA (n = 1: both u)
@@ -178,7 +177,8 @@ def drift_step_host(d: Drift, x: torch.Tensor, fg, ok=None) -> np.ndarray:
         return drift_step_t(d, x, fg, ok).cpu().numpy()
     if min(n) >= w_ref:  # every stream watches
         u = detect_input(x.unsqueeze(1), d.proj)  # [S, 1, k]
-        d.n.add_(1)
+        if min(n) == w_ref:  # a stream's first sample past the warm-up (the count stops at W + 1)
+            d.n.add_(1).clamp_max_(w_ref + 1)
         d.me.lerp_(u, d.table[-1, :2])  # the mean's weight 0, the EMA's a (count_table's last row: n > W)
         d.acc.addcmul_(_quad(d), d.scale).sub_(1 + fg.detect_slack).clamp_min_(0)
         cut = np.array([a > fg.detect_threshold for a in d.acc.tolist()])
