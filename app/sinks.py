@@ -87,10 +87,11 @@ def write_failed(flag: str, path: Path, exc: BaseException, done: int) -> UserEr
     )
 
 
-def _temp_beside(path: Path) -> Path:
+def _temp_beside(path: Path, sink) -> Path:
     """A hidden temp file beside `path` (`.<name>.<pid>-<token>.part<suffix>`, which
-    `mstta.atomic.sweep_stale` removes once its process is gone)."""
-    return temp_path(path, f".part{path.suffix}")
+    `mstta.atomic.sweep_stale` removes once its process is gone), named in `sink._tmp` before it
+    exists (an interrupt then finds it for the cleanup)."""
+    return temp_path(path, f".part{path.suffix}", record=lambda t: setattr(sink, "_tmp", t))
 
 
 class VideoSink:
@@ -117,7 +118,7 @@ class VideoSink:
     def _open(self, width: int, height: int) -> None:
         import av
 
-        self._tmp = _temp_beside(self.path)
+        self._tmp = _temp_beside(self.path, self)
         self._container = av.open(
             str(self._tmp),
             mode="w",
@@ -254,7 +255,7 @@ class JsonlSink:
             return
         self._stdout = False
         self.path = check_output(path, "--log")
-        self._tmp = _temp_beside(self.path)
+        self._tmp = _temp_beside(self.path, self)
         self._fh: IO[str] | None = open(self._tmp, "w", encoding="utf-8")
 
     def __enter__(self) -> "JsonlSink":

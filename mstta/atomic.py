@@ -39,26 +39,31 @@ def atomic_open(path: str | Path, mode: str = "w", encoding: str | None = "utf-8
     """Open a temp file (`temp_path`) for writing; on success rename it onto `path`, on any
     error or interrupt (Ctrl-C, SIGTERM through `run_cli`) delete it: never a half-written file."""
     p = Path(path)
-    tmp = temp_path(p)
+    held: list[Path] = []
     try:
+        tmp = temp_path(p, record=lambda t: held[:1].clear() or held.append(t))
         with open(tmp, mode, encoding=None if "b" in mode else encoding) as fh:
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, p)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        for t in held:  # the temp's name is held before the file exists: an interrupt leaves none
+            t.unlink(missing_ok=True)
         raise
 
 
-def temp_path(target: str | Path, suffix: str = ".tmp") -> Path:
+def temp_path(target: str | Path, suffix: str = ".tmp", record=None) -> Path:
     """Create (empty, usual file mode) and return a hidden temp file beside `target`, named
     `.<name>.<pid>-<token><suffix>` (e.g. suffix `.part.mp4` keeps a muxer's extension; a name too
-    long for that is cut: `hidden_name`)."""
+    long for that is cut: `hidden_name`). `record(path)` is called with the name before the file is
+    made, so a caller that deletes what it recorded when interrupted never leaves a temp behind."""
     p = Path(target)
     p.parent.mkdir(parents=True, exist_ok=True)
     while True:
         tmp = p.parent / hidden_name(p.name, f".{os.getpid()}-{secrets.token_hex(4)}{suffix}")
+        if record is not None:
+            record(tmp)
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         except FileExistsError:  # pragma: no cover - 2^32 tokens

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 
 import pytest
 
+from mstta import atomic
 from mstta.atomic import NAME_MAX, atomic_open, hidden_name, output_lock, sweep_stale, temp_path
 from mstta.errors import UserError
 
@@ -48,6 +50,30 @@ def test_error_or_interrupt_keeps_the_old_file_and_no_temp(tmp_path, exc):
             fh.write("half")
             raise exc()
     assert target.read_text() == "old" and os.listdir(tmp_path) == ["p.csv"]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupt_as_the_temp_is_made_leaves_nothing(tmp_path, monkeypatch, signum):
+    """A signal that arrives just after the temp file is made, before `temp_path` returns: the name
+    was recorded first, so the cleanup finds it and no temp is left (SIGTERM as `run_cli` maps it)."""
+    real = atomic.temp_path
+
+    def made_then_interrupted(target, suffix=".tmp", record=None):
+        path = real(target, suffix, record)
+        os.kill(os.getpid(), signum)  # delivered here unless held back
+        return path
+
+    def to_interrupt(sig, frame):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(atomic, "temp_path", made_then_interrupted)
+    previous = signal.signal(signal.SIGTERM, to_interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt), atomic_open(tmp_path / "x.txt") as fh:
+            fh.write("a")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_temp_path_keeps_a_suffix_and_is_empty(tmp_path):
