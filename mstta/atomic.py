@@ -41,7 +41,7 @@ def atomic_open(path: str | Path, mode: str = "w", encoding: str | None = "utf-8
     p = Path(path)
     held: list[Path] = []
     try:
-        tmp = temp_path(p, record=lambda t: held[:1].clear() or held.append(t))
+        tmp = temp_path(p, record=lambda t: held.__setitem__(slice(None), [t]))  # the latest name only
         with open(tmp, mode, encoding=None if "b" in mode else encoding) as fh:
             yield fh
             fh.flush()
