@@ -17,6 +17,7 @@ from mstta.engine.forget import ForgetConfig
 from mstta.engine.idle_replay import IdleCache
 
 replay_mod = importlib.import_module("mstta.engine.replay")
+idle_mod = importlib.import_module("mstta.engine.idle_replay")
 NEG = dict(neg_entropy_lower=0.05, neg_entropy_upper=0.9)  # TDA's negative cache admits most of these samples
 
 
@@ -106,3 +107,18 @@ def test_weights_that_tie_below_the_top_use_the_first_slot():
         replay(f, e[:2], "baseline", cfg, online=True, keep_probs=True),
         replay(f, e[:2], "baseline", cfg, chunk=4, keep_probs=True),
     )
+
+
+def test_a_pool_of_many_workers_weighs_each_span_in_row_pieces(monkeypatch):
+    """More workers than a span's jobs (here 12 for TDA's two caches and the read): each cache's weights
+    come in row pieces, joined in order (weights, tops) before the scan; the same as the online steps."""
+    f, t, _ = as_tensors(make_stream(n=200, classes=5, dim=12, seed=2, noise=1.5))
+    cfg = EngineConfig(forget=ForgetConfig("idle", idle=6), **NEG)
+    monkeypatch.setattr(idle_mod, "workers", lambda: 12)
+    rows, weigh = [], IdleCache.weigh
+    monkeypatch.setattr(
+        IdleCache, "weigh", lambda self, q, col, r0, r1: rows.append(r1 - r0) or weigh(self, q, col, r0, r1)
+    )
+    fast = replay(f, t, "tda", cfg, chunk=64, keep_probs=True)
+    assert max(rows) < 64 and sum(rows) > 200  # pieces of the spans, for both caches
+    _same(replay(f, t, "tda", cfg, online=True, keep_probs=True), fast)

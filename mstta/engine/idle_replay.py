@@ -13,30 +13,54 @@ The pool computes a chunk's logits while it weighs the next chunk (`replay_idle`
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import deque
 
 import numpy as np
 import torch
 
-from ..threads import map_chunks, small_ops
+from ..threads import map_chunks, small_ops, workers
 from .cache_rules import EMPTY_TIME, entropy_slot, fifo_slot
 
 
 def replay_idle(caches: list[IdleCache], q: torch.Tensor, spans: list[tuple[int, int]], final) -> list:
     """[final(i, [each cache's logits of span i]) for each span] over the queries q [N, d]: a span's
-    weights (one job per cache) are computed on the pool beside the last span's logits and final
-    (one job), the scan between them on this thread (one intra-op thread: small host-driven ops)."""
-    out = []
+    weights (each cache's in row pieces, as many as the pool's workers allow beside the other jobs) are
+    computed on the pool beside the last span's logits and final (one job), the scan between them on
+    this thread (one intra-op thread: small host-driven ops)."""
+    out, parts = [], max(1, workers() // (len(caches) + 1))
     with small_ops(q.device):
-        weighed = map_chunks(lambda c: c.weigh(q, *spans[0]), caches, q.device)
+        weighed = _weighed(caches, q, spans[0], parts, [])[0]
         for i, (a, b) in enumerate(spans):
             reads = [c.scan(a, b, w) for c, w in zip(caches, weighed)]
-            jobs = [(c.weigh, (q, *spans[i + 1])) for c in caches] if i + 1 < len(spans) else []
-            jobs.append((lambda i, reads: final(i, [r() for r in reads]), (i, reads)))
-            *weighed, done = map_chunks(lambda job: job[0](*job[1]), jobs, q.device)
-            out.append(done)
+            logits = functools.partial(lambda i, reads: final(i, [r() for r in reads]), i, reads)
+            if i + 1 == len(spans):
+                out.append(logits())
+            else:
+                weighed, done = _weighed(caches, q, spans[i + 1], parts, [logits])
+                out += done
     return out
+
+
+def _weighed(caches: list[IdleCache], q: torch.Tensor, span: tuple[int, int], parts: int, extra: list):
+    """(each cache's weights of span for its `scan`, [each job of extra's result]): the caches' weights
+    in `parts` row pieces each (at least 16 rows), and the extra jobs, on the pool at once."""
+    a, b = span
+    size = max(16, -(-(b - a) // parts))
+    pieces = [(r, min(b, r + size)) for r in range(a, b, size)]
+    cols = [c.columns(a, b) for c in caches]
+    jobs = [functools.partial(c.weigh, q, col, *p) for c, col in zip(caches, cols) if col is not None for p in pieces]
+    done = map_chunks(lambda job: job(), jobs + extra, q.device)
+    weighed, k = [], 0
+    for col in cols:
+        if col is None:
+            weighed.append(None)
+            continue
+        ws, k = done[k : k + len(pieces)], k + len(pieces)
+        w = ws[0][0] if len(ws) == 1 else torch.cat([x[0] for x in ws])
+        weighed.append((*col[:2], w, None if ws[0][1] is None else [y for x in ws for y in x[1]]))
+    return weighed, done[k:]
 
 
 class IdleCache:
@@ -59,17 +83,20 @@ class IdleCache:
         self.end = np.full(n, -1, dtype=np.int64)  # sample s cached over [s, end[s]); -1: never
         self.deadlines: deque = deque()  # (step, slot, owner)
 
-    def weigh(self, q: torch.Tensor, a: int, b: int):
-        """The weights of samples [a, b) against every entry that can be alive over them (those cached
-        at step a, then the span's own): (columns' samples, how many were cached, weights [b - a, E],
-        each row's alone top or None (`_top_alone`: where no slot is live to a use, a = 0)); None: no column."""
+    def columns(self, a: int, b: int):
+        """The entries that can be alive over samples [a, b): those cached at step a, then the span's own
+        (gated): (their samples, how many were cached, the samples as a tensor on the labels' device);
+        None: no column."""
         live = sorted(self.cached)
         cols = [*live, *(range(a, b) if self.gate is None else (t for t in range(a, b) if self.gate[t]))]
-        if not cols:
-            return None
-        at = torch.as_tensor(cols, device=q.device)
-        w = self.weights(q[a:b], q[at], torch.full((len(cols),), self.log_w, device=q.device))
-        return cols, len(live), w, (_top_alone(w, at).tolist() if math.isfinite(self.log_w) else None)
+        return (cols, len(live), torch.as_tensor(cols, device=self.lab_t.device)) if cols else None
+
+    def weigh(self, q: torch.Tensor, columns, r0: int, r1: int):
+        """(the weights of samples [r0, r1) over `columns`' entries [r1 - r0, E], each row's alone top
+        (`_top_alone`) or None where no slot is live to a use (a = 0))."""
+        at = columns[2]
+        w = self.weights(q[r0:r1], q[at], torch.full((len(at),), self.log_w, device=q.device))
+        return w, (_top_alone(w, at).tolist() if math.isfinite(self.log_w) else None)
 
     def scan(self, a: int, b: int, weighed):
         """The cache's state advanced to step b by `_scan`; returns the span's logits [b - a, C] to come
