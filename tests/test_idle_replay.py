@@ -79,7 +79,7 @@ def test_a_large_class_count_replays_idle_in_chunks_of_many_entries():
     _same(replay(f, t, "tda", cfg, online=True, keep_probs=True), replay(f, t, "tda", cfg, chunk=64, keep_probs=True))
 
 
-@pytest.mark.parametrize("idle", [1, 7, 1000])
+@pytest.mark.parametrize("idle", [1, 7, 100, 1000])
 def test_a_few_class_stream_takes_its_uses_from_the_live_columns(idle, monkeypatch):
     """C = 3: most samples do not enter the full class rows, so a step's top weight is often a sample
     that is not cached; that step's use comes from the live columns (`IdleCache._live`, found again

@@ -85,11 +85,26 @@ class IdleCache:
 
     def columns(self, a: int, b: int):
         """The entries that can be alive over samples [a, b): those cached at step a, then the span's own
-        (gated): (their samples, how many were cached, the samples as a tensor on the labels' device);
-        None: no column."""
+        that may enter (`_entrants`): (their samples, how many were cached, the samples as a tensor on the
+        labels' device); None: no column."""
         live = sorted(self.cached)
-        cols = [*live, *(range(a, b) if self.gate is None else (t for t in range(a, b) if self.gate[t]))]
+        cols = [*live, *self._entrants(a, b)]
         return (cols, len(live), torch.as_tensor(cols, device=self.lab_t.device)) if cols else None
+
+    def _entrants(self, a: int, b: int) -> list[int]:
+        """The span's own samples (gated) that may enter the cache: all where the cache has more slots than
+        the span has samples (or is first in, first out); else those below their row's worst entry at step
+        a or at or after the row's earliest deadline at a. Until then a full row stays full (an entry that
+        enters at s >= a expires at s + idle at the soonest, after every deadline set before a) and its
+        worst entry never rises (`entropy_slot` replaces the worst by a lower one)."""
+        own = range(a, b) if self.gate is None else [t for t in range(a, b) if self.gate[t]]
+        if self.fifo or len(self.ent) > b - a:
+            return list(own)
+        Q, ent, used, owner, rows = self.Q, self.ent, self.used, self.owner, {}
+        for c in {self.labels[t] for t in own}:
+            live = [used[j] + self.idle for j in range(c * Q, c * Q + Q) if owner[j] >= 0]
+            rows[c] = (max(ent[c * Q : c * Q + Q]), min(live, default=math.inf))
+        return [t for t in own if self.h[t] < rows[self.labels[t]][0] or t >= rows[self.labels[t]][1]]
 
     def weigh(self, q: torch.Tensor, columns, r0: int, r1: int):
         """(the weights of samples [r0, r1) over `columns`' entries [r1 - r0, E], each row's alone top
