@@ -4,11 +4,12 @@ The idle rule (`mstta.engine.forget`, the project's adaptation of DynaPrompt's L
 not *used* (the live slot of largest kernel weight for a step's query, `cache.Cache._mark_used`)
 nor inserted for `idle` steps, so a slot's life depends on every later query's weights. The
 replay walks the stream in chunks: the entries alive at the chunk's start and the chunk's own
-samples are every entry that can be alive in it, so one GEMM per chunk gives every weight the
-chunk's steps read; a host scan over the chunk's steps (expiries, the slot rule, each step's use
-from its query's top weights) fixes each entry's interval; the chunk's logits are its weights
-masked by those intervals. Per step, the engine's order: expire, insert, read (and mark) weights.
-The pool computes a chunk's logits while it weighs the next chunk (`replay_idle`).
+samples that may enter (`IdleCache.columns`) are every entry that can be alive in it, so one GEMM
+per chunk gives every weight the chunk's steps read; a host scan over the chunk's steps (expiries,
+the slot rule, each step's use: its query's top weight where that entry is live and alone, else
+the largest weight of the live entries) fixes each entry's interval; the chunk's logits are its
+weights masked by those intervals. Per step, the engine's order: expire, insert, read (and mark)
+weights. The pool weighs the next chunk while it computes this chunk's logits (`replay_idle`).
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ class IdleCache:
         self.ent, self.when = [math.inf] * slots, [EMPTY_TIME] * slots
         self.owner, self.used = [-1] * slots, [EMPTY_TIME] * slots
         self.slot = [-1] * n  # c * Q + j while the sample is cached (the engine's slot order), else -1
-        self.slots = np.full(n, -1, dtype=np.int64)  # the same as an array (a query's whole row)
+        self.slots = np.full(n, -1, dtype=np.int64)  # the same as an array (the live columns of a chunk)
         self.cached: set[int] = set()  # the samples cached now
         self.end = np.full(n, -1, dtype=np.int64)  # sample s cached over [s, end[s]); -1: never
         self.deadlines: deque = deque()  # (step, slot, owner)
@@ -146,8 +147,9 @@ class IdleCache:
         """Steps a..b-1 on the host rows: expiries, the slot rule (`Cache.insert`: entropy, or first in,
         first out), each step's use (`Cache._mark_used`: the live slot of largest weight; of equal ones
         the first slot): top[r], the sample whose column holds row r's weight above every other column
-        (-1: a tie), when it is cached, else read from the whole row w[r] (over the columns' samples
-        cols). No use where top is None. The common steps inline (one Python step per sample)."""
+        (-1: a tie), when it is cached, else the largest of row w[r]'s live columns (`_live`, found again
+        only when an entry comes or leaves; cols: the columns' samples). No use where top is None. The
+        common steps inline (one Python step per sample)."""
         labels, hs, gate, Q, fifo, idle = self.labels, self.h, self.gate, self.Q, self.fifo, self.idle
         ent, when, slot, used, owner, dl = self.ent, self.when, self.slot, self.used, self.owner, self.deadlines
         slots, end, cached, n = self.slots, self.end, self.cached, len(self.slot)
@@ -219,7 +221,7 @@ class IdleCache:
 
 def _top_alone(w: torch.Tensor, samples: torch.Tensor) -> torch.Tensor:
     """Per row of w, the sample of the column holding its largest weight when every other column's is
-    lower, else -1 (a tie: the scan reads the whole row). Its weight and its column from one `max`, the
+    lower, else -1 (a tie: the scan reads the live columns). Its weight and its column from one `max`, the
     others' largest from `amax` with that column set to -inf (w is left as it was)."""
     top, at = w.max(-1)
     col = at.unsqueeze(1)
