@@ -4,159 +4,228 @@ The idle rule (`mstta.engine.forget`, the project's adaptation of DynaPrompt's L
 not *used* (the live slot of largest kernel weight for a step's query, `cache.Cache._mark_used`)
 nor inserted for `idle` steps, so a slot's life depends on every later query's weights. The
 replay walks the stream in chunks: the entries alive at the chunk's start and the chunk's own
-samples are every entry that can be alive in it, so one GEMM per chunk gives every weight the
-chunk's steps read; a host scan over the chunk's steps (expiries, the slot rule, each step's use
-from its query's top weights) fixes each entry's interval; the chunk's logits are its weights
-masked by those intervals. Per step, the engine's order: expire, insert, read (and mark) weights.
+samples that may enter (`IdleCache.columns`) are every entry that can be alive in it, so one GEMM
+per chunk gives every weight the chunk's steps read; a host scan over the chunk's steps (expiries,
+the slot rule, each step's use: its query's top weight where that entry is live and alone, else
+the largest weight of the live entries) fixes each entry's interval; the chunk's logits are its
+weights masked by those intervals. Per step, the engine's order: expire, insert, read (and mark)
+weights. The pool weighs the next chunk while it computes this chunk's logits (`replay_idle`).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import deque
 
 import numpy as np
 import torch
 
-from ..threads import map_chunks, workers
+from ..threads import map_chunks, small_ops, workers
 from .cache_rules import EMPTY_TIME, entropy_slot, fifo_slot
 
 
+def replay_idle(caches: list[IdleCache], q: torch.Tensor, spans: list[tuple[int, int]], final) -> list:
+    """[final(i, [each cache's logits of span i]) for each span] over the queries q [N, d]: a span's
+    weights (each cache's in row pieces, as many as the pool's workers allow beside the other jobs) are
+    computed on the pool beside the last span's logits and final (one job), the scan between them on
+    this thread (one intra-op thread: small host-driven ops)."""
+    out, parts = [], max(1, workers() // (len(caches) + 1))
+    with small_ops(q.device):
+        weighed = _weighed(caches, q, spans[0], parts, [])[0]
+        for i, (a, b) in enumerate(spans):
+            reads = [c.scan(a, b, w) for c, w in zip(caches, weighed)]
+            logits = functools.partial(lambda i, reads: final(i, [r() for r in reads]), i, reads)
+            if i + 1 == len(spans):
+                out.append(logits())
+            else:
+                weighed, done = _weighed(caches, q, spans[i + 1], parts, [logits])
+                out += done
+    return out
+
+
+def _weighed(caches: list[IdleCache], q: torch.Tensor, span: tuple[int, int], parts: int, extra: list):
+    """(each cache's weights of span for its `scan`, [each job of extra's result]): the caches' weights
+    in `parts` row pieces each (at least 16 rows), and the extra jobs, on the pool at once."""
+    a, b = span
+    size = max(16, -(-(b - a) // parts))
+    pieces = [(r, min(b, r + size)) for r in range(a, b, size)]
+    cols = [c.columns(a, b) for c in caches]
+    jobs = [functools.partial(c.weigh, q, col, *p) for c, col in zip(caches, cols) if col is not None for p in pieces]
+    done = map_chunks(lambda job: job(), jobs + extra, q.device)
+    weighed, k = [], 0
+    for col in cols:
+        if col is None:
+            weighed.append(None)
+            continue
+        ws, k = done[k : k + len(pieces)], k + len(pieces)
+        w = ws[0][0] if len(ws) == 1 else torch.cat([x[0] for x in ws])
+        weighed.append((*col[:2], w, None if ws[0][1] is None else [y for x in ws for y in x[1]]))
+    return weighed, done[k:]
+
+
 class IdleCache:
-    """One cache (positive, or TDA's negative) over a stream under the idle rule: its class rows on
-    the host (entropy, insertion time, owner sample, last use), each sample's slot while cached,
-    and the expiry deadlines in the order they were set (each is `idle` after a use or an insert,
-    so they never decrease). `weights(q, keys, bias)` is the engine's fused kernel of this cache."""
+    """One cache (positive, or TDA's negative) over a stream under the idle rule: its slots on the
+    host as flat rows (slot c * Q + j: entropy, insertion time, owner sample, last use), each
+    sample's slot while cached, and the expiry deadlines in the order they were set (each is `idle`
+    after a use or an insert, so they never decrease). `weights(q, keys, bias)` is the engine's
+    fused kernel of this cache."""
 
     def __init__(self, labels, lab_t, h, capacity, num_classes, policy, gate, idle, weights, log_w, values=None):
-        n = len(labels)
+        n, slots = len(labels), num_classes * capacity
         self.labels, self.lab_t, self.h, self.gate, self.idle = labels.tolist(), lab_t, h.tolist(), gate, idle
         self.Q, self.C, self.fifo = capacity, num_classes, policy == "fifo"
         self.weights, self.log_w, self.values = weights, log_w, values
-        self.ent = [[math.inf] * capacity for _ in range(num_classes)]
-        self.when = [[EMPTY_TIME] * capacity for _ in range(num_classes)]
-        self.owner = [[-1] * capacity for _ in range(num_classes)]
-        self.used = [[EMPTY_TIME] * capacity for _ in range(num_classes)]
+        self.ent, self.when = [math.inf] * slots, [EMPTY_TIME] * slots
+        self.owner, self.used = [-1] * slots, [EMPTY_TIME] * slots
         self.slot = [-1] * n  # c * Q + j while the sample is cached (the engine's slot order), else -1
-        self.slots = np.full(n, -1, dtype=np.int64)  # the same as an array (a query's whole row)
+        self.slots = np.full(n, -1, dtype=np.int64)  # the same as an array (the live columns of a chunk)
         self.cached: set[int] = set()  # the samples cached now
         self.end = np.full(n, -1, dtype=np.int64)  # sample s cached over [s, end[s]); -1: never
-        self.deadlines: deque = deque()  # (step, class, slot, owner)
+        self.deadlines: deque = deque()  # (step, slot, owner)
 
-    def logits(self, q: torch.Tensor, a: int, b: int) -> torch.Tensor:
-        """Cache logits of samples [a, b) [b - a, C]; the cache's state advanced to step b."""
+    def columns(self, a: int, b: int):
+        """The entries that can be alive over samples [a, b): those cached at step a, then the span's own
+        that may enter (`_entrants`): (their samples, how many were cached, the samples as a tensor on the
+        labels' device); None: no column."""
         live = sorted(self.cached)
-        cols = [*live, *(range(a, b) if self.gate is None else (t for t in range(a, b) if self.gate[t]))]
-        if not cols:
-            return torch.zeros(b - a, self.C, device=q.device)
-        at = torch.as_tensor(cols, device=q.device)
-        keys, bias = q[at], torch.full((len(cols),), self.log_w, device=q.device)
-        uses = math.isfinite(self.log_w)  # a = 0: no slot is live to the engine's use
+        cols = [*live, *self._entrants(a, b)]
+        return (cols, len(live), torch.as_tensor(cols, device=self.lab_t.device)) if cols else None
 
-        def weigh(ab):
-            w = self.weights(q[ab[0] : ab[1]], keys, bias)
-            return (w, *(_top_two(w) if uses else ()))
+    def _entrants(self, a: int, b: int) -> list[int]:
+        """The span's own samples (gated) that may enter the cache: all where the cache has more slots than
+        the span has samples (or is first in, first out); else those below their row's worst entry at step
+        a or at or after the row's earliest deadline at a. Until then a full row stays full (an entry that
+        enters at s >= a expires at s + idle at the soonest, after every deadline set before a) and its
+        worst entry never rises (`entropy_slot` replaces the worst by a lower one)."""
+        own = range(a, b) if self.gate is None else [t for t in range(a, b) if self.gate[t]]
+        if self.fifo or len(self.ent) > b - a:
+            return list(own)
+        Q, ent, used, owner, rows = self.Q, self.ent, self.used, self.owner, {}
+        for c in {self.labels[t] for t in own}:
+            live = [used[j] + self.idle for j in range(c * Q, c * Q + Q) if owner[j] >= 0]
+            rows[c] = (max(ent[c * Q : c * Q + Q]), min(live, default=math.inf))
+        return [t for t in own if self.h[t] < rows[self.labels[t]][0] or t >= rows[self.labels[t]][1]]
 
-        pieces = _pieces(a, b)
-        parts = map_chunks(weigh, pieces, q.device)
-        if uses:
-            rows = [(w, i) for w, *_ in parts for i in range(w.shape[0])]
-            self._scan(a, b, cols, rows, *([x for p in parts for x in p[k]] for k in (1, 2, 3)))
+    def weigh(self, q: torch.Tensor, columns, r0: int, r1: int):
+        """(the weights of samples [r0, r1) over `columns`' entries [r1 - r0, E], each row's alone top
+        (`_top_alone`) or None where no slot is live to a use (a = 0))."""
+        at = columns[2]
+        w = self.weights(q[r0:r1], q[at], torch.full((len(at),), self.log_w, device=q.device))
+        return w, (_top_alone(w, at).tolist() if math.isfinite(self.log_w) else None)
+
+    def scan(self, a: int, b: int, weighed):
+        """The cache's state advanced to step b by `_scan`; returns the span's logits [b - a, C] to come
+        (a function: its weights masked by the entries' intervals)."""
+        if weighed is None:  # nothing cached nor cachable: no step changes the state (old deadlines are stale)
+            return lambda: torch.zeros(b - a, self.C, device=self.lab_t.device)
+        cols, alive, w, top = weighed
+        if top is not None:
+            self._scan(a, b, top, w, np.asarray(cols))
         else:
-            self._scan(a, b, cols, None, None, None, None)
+            self._scan(a, b, None, None, None)
         end = self.end[cols]
-        dying = np.nonzero(end[: len(live)] < b)[0]  # entries alive at a that leave within the chunk
-        mine = torch.as_tensor(end[len(live) :], device=q.device)  # the chunk's own: [s, end[s])
-        dy, dy_end = torch.as_tensor(dying, device=q.device), torch.as_tensor(end[dying], device=q.device)
-        first = at[len(live) :]
-        value = self.lab_t[at] if self.values is None else self.values[at]  # each column's class, or its value row
+        return lambda: self._read(a, cols, alive, w, end)
 
-        def read(i):
-            (r0, r1), w = pieces[i], parts[i][0]
-            t = torch.arange(r0, r1, device=q.device).unsqueeze(1)
-            w[:, len(live) :].mul_((first <= t) & (t < mine))
-            if len(dying):
-                w.index_copy_(1, dy, w.index_select(1, dy) * (t < dy_end))
-            if self.values is None:
-                return torch.zeros(r1 - r0, self.C, device=q.device).index_add_(1, value, w)
-            return w @ value
+    def _read(self, a, cols, alive, w, end) -> torch.Tensor:
+        """Logits of the span [a, a + rows of w) from its weights w over cols: the span's own samples
+        count over [s, end[s]), the entries cached at its start until end[s]."""
+        dev = w.device
+        b = a + w.shape[0]
+        at = torch.as_tensor(cols, device=dev)
+        t = torch.arange(a, b, device=dev).unsqueeze(1)
+        w[:, alive:].mul_((at[alive:] <= t) & (t < torch.as_tensor(end[alive:], device=dev)))
+        dying = np.nonzero(end[:alive] < b)[0]  # entries cached at a that leave within the span
+        if len(dying):
+            dy = torch.as_tensor(dying, device=dev)
+            w.index_copy_(1, dy, w.index_select(1, dy) * (t < torch.as_tensor(end[dying], device=dev)))
+        if self.values is None:
+            return torch.zeros(b - a, self.C, device=dev).index_add_(1, self.lab_t[at], w)
+        return w @ self.values[at]
 
-        return torch.cat(map_chunks(read, range(len(pieces)), q.device))
-
-    def _scan(self, a, b, cols, rows, top, at, second) -> None:
-        """Steps a..b-1 on the host rows: expiries, the slot rule, each step's use (`Cache._mark_used`:
-        the live slot of largest weight; of equal ones the first slot): the column of the query's top
-        weight when it is live and alone (above the second), else read from its whole row."""
-        gate, dl, slot, Q, idle = self.gate, self.deadlines, self.slot, self.Q, self.idle
-        used, owner = self.used, self.owner
+    def _scan(self, a, b, top, w, cols) -> None:
+        """Steps a..b-1 on the host rows: expiries, the slot rule (`Cache.insert`: entropy, or first in,
+        first out), each step's use (`Cache._mark_used`: the live slot of largest weight; of equal ones
+        the first slot): top[r], the sample whose column holds row r's weight above every other column
+        (-1: a tie), when it is cached, else the largest of row w[r]'s live columns (`_live`, found again
+        only when an entry comes or leaves; cols: the columns' samples). No use where top is None. The
+        common steps inline (one Python step per sample)."""
+        labels, hs, gate, Q, fifo, idle = self.labels, self.h, self.gate, self.Q, self.fifo, self.idle
+        ent, when, slot, used, owner, dl = self.ent, self.when, self.slot, self.used, self.owner, self.deadlines
+        slots, end, cached, n = self.slots, self.end, self.cached, len(self.slot)
+        live, wn = None, None  # the live columns by slot (None: to find) and w on the host, once a step needs them
         for t in range(a, b):
-            if dl and dl[0][0] <= t:
-                self._expire(t)
+            if dl and dl[0][0] <= t and self._expire(t):
+                live = None
             if gate is None or gate[t]:
-                self._insert(t)
-            if rows is None:
+                base, h = labels[t] * Q, hs[t]
+                if fifo:
+                    s = base + fifo_slot(when[base : base + Q])
+                else:  # `entropy_slot` where it inserts (h below the row's worst entry; an empty slot: the first)
+                    worst = max(row := ent[base : base + Q])
+                    if not h < worst:
+                        s = -1
+                    elif worst == math.inf:
+                        s = base + row.index(worst)
+                    else:
+                        s = base + entropy_slot(row, when[base : base + Q], h)
+                if s >= 0:
+                    live = None
+                    if owner[s] >= 0:
+                        self._vacate(s, t)
+                    owner[s], ent[s], when[s], used[s] = t, h, t, t
+                    slot[t] = slots[t] = s
+                    end[t] = n
+                    cached.add(t)
+                    dl.append((t + idle, s, t))
+            if top is None:
                 continue
-            r = t - a
-            s = slot[cols[at[r]]]
-            if s < 0 or not top[r] > second[r]:
-                s = self._use_whole(cols, rows[r][0][rows[r][1]])
-                if s < 0:
+            x = top[t - a]
+            s = slot[x] if x >= 0 else -1
+            if s < 0:  # the top weight's entry is not cached, or ties: the largest weight of the live columns
+                if live is None:
+                    live, live_slot = self._live(cols)
+                    wn = w.cpu().numpy() if wn is None else wn
+                if not len(live):
                     continue
-            c, j = divmod(s, Q)
-            used[c][j] = t
-            dl.append((t + idle, c, j, owner[c][j]))
+                s = int(live_slot[wn[t - a, live].argmax()])  # of equal weights the first: the first slot
+            if used[s] != t:  # (a slot inserted at t has its deadline already)
+                used[s] = t
+                dl.append((t + idle, s, owner[s]))
 
-    def _expire(self, t: int) -> None:
-        """`Cache.expire`: every live slot whose last use is `idle` or more steps before t empties."""
-        dl = self.deadlines
+    def _expire(self, t: int) -> bool:
+        """`Cache.expire`: every live slot whose last use is `idle` or more steps before t empties; whether any did."""
+        dl, owner, used, idle, gone = self.deadlines, self.owner, self.used, self.idle, False
         while dl and dl[0][0] <= t:
-            due, c, j, s = dl.popleft()
-            if self.owner[c][j] == s and self.used[c][j] + self.idle == due:
-                self._vacate(c, j, t)
+            due, s, x = dl.popleft()
+            if owner[s] == x and used[s] + idle == due:
+                self._vacate(s, t)
+                gone = True
+        return gone
 
-    def _vacate(self, c: int, j: int, t: int) -> None:
-        """Slot j of class row c empties at step t (its entry's interval ends)."""
-        s = self.owner[c][j]
-        self.end[s], self.slot[s], self.slots[s] = t, -1, -1
-        self.cached.discard(s)
-        self.owner[c][j], self.ent[c][j], self.when[c][j], self.used[c][j] = -1, math.inf, EMPTY_TIME, EMPTY_TIME
+    def _vacate(self, s: int, t: int) -> None:
+        """Slot s empties at step t (its entry's interval ends)."""
+        x = self.owner[s]
+        self.end[x], self.slot[x], self.slots[x] = t, -1, -1
+        self.cached.discard(x)
+        self.owner[s], self.ent[s], self.when[s], self.used[s] = -1, math.inf, EMPTY_TIME, EMPTY_TIME
 
-    def _insert(self, t: int) -> None:
-        """`Cache.insert`'s slot rule (entropy, or first in, first out) on class row labels[t]."""
-        c, h = self.labels[t], self.h[t]
-        ent, when, owner = self.ent[c], self.when[c], self.owner[c]
-        j = fifo_slot(when) if self.fifo else entropy_slot(ent, when, h)
-        if j < 0:
-            return
-        if owner[j] >= 0:
-            self._vacate(c, j, t)
-        owner[j], ent[j], when[j], self.used[c][j] = t, h, t, t
-        self.slot[t] = self.slots[t] = c * self.Q + j
-        self.end[t] = len(self.slot)
-        self.cached.add(t)
-        self.deadlines.append((t + self.idle, c, j, t))
-
-    def _use_whole(self, cols: list[int], row: torch.Tensor) -> int:
-        """The live slot of largest weight in a query's whole row (of equal ones the first slot); -1: none live."""
+    def _live(self, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(the live columns of cols (their samples) ordered by their slots, those slots): `Cache._mark_used`'s
+        order, where of equal weights the first slot is used."""
         slot = self.slots[cols]
-        w = np.where(slot >= 0, row.cpu().numpy(), -np.inf)
-        top = w.max()
-        if not top > -np.inf:
-            return -1
-        return int(slot[w == top].min())
+        live = np.nonzero(slot >= 0)[0]
+        live = live[np.argsort(slot[live])]
+        return live, slot[live]
 
 
-def _top_two(w: torch.Tensor) -> tuple[list[float], list[int], list[float]]:
-    """Each row's largest weight, its column, and the largest of the other columns (-inf: none)."""
+def _top_alone(w: torch.Tensor, samples: torch.Tensor) -> torch.Tensor:
+    """Per row of w, the sample of the column holding its largest weight when every other column's is
+    lower, else -1 (a tie: the scan reads the live columns). Its weight and its column from one `max`, the
+    others' largest from `amax` with that column set to -inf (w is left as it was)."""
     top, at = w.max(-1)
     col = at.unsqueeze(1)
     w.scatter_(1, col, float("-inf"))
-    second = w.max(-1).values
+    alone = top > w.amax(-1)
     w.scatter_(1, col, top.unsqueeze(1))
-    return top.tolist(), at.tolist(), second.tolist()
-
-
-def _pieces(a: int, b: int) -> list[tuple[int, int]]:
-    """Rows [a, b) in one piece per pool worker (the chunk's GEMMs spread over the cores)."""
-    size = max(16, -(-(b - a) // workers()))
-    return [(r, min(b, r + size)) for r in range(a, b, size)]
+    return torch.where(alone, samples[at], -1)

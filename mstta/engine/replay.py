@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..threads import map_chunks, small_ops
+from ..threads import map_chunks
 from . import functional as Fn
 from .cache_rules import EMPTY_TIME, entropy_gate, entropy_slot, fifo_slot
 from .config import EngineConfig
@@ -35,7 +35,7 @@ from .families.base import CACHE
 from .families.cache import switches
 from .family_runner import check_family_memory, check_forget_rule, check_text_tower
 from .forget import stream_cuts, timeliness_slot
-from .idle_replay import IdleCache
+from .idle_replay import IdleCache, replay_idle
 from .methods import Method, get_method
 from .protocol import warn_few_views
 
@@ -279,11 +279,7 @@ def _replay_vectorised(feats, text, m, cfg, chunk, keep_probs=False):
 
     if fg.rule == "idle":  # each chunk's entries depend on the last chunk's uses: chunks in turn
         idle = [IdleCache(labels, lab, h, Q, C, pol, g, fg.idle, w, lw, v) for Q, pol, g, w, lw, v in caches]
-        with small_ops(q.device):  # the glue between the chunks' GEMMs (on the pool) on one thread
-            return [
-                final(i, *(c.logits(q, a, b) for c in idle), *([None] * (2 - len(idle))))
-                for i, (a, b) in enumerate(spans)
-            ]
+        return replay_idle(idle, q, spans, lambda i, logits: final(i, *logits, *([None] * (2 - len(logits)))))
     tl = (fg.steps, fg.weight) if fg.rule == "timeliness" else None
     entries = [_Entries(_intervals(labels, h, Q, C, pol, g, tl), lab, w, lw, v) for Q, pol, g, w, lw, v in caches]
 
