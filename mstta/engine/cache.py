@@ -88,7 +88,8 @@ class Cache:
     """One cache (§3.1 positive, or TDA's negative), Q class-major slots per class per stream:
     keys, entropies (+inf = empty), insertion times (-1 = empty), the fused kernel's bias (ln a -
     beta filled, -inf empty), for the negative cache the values (one-hot otherwise) and, under
-    `forget.rule=idle`, the step each slot was last marked used (`mstta.engine.forget`; -1 empty): its
+    `forget.rule=idle`, the step each slot was last marked used (`mstta.engine.forget`; -1 before a mark; read only
+    while the slot is live): its
     last use is the later of that and its insertion (`last_use`)."""
 
     keys: torch.Tensor  # [S, C*Q, d]
@@ -96,7 +97,7 @@ class Cache:
     time: torch.Tensor  # [S, C, Q] long
     bias: torch.Tensor  # [S, C*Q]
     values: torch.Tensor | None  # [S, C*Q, C] or None (one-hot of the slot's class)
-    used: torch.Tensor | None = None  # [S, C, Q] long: the step of the slot's last mark (idle rule), -1 empty
+    used: torch.Tensor | None = None  # [S, C, Q] long: the step of the slot's last mark (idle rule), -1 none
 
     @classmethod
     def empty(
@@ -138,20 +139,19 @@ class Cache:
     def next_expiry(self, clock: np.ndarray, idle: int) -> np.ndarray:
         """The earliest step at which a slot of each stream can expire, on the host [S], given the
         clock [S] (host) now: a slot's use only moves later and a new entry is used at its clock."""
-        live = torch.where(self.time >= 0, self.last_use(), NEVER)
-        return np.minimum(live.view(live.shape[0], -1).amin(-1).cpu().numpy(), clock) + idle
+        live = torch.where(self.time >= 0, self.last_use(), NEVER).amin((1, 2)).tolist()
+        return np.minimum(live, clock) + idle
 
     def last_use(self) -> torch.Tensor:
         """Each slot's last use [S, C, Q]: the later of its insertion and its last mark (idle rule)."""
         return torch.maximum(self.used, self.time)
 
     def _vacate(self, g: torch.Tensor) -> None:
-        """Empty the slots where g [S, C, Q] (bool), in place: +inf entropy, no insertion time, -inf bias."""
+        """Empty the slots where g [S, C, Q] (bool), in place: +inf entropy, no insertion time, -inf bias
+        (an empty slot's last mark, `used`, is read by nothing: an insertion there comes later)."""
         self.ent.masked_fill_(g, float("inf"))
         self.time.masked_fill_(g, EMPTY_TIME)
         self.bias.view_as(g).masked_fill_(g, float("-inf"))
-        if self.used is not None:
-            self.used.masked_fill_(g, EMPTY_TIME)
 
     def insert(
         self,
