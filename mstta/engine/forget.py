@@ -27,6 +27,7 @@ import torch
 
 from ..checks import check, check_int, check_num
 from ..errors import UserError
+from ..threads import small_ops
 from .cache_rules import EMPTY_TIME
 from .drift_scan import detect_rows, segment_cut
 
@@ -172,15 +173,16 @@ def stream_cuts(feats: torch.Tensor, cfg: ForgetConfig) -> torch.Tensor:
     if not cfg.detect or n == 0:
         return cut
     x = feats[:, 0]
-    u = detect_rows(x)
-    edges = [*torch.nonzero(cut).flatten().tolist(), n]
-    start = 0
-    for end in edges:  # the detector starts over at each periodic reset
-        while start < end:
-            found, _ = segment_cut(x[start:end], u[start:end], cfg)
-            if found is None:
-                break
-            cut[start + found] = True
-            start += found + 1
-        start = end
+    with small_ops(x.device):  # small float64 ops: one intra-op thread on the CPU (mstta.threads)
+        u = detect_rows(x)
+        edges = [*torch.nonzero(cut).flatten().tolist(), n]
+        start = 0
+        for end in edges:  # the detector starts over at each periodic reset
+            while start < end:
+                found, _ = segment_cut(x[start:end], u[start:end], cfg)
+                if found is None:
+                    break
+                cut[start + found] = True
+                start += found + 1
+            start = end
     return cut
