@@ -146,3 +146,13 @@ def test_the_scan_runs_on_one_intra_op_thread(monkeypatch):
         got = stream_cuts(feats, ForgetConfig(detect=True, **FAST))
         assert torch.get_num_threads() == 2
     assert seen and set(seen) == {1} and got.tolist() == online_cuts(feats, ForgetConfig(detect=True, **FAST))
+
+
+def test_a_reference_longer_than_a_window_gives_the_steps_cut():
+    """W = SCAN_ROWS + 76: the reference's sums and its EMA run over two windows; the scan's cut is the
+    step's (`exact_cut`), found by the scan itself."""
+    fg = ForgetConfig(detect=True, detect_warmup=SCAN_ROWS + 76)
+    x = scene_stream(SCAN_ROWS + 400, (SCAN_ROWS + 200,), 32, 5, shift=1.0)[:, 0]
+    with intra_op_threads(1):
+        found = segment_cut(x, detect_rows(x), fg)
+    assert found == (exact_cut(x, fg), False) and SCAN_ROWS + 200 <= found[0] < SCAN_ROWS + 260

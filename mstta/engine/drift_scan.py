@@ -26,7 +26,7 @@ def ema_rows(prev: torch.Tensor, u: torch.Tensor, a: float) -> torch.Tensor:
     (float64), at once: blocks of EMA_BLOCK rows by a Toeplitz matrix, then each block's start from the
     ends before (`_ema_terms`)."""
     m, k = u.shape
-    local_t, head, hops, hop_in = _ema_terms(a, u.device)
+    local_t, head, hops, hop_in, _ = _ema_terms(a, u.device)
     nb = -(-m // EMA_BLOCK)
     x = u if m == nb * EMA_BLOCK else torch.nn.functional.pad(u, (0, 0, 0, nb * EMA_BLOCK - m))
     local = local_t @ x.view(nb, EMA_BLOCK, k)  # each block from zero
@@ -37,32 +37,35 @@ def ema_rows(prev: torch.Tensor, u: torch.Tensor, a: float) -> torch.Tensor:
 
 @functools.lru_cache(maxsize=16)
 def _ema_terms(a: float, device: torch.device) -> tuple[torch.Tensor, ...]:
-    """`ema_rows`' constants for rate a (float64, built once per rate and device; never written): a block's
-    Toeplitz a (1 - a)^(i - j) [b, b] (b = EMA_BLOCK), (1 - a)^(i + 1) [b, 1], and over the blocks the
-    Toeplitz of hop = (1 - a)^b, hop^(i - j) [B, B], and hop^(i + 1) [B, 1] (B = SCAN_ROWS / b)."""
+    """The EMA's constants for rate a (float64, built once per rate and device; never written): a block's
+    Toeplitz a (1 - a)^(i - j) [b, b] (b = EMA_BLOCK), (1 - a)^(i + 1) [b, 1], over the blocks the
+    Toeplitz of hop = (1 - a)^b, hop^(i - j) [B, B], and hop^(i + 1) [B, 1] (B = SCAN_ROWS / b); and
+    a (1 - a)^(SCAN_ROWS - 1 - t) [SCAN_ROWS], the weights of the rows in the EMA after them."""
     lam, b = 1 - a, EMA_BLOCK
     i = torch.arange(b, device=device, dtype=torch.float64)
     j = torch.arange(-(-SCAN_ROWS // b), device=device, dtype=torch.float64)
     hop = lam**b
     local_t = a * torch.tril(lam ** (i[:, None] - i).clamp_min(0))
     hops = torch.tril(hop ** (j[:, None] - j).clamp_min(0))
-    return local_t, lam ** (i + 1)[:, None], hops, hop ** (j + 1)[:, None]
+    weights = a * lam ** torch.arange(SCAN_ROWS - 1, -1, -1, device=device, dtype=torch.float64)
+    return local_t, lam ** (i + 1)[:, None], hops, hop ** (j + 1)[:, None], weights
 
 
 def _reference(u: torch.Tensor, fg) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The reference of the first W detector rows of u [n, k] -> (mean [k], inv [k, k], the EMA after
-    its W rows), in windows of SCAN_ROWS (sums shifted by the first row)."""
-    w_ref, first = fg.detect_warmup, u[0]
+    its W rows: (1 - a)^m e + sum_t a (1 - a)^(m-1-t) u_t over each m rows), in windows of SCAN_ROWS (sums
+    shifted by the first row)."""
+    w_ref, first, a = fg.detect_warmup, u[0], fg.detect_rate
     s1, s2, ema = torch.zeros_like(first), first.new_zeros(len(first), len(first)), first
+    weights = _ema_terms(a, u.device)[-1]
     for p in range(0, w_ref, SCAN_ROWS):
         rows = u[p : min(p + SCAN_ROWS, w_ref)]
         c = rows - first
-        s1, s2 = s1 + c.sum(0), s2 + c.T @ c
-        ema = ema_rows(ema, rows, fg.detect_rate)[-1]
-    k = len(first)
-    eye = torch.eye(k, dtype=torch.float64, device=u.device)
-    inv = torch.linalg.inv(s2 - torch.outer(s1, s1) / w_ref + eye * (w_ref * fg.detect_ridge / k))
-    return first + s1 / w_ref, inv, ema
+        s1, s2 = s1 + c.sum(0), torch.addmm(s2, c.T, c)
+        ema = torch.addmv(ema * (1 - a) ** len(rows), rows.T, weights[len(weights) - len(rows) :])
+    m = torch.addr(s2, s1, s1, alpha=-1 / w_ref)  # W C
+    m.diagonal().add_(w_ref * fg.detect_ridge / len(first))
+    return first + s1 / w_ref, torch.linalg.inv(m), ema
 
 
 def exact_cut(x: torch.Tensor, fg) -> int | None:
@@ -82,13 +85,13 @@ def cusum_windows(u: torch.Tensor, fg):
     (`ema_rows`), z, and the CUSUM as a scan, S_t = C_t - min(0, min_{j<=t} C_j), C the running sum
     from the window's start value -> (its first row, S [m], the summed |terms| [m])."""
     mean, inv, ema = _reference(u, fg)
-    scale = z_scale(inv.diagonal().sum(), z_terms(fg, inv.shape[-1], u.device))
+    inv = inv * z_scale(inv.diagonal().sum(), z_terms(fg, inv.shape[-1], u.device))  # z = g^T inv g
     acc, size, c = torch.zeros((), dtype=torch.float64, device=u.device), 0.0, 1 + fg.detect_slack
     p, rows = fg.detect_warmup, FIRST_ROWS
     while p < len(u):
         e = ema_rows(ema, u[p : p + rows], fg.detect_rate)
         ema, g = e[-1], e - mean
-        z = (g @ inv).mul_(g).sum(-1).mul_(scale)
+        z = (g @ inv).mul_(g).sum(-1)
         run = torch.cumsum(z - c, 0).add_(acc)
         s = run - torch.cummin(run, 0).values.clamp_max_(0)
         sizes = torch.cumsum(z + c, 0).add_(size)
