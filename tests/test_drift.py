@@ -156,3 +156,14 @@ def test_a_reference_longer_than_a_window_gives_the_steps_cut():
     with intra_op_threads(1):
         found = segment_cut(x, detect_rows(x), fg)
     assert found == (exact_cut(x, fg), False) and SCAN_ROWS + 200 <= found[0] < SCAN_ROWS + 260
+
+
+def test_the_scan_outside_inference_mode_and_on_features_that_require_grad():
+    """The scan's cached constants, first built in inference mode (as `replay` runs it), serve a call
+    outside it, on features that require grad, with the same cuts."""
+    feats, fg = scene_stream(600, (300,), 64, 8), ForgetConfig(detect=True, **FAST)
+    drift_scan._ema_terms.cache_clear()  # built below, in inference mode
+    with torch.inference_mode():
+        want = stream_cuts(feats, fg)
+    got = stream_cuts(feats.clone().requires_grad_(True), fg)
+    assert torch.equal(got, want) and want.any() and not got.is_inference()

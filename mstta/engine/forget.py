@@ -172,7 +172,7 @@ def stream_cuts(feats: torch.Tensor, cfg: ForgetConfig) -> torch.Tensor:
         cut[0] = False
     if not cfg.detect or n == 0:
         return cut
-    x = feats[:, 0]
+    x = feats[:, 0].detach()  # the scan's constants are cached, built in any mode: nothing for autograd
     with small_ops(x.device):  # small float64 ops: one intra-op thread on the CPU (mstta.threads)
         u = detect_rows(x)
         edges = [*torch.nonzero(cut).flatten().tolist(), n]
