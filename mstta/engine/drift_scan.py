@@ -123,9 +123,11 @@ def segment_cut(x: torch.Tensor, u: torch.Tensor, fg, guard: float = GUARD) -> t
 
 def detect_rows(x: torch.Tensor) -> torch.Tensor:
     """`detect_input` of a whole stream's view-0 features x [N, D] -> [N, k] float64, DETECT_ROWS rows
-    at a time into one output (a small float64 copy of the features, reused)."""
+    at a time, each block read into one reused float64 buffer (exact: what `detect_input` casts to)."""
     proj = detect_projection(x.shape[-1], x.device)
     u = torch.empty(len(x), x.shape[-1] if proj is None else proj.shape[-1], dtype=torch.float64, device=x.device)
+    buf = torch.empty(min(DETECT_ROWS, len(x)), x.shape[-1], dtype=torch.float64, device=x.device)
     for p in range(0, len(x), DETECT_ROWS):
-        u[p : p + DETECT_ROWS] = detect_input(x[p : p + DETECT_ROWS], proj)
+        block = buf[: min(DETECT_ROWS, len(x) - p)].copy_(x[p : p + DETECT_ROWS])
+        u[p : p + DETECT_ROWS] = detect_input(block, proj)
     return u
