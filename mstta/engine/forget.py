@@ -164,7 +164,8 @@ def stream_cuts(feats: torch.Tensor, cfg: ForgetConfig) -> torch.Tensor:
     """The resets the online engine makes over a whole stream feats [N, V, d] (RDumb's periodic ones,
     the detector's cuts) -> [N] bool (sample t starts a new segment). The replay's segments: everything
     adapted starts over at each. The detector's cuts are its own step's (`drift_scan.segment_cut`: per
-    segment between resets, batched, stepped where the batched sum comes near the threshold)."""
+    segment between resets, batched on one intra-op thread, stepped where the batched sum comes near
+    the threshold)."""
     n = feats.shape[0]
     cut = torch.zeros(n, dtype=torch.bool)
     if cfg.rule == "periodic":
