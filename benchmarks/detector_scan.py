@@ -3,6 +3,7 @@
 
     PYTHONPATH=. python benchmarks/detector_scan.py                     # seeds 0-9, d = 64 and 512
     PYTHONPATH=. python benchmarks/detector_scan.py --seeds 0-29 --n 6000
+    PYTHONPATH=. python benchmarks/detector_scan.py --replay 2000   # the scan inside the replay, alone
 
 On generated scene streams (a Gaussian mixture of 10 classes per scene, a new scene offset at each
 true cut, unit rows; `--n` samples, a cut every `--every` samples) and for several detector settings:
@@ -11,16 +12,27 @@ true cut, unit rows; `--n` samples, a cut every `--every` samples) and for sever
 - the largest gap between the scan's CUSUM and the step's, |dS| / (threshold + summed terms), up to
   each segment's first cut: the quantity the guard bounds by GUARD;
 - CPU seconds of both over every stream (one thread).
+
+`--replay N` measures instead the scan where the replay runs it (issue 29: detect at most 10% over
+none), on benchmarks/engine.py's stream (N samples, C = 1000, d = 512) with torch's default threads:
+for `ms-tta` and `tda`, the replay's CPU time per sample with forget none and with detect (the two
+taking turns, best of --rounds after one warm-up round) and their ratio, and `stream_cuts` timed
+right after a replay: this thread's CPU time, the process's (threads idle or spinning included) and
+its page faults (medians), beside the load average.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
+import statistics
 import time
 
 import torch
 
+from mstta import EngineConfig, replay
 from mstta.engine.drift import Drift, drift_step_t
 from mstta.engine.drift_scan import GUARD, cusum_windows, detect_rows, segment_cut
 from mstta.engine.forget import ForgetConfig, stream_cuts
@@ -68,13 +80,52 @@ def gap(x: torch.Tensor, fg: ForgetConfig, cuts: list[bool], accs: list[float]) 
     return worst
 
 
+def cuts_cost(feats: torch.Tensor) -> tuple[float, float, int]:
+    """`stream_cuts` of feats [N, d] under `forget.detect` -> (this thread's CPU ms, the process's, page faults)."""
+    faults, t0, p0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.thread_time(), time.process_time()
+    with torch.inference_mode():
+        stream_cuts(feats.unsqueeze(1), ForgetConfig(detect=True))
+    t1, p1 = time.thread_time(), time.process_time()
+    return 1e3 * (t1 - t0), 1e3 * (p1 - p0), resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+
+
+def in_replay(n: int, rounds: int) -> dict:
+    """The `--replay` part (the module's docstring): per method, none and detect replays in turn, and the
+    scan right after each round's last replay."""
+    from engine import stream  # benchmarks/engine.py's stream (this script runs from benchmarks/)
+
+    feats, text = stream(n, 1000, 512)
+    out = {"n": n, "rounds": rounds}
+    for method in ("ms-tta", "tda"):
+        best, inside = {"none": float("inf"), "detect": float("inf")}, []
+        for r in range(rounds + 1):
+            for rule in best:
+                cfg = EngineConfig(forget=ForgetConfig(detect=rule == "detect"))
+                t0 = time.process_time()
+                replay(feats, text, method, cfg)
+                best[rule] = min(best[rule], time.process_time() - t0) if r else best[rule]
+            inside.append(cuts_cost(feats))
+        row = {f"{rule}_us_per_sample": round(1e6 * t / n, 1) for rule, t in best.items()}
+        row["detect_over_none"] = round(best["detect"] / best["none"], 3)
+        for i, key in enumerate(("cuts_thread_ms", "cuts_process_ms", "cuts_faults")):
+            row[key] = round(statistics.median(c[i] for c in inside[1:]), 2)
+        out[method] = row
+    out["load_average"] = [round(v, 2) for v in os.getloadavg()]
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", default="0-9", help="a-b")
     p.add_argument("--n", type=int, default=3000)
     p.add_argument("--every", type=int, default=700)
     p.add_argument("--widths", default="64,512")
+    p.add_argument("--replay", type=int, default=0, help="N: time the scan inside the replay instead (0: off)")
+    p.add_argument("--rounds", type=int, default=7, help="--replay: rounds of none and detect (default 7)")
     a = p.parse_args(argv)
+    if a.replay:
+        print(json.dumps(in_replay(a.replay, a.rounds), indent=1))
+        return 0
     lo, _, hi = a.seeds.partition("-")
     seeds = range(int(lo), int(hi or lo) + 1)
     torch.set_num_threads(1)

@@ -11,9 +11,11 @@ import torch.nn.functional as F
 from synthetic import as_tensors, make_stream
 
 from mstta import Engine, EngineConfig
-from mstta.engine.drift import Drift, drift_step_t
-from mstta.engine.drift_scan import detect_rows, exact_cut, segment_cut
+from mstta.engine import drift_scan, forget
+from mstta.engine.drift import Drift, detect_projection, drift_step_t
+from mstta.engine.drift_scan import DETECT_ROWS, EMA_BLOCK, SCAN_ROWS, detect_rows, ema_rows, exact_cut, segment_cut
 from mstta.engine.forget import ForgetConfig, stream_cuts
+from mstta.threads import intra_op_threads
 
 FAST = dict(detect_rate=0.2, detect_slack=0.2, detect_threshold=2.0, detect_warmup=60)
 
@@ -98,3 +100,70 @@ def test_the_guard_off_and_always_on_agree():
     u = detect_rows(x)
     scan, stepped = segment_cut(x, u, fg, guard=0.0), segment_cut(x, u, fg, guard=np.inf)
     assert scan[0] == stepped[0] is not None and 400 <= scan[0] < 430 and stepped[1] and not scan[1]
+
+
+def test_the_blocked_ema_equals_the_recursion_at_any_length_and_rate():
+    """`ema_rows` (Toeplitz blocks, its constants built once per rate) equals e_t = (1 - a) e_{t-1} + a u_t
+    row by row, for lengths around the block and up to SCAN_ROWS, rates taking turns (one rate's constants
+    never serve another)."""
+    g = torch.Generator().manual_seed(3)
+    u, prev = (
+        torch.randn(SCAN_ROWS, 5, generator=g, dtype=torch.float64),
+        torch.randn(5, generator=g, dtype=torch.float64),
+    )
+    want = {}
+    for a in (0.1, 0.7):
+        e, rows = prev.numpy(), []
+        for row in u.numpy():
+            e = (1 - a) * e + a * row
+            rows.append(e)
+        want[a] = torch.from_numpy(np.stack(rows))
+    for m in (1, EMA_BLOCK - 1, EMA_BLOCK, EMA_BLOCK + 1, 150, SCAN_ROWS):
+        for a in (0.1, 0.7, 0.1):
+            torch.testing.assert_close(ema_rows(prev, u[:m], a), want[a][:m], rtol=1e-12, atol=1e-14)
+
+
+def test_the_scan_reads_the_features_into_float64_a_block_at_a_time(monkeypatch):
+    """`detect_rows` converts at most DETECT_ROWS features at once (a bounded float64 copy on any stream)
+    and gives each row its `detect_input` row."""
+    x = scene_stream(2 * DETECT_ROWS + 7, (), 64, 1, width=512)[:, 0]
+    sizes, read = [], drift_scan.detect_input
+    monkeypatch.setattr(drift_scan, "detect_input", lambda f, proj: sizes.append(len(f)) or read(f, proj))
+    with intra_op_threads(1):  # as `stream_cuts` runs it
+        u = detect_rows(x)
+    assert max(sizes) <= DETECT_ROWS and sum(sizes) == len(x) and u.dtype == torch.float64
+    proj = detect_projection(512, x.device)
+    torch.testing.assert_close(u, torch.cat([read(x[t : t + 1], proj) for t in range(len(x))]), rtol=1e-13, atol=1e-15)
+
+
+def test_the_scan_runs_on_one_intra_op_thread(monkeypatch):
+    """The scan's small float64 ops take one intra-op thread on the CPU (a team of threads waits at every
+    op's barrier, and on a busy machine for a preempted thread); the caller's count is restored after."""
+    seen, cut = [], drift_scan.segment_cut
+    monkeypatch.setattr(forget, "segment_cut", lambda *a, **k: seen.append(torch.get_num_threads()) or cut(*a, **k))
+    feats = scene_stream(400, (250,), 64, 8)
+    with intra_op_threads(2):
+        got = stream_cuts(feats, ForgetConfig(detect=True, **FAST))
+        assert torch.get_num_threads() == 2
+    assert seen and set(seen) == {1} and got.tolist() == online_cuts(feats, ForgetConfig(detect=True, **FAST))
+
+
+def test_a_reference_longer_than_a_window_gives_the_steps_cut():
+    """W = SCAN_ROWS + 76: the reference's sums and its EMA run over two windows; the scan's cut is the
+    step's (`exact_cut`), found by the scan itself."""
+    fg = ForgetConfig(detect=True, detect_warmup=SCAN_ROWS + 76)
+    x = scene_stream(SCAN_ROWS + 400, (SCAN_ROWS + 200,), 32, 5, shift=1.0)[:, 0]
+    with intra_op_threads(1):
+        found = segment_cut(x, detect_rows(x), fg)
+    assert found == (exact_cut(x, fg), False) and SCAN_ROWS + 200 <= found[0] < SCAN_ROWS + 260
+
+
+def test_the_scan_outside_inference_mode_and_on_features_that_require_grad():
+    """The scan's cached constants, first built in inference mode (as `replay` runs it), serve a call
+    outside it, on features that require grad, with the same cuts."""
+    feats, fg = scene_stream(600, (300,), 64, 8), ForgetConfig(detect=True, **FAST)
+    drift_scan._ema_terms.cache_clear()  # built below, in inference mode
+    with torch.inference_mode():
+        want = stream_cuts(feats, fg)
+    got = stream_cuts(feats.clone().requires_grad_(True), fg)
+    assert torch.equal(got, want) and want.any() and not got.is_inference()

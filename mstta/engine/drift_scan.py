@@ -4,6 +4,8 @@ own `drift_step_t` where the scan comes near the threshold (docs/engine.md, "Rep
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .drift import Drift, detect_input, detect_projection, drift_step_t, z_scale, z_terms
@@ -14,39 +16,56 @@ from .drift import Drift, detect_input, detect_projection, drift_step_t, z_scale
 # `drift_step_t` itself (the measured gaps: benchmarks/detector_scan.py).
 GUARD = 1e-9
 SCAN_ROWS = 1024  # the scan's largest window (rows per batched step: bounded memory on any stream)
+DETECT_ROWS = 256  # rows of the features read into float64 at a time (`detect_rows`)
+FIRST_ROWS = 64  # the scan's first window after the warm-up (`cusum_windows`)
 EMA_BLOCK = 32  # the EMA's blocks inside a window (a [32, 32] Toeplitz matrix, then the blocks' ends)
 
 
 def ema_rows(prev: torch.Tensor, u: torch.Tensor, a: float) -> torch.Tensor:
-    """e_t = (1 - a) e_{t-1} + a u_t for rows u [m, k] from e_{-1} = prev [k] -> [m, k] (float64), at
-    once: blocks of EMA_BLOCK rows by a Toeplitz matrix, then each block's start from the ends before."""
+    """e_t = (1 - a) e_{t-1} + a u_t for rows u [m, k] (m <= SCAN_ROWS) from e_{-1} = prev [k] -> [m, k]
+    (float64), at once: blocks of EMA_BLOCK rows by a Toeplitz matrix, then each block's start from the
+    ends before (`_ema_terms`)."""
     m, k = u.shape
-    b, lam = EMA_BLOCK, 1 - a
-    nb = -(-m // b)
-    x = torch.nn.functional.pad(u, (0, 0, 0, nb * b - m)).view(nb, b, k)
-    i = torch.arange(b, device=u.device, dtype=torch.float64)
-    local = (a * torch.tril(lam ** (i[:, None] - i).clamp_min(0))) @ x  # each block from zero
-    j = torch.arange(nb, device=u.device, dtype=torch.float64)
-    hop = lam**b  # one block's decay
-    ends = torch.tril(hop ** (j[:, None] - j).clamp_min(0)) @ local[:, -1] + hop ** (j + 1)[:, None] * prev
-    before = torch.cat((prev.unsqueeze(0), ends[:-1]))
-    return (local + lam ** (i + 1)[:, None] * before.unsqueeze(1)).reshape(nb * b, k)[:m]
+    local_t, head, hops, hop_in, _ = _ema_terms(a, u.device)
+    nb = -(-m // EMA_BLOCK)
+    x = u if m == nb * EMA_BLOCK else torch.nn.functional.pad(u, (0, 0, 0, nb * EMA_BLOCK - m))
+    local = local_t @ x.view(nb, EMA_BLOCK, k)  # each block from zero
+    ends = torch.addmm(hop_in[:nb] * prev, hops[:nb, :nb], local[:, -1])  # each block's end
+    before = torch.cat((prev.unsqueeze(0), ends[:-1])).unsqueeze(1)  # each block's start
+    return local.addcmul_(head, before).view(nb * EMA_BLOCK, k)[:m]
+
+
+@functools.lru_cache(maxsize=16)
+def _ema_terms(a: float, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """The EMA's constants for rate a (float64, built once per rate and device; never written): a block's
+    Toeplitz a (1 - a)^(i - j) [b, b] (b = EMA_BLOCK), (1 - a)^(i + 1) [b, 1], over the blocks the
+    Toeplitz of hop = (1 - a)^b, hop^(i - j) [B, B], and hop^(i + 1) [B, 1] (B = SCAN_ROWS / b); and
+    a (1 - a)^(SCAN_ROWS - 1 - t) [SCAN_ROWS], the weights of the rows in the EMA after them."""
+    lam, b = 1 - a, EMA_BLOCK
+    i = torch.arange(b, device=device, dtype=torch.float64)
+    j = torch.arange(-(-SCAN_ROWS // b), device=device, dtype=torch.float64)
+    hop = lam**b
+    local_t = a * torch.tril(lam ** (i[:, None] - i).clamp_min(0))
+    hops = torch.tril(hop ** (j[:, None] - j).clamp_min(0))
+    weights = a * lam ** torch.arange(SCAN_ROWS - 1, -1, -1, device=device, dtype=torch.float64)
+    return local_t, lam ** (i + 1)[:, None], hops, hop ** (j + 1)[:, None], weights
 
 
 def _reference(u: torch.Tensor, fg) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The reference of the first W detector rows of u [n, k] -> (mean [k], inv [k, k], the EMA after
-    its W rows), in windows of SCAN_ROWS (sums shifted by the first row)."""
-    w_ref, first = fg.detect_warmup, u[0]
+    its W rows: (1 - a)^m e + sum_t a (1 - a)^(m-1-t) u_t over each m rows), in windows of SCAN_ROWS (sums
+    shifted by the first row)."""
+    w_ref, first, a = fg.detect_warmup, u[0], fg.detect_rate
     s1, s2, ema = torch.zeros_like(first), first.new_zeros(len(first), len(first)), first
+    weights = _ema_terms(a, u.device)[-1]
     for p in range(0, w_ref, SCAN_ROWS):
         rows = u[p : min(p + SCAN_ROWS, w_ref)]
         c = rows - first
-        s1, s2 = s1 + c.sum(0), s2 + c.T @ c
-        ema = ema_rows(ema, rows, fg.detect_rate)[-1]
-    k = len(first)
-    eye = torch.eye(k, dtype=torch.float64, device=u.device)
-    inv = torch.linalg.inv(s2 - torch.outer(s1, s1) / w_ref + eye * (w_ref * fg.detect_ridge / k))
-    return first + s1 / w_ref, inv, ema
+        s1, s2 = s1 + c.sum(0), torch.addmm(s2, c.T, c)
+        ema = torch.addmv(ema * (1 - a) ** len(rows), rows.T, weights[len(weights) - len(rows) :])
+    m = torch.addr(s2, s1, s1, alpha=-1 / w_ref)  # W C
+    m.diagonal().add_(w_ref * fg.detect_ridge / len(first))
+    return first + s1 / w_ref, torch.linalg.inv(m), ema
 
 
 def exact_cut(x: torch.Tensor, fg) -> int | None:
@@ -61,21 +80,21 @@ def exact_cut(x: torch.Tensor, fg) -> int | None:
 
 def cusum_windows(u: torch.Tensor, fg):
     """The CUSUM of a segment of detector rows u [n, k] (`detect_input`; the detector starts empty at
-    row 0, and n > W) as if it never cut, window after window after the warm-up (64 rows, doubling up
-    to SCAN_ROWS: a cut soon after the warm-up costs little), each at once: the EMA (`ema_rows`), z,
-    and the CUSUM as a scan, S_t = C_t - min(0, min_{j<=t} C_j), C the running sum from the window's
-    start value -> (its first row, S [m], the summed |terms| [m])."""
+    row 0, and n > W) as if it never cut, window after window after the warm-up (FIRST_ROWS rows,
+    doubling up to SCAN_ROWS: a cut soon after the warm-up costs little), each at once: the EMA
+    (`ema_rows`), z, and the CUSUM as a scan, S_t = C_t - min(0, min_{j<=t} C_j), C the running sum
+    from the window's start value -> (its first row, S [m], the summed |terms| [m])."""
     mean, inv, ema = _reference(u, fg)
-    scale = z_scale(inv.diagonal().sum(), z_terms(fg, inv.shape[-1], u.device))
+    inv = inv * z_scale(inv.diagonal().sum(), z_terms(fg, inv.shape[-1], u.device))  # z = g^T inv g
     acc, size, c = torch.zeros((), dtype=torch.float64, device=u.device), 0.0, 1 + fg.detect_slack
-    p, rows = fg.detect_warmup, EMA_BLOCK * 2
+    p, rows = fg.detect_warmup, FIRST_ROWS
     while p < len(u):
         e = ema_rows(ema, u[p : p + rows], fg.detect_rate)
         ema, g = e[-1], e - mean
-        z = ((g @ inv) * g).sum(-1) * scale
-        run = torch.cumsum(z - c, 0) + acc
-        s = run - torch.cummin(run, 0).values.clamp_max(0)
-        sizes = torch.cumsum(z + c, 0) + size
+        z = (g @ inv).mul_(g).sum(-1)
+        run = torch.cumsum(z - c, 0).add_(acc)
+        s = run - torch.cummin(run, 0).values.clamp_max_(0)
+        sizes = torch.cumsum(z + c, 0).add_(size)
         yield p, s, sizes
         acc, size, p, rows = s[-1], sizes[-1], p + len(s), min(2 * rows, SCAN_ROWS)
 
@@ -84,11 +103,15 @@ def segment_cut(x: torch.Tensor, u: torch.Tensor, fg, guard: float = GUARD) -> t
     """The first cut the engine's detector makes on a segment x [n, D] (view 0's features; u [n, k]
     their `detect_input` rows) that it starts empty, by `cusum_windows`; where the scan's S comes within
     guard * (threshold + the summed terms) of the threshold at or before its first cut, the segment
-    is stepped by `exact_cut` -> (the cut's row or None, whether it was stepped)."""
+    is stepped by `exact_cut` -> (the cut's row or None, whether it was stepped). A window whose S
+    stays below threshold - guard * (threshold + its last summed terms) (the terms only grow) has
+    neither, by one comparison."""
     thr = fg.detect_threshold
     if len(x) <= fg.detect_warmup:
         return None, False
     for p, s, sizes in cusum_windows(u, fg):
+        if bool(s.max() + guard * sizes[-1] < thr - guard * thr):
+            continue
         hit = s > thr
         last = int(hit.int().argmax()) if bool(hit.any()) else len(s) - 1
         if bool(((s[: last + 1] - thr).abs() <= guard * (thr + sizes[: last + 1])).any()):
@@ -99,8 +122,12 @@ def segment_cut(x: torch.Tensor, u: torch.Tensor, fg, guard: float = GUARD) -> t
 
 
 def detect_rows(x: torch.Tensor) -> torch.Tensor:
-    """`detect_input` of a whole stream's view-0 features x [N, D] -> [N, k] float64, SCAN_ROWS * 16 rows
-    at a time (a bounded float64 copy of the features)."""
+    """`detect_input` of a whole stream's view-0 features x [N, D] -> [N, k] float64, DETECT_ROWS rows
+    at a time, each block read into one reused float64 buffer (exact: what `detect_input` casts to)."""
     proj = detect_projection(x.shape[-1], x.device)
-    step = SCAN_ROWS * 16
-    return torch.cat([detect_input(x[p : p + step], proj) for p in range(0, len(x), step)])
+    u = torch.empty(len(x), x.shape[-1] if proj is None else proj.shape[-1], dtype=torch.float64, device=x.device)
+    buf = torch.empty(min(DETECT_ROWS, len(x)), x.shape[-1], dtype=torch.float64, device=x.device)
+    for p in range(0, len(x), DETECT_ROWS):
+        block = buf[: min(DETECT_ROWS, len(x) - p)].copy_(x[p : p + DETECT_ROWS])
+        u[p : p + DETECT_ROWS] = detect_input(block, proj)
+    return u

@@ -27,6 +27,7 @@ import torch
 
 from ..checks import check, check_int, check_num
 from ..errors import UserError
+from ..threads import small_ops
 from .cache_rules import EMPTY_TIME
 from .drift_scan import detect_rows, segment_cut
 
@@ -163,7 +164,8 @@ def stream_cuts(feats: torch.Tensor, cfg: ForgetConfig) -> torch.Tensor:
     """The resets the online engine makes over a whole stream feats [N, V, d] (RDumb's periodic ones,
     the detector's cuts) -> [N] bool (sample t starts a new segment). The replay's segments: everything
     adapted starts over at each. The detector's cuts are its own step's (`drift_scan.segment_cut`: per
-    segment between resets, batched, stepped where the batched sum comes near the threshold)."""
+    segment between resets, batched on one intra-op thread, stepped where the batched sum comes near
+    the threshold)."""
     n = feats.shape[0]
     cut = torch.zeros(n, dtype=torch.bool)
     if cfg.rule == "periodic":
@@ -171,16 +173,17 @@ def stream_cuts(feats: torch.Tensor, cfg: ForgetConfig) -> torch.Tensor:
         cut[0] = False
     if not cfg.detect or n == 0:
         return cut
-    x = feats[:, 0]
-    u = detect_rows(x)
-    edges = [*torch.nonzero(cut).flatten().tolist(), n]
-    start = 0
-    for end in edges:  # the detector starts over at each periodic reset
-        while start < end:
-            found, _ = segment_cut(x[start:end], u[start:end], cfg)
-            if found is None:
-                break
-            cut[start + found] = True
-            start += found + 1
-        start = end
+    x = feats[:, 0].detach()  # the scan's constants are cached, built in any mode: nothing for autograd
+    with small_ops(x.device):  # small float64 ops: one intra-op thread on the CPU (mstta.threads)
+        u = detect_rows(x)
+        edges = [*torch.nonzero(cut).flatten().tolist(), n]
+        start = 0
+        for end in edges:  # the detector starts over at each periodic reset
+            while start < end:
+                found, _ = segment_cut(x[start:end], u[start:end], cfg)
+                if found is None:
+                    break
+                cut[start + found] = True
+                start += found + 1
+            start = end
     return cut
