@@ -13,6 +13,7 @@ from test_forget import cut_stream
 
 from mstta import Engine, EngineConfig
 from mstta.engine.cache import Cache
+from mstta.engine.cache_runner import Streams
 from mstta.engine.drift import Drift, drift_step_host, drift_step_t
 from mstta.engine.forget import ForgetConfig
 from mstta.engine.multi import MultiEngine
@@ -154,3 +155,22 @@ def test_the_mark_of_the_host_equals_the_devices(weights):
         marks.append(torch.nonzero(cache.used.view(-1) == 7).flatten().tolist())
     assert marks[0] == marks[1] or weights == "none live"
     assert marks[0] == {"underflow": [3], "positive": [4], "none live": [0]}[weights]
+
+
+@pytest.mark.parametrize("method", ["ms-tta", "tda"])
+def test_no_expiry_runs_before_a_slot_can_expire(method, monkeypatch):
+    """`idle` 200 over 120 steps: the bound read at the first step (no slot before step 200) holds,
+    so the expiry runs once; a resumed engine reads it again once."""
+    calls = []
+    real = Streams._expire
+    monkeypatch.setattr(Streams, "_expire", lambda self, *a: calls.append(1) or real(self, *a))
+    f, t = cut_stream(n=120)
+    e = _engine(t, method, dict(rule="idle", idle=200), False)
+    for x in f[:60]:
+        e.step(x)
+    again = _engine(t, method, dict(rule="idle", idle=200), False)
+    again.load_state_dict(e.state_dict())
+    for x in f[60:]:
+        again.step(x)
+    caches = 1 if method == "ms-tta" else 2
+    assert len(calls) == 2 * caches

@@ -33,7 +33,7 @@ from .drift import Drift, drift_step_host, drift_step_t
 from .families import view_aggregator
 from .families.base import CACHE, Method
 from .families.cache import switches
-from .forget import periodic_reset_t
+from .forget import MAX_STEPS, periodic_reset_t
 from .runner import Runner
 
 log = logging.getLogger(__name__)
@@ -284,10 +284,10 @@ class Streams(Runner):
                 hit = cut.cpu().numpy()
                 self.since[hit] = self.seen[hit]
         if fg.rule == "idle" and (not self.host_reads or self.runs >= self.soonest):
-            for i, rec in enumerate((self.pos, self.neg)):
-                if rec is not None:
-                    self._expire(i, rec, ok)
-            self.soonest = int(self.expiry.min())
+            held = [(i, rec) for i, rec in enumerate((self.pos, self.neg)) if rec is not None]
+            for i, rec in held:
+                self._expire(i, rec, ok)
+            self.soonest = min((int(self.expiry[i].min()) for i, _ in held), default=MAX_STEPS)
 
     def _expire(self, i: int, rec: Cache, ok: torch.Tensor | None) -> None:
         """The idle rule's expiry of cache i (0 positive, 1 negative); where the host reads the state,
