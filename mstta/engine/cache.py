@@ -205,13 +205,16 @@ class Cache:
     def _mark_used(self, w: torch.Tensor, clock: torch.Tensor, ok: torch.Tensor | None, host: bool) -> None:
         """The idle rule's use (`mstta.engine.forget`): the live slot of largest kernel weight [S, C*Q]
         (of equal ones the first). A cache with no live slot marks its first slot, an empty one:
-        harmless (an insertion there is later; an expiry empties it again). `host`:
-        where every stream's largest weight is positive, that is its slot (an empty slot weighs 0)."""
+        harmless (an insertion there is later; an expiry empties it again). `host`: where every
+        stream's largest weight is positive, that is its slot (an empty slot weighs 0); where no
+        stream has a live slot, nothing is marked."""
         S, C, Q = self.ent.shape
         at = None
         if host:
             top, at = w.max(-1)
             at = at if min(top.tolist()) > 0 else None
+            if at is None and float(self.bias.max()) == float("-inf"):  # no live slot anywhere: no use
+                return
         if at is None:
             at = torch.where(self.bias > float("-inf"), w, float("-inf")).argmax(-1)  # bias: -inf empty
         write_rows(self.used.view(S, C * Q), slots(self.keys, at), ok, clock)
