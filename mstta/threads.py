@@ -2,8 +2,9 @@
 
 - Small ops (`small_ops`): the online step of `Engine`/`MultiEngine` (query formation, kNN over
   the bank, cache updates and logits; so also the UI's engines, the efficiency timing and
-  `replay --online`) run on one intra-op thread. Measured: a thread hand-off costs more than the
-  work, and under a competing load the threads wait on each other (2.6x slower).
+  `replay --online`) and the replay's detector scan (`forget.stream_cuts`) run on one intra-op
+  thread. Measured: a thread hand-off costs more than the work, and under a competing load the
+  threads wait on each other (2.6x slower).
 - Chunks (`map_chunks`): the vectorised replay (and the sweeps, t-SNE and benchmark runs made of
   it) is split into independent row chunks that a pool of `workers()` (cores + 1) takes one at a
   time, each worker on one intra-op thread. No worker ever waits on another inside an op, so a
