@@ -71,7 +71,9 @@ class Bank:
         rows = (torch.cat([a, b], 1) for a, b in zip(tensors(self)[:4], tensors(more)[:4]))
         return Bank(*rows, self.start)
 
-    def append(self, f: torch.Tensor, clock: torch.Tensor, bounded: bool, ok: torch.Tensor | None, restarts=False):
+    def append(
+        self, f: torch.Tensor, clock: torch.Tensor, bounded: bool, ok: torch.Tensor | None, restarts: bool = False
+    ) -> None:
         """Each stream's feature f [S, d] enters its row clock - start (mod R when bounded; `restarts`:
         resets can happen, else start is 0), Alg. 1."""
         pos = clock - self.start if restarts else clock
@@ -88,9 +90,9 @@ class Cache:
     """One cache (§3.1 positive, or TDA's negative), Q class-major slots per class per stream:
     keys, entropies (+inf = empty), insertion times (-1 = empty), the fused kernel's bias (ln a -
     beta filled, -inf empty), for the negative cache the values (one-hot otherwise) and, under
-    `forget.rule=idle`, the step each slot was last marked used (`mstta.engine.forget`; -1 before a mark; read only
-    while the slot is live): its
-    last use is the later of that and its insertion (`last_use`)."""
+    `forget.rule=idle`, the step each slot was last marked used (`mstta.engine.forget`; -1 before a
+    mark; read only while the slot is live): its last use is the later of that and its insertion
+    (`last_use`)."""
 
     keys: torch.Tensor  # [S, C*Q, d]
     ent: torch.Tensor  # [S, C, Q]

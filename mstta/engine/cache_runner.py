@@ -7,8 +7,10 @@ its family's own `Params` (`EngineConfig.family_params("cache")`) and its row's 
 The whole state (bank, caches, a sample counter per stream) lives on the device and a step never
 waits on the host (no `.item()`, no branch on a tensor's value; BoostAdapter's per-view cache
 copies excepted), so on CUDA the step of a bounded bank can be captured once as a CUDA graph.
-One exception where nothing waits: on a CPU device the host reads the detector's state and cuts
-(`drift.drift_step_host`), so every reset is known there and the step skips what it need not do.
+One exception where nothing waits: on a CPU device (`host_reads`) the host reads the detector's
+state and cuts (`drift.drift_step_host`), when a slot can next expire and which slot a step uses
+(`Cache.next_expiry`, `Cache._mark_used`), so every reset is known there and the step skips what
+it need not do; the results are the device path's bit for bit (tests/test_host_reads.py).
 """
 
 from __future__ import annotations
@@ -307,7 +309,7 @@ class Streams(Runner):
     def _detect(self, x: torch.Tensor, ok: torch.Tensor | None) -> torch.Tensor | None:
         """The detector's cuts at this step, [S] bool on the device; None where the host knows there is none."""
         fg = self.config.forget
-        if not self.host_resets:
+        if not self.host_reads:
             return drift_step_t(self.drift, x[:, 0], fg, ok)
         hit = drift_step_host(self.drift, x[:, 0], fg, ok)
         return torch.as_tensor(hit, device=self.device) if hit.any() else None
