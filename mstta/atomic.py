@@ -39,9 +39,13 @@ def atomic_open(path: str | Path, mode: str = "w", encoding: str | None = "utf-8
     """Open a temp file (`temp_path`) for writing; on success rename it onto `path`, on any
     error or interrupt (Ctrl-C, SIGTERM through `run_cli`) delete it: never a half-written file."""
     p = Path(path)
-    held: list[Path] = []
+    held: list[Path] = []  # the latest temp name (one that collided is another's file)
+
+    def hold(name: Path) -> None:
+        held[:] = [name]
+
     try:
-        tmp = temp_path(p, record=lambda t: held.__setitem__(slice(None), [t]))  # the latest name only
+        tmp = temp_path(p, record=hold)
         with open(tmp, mode, encoding=None if "b" in mode else encoding) as fh:
             yield fh
             fh.flush()

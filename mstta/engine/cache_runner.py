@@ -302,8 +302,7 @@ class Streams(Runner):
         if self._active is not None:
             due &= self._active
         if due.any():
-            one = self.streams == 1 or bool((self.seen == self.seen[0]).all())
-            rec.expire(int(self.seen[0]) if one else self.clock, idle, ok)  # the host's clock: the device's
+            rec.expire(int(self.seen[0]) if self.streams == 1 else self.clock, idle, ok)  # seen: the clock
             self.expiry[i] = np.where(due, rec.next_expiry(self.seen, idle), self.expiry[i])
 
     def _detect(self, x: torch.Tensor, ok: torch.Tensor | None) -> torch.Tensor | None:
