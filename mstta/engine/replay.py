@@ -122,12 +122,19 @@ def _replay_segments(feats, text, m, cfg, chunk, keep_probs):
     state starts over at each, so the segments replay independently) -> (chunks, cuts or None)."""
     if not cfg.forget.resets:
         return _replay_vectorised(feats, text, m, cfg, chunk, keep_probs), None
-    cuts = stream_cuts(feats, cfg.forget)
-    edges = [0, *torch.nonzero(cuts).flatten().tolist(), feats.shape[0]]
+    cuts, spans = _segments(feats, cfg.forget)
     out = []
-    for a, b in zip(edges, edges[1:]):
-        out += _replay_vectorised(feats[a:b], text, m, cfg, chunk, keep_probs) if b > a else []
+    for a, b in spans:
+        out += _replay_vectorised(feats[a:b], text, m, cfg, chunk, keep_probs)
     return out, cuts
+
+
+def _segments(feats: torch.Tensor, fg) -> tuple[torch.Tensor | None, list[tuple[int, int]]]:
+    """The resets `forget` makes over a stream (`stream_cuts`; None where it makes none) and the
+    non-empty spans [a, b) between them, each replayed from a fresh state."""
+    cuts = stream_cuts(feats, fg) if fg.resets else None
+    edges = [0, *([] if cuts is None else torch.nonzero(cuts).flatten().tolist()), feats.shape[0]]
+    return cuts, [(a, b) for a, b in zip(edges, edges[1:]) if b > a]
 
 
 def _replay_family(feats, text, m, cfg, dev, online, tower=None):
@@ -147,9 +154,7 @@ def _replay_family(feats, text, m, cfg, dev, online, tower=None):
         extra = (check_text_tower(m, tower, unit.shape[0]),) if towered else ()
         p, n = cfg.family_params(m.family), feats.shape[0]
         length = {"length": n} if getattr(family, "READS_LENGTH", False) else {}  # each reset's init: the whole N
-        cuts = stream_cuts(feats, fg) if fg.resets else None
-        edges = [0, *([] if cuts is None else torch.nonzero(cuts).flatten().tolist()), n]
-        spans = [(a, b) for a, b in zip(edges, edges[1:]) if b > a]  # n > 0: `replay` answers an empty stream
+        cuts, spans = _segments(feats, fg)  # n > 0: `replay` answers an empty stream
         outs = [vectorised(x[a:b], unit, p, cfg.logit_scale, *extra, **length) for a, b in spans]
         out = [torch.cat(part) for part in zip(*outs)] if len(outs) > 1 else list(outs[0])
         return out[0], out[1], out[2], out[4], cuts
