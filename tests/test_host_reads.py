@@ -138,26 +138,31 @@ def test_drift_step_host_equals_the_branchless_step(streams):
     assert cuts >= 2
 
 
+@pytest.mark.parametrize("streams", [1, 3])
 @pytest.mark.parametrize("weights", ["underflow", "none live", "positive"])
-def test_the_mark_of_the_host_equals_the_devices(weights):
+def test_the_mark_of_the_host_equals_the_devices(weights, streams):
     """The idle rule's use on the host (the first largest weight, when it is positive) and on the
     device (the live slot of largest weight): the same slot. Every live weight 0 (float32 underflow),
     slot 0 empty: the first live slot, not slot 0; no live slot: the host marks none, the device its
-    first slot (an empty slot's mark is never read)."""
-    S, C, Q, d = 1, 3, 2, 4
+    first slot (an empty slot's mark is never read). One stream (scalar reads) and three (the last
+    skipping the step: no mark)."""
+    S, C, Q, d = streams, 3, 2, 4
+    ok = None if S == 1 else np.array([True, True, False])
     marks = []
     for host in (True, False):
         cache = Cache.empty(S, C, Q, d, "cpu", values=False, used=True)
-        cache.bias[0, 3:] = -1.0  # slots 3, 4, 5 live (ln a - beta), 0, 1, 2 empty
+        cache.bias[:, 3:] = -1.0  # slots 3, 4, 5 live (ln a - beta), 0, 1, 2 empty
         w = torch.zeros(S, C * Q)
         if weights == "positive":
-            w[0, 3:] = torch.tensor([0.2, 0.7, 0.7])
+            w[:, 3:] = torch.tensor([0.2, 0.7, 0.7])
         if weights == "none live":
             cache.bias.fill_(float("-inf"))
-        cache._mark_used(w, torch.tensor([7]), None, host)
-        marks.append(torch.nonzero(cache.used.view(-1) == 7).flatten().tolist())
+        clock = np.full(S, 7) if host else torch.full((S,), 7)
+        cache._mark_used(w, clock, ok if host or ok is None else torch.as_tensor(ok), host)
+        marks.append([torch.nonzero(u == 7).flatten().tolist() for u in cache.used.view(S, -1)])
     assert marks[0] == marks[1] or weights == "none live"
-    assert marks[0] == {"underflow": [3], "positive": [4], "none live": []}[weights]  # none live: no mark
+    want = {"underflow": [3], "positive": [4], "none live": []}[weights]  # none live: no mark
+    assert marks[0] == [want] * (S - (ok is not None)) + [[]] * (ok is not None)
 
 
 @pytest.mark.parametrize("method", ["ms-tta", "tda"])
@@ -177,3 +182,21 @@ def test_no_expiry_runs_before_a_slot_can_expire(method, monkeypatch):
         again.step(x)
     caches = 1 if method == "ms-tta" else 2
     assert len(calls) == 2 * caches
+
+
+def test_a_host_view_follows_its_tensor_through_replacement_and_deep_copy():
+    """`host_view`: one numpy view per tensor, writing into it; a replaced tensor or a deep copy of
+    the record (a family runner's state dict copies its `Drift`) gets a view of its own tensor."""
+    import copy
+
+    from mstta.engine.host import host_view
+
+    d = Drift.empty(1, 8, "cpu", ForgetConfig(detect=True))
+    assert host_view(d, "n") is host_view(d, "n")
+    host_view(d, "n")[0] = 3
+    twin = copy.deepcopy(d)
+    host_view(twin, "n")[0] = 5
+    assert (int(d.n[0]), int(twin.n[0])) == (3, 5)
+    d.n = torch.zeros(1, dtype=torch.long)
+    host_view(d, "n")[0] = 7
+    assert int(d.n[0]) == 7

@@ -19,9 +19,10 @@ import torch
 from . import functional as Fn
 from .cache_rules import EMPTY_TIME, entropy_slot_t, fifo_slot_t
 from .forget import timeliness_slot_t
+from .host import host_view
 
 UNBOUNDED_START = 1024  # first bank allocation when bank_size is None (it doubles when full)
-NEVER = torch.iinfo(torch.long).max  # `Cache.next_expiry` with no live slot
+NEVER = torch.iinfo(torch.long).max  # `Cache.expire_host`: a stream with no live slot
 
 
 @dataclass
@@ -138,11 +139,18 @@ class Cache:
             gone &= ok.view(-1, 1, 1)
         self._vacate(gone)
 
-    def next_expiry(self, clock: np.ndarray, idle: int) -> np.ndarray:
-        """The earliest step at which a slot of each stream can expire, on the host [S], given the
-        clock [S] (host) now: a slot's use only moves later and a new entry is used at its clock."""
-        live = torch.where(self.time >= 0, self.last_use(), NEVER).amin((1, 2)).tolist()
-        return np.minimum(live, clock) + idle
+    def expire_host(self, clock: np.ndarray, idle: int, due: np.ndarray) -> np.ndarray:
+        """`expire` where the host reads the state (a CPU device: numpy views, `host_view`), in the
+        streams `due` [S] (bool) at clock [S] -> the earliest step at which a slot of each stream can
+        next expire [S]: a slot's use only moves later and a new entry is used at its clock."""
+        time = host_view(self, "time")
+        last = np.maximum(host_view(self, "used"), time)
+        gone = (last <= (clock - idle)[:, None, None]) & due[:, None, None]
+        if gone.any():
+            host_view(self, "ent")[gone] = np.inf
+            time[gone] = EMPTY_TIME
+            host_view(self, "bias").reshape(gone.shape)[gone] = -np.inf
+        return np.minimum(np.where(time >= 0, last, NEVER).min((1, 2)), clock) + idle
 
     def last_use(self) -> torch.Tensor:
         """Each slot's last use [S, C, Q]: the later of its insertion and its last mark (idle rule)."""
@@ -196,7 +204,8 @@ class Cache:
     ) -> torch.Tensor:
         """Cache logits, Eq. (3)/(13): sum over live slots of the kernel's weight (fused, one batched
         GEMM + exp) times the slot's value. q [S, d] -> [S, C]. Under the idle rule the live slot of
-        largest weight is marked used at `clock` [S] (where `ok`; `host`: the host may read the weights)."""
+        largest weight is marked used at `clock` [S] (where `ok`; `host`: the host reads the weights,
+        and clock and ok are numpy arrays)."""
         w = Fn.cache_weights(q, self.keys, self.bias, beta, kernel, a)
         if self.used is not None:
             self._mark_used(w, clock, ok, host)
@@ -204,22 +213,42 @@ class Cache:
             return w.view(w.shape[0], self.ent.shape[1], -1).sum(-1)
         return torch.bmm(w.unsqueeze(1), self.values).squeeze(1)
 
-    def _mark_used(self, w: torch.Tensor, clock: torch.Tensor, ok: torch.Tensor | None, host: bool) -> None:
+    def _mark_used(self, w: torch.Tensor, clock, ok, host: bool) -> None:
         """The idle rule's use (`mstta.engine.forget`): the live slot of largest kernel weight [S, C*Q]
-        (of equal ones the first). A cache with no live slot marks its first slot, an empty one:
-        harmless (an insertion there is later; an expiry empties it again). `host`: where every
-        stream's largest weight is positive, that is its slot (an empty slot weighs 0); where no
-        stream has a live slot, nothing is marked."""
-        S, C, Q = self.ent.shape
-        at = None
+        (of equal ones the first) marked at clock [S] where ok [S] (None: every stream). A cache with
+        no live slot marks its first slot, an empty one: harmless (an insertion there is later; an
+        expiry empties it again). `host`: `_mark_host`, clock and ok on the host (numpy)."""
         if host:
-            top, at = w.max(-1)
-            at = at if min(top.tolist()) > 0 else None
-            if at is None and float(self.bias.max()) == float("-inf"):  # no live slot anywhere: no use
-                return
-        if at is None:
-            at = torch.where(self.bias > float("-inf"), w, float("-inf")).argmax(-1)  # bias: -inf empty
+            self._mark_host(w.numpy(), clock, ok)
+            return
+        S, C, Q = self.ent.shape
+        at = torch.where(self.bias > float("-inf"), w, float("-inf")).argmax(-1)  # bias: -inf empty
         write_rows(self.used.view(S, C * Q), slots(self.keys, at), ok, clock)
+
+    def _mark_host(self, w: np.ndarray, clock: np.ndarray, ok: np.ndarray | None) -> None:
+        """`_mark_used` where the host reads the state (a CPU device: numpy views, `host_view`): where
+        every stream's largest weight is positive, that is its slot (an empty slot weighs 0); where no
+        stream has a live slot, nothing is marked."""
+        used = host_view(self, "used").reshape(w.shape)
+        if len(w) == 1:  # one stream: scalar reads
+            j = int(w[0].argmax())
+            if not w[0, j] > 0:
+                live = host_view(self, "bias")[0] > -np.inf
+                if not live.any():
+                    return
+                j = int(np.where(live, w[0], -np.inf).argmax())
+            if ok is None or ok[0]:
+                used[0, j] = clock[0]
+            return
+        at, rows = w.argmax(-1), np.arange(len(w))
+        if not (w[rows, at] > 0).all():
+            bias = host_view(self, "bias")
+            if not (bias > -np.inf).any():  # no live slot anywhere: no use
+                return
+            at = np.where(bias > -np.inf, w, -np.inf).argmax(-1)
+        if ok is not None:
+            rows, at, clock = rows[ok], at[ok], clock[ok]
+        used[rows, at] = clock
 
 
 def tensors(record) -> list[torch.Tensor]:

@@ -9,7 +9,7 @@ waits on the host (no `.item()`, no branch on a tensor's value; BoostAdapter's p
 copies excepted), so on CUDA the step of a bounded bank can be captured once as a CUDA graph.
 One exception where nothing waits: on a CPU device (`host_reads`) the host reads the detector's
 state and cuts (`drift.drift_step_host`), when a slot can next expire and which slot a step uses
-(`Cache.next_expiry`, `Cache._mark_used`), so every reset is known there and the step skips what
+(`Cache.expire_host`, `Cache._mark_host`), so every reset is known there and the step skips what
 it need not do; the results are the device path's bit for bit (tests/test_host_reads.py).
 """
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from dataclasses import fields
 from typing import Any
 
 import numpy as np
@@ -149,7 +150,7 @@ class Streams(Runner):
         for name in RECORDS:
             rec = getattr(self, name)
             if rec is not None:
-                out.update({f"{name}.{k}": v for k, v in vars(rec).items() if v is not None})
+                out.update({f"{name}.{f.name}": t for f in fields(rec) if (t := getattr(rec, f.name)) is not None})
         return out
 
     def state_dict(self) -> dict[str, Any]:
@@ -229,12 +230,11 @@ class Streams(Runner):
             self._grow_if_full()
             self.bank.append(f, self.clock, cfg.bank_size is not None, ok, cfg.forget.resets)
         self._insert(clip.argmax(-1), h, q, probs, ok)
-        pos = self.pos.logits(q, p.beta, p.kernel, p.cache_alpha, self.clock, ok, self.host_reads)
+        use = (self.seen, self._active, True) if self.host_reads else (self.clock, ok, False)  # seen: the clock
+        pos = self.pos.logits(q, p.beta, p.kernel, p.cache_alpha, *use)
         if boost is not None:
             pos = boosted_logits(q, pos, self.pos, *boost, self._stepping(ok), p.delta, p.beta, p.kernel, p.cache_alpha)
-        neg = (
-            self.neg.logits(q, p.neg_beta, "exp", p.neg_alpha, self.clock, ok, self.host_reads) if sw.negative else None
-        )
+        neg = self.neg.logits(q, p.neg_beta, "exp", p.neg_alpha, *use) if sw.negative else None
         self.clock += 1 if ok is None else ok
         return Fn.final_logits(clip, pos, neg, p.lam), clip, h, q
 
@@ -293,7 +293,7 @@ class Streams(Runner):
 
     def _expire(self, i: int, rec: Cache, ok: torch.Tensor | None) -> None:
         """The idle rule's expiry of cache i (0 positive, 1 negative); where the host reads the state,
-        only at a step where a slot can expire (`Cache.next_expiry`, kept in `expiry`)."""
+        only at a step where a slot can expire (`Cache.expire_host`'s bound, kept in `expiry`)."""
         idle = self.config.forget.idle
         if not self.host_reads:
             rec.expire(self.clock, idle, ok)
@@ -301,9 +301,8 @@ class Streams(Runner):
         due = self.seen >= self.expiry[i]
         if self._active is not None:
             due &= self._active
-        if due.any():
-            rec.expire(int(self.seen[0]) if self.streams == 1 else self.clock, idle, ok)  # seen: the clock
-            self.expiry[i] = np.where(due, rec.next_expiry(self.seen, idle), self.expiry[i])
+        if due.any():  # seen: the device's clock
+            self.expiry[i] = np.where(due, rec.expire_host(self.seen, idle, due), self.expiry[i])
 
     def _detect(self, x: torch.Tensor, ok: torch.Tensor | None) -> torch.Tensor | None:
         """The detector's cuts at this step, [S] bool on the device; None where the host knows there is none."""

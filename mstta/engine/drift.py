@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .host import host_view
+
 # The detector reads features wider than this through a fixed seeded random map to this many
 # dimensions (`detect_projection`): its settings were chosen at the digits model's d = 64, and at
 # CLIP widths (512, 768) a 150-sample reference covariance is rank-deficient (docs/streams.md).
@@ -167,31 +169,33 @@ def _sherman_morrison(d: Drift, u: torch.Tensor, inv_beta: torch.Tensor) -> None
 
 
 def drift_step_host(d: Drift, x: torch.Tensor, fg, ok=None) -> np.ndarray:
-    """`drift_step_t` where the host may read the state (`d.n`; free on a CPU device): the same ops
-    on the same values, fewer of them when every stream steps in one phase -> cut [S] on the host.
-    Past the warm-up (n >= W before the sample): the EMA, z and the CUSUM only (mean, inv and scale
-    are frozen: their coefficients are 0); inside it (n < W): the reference's update only (the
-    CUSUM's ceiling is 0 there, so it stays 0); else, or with skipped streams, `drift_step_t`."""
-    n, w_ref = d.n.tolist(), fg.detect_warmup
+    """`drift_step_t` where the host may read the state (a CPU device: numpy views of the count and
+    the CUSUM, `host_view`): the same ops on the same values, fewer of them when every stream steps
+    in one phase -> cut [S] on the host. Past the warm-up (n >= W before the sample): the EMA, z and
+    the CUSUM only (mean, inv and scale are frozen: their coefficients are 0); inside it (n < W):
+    the reference's update only (the CUSUM's ceiling is 0 there, so it stays 0); else, or with
+    skipped streams, `drift_step_t`."""
+    n, w_ref = host_view(d, "n"), fg.detect_warmup
     if ok is not None and not bool(ok.all()):
         return drift_step_t(d, x, fg, ok).cpu().numpy()
-    if min(n) >= w_ref:  # every stream watches
+    low, high = n.min(), n.max()
+    if low >= w_ref:  # every stream watches
         u = detect_input(x.unsqueeze(1), d.proj)  # [S, 1, k]
-        if min(n) == w_ref:  # a stream's first sample past the warm-up (the count stops at W + 1)
-            d.n.add_(1).clamp_max_(w_ref + 1)
+        if low == w_ref:  # a stream's first sample past the warm-up (the count stops at W + 1)
+            np.minimum(n + 1, w_ref + 1, out=n)
         d.me.lerp_(u, d.table[-1, :2])  # the mean's weight 0, the EMA's a (count_table's last row: n > W)
         d.acc.addcmul_(_quad(d), d.scale).sub_(1 + fg.detect_slack).clamp_min_(0)
-        cut = np.array([a > fg.detect_threshold for a in d.acc.tolist()])
+        acc = host_view(d, "acc")
+        cut = acc > fg.detect_threshold
         if cut.any():
-            hit = torch.as_tensor(cut, device=d.acc.device)
-            d.acc.masked_fill_(hit, 0)
-            d.n.masked_fill_(hit, 0)
+            acc[cut] = 0
+            n[cut] = 0
         return cut
-    if max(n) < w_ref:  # every stream learns its reference
+    if high < w_ref:  # every stream learns its reference
         u = detect_input(x, d.proj)
-        d.n.add_(1)
+        n += 1
         coef = d.table[d.n]  # [S, 6, 1]
-        if min(n) == 0:  # a stream starts its reference: inv from (W r / k I)^-1
+        if low == 0:  # a stream starts its reference: inv from (W r / k I)^-1
             d.inv.lerp_(d.start, coef[:, 2:3])
         d.me.lerp_(u.unsqueeze(1), coef[:, :2])
         _sherman_morrison(d, u, coef[:, 3])
