@@ -12,7 +12,7 @@ from synthetic import as_tensors, make_stream
 
 from mstta import Engine, EngineConfig
 from mstta.engine import drift_scan, forget
-from mstta.engine.drift import Drift, detect_projection, drift_step_t
+from mstta.engine.drift import Drift, detect_projection, drift_step_host
 from mstta.engine.drift_scan import DETECT_ROWS, EMA_BLOCK, SCAN_ROWS, detect_rows, ema_rows, exact_cut, segment_cut
 from mstta.engine.forget import ForgetConfig, stream_cuts
 from mstta.threads import intra_op_threads
@@ -82,8 +82,8 @@ def test_the_guard_steps_a_segment_whose_sum_touches_the_threshold():
     x = scene_stream(700, (), 64, 4)[:, 0]
     fg = ForgetConfig(detect=True, detect_slack=0.5)
     d, accs = Drift.empty(1, 64, "cpu", fg), []
-    for t in range(len(x)):
-        assert not drift_step_t(d, x[t : t + 1], fg)[0]
+    for t in range(len(x)):  # the engine's step on a CPU
+        assert not drift_step_host(d, x[t : t + 1], fg)[0]
         accs.append(float(d.acc[0]))
     top = ForgetConfig(detect=True, detect_slack=0.5, detect_threshold=max(accs))
     assert top.detect_threshold > 0 and exact_cut(x, top) is None

@@ -120,7 +120,8 @@ def test_multi_engine_with_skipped_streams_equals_separate_engines():
 @pytest.mark.parametrize("streams", [1, 3])
 def test_drift_step_host_equals_the_branchless_step(streams):
     """The detector's host step (watch, learn, or branchless where the streams' phases differ) leaves
-    the state and the cuts of `drift_step_t` bit for bit, skipped streams included."""
+    the state and the cuts of `drift_step_t` bit for bit, skipped streams included; one stream's
+    watch (`watch_one`, whitened) its EMA and CUSUM to float64 rounding."""
     f, _ = cut_stream(n=400, cuts=(120, 260), dim=20)
     fg = ForgetConfig(detect=True, detect_warmup=40, detect_ridge=0.1)
     a, b = Drift.empty(streams, 20, "cpu", fg), Drift.empty(streams, 20, "cpu", fg)
@@ -133,8 +134,10 @@ def test_drift_step_host_equals_the_branchless_step(streams):
         got = drift_step_host(b, x, fg, ok)
         assert np.array_equal(want, got)
         cuts += int(want.sum())
-        for k in ("n", "me", "inv", "acc", "scale"):
+        for k in ("n", "inv", "scale") if streams == 1 else ("n", "me", "inv", "acc", "scale"):
             assert torch.equal(getattr(a, k), getattr(b, k)), (t, k)
+        for k in ("me", "acc"):
+            torch.testing.assert_close(getattr(a, k), getattr(b, k), rtol=1e-12, atol=1e-12)
     assert cuts >= 2
 
 
@@ -200,3 +203,41 @@ def test_a_host_view_follows_its_tensor_through_replacement_and_deep_copy():
     d.n = torch.zeros(1, dtype=torch.long)
     host_view(d, "n")[0] = 7
     assert int(d.n[0]) == 7
+
+
+def test_the_watch_is_built_again_when_its_record_is_restored_in_place():
+    """One CPU stream past its warm-up (`watch_one`): a state restored into the same engine (its
+    tensors copied in place) is watched from the restored EMA, not from the watch's own, so the
+    second pass over the same samples repeats the first one's CUSUM and cuts."""
+    f, t = cut_stream(n=300, cuts=(200,))
+    e = _engine(t, "ms-tta", SETTINGS["detect"], False)
+    for x in f[:120]:
+        e.step(x)
+    assert int(e.runner.drift.n[0]) > 30  # watching
+    saved = e.state_dict()
+    first = []
+    for x in f[120:]:
+        first.append((e.step(x).cut, float(e.runner.drift.acc[0])))
+    e.load_state_dict(saved)  # the same shapes: copied into the existing tensors
+    again = [(e.step(x).cut, float(e.runner.drift.acc[0])) for x in f[120:]]
+    assert [c for c, _ in again] == [c for c, _ in first] and any(c for c, _ in first)
+    np.testing.assert_allclose([a for _, a in again], [a for _, a in first], rtol=1e-9, atol=1e-12)  # rebuilt: rounding
+
+
+def test_a_watch_without_a_factor_runs_the_tensor_path(monkeypatch):
+    """Where scale inv has no Cholesky factor (`Watch.of` is None), the one-stream watch runs the
+    tensor ops: the branchless step's state bit for bit."""
+    from mstta.engine import drift
+
+    monkeypatch.setattr(drift.Watch, "of", classmethod(lambda cls, d: None))
+    f, _ = cut_stream(n=400, cuts=(120, 260), dim=20)
+    fg = ForgetConfig(detect=True, detect_warmup=40, detect_ridge=0.1)
+    a, b = Drift.empty(1, 20, "cpu", fg), Drift.empty(1, 20, "cpu", fg)
+    cuts = 0
+    for x in f:
+        want = drift_step_t(a, x[:1], fg).numpy()
+        assert np.array_equal(want, drift_step_host(b, x[:1], fg))
+        cuts += int(want.sum())
+        for k in ("n", "me", "inv", "acc", "scale"):
+            assert torch.equal(getattr(a, k), getattr(b, k)), k
+    assert cuts >= 1

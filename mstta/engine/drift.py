@@ -169,31 +169,35 @@ def _sherman_morrison(d: Drift, u: torch.Tensor, inv_beta: torch.Tensor) -> None
 
 
 def drift_step_host(d: Drift, x: torch.Tensor, fg, ok=None) -> np.ndarray:
-    """`drift_step_t` where the host may read the state (a CPU device: numpy views of the count and
-    the CUSUM, `host_view`): the same ops on the same values, fewer of them when every stream steps
-    in one phase -> cut [S] on the host. Past the warm-up (n >= W before the sample): the EMA, z and
-    the CUSUM only (mean, inv and scale are frozen: their coefficients are 0); inside it (n < W):
-    the reference's update only (the CUSUM's ceiling is 0 there, so it stays 0); else, or with
-    skipped streams, `drift_step_t`."""
-    n, w_ref = host_view(d, "n"), fg.detect_warmup
+    """`drift_step_t` where the host may read the state (on a CPU, numpy views of the count and the
+    CUSUM, `host_view`; elsewhere copies) -> cut [S] on the host. When every stream steps in one phase:
+    past the warm-up (n >= W before the sample) the EMA, z and the CUSUM only (mean, inv and scale
+    are frozen: their coefficients are 0), one CPU stream by `watch_one`; inside it (n < W) the
+    reference's update only (the CUSUM's ceiling is 0 there, so it stays 0); else, or with skipped
+    streams, `drift_step_t`. The same ops on the same values but `watch_one`'s (float64 rounding)."""
+    cpu, w_ref = d.n.device.type == "cpu", fg.detect_warmup
+    n = host_view(d, "n") if cpu else d.n.cpu().numpy()
     if ok is not None and not bool(ok.all()):
         return drift_step_t(d, x, fg, ok).cpu().numpy()
     low, high = n.min(), n.max()
     if low >= w_ref:  # every stream watches
-        u = detect_input(x.unsqueeze(1), d.proj)  # [S, 1, k]
         if low == w_ref:  # a stream's first sample past the warm-up (the count stops at W + 1)
-            np.minimum(n + 1, w_ref + 1, out=n)
+            d.n.add_(1).clamp_max_(w_ref + 1)
+        if cpu and len(n) == 1:
+            return np.array([watch_one(d, x, fg)])
+        u = detect_input(x.unsqueeze(1), d.proj)  # [S, 1, k]
         d.me.lerp_(u, d.table[-1, :2])  # the mean's weight 0, the EMA's a (count_table's last row: n > W)
         d.acc.addcmul_(_quad(d), d.scale).sub_(1 + fg.detect_slack).clamp_min_(0)
-        acc = host_view(d, "acc")
+        acc = host_view(d, "acc") if cpu else d.acc.cpu().numpy()
         cut = acc > fg.detect_threshold
         if cut.any():
-            acc[cut] = 0
-            n[cut] = 0
+            hit = torch.as_tensor(cut, device=d.acc.device)
+            d.acc.masked_fill_(hit, 0)
+            d.n.masked_fill_(hit, 0)
         return cut
     if high < w_ref:  # every stream learns its reference
         u = detect_input(x, d.proj)
-        n += 1
+        d.n.add_(1)
         coef = d.table[d.n]  # [S, 6, 1]
         if low == 0:  # a stream starts its reference: inv from (W r / k I)^-1
             d.inv.lerp_(d.start, coef[:, 2:3])
@@ -202,3 +206,58 @@ def drift_step_host(d: Drift, x: torch.Tensor, fg, ok=None) -> np.ndarray:
         d.scale.copy_(z_scale(d.inv.diagonal(dim1=-2, dim2=-1).sum(-1), d.terms))
         return np.zeros(len(n), dtype=bool)
     return drift_step_t(d, x, fg, ok).cpu().numpy()
+
+
+@dataclass
+class Watch:
+    """One CPU stream's detector past its warm-up as the host steps it (`watch_one`; derived from the
+    `Drift` record, never saved): z in whitened coordinates, z = |h|^2 with h = L^T (e - mean) and
+    L L^T = scale inv (Cholesky; the reference is frozen), so a sample costs two small float64
+    products and sums over k Python floats where the tensor path runs about ten ops. `mean` and `ema`
+    are the record's values it was built from and last wrote: any other write to the record (a
+    reset, a restored state, the branchless step) makes them differ, and the watch is built again."""
+
+    white: torch.Tensor  # [k, k] L
+    centre: list[float]  # L^T mean
+    mean: list[float]
+    ema: list[float]
+    h: list[float]
+
+    @classmethod
+    def of(cls, d: Drift) -> Watch | None:
+        """The watch of stream 0's frozen reference; None where scale inv is not numerically positive
+        definite (then the tensor path runs)."""
+        white, info = torch.linalg.cholesky_ex(d.inv[0] * d.scale[0])
+        if int(info) != 0 or not bool(torch.isfinite(white).all()):
+            return None
+        mean, ema = d.me[0]
+        return cls(white, (mean @ white).tolist(), mean.tolist(), ema.tolist(), ((ema - mean) @ white).tolist())
+
+
+def watch_one(d: Drift, x: torch.Tensor, fg) -> bool:
+    """One sample x [1, D] into a one-stream CPU detector past its warm-up (n > W) -> whether it cuts:
+    the EMA e += a (u - e) (written back to the record), h = (1 - a) h + a L^T (u - mean), z = |h|^2,
+    the CUSUM acc = max(0, acc + z - 1 - slack); at a cut acc and n are 0. `drift_step_t`'s values
+    up to float64 rounding (tests/test_host_reads.py)."""
+    me = host_view(d, "me")
+    w = d.__dict__.get("_watch")
+    if w is None or w.ema != me[0, 1].tolist() or w.mean != me[0, 0].tolist():
+        w = d.__dict__["_watch"] = Watch.of(d)
+    acc = host_view(d, "acc")
+    if w is None:  # scale inv not positive definite: the tensor path
+        d.me.lerp_(detect_input(x.unsqueeze(1), d.proj), d.table[-1, :2])
+        d.acc.addcmul_(_quad(d), d.scale).sub_(1 + fg.detect_slack).clamp_min_(0)
+    else:
+        x64 = x.double()
+        norm = max(float(x64.norm()), 1e-12)  # as `detect_input`
+        y = x64 if d.proj is None else x64 @ d.proj  # [1, k]
+        a, yw = fg.detect_rate, (y @ w.white).tolist()[0]
+        w.ema = [e + a * (v / norm - e) for e, v in zip(w.ema, y.tolist()[0])]
+        w.h = [(1 - a) * h + a * (v / norm - c) for h, v, c in zip(w.h, yw, w.centre)]
+        me[0, 1] = w.ema
+        acc[0] = max(0.0, float(acc[0]) + sum(v * v for v in w.h) - (1 + fg.detect_slack))
+    if acc[0] > fg.detect_threshold:
+        acc[0] = 0
+        host_view(d, "n")[0] = 0
+        return True
+    return False

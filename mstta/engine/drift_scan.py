@@ -1,6 +1,6 @@
 """The scene-cut detector's cuts over a stored stream at once (for `forget.stream_cuts`, the replay's
 resets): the statistic of `drift.py` batched, the CUSUM as a scan, a segment stepped by the engine's
-own `drift_step_t` where the scan comes near the threshold (docs/engine.md, "Replay")."""
+own step (`exact_cut`) where the scan comes near the threshold (docs/engine.md, "Replay")."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import functools
 
 import torch
 
-from .drift import Drift, detect_input, detect_projection, drift_step_t, z_scale, z_terms
+from .drift import Drift, detect_input, detect_projection, drift_step_host, drift_step_t, z_scale, z_terms
 
 # The replay's scan (`segment_cut`) computes the statistic batched, the engine one sample at a time
 # (Sherman-Morrison): the same float64 math in another order. Where the scan's CUSUM comes within
 # GUARD * (threshold + the CUSUM's summed terms) of the threshold, the segment is stepped by
-# `drift_step_t` itself (the measured gaps: benchmarks/detector_scan.py).
+# the engine's own step (`exact_cut`; the measured gaps: benchmarks/detector_scan.py).
 GUARD = 1e-9
 SCAN_ROWS = 1024  # the scan's largest window (rows per batched step: bounded memory on any stream)
 DETECT_ROWS = 256  # rows of the features read into float64 at a time (`detect_rows`)
@@ -69,11 +69,13 @@ def _reference(u: torch.Tensor, fg) -> tuple[torch.Tensor, torch.Tensor, torch.T
 
 
 def exact_cut(x: torch.Tensor, fg) -> int | None:
-    """The first cut of a segment x [n, D] whose detector starts empty, by `drift_step_t` sample after
-    sample (the engine's own ops: a fresh `Drift` equals one after a reset) -> its row, None if none."""
+    """The first cut of a segment x [n, D] whose detector starts empty, sample after sample by the
+    engine's own step on that device (a CPU's `drift_step_host`, else `drift_step_t`; a fresh `Drift`
+    equals one after a reset) -> its row, None if none."""
     d = Drift.empty(1, x.shape[-1], x.device, fg)
+    step = drift_step_host if x.device.type == "cpu" else drift_step_t
     for t in range(len(x)):
-        if bool(drift_step_t(d, x[t : t + 1], fg)[0]):
+        if bool(step(d, x[t : t + 1], fg)[0]):
             return t
     return None
 
