@@ -37,9 +37,11 @@ Parts (choose with --parts):
 - forget: what `EngineConfig.forget` costs (issue 29: at most 10%): `ms-tta` and `tda`, online
   `Engine.step()` samples/s (on CUDA: with the step captured as a CUDA graph) and replay
   samples/s for each rule (none, timeliness, idle, periodic, detect, timeliness + detect) on the
-  same stream, idle, the settings taking turns over 5 rounds (the best rate of each), and each
-  one's time relative to `none`; on the CPU also the CPU time per sample (the least of the rounds)
-  and the median over the rounds of its ratio to the same round's `none`.
+  same stream, idle, over 5 rounds (the best rate of each), and each one's time relative to
+  `none`; online, one engine per setting, the engines taking turns every 50 samples of the stream
+  (a paired design: the machine's speed drifts between minutes); the replays taking turns. On the
+  CPU also the CPU time per sample (the least of the rounds) and the median over the rounds of its
+  ratio to the same round's `none`.
 - memory: peak RSS of a fresh process streaming --steps samples through `ms-tta` with the default
   bounded bank (65,536), and the step time over the first and last 2,000 steps (flat = bounded).
 Rates are the best of 3 runs (the machine may be shared); the 1-minute load average at start and
@@ -214,32 +216,68 @@ FORGET_SETTINGS = {
 }
 
 
+FORGET_BLOCK = 50  # samples each setting's engine steps before the next one's turn (`online_turns`)
+
+
+def online_turns(feats, text, method, cfgs: dict, device, cuda_graph=None, block: int = FORGET_BLOCK) -> dict:
+    """One engine per config stepping the same stream, the engines taking turns every `block`
+    samples (a paired design: the machine's speed, which drifts between minutes, is the same for
+    every config within a turn) -> {name: (wall seconds, process CPU seconds)} over the stream."""
+    x = feats.to(device)
+    engines = {name: Engine(text.to(device), method, c, cuda_graph=cuda_graph) for name, c in cfgs.items()}
+    fresh = {name: Engine(text.to(device), method, c, cuda_graph=False).state_dict() for name, c in cfgs.items()}
+    for name, e in engines.items():
+        for i in range(50):  # warm-up (and CUDA graph capture)
+            e.step(x[i])
+        e.load_state_dict(fresh[name])
+    spent = {name: [0.0, 0.0] for name in cfgs}
+    for p in range(0, len(x), block):
+        for name, e in engines.items():
+            _sync(device)
+            t0, c0 = time.perf_counter(), time.process_time()
+            for row in x[p : p + block]:
+                r = e.step(row)
+            _ = r.prediction  # read the last result, as a consumer would
+            _sync(device)
+            spent[name][0] += time.perf_counter() - t0
+            spent[name][1] += time.process_time() - c0
+    return {name: tuple(v) for name, v in spent.items()}
+
+
 def part_forget(feats, text, cfg, device, rounds: int = 5) -> dict:
-    """Online and replay samples/s of each forget setting, and its cost against `none`; the
-    settings take turns, `rounds` rounds (a shared machine's load and speed drift). On the CPU also
-    the process's CPU time per sample (every thread's): its least over the rounds, and the median
-    over the rounds of its ratio to the same round's `none` (`*_cpu_time_vs_none`: this machine's
-    speed moves by a fifth between minutes, so a ratio of two minima can compare two speeds)."""
+    """Online and replay samples/s of each forget setting, and its cost against `none`, over
+    `rounds` rounds. Online, the settings' engines take turns every FORGET_BLOCK samples of one pass
+    (`online_turns`); the replays take turns, REPEAT times a round. On the CPU also the process's CPU
+    time per sample (every thread's): its least over the rounds, and the median over the rounds of
+    its ratio to the same round's `none` (`*_cpu_time_vs_none`: this machine's speed moves by a
+    fifth between minutes, so a ratio of two minima can compare two speeds)."""
     out: dict = {}
     graph = True if device.type == "cuda" else None
+    cfgs = {name: dataclasses.replace(cfg, forget=fg) for name, fg in FORGET_SETTINGS.items()}
+    n = len(feats)
     for method in ("ms-tta", "tda"):
         r = out[method] = {name: {"online_samples_per_s": 0.0, "replay_samples_per_s": 0.0} for name in FORGET_SETTINGS}
         ratios: dict = {name: {"online": [], "replay": []} for name in FORGET_SETTINGS}
+        for c in cfgs.values():
+            replay(feats[:300], text, method, c, device=device)  # warm-up
         for _ in range(rounds):
-            base: dict = {}
-            for name, fg in FORGET_SETTINGS.items():
-                c = dataclasses.replace(cfg, forget=fg)
-                on_cpu, rep_cpu = [], []
-                on = online_rate(feats, text, method, c, device, cuda_graph=graph, repeat=1, cpu_us=on_cpu)
-                rep = replay_rate(feats, text, method, c, device, repeat=REPEAT, cpu_us=rep_cpu)  # ~0.1 s each
-                r[name]["online_samples_per_s"] = round(max(r[name]["online_samples_per_s"], on), 1)
-                r[name]["replay_samples_per_s"] = round(max(r[name]["replay_samples_per_s"], rep), 1)
+            online = online_turns(feats, text, method, cfgs, device, cuda_graph=graph)
+            rep_cpu: dict = {name: [] for name in cfgs}
+            for _ in range(REPEAT):  # ~0.1 s each
+                for name, c in cfgs.items():
+                    c0 = time.process_time()
+                    rate = replay(feats, text, method, c, device=device).samples_per_s
+                    rep_cpu[name].append((time.process_time() - c0) * 1e6 / n)
+                    r[name]["replay_samples_per_s"] = round(max(r[name]["replay_samples_per_s"], rate), 1)
+            for name in cfgs:
+                wall, cpu = online[name]
+                r[name]["online_samples_per_s"] = round(max(r[name]["online_samples_per_s"], n / wall), 1)
                 if device.type != "cpu":
                     continue
-                for key, us in (("online", on_cpu[0]), ("replay", min(rep_cpu))):
+                for key, us in (("online", cpu * 1e6 / n), ("replay", min(rep_cpu[name]))):
                     r[name][f"{key}_cpu_us_per_sample"] = round(min(r[name].get(f"{key}_cpu_us_per_sample", us), us), 1)
-                    base.setdefault(key, us)  # `none` runs first in every round
-                    ratios[name][key].append(us / base[key])
+                    base = online["none"][1] * 1e6 / n if key == "online" else min(rep_cpu["none"])
+                    ratios[name][key].append(us / base)
         for name in FORGET_SETTINGS:
             for key in ("online", "replay"):
                 r[name][f"{key}_time_vs_none"] = round(
@@ -248,6 +286,7 @@ def part_forget(feats, text, cfg, device, rounds: int = 5) -> dict:
                 if device.type == "cpu":
                     r[name][f"{key}_cpu_time_vs_none"] = round(statistics.median(ratios[name][key]), 3)
     out["rounds"] = rounds
+    out["online_turn_samples"] = FORGET_BLOCK
     return out
 
 
