@@ -2,7 +2,9 @@
 transfer): the detector's phase and cuts (`drift.drift_step_host`), so every reset is known on the
 host and the bank refills from its first row without a mask; when a slot can next expire (idle
 rule); which slot is used. Each is the device path's result bit for bit (the device path is the
-one a GPU runs, `host_reads` off; tests/test_forget.py holds both to the float64 reference)."""
+one a GPU runs, `host_reads` off; tests/test_forget.py holds both to the float64 reference), but
+one stream's detector past its warm-up (`drift.watch_one`, whitened): its EMA and CUSUM to float64
+rounding, its cuts the same."""
 
 from __future__ import annotations
 
@@ -241,3 +243,37 @@ def test_a_watch_without_a_factor_runs_the_tensor_path(monkeypatch):
         for k in ("n", "me", "inv", "acc", "scale"):
             assert torch.equal(getattr(a, k), getattr(b, k)), k
     assert cuts >= 1
+
+
+@pytest.mark.parametrize("soon", [4, 64])
+@pytest.mark.parametrize("method", ["ms-tta", "tda"])
+def test_one_streams_expiry_reads_its_next_slots_as_a_full_scan_would(method, soon, monkeypatch):
+    """`Cache._expire_one`: 60 classes (180 positive slots; more live than the `soon` read between
+    full scans: 4, so that they run out between scans, and the default 64), `idle` 200, a state
+    restored mid-way and a stream reset in place (its clock rewound): the caches, logits and uses
+    equal the device path's at every step."""
+    monkeypatch.setattr("mstta.engine.cache.SOON", soon)
+    f, t = cut_stream(n=520, cuts=(150, 300), classes=60, dim=96)
+    fg = dict(rule="idle", idle=200)
+    most = 0
+    host, dev = (MultiEngine(t, method, EngineConfig(forget=ForgetConfig(**fg)), streams=1) for _ in range(2))
+    dev.runner.host_reads = dev.runner.host_resets = False
+    saved = None
+    for i, x in enumerate(f):
+        if i == 200:
+            saved = (host.state_dict(), dev.state_dict())
+        if i == 280:
+            host.load_state_dict(saved[0])
+            dev.load_state_dict(saved[1])
+        if i == 400:
+            host.reset(0)
+            dev.reset(0)
+        a, b = host.step(x.unsqueeze(0)), dev.step(x.unsqueeze(0))
+        assert torch.equal(a.logits, b.logits), i
+        for rec in ("pos", "neg"):
+            p, q = getattr(host.runner, rec), getattr(dev.runner, rec)
+            if p is not None:
+                assert torch.equal(p.time, q.time) and torch.equal(p.ent, q.ent), (i, rec)
+                assert torch.equal(torch.where(p.time >= 0, p.used, -1), torch.where(q.time >= 0, q.used, -1))
+        most = max(most, int((host.runner.pos.time >= 0).sum()))
+    assert most > soon

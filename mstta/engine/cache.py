@@ -23,6 +23,7 @@ from .host import host_view
 
 UNBOUNDED_START = 1024  # first bank allocation when bank_size is None (it doubles when full)
 NEVER = torch.iinfo(torch.long).max  # `Cache.expire_host`: a stream with no live slot
+SOON = 64  # one stream's slots next to expire read between full scans (`Cache._expire_one`)
 
 
 @dataclass
@@ -142,7 +143,10 @@ class Cache:
     def expire_host(self, clock: np.ndarray, idle: int, due: np.ndarray) -> np.ndarray:
         """`expire` where the host reads the state (a CPU device: numpy views, `host_view`), in the
         streams `due` [S] (bool) at clock [S] -> the earliest step at which a slot of each stream can
-        next expire [S]: a slot's use only moves later and a new entry is used at its clock."""
+        next expire [S]: a slot's use only moves later and a new entry is used at its clock. One
+        stream: `_expire_one`."""
+        if len(clock) == 1:
+            return np.array([self._expire_one(int(clock[0]), idle)])
         time = host_view(self, "time")
         last = np.maximum(host_view(self, "used"), time)
         gone = (last <= (clock - idle)[:, None, None]) & due[:, None, None]
@@ -151,6 +155,44 @@ class Cache:
             time[gone] = EMPTY_TIME
             host_view(self, "bias").reshape(gone.shape)[gone] = -np.inf
         return np.minimum(np.where(time >= 0, last, NEVER).min((1, 2)), clock) + idle
+
+    def _expire_one(self, now: int, idle: int) -> int:
+        """`expire_host` of one stream at step `now` -> its next bound. A full scan keeps the SOON live
+        slots of least last use and a bound under every other slot's (`_soon`: the least last use of
+        the rest, or the scan's step, which no later entry precedes); until a slot at that bound
+        could expire, only those SOON slots are read (a use only moves later, an emptied slot stays
+        empty until an entry at a later step). A restored state or a rewound clock drops it
+        (`drop_host_state`)."""
+        time, used, cut = host_view(self, "time").reshape(-1), host_view(self, "used").reshape(-1), now - idle
+        soon = self.__dict__.get("_soon")
+        if soon is None or cut >= soon[1]:  # a full scan
+            last = np.maximum(used, time)
+            self._vacate_host(np.flatnonzero((last <= cut) & (time >= 0)))
+            live = np.flatnonzero(time >= 0)
+            rest = now
+            if len(live) > SOON:
+                order = np.argpartition(last[live], SOON)
+                live, rest = live[order[:SOON]], min(int(last[live[order[SOON:]]].min()), now)
+            self.__dict__["_soon"] = soon = (live, rest)
+            return min(int(last[live].min()) if len(live) else NEVER, rest) + idle
+        slot, rest = soon
+        alive = time[slot] >= 0
+        last = np.maximum(used[slot], time[slot])
+        self._vacate_host(slot[alive & (last <= cut)])
+        keep = alive & (last > cut)
+        self.__dict__["_soon"] = (slot[keep], rest)
+        return min(int(last[keep].min()) if keep.any() else NEVER, rest) + idle
+
+    def _vacate_host(self, flat: np.ndarray) -> None:
+        """`_vacate` of one stream's slots at flat indices [n] (numpy views)."""
+        if len(flat):
+            host_view(self, "ent").reshape(-1)[flat] = np.inf
+            host_view(self, "time").reshape(-1)[flat] = EMPTY_TIME
+            host_view(self, "bias").reshape(-1)[flat] = -np.inf
+
+    def drop_host_state(self) -> None:
+        """Forget what the host derived from the state (`_expire_one`'s slots): a restored state."""
+        self.__dict__.pop("_soon", None)
 
     def last_use(self) -> torch.Tensor:
         """Each slot's last use [S, C, Q]: the later of its insertion and its last mark (idle rule)."""
@@ -233,10 +275,10 @@ class Cache:
         if len(w) == 1:  # one stream: scalar reads
             j = int(w[0].argmax())
             if not w[0, j] > 0:
-                live = host_view(self, "bias")[0] > -np.inf
-                if not live.any():
+                bias = host_view(self, "bias")[0]
+                if bias.max() == -np.inf:  # no live slot: no use
                     return
-                j = int(np.where(live, w[0], -np.inf).argmax())
+                j = int(np.where(bias > -np.inf, w[0], -np.inf).argmax())
             if ok is None or ok[0]:
                 used[0, j] = clock[0]
             return

@@ -10,7 +10,9 @@ copies excepted), so on CUDA the step of a bounded bank can be captured once as 
 One exception where nothing waits: on a CPU device (`host_reads`) the host reads the detector's
 state and cuts (`drift.drift_step_host`), when a slot can next expire and which slot a step uses
 (`Cache.expire_host`, `Cache._mark_host`), so every reset is known there and the step skips what
-it need not do; the results are the device path's bit for bit (tests/test_host_reads.py).
+it need not do; the results are the device path's bit for bit, but one stream's detector past its
+warm-up (`drift.watch_one`: its EMA and CUSUM to float64 rounding, its cuts the same;
+tests/test_host_reads.py).
 """
 
 from __future__ import annotations
@@ -97,6 +99,7 @@ class Streams(Runner):
             self.since[stream] = 0
             self.expiry[:, stream] = 0
             self.soonest = 0
+            self._drop_host_state()  # the stream's clock starts over
             return
         cfg, C, d, dev, m, S = self.config, self.num_classes, self.dim, self.device, self.method, self.streams
         rows = (cfg.bank_size if cfg.bank_size is not None else UNBOUNDED_START) if m.mean_shift else 0
@@ -175,7 +178,13 @@ class Streams(Runner):
                     setattr(self, k, v)
             self.graphs = {}  # captured graphs point at the replaced tensors
         self.expiry[:], self.soonest = 0, 0  # recomputed at the next step
+        self._drop_host_state()
         self.runs = int(self.seen.max())
+
+    def _drop_host_state(self) -> None:
+        for rec in (self.pos, self.neg):
+            if rec is not None:
+                rec.drop_host_state()
 
     @torch.inference_mode()
     def _restore(self, state: dict[str, Any]) -> None:
