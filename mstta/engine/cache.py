@@ -149,11 +149,7 @@ class Cache:
             return np.array([self._expire_one(int(clock[0]), idle)])
         time = host_view(self, "time")
         last = np.maximum(host_view(self, "used"), time)
-        gone = (last <= (clock - idle)[:, None, None]) & due[:, None, None]
-        if gone.any():
-            host_view(self, "ent")[gone] = np.inf
-            time[gone] = EMPTY_TIME
-            host_view(self, "bias").reshape(gone.shape)[gone] = -np.inf
+        self._vacate_host(np.flatnonzero((last <= (clock - idle)[:, None, None]) & due[:, None, None]))
         return np.minimum(np.where(time >= 0, last, NEVER).min((1, 2)), clock) + idle
 
     def _expire_one(self, now: int, idle: int) -> int:
@@ -184,7 +180,7 @@ class Cache:
         return min(int(last[keep].min()) if keep.any() else NEVER, rest) + idle
 
     def _vacate_host(self, flat: np.ndarray) -> None:
-        """`_vacate` of one stream's slots at flat indices [n] (numpy views)."""
+        """`_vacate` of the slots at flat indices [n] into [S, C, Q] (numpy views)."""
         if len(flat):
             host_view(self, "ent").reshape(-1)[flat] = np.inf
             host_view(self, "time").reshape(-1)[flat] = EMPTY_TIME

@@ -183,8 +183,8 @@ def drift_step_host(d: Drift, x: torch.Tensor, fg, ok=None) -> np.ndarray:
     if low >= w_ref:  # every stream watches
         if low == w_ref:  # a stream's first sample past the warm-up (the count stops at W + 1)
             d.n.add_(1).clamp_max_(w_ref + 1)
-        if cpu and len(n) == 1:
-            return np.array([watch_one(d, x, fg)])
+        if cpu and len(n) == 1 and (hit := watch_one(d, x, fg)) is not None:
+            return np.array([hit])
         u = detect_input(x.unsqueeze(1), d.proj)  # [S, 1, k]
         d.me.lerp_(u, d.table[-1, :2])  # the mean's weight 0, the EMA's a (count_table's last row: n > W)
         d.acc.addcmul_(_quad(d), d.scale).sub_(1 + fg.detect_slack).clamp_min_(0)
@@ -234,28 +234,27 @@ class Watch:
         return cls(white, (mean @ white).tolist(), mean.tolist(), ema.tolist(), ((ema - mean) @ white).tolist())
 
 
-def watch_one(d: Drift, x: torch.Tensor, fg) -> bool:
+def watch_one(d: Drift, x: torch.Tensor, fg) -> bool | None:
     """One sample x [1, D] into a one-stream CPU detector past its warm-up (n > W) -> whether it cuts:
     the EMA e += a (u - e) (written back to the record), h = (1 - a) h + a L^T (u - mean), z = |h|^2,
     the CUSUM acc = max(0, acc + z - 1 - slack); at a cut acc and n are 0. `drift_step_t`'s values
-    up to float64 rounding (tests/test_host_reads.py)."""
+    up to float64 rounding (tests/test_host_reads.py). None, the record untouched, where scale inv
+    has no Cholesky factor (`Watch.of`): the tensor path runs."""
     me = host_view(d, "me")
     w = d.__dict__.get("_watch")
     if w is None or w.ema != me[0, 1].tolist() or w.mean != me[0, 0].tolist():
         w = d.__dict__["_watch"] = Watch.of(d)
+        if w is None:
+            return None
+    x64 = x.double()
+    norm = max(float(x64.norm()), 1e-12)  # as `detect_input`
+    y = x64 if d.proj is None else x64 @ d.proj  # [1, k]
+    a, yw = fg.detect_rate, (y @ w.white).tolist()[0]
+    w.ema = [e + a * (v / norm - e) for e, v in zip(w.ema, y.tolist()[0])]
+    w.h = [(1 - a) * h + a * (v / norm - c) for h, v, c in zip(w.h, yw, w.centre)]
+    me[0, 1] = w.ema
     acc = host_view(d, "acc")
-    if w is None:  # scale inv not positive definite: the tensor path
-        d.me.lerp_(detect_input(x.unsqueeze(1), d.proj), d.table[-1, :2])
-        d.acc.addcmul_(_quad(d), d.scale).sub_(1 + fg.detect_slack).clamp_min_(0)
-    else:
-        x64 = x.double()
-        norm = max(float(x64.norm()), 1e-12)  # as `detect_input`
-        y = x64 if d.proj is None else x64 @ d.proj  # [1, k]
-        a, yw = fg.detect_rate, (y @ w.white).tolist()[0]
-        w.ema = [e + a * (v / norm - e) for e, v in zip(w.ema, y.tolist()[0])]
-        w.h = [(1 - a) * h + a * (v / norm - c) for h, v, c in zip(w.h, yw, w.centre)]
-        me[0, 1] = w.ema
-        acc[0] = max(0.0, float(acc[0]) + sum(v * v for v in w.h) - (1 + fg.detect_slack))
+    acc[0] = max(0.0, float(acc[0]) + sum(v * v for v in w.h) - (1 + fg.detect_slack))
     if acc[0] > fg.detect_threshold:
         acc[0] = 0
         host_view(d, "n")[0] = 0
