@@ -34,7 +34,7 @@ from .boost import boosted_logits, select_views
 from .cache import UNBOUNDED_START, Bank, Cache
 from .cache_rules import entropy_gate_t
 from .config import EngineConfig
-from .drift import Drift, drift_step_host, drift_step_t
+from .drift import Drift, drift_step_host, drift_step_one, drift_step_t
 from .families import view_aggregator
 from .families.base import CACHE, Method
 from .families.cache import switches
@@ -182,7 +182,7 @@ class Streams(Runner):
         self.runs = int(self.seen.max())
 
     def _drop_host_state(self) -> None:
-        for rec in (self.pos, self.neg):
+        for rec in (self.pos, self.neg, self.drift):
             if rec is not None:
                 rec.drop_host_state()
 
@@ -318,6 +318,8 @@ class Streams(Runner):
         fg = self.config.forget
         if not self.host_reads:
             return drift_step_t(self.drift, x[:, 0], fg, ok)
+        if self.streams == 1 and (self._active is None or self._active[0]):
+            return torch.ones(1, dtype=torch.bool) if drift_step_one(self.drift, x, fg) else None
         hit = drift_step_host(self.drift, x[:, 0], fg, ok)
         return torch.as_tensor(hit, device=self.device) if hit.any() else None
 

@@ -117,6 +117,7 @@ class Drift:
         return cls(n, me, inv, acc, scale, start, count_table(cfg, device), z_terms(cfg, dim, device), proj)
 
     def clear(self, s: int) -> None:
+        self.drop_host_state()
         for t in (self.n, self.me, self.acc, self.scale):
             t[s] = 0
         self.inv[s] = self.start
@@ -124,8 +125,13 @@ class Drift:
     def forget(self, cut: torch.Tensor) -> None:
         """Start over where cut [S] (bool), on the device: the next sample starts the reference (its
         mean, EMA and inv are then exactly a fresh detector's: `drift_step_t`'s lerps of weight 1)."""
+        self.drop_host_state()
         self.n.masked_fill_(cut, 0)
         self.acc.masked_fill_(cut, 0)
+
+    def drop_host_state(self) -> None:
+        """Forget what the host derived from the state (`watch_one`'s `Watch`): any write but its own."""
+        self.__dict__.pop("_watch", None)
 
 
 def drift_step_t(d: Drift, x: torch.Tensor, fg, ok=None) -> torch.Tensor:
@@ -134,6 +140,7 @@ def drift_step_t(d: Drift, x: torch.Tensor, fg, ok=None) -> torch.Tensor:
     Welford's mean and Sherman-Morrison's inverse over the reference's samples, frozen after
     (their coefficients are 0 there: `count_table`). `ok` [S]: the stepping streams (fg: ForgetConfig).
     Branchless: on any device, in a CUDA graph; `drift_step_host` does the same with fewer ops."""
+    d.drop_host_state()
     u = detect_input(x, d.proj)
     d.n.add_(1 if ok is None else ok).clamp_max_(fg.detect_warmup + 1)
     coef = d.table[d.n if ok is None else d.n * ok]  # [S, 6, 1]
@@ -170,58 +177,89 @@ def _sherman_morrison(d: Drift, u: torch.Tensor, inv_beta: torch.Tensor) -> None
 
 def drift_step_host(d: Drift, x: torch.Tensor, fg, ok=None) -> np.ndarray:
     """`drift_step_t` where the host may read the state (on a CPU, numpy views of the count and the
-    CUSUM, `host_view`; elsewhere copies) -> cut [S] on the host. When every stream steps in one phase:
-    past the warm-up (n >= W before the sample) the EMA, z and the CUSUM only (mean, inv and scale
-    are frozen: their coefficients are 0), one CPU stream by `watch_one`; inside it (n < W) the
-    reference's update only (the CUSUM's ceiling is 0 there, so it stays 0); else, or with skipped
-    streams, `drift_step_t`. The same ops on the same values but `watch_one`'s (float64 rounding)."""
+    CUSUM, `host_view`; elsewhere copies) -> cut [S] on the host. One CPU stream that steps:
+    `drift_step_one`. When every stream steps in one phase: past the warm-up (n >= W before the
+    sample) the EMA, z and the CUSUM only (mean, inv and scale are frozen: their coefficients are 0);
+    inside it (n < W) the reference's update only (the CUSUM's ceiling is 0 there, so it stays 0);
+    else, or with skipped streams, `drift_step_t`. The same ops on the same values but `watch_one`'s
+    (float64 rounding)."""
     cpu, w_ref = d.n.device.type == "cpu", fg.detect_warmup
     n = host_view(d, "n") if cpu else d.n.cpu().numpy()
     if ok is not None and not bool(ok.all()):
         return drift_step_t(d, x, fg, ok).cpu().numpy()
+    if cpu and len(n) == 1:
+        return np.array([drift_step_one(d, x.unsqueeze(1), fg)])
     low, high = n.min(), n.max()
     if low >= w_ref:  # every stream watches
         if low == w_ref:  # a stream's first sample past the warm-up (the count stops at W + 1)
             d.n.add_(1).clamp_max_(w_ref + 1)
-        if cpu and len(n) == 1 and (hit := watch_one(d, x, fg)) is not None:
-            return np.array([hit])
-        u = detect_input(x.unsqueeze(1), d.proj)  # [S, 1, k]
-        d.me.lerp_(u, d.table[-1, :2])  # the mean's weight 0, the EMA's a (count_table's last row: n > W)
-        d.acc.addcmul_(_quad(d), d.scale).sub_(1 + fg.detect_slack).clamp_min_(0)
-        acc = host_view(d, "acc") if cpu else d.acc.cpu().numpy()
-        cut = acc > fg.detect_threshold
-        if cut.any():
-            hit = torch.as_tensor(cut, device=d.acc.device)
-            d.acc.masked_fill_(hit, 0)
-            d.n.masked_fill_(hit, 0)
-        return cut
+        return _watch_t(d, x, fg, cpu)
     if high < w_ref:  # every stream learns its reference
-        u = detect_input(x, d.proj)
-        d.n.add_(1)
-        coef = d.table[d.n]  # [S, 6, 1]
-        if low == 0:  # a stream starts its reference: inv from (W r / k I)^-1
-            d.inv.lerp_(d.start, coef[:, 2:3])
-        d.me.lerp_(u.unsqueeze(1), coef[:, :2])
-        _sherman_morrison(d, u, coef[:, 3])
-        d.scale.copy_(z_scale(d.inv.diagonal(dim1=-2, dim2=-1).sum(-1), d.terms))
+        _learn_t(d, x, low == 0)
         return np.zeros(len(n), dtype=bool)
     return drift_step_t(d, x, fg, ok).cpu().numpy()
 
 
-@dataclass
+def drift_step_one(d: Drift, x: torch.Tensor, fg) -> bool:
+    """`drift_step_host` for one CPU stream that steps, x [1, V, D] (view 0 into the detector) ->
+    whether it cuts (the state reset before this sample): the count read as a scalar; past the
+    warm-up `watch_one` (the tensor ops where it has no factor), inside it the reference's update."""
+    n, w_ref = host_view(d, "n"), fg.detect_warmup
+    if n[0] >= w_ref:
+        if n[0] == w_ref:  # the first sample past the warm-up (the count stops at W + 1)
+            d.n.add_(1).clamp_max_(w_ref + 1)
+        hit = watch_one(d, x, fg)
+        return bool(_watch_t(d, x[:, 0], fg, True)[0]) if hit is None else hit
+    _learn_t(d, x[:, 0], n[0] == 0)
+    return False
+
+
+def _learn_t(d: Drift, x: torch.Tensor, starts: bool) -> None:
+    """Every stream inside its warm-up (n < W before the sample), by tensor ops: the reference's
+    update only (the CUSUM's ceiling is 0 there, so it stays 0); `starts`: some stream's first sample."""
+    d.drop_host_state()
+    u = detect_input(x, d.proj)
+    d.n.add_(1)
+    coef = d.table[d.n]  # [S, 6, 1]
+    if starts:  # a stream starts its reference: inv from (W r / k I)^-1
+        d.inv.lerp_(d.start, coef[:, 2:3])
+    d.me.lerp_(u.unsqueeze(1), coef[:, :2])
+    _sherman_morrison(d, u, coef[:, 3])
+    d.scale.copy_(z_scale(d.inv.diagonal(dim1=-2, dim2=-1).sum(-1), d.terms))
+
+
+def _watch_t(d: Drift, x: torch.Tensor, fg, cpu: bool) -> np.ndarray:
+    """Every stream past its warm-up, by tensor ops: the EMA, z and the CUSUM -> cut [S] on the host."""
+    d.drop_host_state()
+    u = detect_input(x.unsqueeze(1), d.proj)  # [S, 1, k]
+    d.me.lerp_(u, d.table[-1, :2])  # the mean's weight 0, the EMA's a (count_table's last row: n > W)
+    d.acc.addcmul_(_quad(d), d.scale).sub_(1 + fg.detect_slack).clamp_min_(0)
+    acc = host_view(d, "acc") if cpu else d.acc.cpu().numpy()
+    cut = acc > fg.detect_threshold
+    if cut.any():
+        hit = torch.as_tensor(cut, device=d.acc.device)
+        d.acc.masked_fill_(hit, 0)
+        d.n.masked_fill_(hit, 0)
+    return cut
+
+
+@dataclass(eq=False)
 class Watch:
     """One CPU stream's detector past its warm-up as the host steps it (`watch_one`; derived from the
-    `Drift` record, never saved): z in whitened coordinates, z = |h|^2 with h = L^T (e - mean) and
-    L L^T = scale inv (Cholesky; the reference is frozen), so a sample costs two small float64
-    products and sums over k Python floats where the tensor path runs about ten ops. `mean` and `ema`
-    are the record's values it was built from and last wrote: any other write to the record (a
-    reset, a restored state, the branchless step) makes them differ, and the watch is built again."""
+    `Drift` record, never saved, never copied): z in whitened coordinates, z = |h|^2 with
+    h = L^T (e - mean) and L L^T = scale inv (Cholesky; the reference is frozen), so a sample costs
+    three float64 products (|x|^2, x R, y L) and sums over k Python floats where the tensor path runs
+    about ten ops. Valid while it is the record's last writer: every other write to the record (the
+    tensor steps, a reset, a restored state: `Drift.drop_host_state`) drops it, and a record whose
+    tensors were replaced is not the one it holds; the next sample builds it again."""
 
-    white: torch.Tensor  # [k, k] L
+    tensors: tuple[torch.Tensor | None, ...]  # the record's me, inv, scale, acc, proj
+    proj: np.ndarray | None  # [D, k] R, a view of the record's
+    white: np.ndarray  # [k, k] L
     centre: list[float]  # L^T mean
-    mean: list[float]
     ema: list[float]
     h: list[float]
+    acc: float
 
     @classmethod
     def of(cls, d: Drift) -> Watch | None:
@@ -231,32 +269,42 @@ class Watch:
         if int(info) != 0 or not bool(torch.isfinite(white).all()):
             return None
         mean, ema = d.me[0]
-        return cls(white, (mean @ white).tolist(), mean.tolist(), ema.tolist(), ((ema - mean) @ white).tolist())
+        proj = None if d.proj is None else host_view(d, "proj")
+        h = ((ema - mean) @ white).tolist()
+        tensors = (d.me, d.inv, d.scale, d.acc, d.proj)
+        return cls(tensors, proj, white.numpy(), (mean @ white).tolist(), ema.tolist(), h, float(d.acc[0]))
+
+    def holds(self, d: Drift) -> bool:
+        """Whether the record's tensors are still the ones this watch was built from."""
+        t = self.tensors
+        return t[0] is d.me and t[1] is d.inv and t[2] is d.scale and t[3] is d.acc and t[4] is d.proj
+
+    def __deepcopy__(self, memo) -> None:
+        return None  # a deep copy of the record (a family runner's state dict) builds its own
 
 
 def watch_one(d: Drift, x: torch.Tensor, fg) -> bool | None:
-    """One sample x [1, D] into a one-stream CPU detector past its warm-up (n > W) -> whether it cuts:
-    the EMA e += a (u - e) (written back to the record), h = (1 - a) h + a L^T (u - mean), z = |h|^2,
-    the CUSUM acc = max(0, acc + z - 1 - slack); at a cut acc and n are 0. `drift_step_t`'s values
-    up to float64 rounding (tests/test_host_reads.py). None, the record untouched, where scale inv
-    has no Cholesky factor (`Watch.of`): the tensor path runs."""
-    me = host_view(d, "me")
+    """One sample x [1, V, D] (view 0) into a one-stream CPU detector past its warm-up (n > W) ->
+    whether it cuts: the EMA e += a (u - e) (written back to the record), h = (1 - a) h +
+    a L^T (u - mean), z = |h|^2, the CUSUM acc = max(0, acc + z - 1 - slack); at a cut acc and n are
+    0. `drift_step_t`'s values up to float64 rounding (tests/test_host_reads.py). None, the record
+    untouched, where scale inv has no Cholesky factor (`Watch.of`): the tensor path runs."""
     w = d.__dict__.get("_watch")
-    if w is None or w.ema != me[0, 1].tolist() or w.mean != me[0, 0].tolist():
+    if w is None or not w.holds(d):
         w = d.__dict__["_watch"] = Watch.of(d)
         if w is None:
             return None
-    x64 = x.double()
-    norm = max(float(x64.norm()), 1e-12)  # as `detect_input`
-    y = x64 if d.proj is None else x64 @ d.proj  # [1, k]
-    a, yw = fg.detect_rate, (y @ w.white).tolist()[0]
-    w.ema = [e + a * (v / norm - e) for e, v in zip(w.ema, y.tolist()[0])]
-    w.h = [(1 - a) * h + a * (v / norm - c) for h, v, c in zip(w.h, yw, w.centre)]
-    me[0, 1] = w.ema
-    acc = host_view(d, "acc")
-    acc[0] = max(0.0, float(acc[0]) + sum(v * v for v in w.h) - (1 + fg.detect_slack))
-    if acc[0] > fg.detect_threshold:
-        acc[0] = 0
+    x64 = x.numpy()[0, 0].astype(np.float64)
+    norm = max(math.sqrt(np.dot(x64, x64)), 1e-12)  # as `detect_input`
+    y = x64 if w.proj is None else np.dot(x64, w.proj)
+    a, yw = fg.detect_rate, np.dot(y, w.white)
+    w.ema = [e + a * (v / norm - e) for e, v in zip(w.ema, y.tolist())]
+    w.h = [(1 - a) * h + a * (v / norm - c) for h, v, c in zip(w.h, yw.tolist(), w.centre)]
+    host_view(d, "me")[0, 1] = w.ema
+    w.acc = max(0.0, w.acc + sum(v * v for v in w.h) - (1 + fg.detect_slack))
+    cut = w.acc > fg.detect_threshold
+    if cut:
+        w.acc = 0.0
         host_view(d, "n")[0] = 0
-        return True
-    return False
+    host_view(d, "acc")[0] = w.acc
+    return cut

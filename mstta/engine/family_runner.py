@@ -201,7 +201,8 @@ class FamilyStreams(Runner):
         ok = np.ones(self.streams, dtype=bool) if active is None else np.asarray(active, dtype=bool)
         cut = ok & np.array([fg.rule == "periodic" and periodic_reset(int(t), fg.every) for t in self.seen])
         if self.drift is not None:
-            self.drift.forget(torch.as_tensor(cut, device=self.device))
+            if cut.any():  # RDumb's reset: the detector starts over with the state
+                self.drift.forget(torch.as_tensor(cut, device=self.device))
             okt = torch.as_tensor(ok, device=self.device)
             cut = cut | drift_step_host(self.drift, x[:, 0], fg, okt)
         for s in np.nonzero(cut)[0]:
