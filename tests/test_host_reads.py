@@ -231,7 +231,7 @@ def test_a_watch_without_a_factor_runs_the_tensor_path(monkeypatch):
     tensor ops: the branchless step's state bit for bit."""
     from mstta.engine import drift
 
-    monkeypatch.setattr(drift.Watch, "of", classmethod(lambda cls, d: None))
+    monkeypatch.setattr(drift.Watch, "of", classmethod(lambda cls, d, dim: None))
     f, _ = cut_stream(n=400, cuts=(120, 260), dim=20)
     fg = ForgetConfig(detect=True, detect_warmup=40, detect_ridge=0.1)
     a, b = Drift.empty(1, 20, "cpu", fg), Drift.empty(1, 20, "cpu", fg)

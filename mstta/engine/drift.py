@@ -248,31 +248,45 @@ class Watch:
     """One CPU stream's detector past its warm-up as the host steps it (`watch_one`; derived from the
     `Drift` record, never saved, never copied): z in whitened coordinates, z = |h|^2 with
     h = L^T (e - mean) and L L^T = scale inv (Cholesky; the reference is frozen), so a sample costs
-    three float64 products (|x|^2, x R, y L) and sums over k Python floats where the tensor path runs
-    about ten ops. Valid while it is the record's last writer: every other write to the record (the
-    tensor steps, a reset, a restored state: `Drift.drop_host_state`) drops it, and a record whose
-    tensors were replaced is not the one it holds; the next sample builds it again."""
+    three float64 dots (|x|^2, x R, y L) and a few in-place numpy ops on k floats where the tensor
+    path runs about ten ops. Valid while it is the record's last writer: every other write to the
+    record (the tensor steps, a reset, a restored state: `Drift.drop_host_state`) drops it, and a
+    record whose tensors were replaced is not the one it holds; the next sample builds it again."""
 
     tensors: tuple[torch.Tensor | None, ...]  # the record's me, inv, scale, acc, proj
     proj: np.ndarray | None  # [D, k] R, a view of the record's
     white: np.ndarray  # [k, k] L
-    centre: list[float]  # L^T mean
-    ema: list[float]
-    h: list[float]
-    acc: float
+    centre: np.ndarray  # [k] L^T mean
+    ema: np.ndarray  # [k] e: a view of the record's (written in place)
+    h: np.ndarray  # [k]
+    acc: float  # the record's CUSUM
+    staged: torch.Tensor  # [1, 1, D] float64: the sample's view 0
+    row: np.ndarray  # [D] a view of `staged`
 
     @classmethod
-    def of(cls, d: Drift) -> Watch | None:
-        """The watch of stream 0's frozen reference; None where scale inv is not numerically positive
-        definite (then the tensor path runs)."""
+    def of(cls, d: Drift, dim: int) -> Watch | None:
+        """The watch of stream 0's frozen reference for features of width `dim`; None where scale inv
+        is not numerically positive definite (then the tensor path runs)."""
         white, info = torch.linalg.cholesky_ex(d.inv[0] * d.scale[0])
         if int(info) != 0 or not bool(torch.isfinite(white).all()):
             return None
         mean, ema = d.me[0]
         proj = None if d.proj is None else host_view(d, "proj")
-        h = ((ema - mean) @ white).tolist()
+        staged = torch.empty(1, 1, dim, dtype=torch.float64)
         tensors = (d.me, d.inv, d.scale, d.acc, d.proj)
-        return cls(tensors, proj, white.numpy(), (mean @ white).tolist(), ema.tolist(), h, float(d.acc[0]))
+        h = ((ema - mean) @ white).numpy()
+        centre = (mean @ white).numpy()
+        return cls(
+            tensors,
+            proj,
+            white.numpy(),
+            centre,
+            host_view(d, "me")[0, 1],
+            h,
+            float(d.acc[0]),
+            staged,
+            staged.numpy()[0, 0],
+        )
 
     def holds(self, d: Drift) -> bool:
         """Whether the record's tensors are still the ones this watch was built from."""
@@ -285,23 +299,28 @@ class Watch:
 
 def watch_one(d: Drift, x: torch.Tensor, fg) -> bool | None:
     """One sample x [1, V, D] (view 0) into a one-stream CPU detector past its warm-up (n > W) ->
-    whether it cuts: the EMA e += a (u - e) (written back to the record), h = (1 - a) h +
-    a L^T (u - mean), z = |h|^2, the CUSUM acc = max(0, acc + z - 1 - slack); at a cut acc and n are
-    0. `drift_step_t`'s values up to float64 rounding (tests/test_host_reads.py). None, the record
-    untouched, where scale inv has no Cholesky factor (`Watch.of`): the tensor path runs."""
+    whether it cuts: u = x R / |x|, the EMA e = (1 - a) e + a u (in the record), h = (1 - a) h +
+    a (L^T u - L^T mean), z = |h|^2, the CUSUM acc = max(0, acc + z - 1 - slack); at a cut acc and n
+    are 0. `drift_step_t`'s values up to float64 rounding (tests/test_host_reads.py). None, the
+    record untouched, where scale inv has no Cholesky factor (`Watch.of`): the tensor path runs."""
     w = d.__dict__.get("_watch")
     if w is None or not w.holds(d):
-        w = d.__dict__["_watch"] = Watch.of(d)
+        w = d.__dict__["_watch"] = Watch.of(d, x.shape[-1])
         if w is None:
             return None
-    x64 = x.numpy()[0, 0].astype(np.float64)
-    norm = max(math.sqrt(np.dot(x64, x64)), 1e-12)  # as `detect_input`
-    y = x64 if w.proj is None else np.dot(x64, w.proj)
-    a, yw = fg.detect_rate, np.dot(y, w.white)
-    w.ema = [e + a * (v / norm - e) for e, v in zip(w.ema, y.tolist())]
-    w.h = [(1 - a) * h + a * (v / norm - c) for h, v, c in zip(w.h, yw.tolist(), w.centre)]
-    host_view(d, "me")[0, 1] = w.ema
-    w.acc = max(0.0, w.acc + sum(v * v for v in w.h) - (1 + fg.detect_slack))
+    w.staged.copy_(x if x.shape[1] == 1 else x[:, :1])
+    a, row = fg.detect_rate, w.row
+    norm = max(math.sqrt(np.dot(row, row)), 1e-12)  # as `detect_input`
+    y = row if w.proj is None else np.dot(row, w.proj)
+    yw = np.dot(y, w.white)
+    y *= a / norm
+    w.ema *= 1 - a
+    w.ema += y
+    yw -= norm * w.centre
+    yw *= a / norm
+    w.h *= 1 - a
+    w.h += yw
+    w.acc = max(0.0, w.acc + float(np.dot(w.h, w.h)) - (1 + fg.detect_slack))
     cut = w.acc > fg.detect_threshold
     if cut:
         w.acc = 0.0
