@@ -1,10 +1,10 @@
 """On a CPU the eager step reads what it needs of the state (`Streams.host_reads`: nothing to
 transfer): the detector's phase and cuts (`drift.drift_step_host`), so every reset is known on the
 host and the bank refills from its first row without a mask; when a slot can next expire (idle
-rule); which slot is used. Each is the device path's result bit for bit (the device path is the
-one a GPU runs, `host_reads` off; tests/test_forget.py holds both to the float64 reference), but
-one stream's detector past its warm-up (`drift.watch_one`, whitened): its EMA and CUSUM to float64
-rounding, its cuts the same."""
+rule); which slot is used; one stream's insertions (`Cache.insert_one`). Each is the device path's
+result bit for bit (the device path is the one a GPU runs, `host_reads` off; tests/test_forget.py
+holds both to the float64 reference), but one stream's detector past its warm-up
+(`drift.watch_one`, whitened): its EMA and CUSUM to float64 rounding, its cuts the same."""
 
 from __future__ import annotations
 
@@ -27,6 +27,8 @@ SETTINGS = {
     "idle": dict(rule="idle", idle=9),
     "idle-detect": dict(rule="idle", idle=15, detect=True, **FAST),
     "periodic": dict(rule="periodic", every=33),
+    "timeliness": dict(rule="timeliness", horizon=20),
+    "timeliness-detect": dict(rule="timeliness", horizon=20, detect=True, **FAST),
 }
 
 
@@ -43,7 +45,7 @@ def _state_equal(a: dict, b: dict, skip=("bank.start",)) -> bool:
     )
 
 
-@pytest.mark.parametrize("method", ["tda", "ms-tta", "tda+ms"])
+@pytest.mark.parametrize("method", ["tda", "ms-tta", "tda+ms", "boostadapter+ms"])
 @pytest.mark.parametrize("setting", list(SETTINGS))
 @pytest.mark.parametrize("bank_size", [None, 25])
 def test_the_host_reads_equal_the_device_path(method, setting, bank_size):
@@ -63,7 +65,7 @@ def test_the_host_reads_equal_the_device_path(method, setting, bank_size):
                 assert torch.equal(getattr(a, k), getattr(b, k)), (rec, k)
             if a.used is not None:  # an empty slot's last mark is read by nothing (`Cache._mark_used`)
                 assert torch.equal(torch.where(a.time >= 0, a.used, -1), torch.where(b.time >= 0, b.used, -1))
-    assert any(cuts) == (setting != "idle")
+    assert any(cuts) == (setting not in ("idle", "timeliness"))
 
 
 def test_the_bank_refills_from_its_first_row_after_a_known_reset():
@@ -277,3 +279,39 @@ def test_one_streams_expiry_reads_its_next_slots_as_a_full_scan_would(method, so
                 assert torch.equal(torch.where(p.time >= 0, p.used, -1), torch.where(q.time >= 0, q.used, -1))
         most = max(most, int((host.runner.pos.time >= 0).sum()))
     assert most > soon
+
+
+@pytest.mark.parametrize("rule", ["entropy", "fifo", "timeliness"])
+def test_one_streams_insert_on_the_host_equals_the_device_insert(rule):
+    """`Cache.insert_one` (one CPU stream: the replay scan's host rules on the class row, numpy
+    writes) against `Cache.insert` (tensor ops): 600 samples into 4 classes of 3 slots with values,
+    entropies drawn from 5 levels so that full rows tie and newcomers tie the worst entry, clocks
+    jumping so that the timeliness score orders old and new: every slot, key, bias and value equal
+    after each sample, and both rules insert and refuse."""
+    C, Q, d = 4, 3, 6
+    host, dev = (Cache.empty(1, C, Q, d, "cpu", values=True) for _ in range(2))
+    rng = np.random.default_rng(3)
+    tl = (40, 0.8) if rule == "timeliness" else None
+    clock, refused = 0, 0
+    for _ in range(600):
+        clock += int(rng.integers(1, 30))
+        p, h = int(rng.integers(C)), float(rng.choice([0.1, 0.4, 0.4, 0.9, 1.3]))
+        key, value = torch.randn(1, d), torch.rand(1, C)
+        before = dev.ent.clone()
+        dev.insert(
+            torch.tensor([p]),
+            torch.tensor([h]),
+            key,
+            torch.tensor([clock]),
+            -0.7,
+            rule == "fifo",
+            value=value,
+            timeliness=tl,
+        )
+        host.insert_one(
+            p, float(torch.tensor(h)), key.numpy()[0], clock, -0.7, rule == "fifo", lambda v=value: v.numpy()[0], tl
+        )
+        refused += torch.equal(before, dev.ent)
+        for k in ("ent", "time", "keys", "bias", "values"):
+            assert torch.equal(getattr(host, k), getattr(dev, k)), k
+    assert 0 < refused < 600 or rule == "fifo"

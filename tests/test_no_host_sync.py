@@ -1,5 +1,7 @@
-"""A warm engine's step never waits on the host: no Python number is read from a tensor (on a GPU
-each would stall the stream). Checked on the CPU by making every such conversion raise."""
+"""A warm engine's device step never waits on the host: no Python number is read from a tensor (on a
+GPU each would stall the stream). Checked on the CPU, on the device path a GPU runs (a CPU engine's
+own step reads its state on the host by design, `Streams.host_reads`: tests/test_host_reads.py
+holds the two equal), by making every such conversion raise."""
 
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ def _forbid(monkeypatch):
 def _run(method, views, cfg, monkeypatch, n=80):
     f, t, _ = as_tensors(make_stream(n=n, classes=5, dim=12, views=views, seed=5, noise=1.5))
     engine = Engine(t, method, cfg)
+    engine.runner.host_reads = engine.runner.host_resets = False  # the device path
     logits = [engine.step(x).logits for x in f[:WARM]]
     with monkeypatch.context() as mp:
         _forbid(mp)

@@ -17,8 +17,8 @@ import numpy as np
 import torch
 
 from . import functional as Fn
-from .cache_rules import EMPTY_TIME, entropy_slot_t, fifo_slot_t
-from .forget import timeliness_slot_t
+from .cache_rules import EMPTY_TIME, entropy_slot, entropy_slot_t, fifo_slot, fifo_slot_t
+from .forget import timeliness_slot, timeliness_slot_t
 from .host import host_view
 
 UNBOUNDED_START = 1024  # first bank allocation when bank_size is None (it doubles when full)
@@ -236,6 +236,39 @@ class Cache:
         write_rows(self.bias, at, ok, torch.full_like(h, log_w))
         if self.values is not None:
             write_rows(self.values, at, ok, value)
+
+    def insert_one(
+        self,
+        p: int,
+        h: float,
+        key: np.ndarray,
+        clock: int,
+        log_w: float,
+        fifo: bool = False,
+        value=None,
+        timeliness: tuple[int, float] | None = None,
+    ) -> None:
+        """`insert` of one stream's sample where the host reads the state (a CPU record, S = 1): the
+        slot chosen by the host rules of the replay's scan (`entropy_slot`, `fifo_slot`,
+        `timeliness_slot`) on the class row's Q slots, written through numpy views. key [d];
+        value: None, or a callable giving the value row [C] (made only when the sample is inserted)."""
+        C, Q = self.ent.shape[1:]
+        ent, when = host_view(self, "ent")[0, p], host_view(self, "time")[0, p]
+        row_time = when.tolist()
+        if fifo:
+            j = fifo_slot(row_time)
+        elif timeliness is not None:
+            j = timeliness_slot(ent.tolist(), row_time, h, clock, *timeliness, math.log(C))
+        else:
+            j = entropy_slot(ent.tolist(), row_time, h)
+        if j < 0:
+            return
+        at = p * Q + j
+        ent[j], when[j] = h, clock
+        host_view(self, "keys")[0, at] = key
+        host_view(self, "bias")[0, at] = log_w
+        if self.values is not None:
+            host_view(self, "values")[0, at] = value()
 
     def logits(
         self, q: torch.Tensor, beta: float, kernel: str, a: float, clock=None, ok=None, host: bool = False

@@ -10,8 +10,9 @@ copies excepted), so on CUDA the step of a bounded bank can be captured once as 
 One exception where nothing waits: on a CPU device (`host_reads`) the host reads the detector's
 state and cuts (`drift.drift_step_host`), when a slot can next expire and which slot a step uses
 (`Cache.expire_host`, `Cache._mark_host`), so every reset is known there and the step skips what
-it need not do; the results are the device path's bit for bit, but one stream's detector past its
-warm-up (`drift.watch_one`: its EMA and CUSUM to float64 rounding, its cuts the same;
+it need not do; one stream's insertions take their slot by the replay scan's host rules
+(`Cache.insert_one`). The results are the device path's bit for bit, but one stream's detector
+past its warm-up (`drift.watch_one`: its EMA and CUSUM to float64 rounding, its cuts the same;
 tests/test_host_reads.py).
 """
 
@@ -32,7 +33,7 @@ from . import functional as Fn
 from . import graphs
 from .boost import boosted_logits, select_views
 from .cache import UNBOUNDED_START, Bank, Cache
-from .cache_rules import entropy_gate_t
+from .cache_rules import entropy_gate, entropy_gate_t
 from .config import EngineConfig
 from .drift import Drift, drift_step_host, drift_step_one, drift_step_t
 from .families import view_aggregator
@@ -252,6 +253,9 @@ class Streams(Runner):
         (its entropy gate and its mask of the probabilities); forget's timeliness weights where set."""
         p, fg = self.p, self.config.forget
         tl = (fg.steps, fg.weight) if fg.rule == "timeliness" else None
+        if self.host_reads and self.streams == 1:
+            self._insert_one(label, h, q, probs, tl)
+            return
         self.pos.insert(label, h, q, self.clock, Fn.log_weight(p.cache_alpha, p.beta), ok=ok, timeliness=tl)
         if self.sw.negative:
             gate = entropy_gate_t(h, self.num_classes, p.neg_entropy_lower, p.neg_entropy_upper)
@@ -266,6 +270,20 @@ class Streams(Runner):
                 Fn.negative_mask(probs, p.neg_mask_lower, p.neg_mask_upper),
                 tl,
             )
+
+    def _insert_one(self, label, h, q, probs, tl) -> None:
+        """`_insert` of one stream where the host reads the state: the label, entropy and clock read
+        as scalars, the slots chosen by the replay scan's host rules (`Cache.insert_one`); TDA's
+        negative cache behind its entropy gate (`entropy_gate`, as `entropy_gate_t`)."""
+        if self._active is not None and not self._active[0]:
+            return
+        p, c, hf, t = self.p, int(label), float(h), int(self.seen[0])  # seen: the clock
+        key = q.numpy()[0]
+        self.pos.insert_one(c, hf, key, t, Fn.log_weight(p.cache_alpha, p.beta), timeliness=tl)
+        if self.sw.negative and entropy_gate(hf, self.num_classes, p.neg_entropy_lower, p.neg_entropy_upper):
+            mask = lambda: Fn.negative_mask(probs, p.neg_mask_lower, p.neg_mask_upper).numpy()[0]
+            fifo = self.sw.neg_policy == "fifo"
+            self.neg.insert_one(c, hf, key, t, Fn.log_weight(p.neg_alpha, p.neg_beta), fifo, mask, tl)
 
     def _forget(self, x: torch.Tensor, ok: torch.Tensor | None, rows: int) -> None:
         """The forget section's resets and expiries before the step (`mstta.engine.forget`), on the device:
