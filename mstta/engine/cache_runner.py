@@ -12,7 +12,7 @@ state and cuts (`drift.drift_step_host`), when a slot can next expire and which 
 (`Cache.expire_host`, `Cache._mark_host`), so every reset is known there and the step skips what
 it need not do; one stream's insertions take their slot by the replay scan's host rules
 (`Cache.insert_one`). The results are the device path's bit for bit, but one stream's detector
-past its warm-up (`drift.watch_one`: its EMA and CUSUM to float64 rounding, its cuts the same;
+(`drift.drift_step_one`, on numpy: its state to float64 rounding, its count and cuts the same;
 tests/test_host_reads.py).
 """
 

@@ -181,8 +181,8 @@ def drift_step_host(d: Drift, x: torch.Tensor, fg, ok=None) -> np.ndarray:
     `drift_step_one`. When every stream steps in one phase: past the warm-up (n >= W before the
     sample) the EMA, z and the CUSUM only (mean, inv and scale are frozen: their coefficients are 0);
     inside it (n < W) the reference's update only (the CUSUM's ceiling is 0 there, so it stays 0);
-    else, or with skipped streams, `drift_step_t`. The same ops on the same values but `watch_one`'s
-    (float64 rounding)."""
+    else, or with skipped streams, `drift_step_t`. The same ops on the same values but one CPU
+    stream's (`drift_step_one`, on numpy: float64 rounding)."""
     cpu, w_ref = d.n.device.type == "cpu", fg.detect_warmup
     n = host_view(d, "n") if cpu else d.n.cpu().numpy()
     if ok is not None and not bool(ok.all()):
@@ -203,15 +203,48 @@ def drift_step_host(d: Drift, x: torch.Tensor, fg, ok=None) -> np.ndarray:
 def drift_step_one(d: Drift, x: torch.Tensor, fg) -> bool:
     """`drift_step_host` for one CPU stream that steps, x [1, V, D] (view 0 into the detector) ->
     whether it cuts (the state reset before this sample): the count read as a scalar; past the
-    warm-up `watch_one` (the tensor ops where it has no factor), inside it the reference's update."""
+    warm-up `watch_one` (the tensor ops where it has no factor), inside it `_learn_one`."""
     n, w_ref = host_view(d, "n"), fg.detect_warmup
     if n[0] >= w_ref:
         if n[0] == w_ref:  # the first sample past the warm-up (the count stops at W + 1)
             d.n.add_(1).clamp_max_(w_ref + 1)
         hit = watch_one(d, x, fg)
         return bool(_watch_t(d, x[:, 0], fg, True)[0]) if hit is None else hit
-    _learn_t(d, x[:, 0], n[0] == 0)
+    _learn_one(d, x)
     return False
+
+
+def _learn_one(d: Drift, x: torch.Tensor) -> None:
+    """`_learn_t` of one CPU stream, x [1, V, D], on numpy views of the record (`host_view`): Welford's
+    mean and the EMA (torch's lerp formula), Sherman-Morrison's update of inv, z's factor `z_scale`;
+    `drift_step_t`'s values up to float64 rounding (tests/test_host_reads.py)."""
+    d.drop_host_state()
+    n = host_view(d, "n")
+    n[0] += 1
+    w_mean, rate, first, inv_beta = host_view(d, "table")[int(n[0]), :4, 0].tolist()
+    me, inv = host_view(d, "me")[0], host_view(d, "inv")[0]
+    row = x.numpy()[0, 0].astype(np.float64)
+    norm = max(math.sqrt(np.dot(row, row)), 1e-12)  # as `detect_input`
+    u = (row if d.proj is None else np.dot(row, host_view(d, "proj"))) / norm
+    if first:  # the reference starts: inv from (W r / k I)^-1
+        inv[:] = host_view(d, "start")
+    for e, w in zip(me, (w_mean, rate)):
+        _lerp(e, u, w)
+    if inv_beta != math.inf:
+        dv = u - me[0]
+        bd = np.dot(dv, inv)
+        inv -= np.outer(bd, bd * (1 / (np.dot(dv, bd) + inv_beta)))
+    (b0, k0), (b1, k1), (f0, f1) = host_view(d, "terms").tolist()
+    tr = float(np.trace(inv))
+    host_view(d, "scale")[0] = max(b0 + tr * b1, f0) / max(k0 + tr * k1, f1)
+
+
+def _lerp(e: np.ndarray, u: np.ndarray, w: float) -> None:
+    """e = lerp(e, u, w) in place, torch's formula (from the nearer end)."""
+    if w < 0.5:
+        e += w * (u - e)
+    else:
+        e[:] = u - (u - e) * (1 - w)
 
 
 def _learn_t(d: Drift, x: torch.Tensor, starts: bool) -> None:
