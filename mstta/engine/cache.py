@@ -300,17 +300,18 @@ class Cache:
         """`_mark_used` where the host reads the state (a CPU device: numpy views, `host_view`): where
         every stream's largest weight is positive, that is its slot (an empty slot weighs 0); where no
         stream has a live slot, nothing is marked."""
-        used = host_view(self, "used").reshape(w.shape)
-        if len(w) == 1:  # one stream: scalar reads
-            j = int(w[0].argmax())
-            if not w[0, j] > 0:
-                bias = host_view(self, "bias")[0]
-                if bias.max() == -np.inf:  # no live slot: no use
-                    return
-                j = int(np.where(bias > -np.inf, w[0], -np.inf).argmax())
+        if len(w) == 1:  # one stream: scalar reads (its flat index is the slot's)
             if ok is None or ok[0]:
-                used[0, j] = clock[0]
+                j = int(w.argmax())
+                if not w.item(j) > 0:
+                    bias = host_view(self, "bias")
+                    if bias.max() == -np.inf:  # no live slot: no use
+                        return
+                    j = int(np.where(bias > -np.inf, w, -np.inf).argmax())
+                used = host_view(self, "used")  # [1, C, Q]
+                used[0, j // used.shape[2], j % used.shape[2]] = clock[0]
             return
+        used = host_view(self, "used").reshape(w.shape)
         at, rows = w.argmax(-1), np.arange(len(w))
         if not (w[rows, at] > 0).all():
             bias = host_view(self, "bias")
