@@ -123,6 +123,8 @@ def timeliness_slot(
     """RoTTA's replacement (`memory.py:71-92`, score `memory.py:104-105`, times ln C so that
     weight = 0 is `entropy_slot` exactly) on one class row at step t: of the highest-scoring slots
     (empty: +inf) the latest inserted, if its score beats the newcomer's; -1 = not inserted."""
+    if math.inf in row_entropy:  # an empty slot scores +inf: the first one (every empty slot has time -1)
+        return row_entropy.index(math.inf)
     lt = weight * ln_c
     score = [lt * (1 / (1 + math.exp(-((t - w) * (1 / horizon))))) + e for e, w in zip(row_entropy, row_time)]
     top = max(score)
