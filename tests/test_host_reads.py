@@ -253,16 +253,16 @@ def test_a_watch_without_a_factor_runs_the_tensor_path(monkeypatch):
     assert cuts >= 1 and len(tensor_steps) == watching > 200
 
 
-@pytest.mark.parametrize("soon", [4, 64])
+@pytest.mark.parametrize("idle", [25, 200])
 @pytest.mark.parametrize("method", ["ms-tta", "tda"])
-def test_one_streams_expiry_reads_its_next_slots_as_a_full_scan_would(method, soon, monkeypatch):
-    """`Cache._expire_one`: 60 classes (180 positive slots; more live than the `soon` read between
-    full scans: 4, so that they run out between scans, and the default 64), `idle` 200, a state
-    restored mid-way and a stream reset in place (its clock rewound): the caches, logits and uses
-    equal the device path's at every step."""
-    monkeypatch.setattr("mstta.engine.cache.SOON", soon)
+def test_one_streams_expiry_by_its_heap_empties_what_a_full_scan_would(method, idle):
+    """`Cache.expire_one`: 60 classes (180 positive slots), `idle` 25 (slots used, replaced and
+    expiring every few steps: the heap's items re-pushed and dropped) and 200, two scene cuts, a
+    state restored mid-way and a stream reset in place (its clock rewound): the caches, logits and
+    uses equal the device path's at every step, and the heap stays within the live slots and the
+    entries of the last `idle` steps."""
     f, t = cut_stream(n=520, cuts=(150, 300), classes=60, dim=96)
-    fg = dict(rule="idle", idle=200)
+    fg = dict(rule="idle", idle=idle, detect=True, **FAST)
     most = 0
     host, dev = (MultiEngine(t, method, EngineConfig(forget=ForgetConfig(**fg)), streams=1) for _ in range(2))
     dev.runner.host_reads = dev.runner.host_resets = False
@@ -277,14 +277,16 @@ def test_one_streams_expiry_reads_its_next_slots_as_a_full_scan_would(method, so
             host.reset(0)
             dev.reset(0)
         a, b = host.step(x.unsqueeze(0)), dev.step(x.unsqueeze(0))
-        assert torch.equal(a.logits, b.logits), i
+        assert torch.equal(a.logits, b.logits) and bool(a.cuts[0]) == bool(b.cuts[0]), i
         for rec in ("pos", "neg"):
             p, q = getattr(host.runner, rec), getattr(dev.runner, rec)
             if p is not None:
                 assert torch.equal(p.time, q.time) and torch.equal(p.ent, q.ent), (i, rec)
                 assert torch.equal(torch.where(p.time >= 0, p.used, -1), torch.where(q.time >= 0, q.used, -1))
+                heap = p.__dict__.get("_due")
+                assert heap is None or len(heap) <= int((p.time >= 0).sum()) + idle + 1, (i, rec)
         most = max(most, int((host.runner.pos.time >= 0).sum()))
-    assert most > soon
+    assert most > (64 if idle == 200 else 20)
 
 
 @pytest.mark.parametrize("rule", ["entropy", "fifo", "timeliness"])
@@ -321,3 +323,27 @@ def test_one_streams_insert_on_the_host_equals_the_device_insert(rule):
         for k in ("ent", "time", "keys", "bias", "values"):
             assert torch.equal(getattr(host, k), getattr(dev, k)), k
     assert 0 < refused < 600 or rule == "fifo"
+
+
+def test_the_expiry_heap_drops_replaced_entries_and_matches_the_device_expiry():
+    """`Cache.expire_one` on a cache of 2 classes x 2 slots whose entries are replaced at most steps
+    (random entropies) and used at random: each step's expiry equals the device's `Cache.expire`,
+    and the heap holds at most the live slots and the entries of the last `idle` steps (a replaced
+    entry's item is dropped, not pushed again)."""
+    idle, rng = 12, np.random.default_rng(5)
+    host, dev = (Cache.empty(1, 2, 2, 3, "cpu", values=False, used=True) for _ in range(2))
+    host.expire_one(0, idle)  # the heap, from an empty cache
+    for t in range(3000):
+        host.expire_one(t, idle)
+        dev.expire(t, idle)
+        p, h, key = int(rng.integers(2)), float(rng.random()), rng.standard_normal(3).astype(np.float32)
+        host.insert_one(p, float(np.float32(h)), key, t, -0.5)
+        dev.insert(torch.tensor([p]), torch.tensor([h]), torch.from_numpy(key)[None], torch.tensor([t]), -0.5)
+        if rng.random() < 0.5:
+            c, j = int(rng.integers(2)), int(rng.integers(2))
+            for cache in (host, dev):
+                if int(cache.time[0, c, j]) >= 0:
+                    cache.used[0, c, j] = t
+        for k in ("ent", "time", "keys", "bias"):
+            assert torch.equal(getattr(host, k), getattr(dev, k)), (t, k)
+        assert len(host.__dict__["_due"]) <= int((host.time >= 0).sum()) + idle + 1, t

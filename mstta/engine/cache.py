@@ -10,6 +10,7 @@ admitted, keeps its slots, with no host round trip.
 from __future__ import annotations
 
 import functools
+import heapq
 import math
 from dataclasses import dataclass, fields
 
@@ -23,7 +24,6 @@ from .host import host_view
 
 UNBOUNDED_START = 1024  # first bank allocation when bank_size is None (it doubles when full)
 NEVER = torch.iinfo(torch.long).max  # `Cache.expire_host`: a stream with no live slot
-SOON = 64  # one stream's slots next to expire read between full scans (`Cache._expire_one`)
 
 
 @dataclass
@@ -144,40 +144,43 @@ class Cache:
         """`expire` where the host reads the state (a CPU device: numpy views, `host_view`), in the
         streams `due` [S] (bool) at clock [S] -> the earliest step at which a slot of each stream can
         next expire [S]: a slot's use only moves later and a new entry is used at its clock. One
-        stream: `_expire_one`."""
+        stream: `expire_one`."""
         if len(clock) == 1:
-            return np.array([self._expire_one(int(clock[0]), idle)])
+            return np.array([self.expire_one(int(clock[0]), idle)])
         time = host_view(self, "time")
         last = np.maximum(host_view(self, "used"), time)
         self._vacate_host(np.flatnonzero((last <= (clock - idle)[:, None, None]) & due[:, None, None]))
         return np.minimum(np.where(time >= 0, last, NEVER).min((1, 2)), clock) + idle
 
-    def _expire_one(self, now: int, idle: int) -> int:
-        """`expire_host` of one stream at step `now` -> its next bound. A full scan keeps the SOON live
-        slots of least last use and a bound under every other slot's (`_soon`: the least last use of
-        the rest, or the scan's step, which no later entry precedes); until a slot at that bound
-        could expire, only those SOON slots are read (a use only moves later, an emptied slot stays
-        empty until an entry at a later step). A restored state or a rewound clock drops it
-        (`drop_host_state`)."""
-        time, used, cut = host_view(self, "time").reshape(-1), host_view(self, "used").reshape(-1), now - idle
-        soon = self.__dict__.get("_soon")
-        if soon is None or cut >= soon[1]:  # a full scan
-            last = np.maximum(used, time)
-            self._vacate_host(np.flatnonzero((last <= cut) & (time >= 0)))
-            live = np.flatnonzero(time >= 0)
-            rest = now
-            if len(live) > SOON:
-                order = np.argpartition(last[live], SOON)
-                live, rest = live[order[:SOON]], min(int(last[live[order[SOON:]]].min()), now)
-            self.__dict__["_soon"] = soon = (live, rest)
-            return min(int(last[live].min()) if len(live) else NEVER, rest) + idle
-        slot, rest = soon
-        alive = time[slot] >= 0
-        last = np.maximum(used[slot], time[slot])
-        self._vacate_host(slot[alive & (last <= cut)])
-        keep = alive & (last > cut)
-        self.__dict__["_soon"] = (slot[keep], rest)
-        return min(int(last[keep].min()) if keep.any() else NEVER, rest) + idle
+    def expire_one(self, now: int, idle: int) -> int:
+        """`expire_host` of one stream at step `now` -> its next bound, by a heap of (a lower bound of
+        the slot's last use, flat slot) over its live slots (`_due`: built by a full scan, an insertion
+        on the host pushes its slot, `insert_one`). Items whose bound has passed are read: an emptied
+        slot's or an earlier entry's (its bound is below the slot's insertion) is dropped, an expired
+        one emptied, a used one pushed again at its last use; the top then bounds every live slot's
+        last use. A restored state or a rewound clock drops the heap (`drop_host_state`). Size: the
+        live slots and the entries replaced over the last `idle` steps."""
+        time, used = host_view(self, "time"), host_view(self, "used")
+        heap = self.__dict__.get("_due")
+        if heap is None:  # a full scan
+            flat = time.reshape(-1)
+            live = np.flatnonzero(flat >= 0)
+            heap = list(zip(np.maximum(used.reshape(-1)[live], flat[live]).tolist(), live.tolist()))
+            heapq.heapify(heap)
+            self.__dict__["_due"] = heap
+        cut, gone = now - idle, []
+        while heap and heap[0][0] <= cut:
+            last, slot = heapq.heappop(heap)
+            t = time.item(slot)
+            if t < 0 or last < t:  # emptied, or an earlier entry of the slot (its own item is in)
+                continue
+            last = max(used.item(slot), t)
+            if last <= cut:
+                gone.append(slot)
+            else:
+                heapq.heappush(heap, (last, slot))
+        self._vacate_host(np.array(gone, dtype=np.int64))
+        return (heap[0][0] if heap else now) + idle
 
     def _vacate_host(self, flat: np.ndarray) -> None:
         """`_vacate` of the slots at flat indices [n] into [S, C, Q] (numpy views)."""
@@ -187,8 +190,8 @@ class Cache:
             host_view(self, "bias").reshape(-1)[flat] = -np.inf
 
     def drop_host_state(self) -> None:
-        """Forget what the host derived from the state (`_expire_one`'s slots): a restored state."""
-        self.__dict__.pop("_soon", None)
+        """Forget what the host derived from the state (`expire_one`'s heap): a restored state."""
+        self.__dict__.pop("_due", None)
 
     def last_use(self) -> torch.Tensor:
         """Each slot's last use [S, C, Q]: the later of its insertion and its last mark (idle rule)."""
@@ -265,6 +268,8 @@ class Cache:
             return
         at = p * Q + j
         ent[j], when[j] = h, clock
+        if (due := self.__dict__.get("_due")) is not None:  # the idle rule's heap (`expire_one`)
+            heapq.heappush(due, (clock, at))
         host_view(self, "keys")[0, at] = key
         host_view(self, "bias")[0, at] = log_w
         if self.values is not None:

@@ -325,6 +325,10 @@ class Streams(Runner):
         if not self.host_reads:
             rec.expire(self.clock, idle, ok)
             return
+        if self.streams == 1:  # scalar reads
+            if (self._active is None or self._active[0]) and self.seen[0] >= self.expiry[i, 0]:
+                self.expiry[i, 0] = rec.expire_one(int(self.seen[0]), idle)
+            return
         due = self.seen >= self.expiry[i]
         if self._active is not None:
             due &= self._active
