@@ -143,10 +143,8 @@ class Cache:
     def expire_host(self, clock: np.ndarray, idle: int, due: np.ndarray) -> np.ndarray:
         """`expire` where the host reads the state (a CPU device: numpy views, `host_view`), in the
         streams `due` [S] (bool) at clock [S] -> the earliest step at which a slot of each stream can
-        next expire [S]: a slot's use only moves later and a new entry is used at its clock. One
-        stream: `expire_one`."""
-        if len(clock) == 1:
-            return np.array([self.expire_one(int(clock[0]), idle)])
+        next expire [S]: a slot's use only moves later and a new entry is used at its clock. (One
+        stream's runner calls `expire_one`.)"""
         time = host_view(self, "time")
         last = np.maximum(host_view(self, "used"), time)
         self._vacate_host(np.flatnonzero((last <= (clock - idle)[:, None, None]) & due[:, None, None]))
