@@ -88,6 +88,17 @@ def test_dpe_rules_equal_the_reference(rule, ms):
     assert np.array_equal(replay(f, t, method, cfg).predictions, got.argmax(1))
 
 
+def test_dpe_idle_at_beta_zero_uses_the_first_live_entry():
+    """The use mark reads the largest cosine (the kernel weight exp(-beta (1 - cos)) is increasing in
+    it); at beta = 0 every weight is 1 and the reference's argmax takes the first live entry."""
+    f, t = _stream(views=1, n=DPE_N, cut=DPE_N // 2)
+    p = dpe.Params(capacity=2, beta=0.0, lr_text=0.02, lr_image=0.02)
+    cfg = EngineConfig(dpe=p, forget=ForgetConfig(rule="idle", idle=4), bank_size=None, **SHIFT)
+    got = _steps(Engine(t, "dpe", cfg), f)
+    r = ref.DPEForget(t.numpy(), dataclasses.asdict(p), "idle", horizon=HORIZON, idle=4, ms=None)
+    _check(got, np.stack([r.step(x.numpy())["scores"].numpy() for x in f]), 1e-6)
+
+
 @pytest.mark.parametrize("ms", [False, True])
 def test_bca_timeliness_equals_the_reference(ms):
     """BCA at a centre prior weight of 200 (the port's 20,000 moves a centre ~1/20,000 per sample: the

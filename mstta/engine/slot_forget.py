@@ -68,10 +68,10 @@ def timeliness_pick(entropy: list[float], time: list[int], h: float, t: int, rul
 def mark_used(state: dict[str, torch.Tensor], weights: torch.Tensor, live: torch.Tensor) -> None:
     """The idle rule's use: the live slot of largest kernel weight (weights, live [C, L]: the first
     L <= Q slots of each class; the first on ties, class-major) is used at this step."""
-    if bool(live.any()):
-        top = torch.where(live, weights, float("-inf")).flatten().argmax()
-        width = weights.shape[1]
-        state["used"][top // width, top % width] = state["clock"]
+    top = int(torch.where(live, weights, float("-inf")).flatten().argmax())
+    row, col = divmod(top, weights.shape[1])
+    if bool(live[row, col]):  # else nothing is live
+        state["used"][row, col] = state["clock"]
 
 
 def idle_slots(state: dict[str, torch.Tensor], live: torch.Tensor, rule: SlotRule) -> torch.Tensor:

@@ -341,9 +341,9 @@ def step(state: dict, x: torch.Tensor, text: torch.Tensor, p: Params, logit_scal
         wg.mul_(n / (n + 1)).addcdiv_(v, (vnorm * (n + 1)).unsqueeze(-1))  # + W* / (n + 1)
         torch.linalg.vector_norm(wg, dim=-1, out=wnorm).clamp_min_(1e-12)
     if rule is not None:
-        if rule.rule == "idle":  # the cache's largest kernel weight exp(-beta (1 - q e / |e|)) over its entries
-            w = torch.exp(-p.beta * (1 - (state["feats"] @ qi) / slot_norms(state)))
-            mark_used(state, w, torch.isfinite(state["ent"]))
+        if rule.rule == "idle":  # the cache's largest kernel weight exp(-beta (1 - q e / |e|)): its largest
+            cos = (state["feats"] @ qi).div_(slot_norms(state)) if p.beta > 0 else torch.zeros_like(state["ent"])
+            mark_used(state, cos, torch.isfinite(state["ent"]))  # cosine (at beta = 0 all weigh 1: the first)
         state["clock"] += 1
     if p.infer_confident:
         _, clip, ent = confident(x, text, scale, p.ratio)
