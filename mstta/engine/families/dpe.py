@@ -221,11 +221,12 @@ def decay(state: dict, gamma: float, text: torch.Tensor, p: Params) -> None:
     cumulative average), so (n + 1) W_g = W + E; before each step E and n fade by gamma = exp(-1 /
     horizon): W_g <- (W + gamma ((n + 1) W_g - W)) / (gamma n + 1), n <- gamma n (a real number).
     The two weights, gamma (n + 1) / (gamma n + 1) and (1 - gamma) / (gamma n + 1), sum to 1: one
-    in-place lerp toward W, then the row norms (two passes over W_g)."""
-    wg, n = state["wg"], state["num_avg"].to(state["wg"].dtype)
+    in-place lerp toward W, then the row norms (two passes over W_g); n is read as a number (the
+    step reads the host anyway: its cache is a host-sorted list)."""
+    wg, n = state["wg"], float(state["num_avg"])
     wg.lerp_(text, (1 - gamma) / (gamma * n + 1))
     torch.linalg.vector_norm(wg, dim=-1, out=state["wnorm"]).clamp_min_(1e-12)
-    state["num_avg"] = n * gamma
+    state["num_avg"] = torch.full((), n * gamma, dtype=wg.dtype, device=wg.device)
 
 
 def _rows(state: dict) -> tuple[str, ...]:
