@@ -457,10 +457,16 @@ def wait_for_file(page, selector: str, name: str, timeout: float = 30.0) -> None
 
 
 def clear_file(page, selector: str) -> None:
+    """Empty a file box as a user does (its clear button where it holds a file). Gradio mounts the box's
+    upload input or its clear button some time after the page's load: wait for one of them first (a
+    box read before it was mounted looked full, and the test waited for a clear button never shown)."""
     box = page.locator(selector)
-    if box.locator("input[type=file]").count() == 0:
-        box.get_by_role("button", name=re.compile("clear", re.I)).first.click()
-    box.locator("input[type=file]").wait_for(state="attached", timeout=10_000)
+    upload = box.locator("input[type=file]")
+    clear = box.get_by_role("button", name=re.compile("clear", re.I))
+    upload.or_(clear).first.wait_for(state="attached", timeout=30_000)
+    if upload.count() == 0:
+        clear.first.click()
+    upload.wait_for(state="attached", timeout=10_000)
 
 
 def upload_video(page, path) -> None:
