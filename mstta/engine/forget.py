@@ -118,17 +118,25 @@ def _named(fn, key: str) -> None:
 
 # ---------------------------------------------------------------- timeliness (RoTTA's score)
 def timeliness_slot(
-    row_entropy: list[float], row_time: list[int], h: float, t: int, horizon: int, weight: float, ln_c: float
+    row_entropy: list[float],
+    row_time: list[int],
+    h: float,
+    t: int,
+    horizon: int,
+    weight: float,
+    ln_c: float,
+    order=None,
 ) -> int:
     """RoTTA's replacement (`memory.py:71-92`, score `memory.py:104-105`, times ln C so that
     weight = 0 is `entropy_slot` exactly) on one class row at step t: of the highest-scoring slots
-    (empty: +inf) the latest inserted, if its score beats the newcomer's; -1 = not inserted."""
+    (empty: +inf) the latest inserted (or the last by `order`, a family's own tie rule), if its
+    score beats the newcomer's; -1 = not inserted."""
     if math.inf in row_entropy:  # an empty slot scores +inf: the first one (every empty slot has time -1)
         return row_entropy.index(math.inf)
     lt = weight * ln_c
     score = [lt * (1 / (1 + math.exp(-((t - w) * (1 / horizon))))) + e for e, w in zip(row_entropy, row_time)]
     top = max(score)
-    j = max((i for i, s in enumerate(score) if s == top), key=row_time.__getitem__)
+    j = max((i for i, s in enumerate(score) if s == top), key=(row_time if order is None else order).__getitem__)
     return j if lt * 0.5 + h < score[j] else -1
 
 

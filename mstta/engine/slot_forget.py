@@ -16,13 +16,12 @@ slot's insertion and last-use steps, and the two rules on one memory's host rows
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 
 from .cache_rules import EMPTY_TIME
-from .forget import ForgetConfig
+from .forget import ForgetConfig, timeliness_slot
 
 RULE_KEY = "forget"  # a slot family's state entry: its SlotRule, put there by the runner (never saved)
 SLOT_RULES = ("timeliness", "idle")
@@ -55,14 +54,10 @@ def ages(entropy: torch.Tensor) -> dict[str, torch.Tensor]:
 
 
 def timeliness_pick(entropy: list[float], time: list[int], h: float, t: int, rule: SlotRule, ln_c: float, order) -> int:
-    """RoTTA's replacement on one full class row at step t (the score times ln_c, as
-    `forget.timeliness_slot`): of the highest-scoring slots the last by `order` (the family's own
-    tie rule), if its score beats the newcomer's; -1 = not inserted."""
-    lt = rule.weight * ln_c
-    score = [lt * (1 / (1 + math.exp(-((t - w) * (1 / rule.horizon))))) + e for e, w in zip(entropy, time)]
-    top = max(score)
-    j = max((i for i, s in enumerate(score) if s == top), key=order.__getitem__)
-    return j if lt * 0.5 + h < score[j] else -1
+    """RoTTA's replacement on one full class row at step t, the cache family's
+    (`forget.timeliness_slot`) with the family's own tie rule: of the highest-scoring slots the
+    last by `order`, if its score beats the newcomer's; -1 = not inserted."""
+    return timeliness_slot(entropy, time, h, t, rule.horizon, rule.weight, ln_c, order)
 
 
 def mark_used(state: dict[str, torch.Tensor], weights: torch.Tensor, live: torch.Tensor) -> None:
