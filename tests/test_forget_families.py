@@ -22,6 +22,7 @@ from helpers_family import HOST_READS
 from test_forget import cut_stream
 
 from mstta import Engine, EngineConfig, UserError, replay
+from mstta.engine import slot_forget
 from mstta.engine.families import bca, bca_fade, dmn, dota, dpe, onzeta, onzeta_fade
 from mstta.engine.forget import ForgetConfig
 from mstta.engine.slot_forget import RULE_KEY, SlotRule, ages
@@ -221,6 +222,34 @@ def test_dpe_idle_keeps_each_entrys_norm_beside_it():
     assert any(b < a for a, b in zip(filled, filled[1:]))  # entries expired (idle 4)
 
 
+@pytest.mark.parametrize("method", ["dpe+ms", "dmn-zs"])
+def test_the_idle_expiry_runs_only_where_a_slot_can_expire(method, monkeypatch):
+    """`slot_forget.expiry_due`: the expiry reads the memory only from the step its kept bound names
+    (the least last use of the live slots plus `idle`), and the logits are those of an expiry at
+    every step."""
+    family = dpe if method.startswith("dpe") else dmn
+    f, t = _stream(views=1, n=DPE_N, cut=DPE_N // 2)
+    cfg = EngineConfig(
+        dpe=dpe.Params(capacity=2), dmn=dmn.Params(memory_size=3), forget=ForgetConfig(rule="idle", idle=IDLE), **SHIFT
+    )
+    scans = []  # per scan, the slots it empties
+
+    def counted(*args):
+        gone = slot_forget.idle_slots(*args)
+        scans.append(int(gone.sum()))
+        return gone
+
+    monkeypatch.setattr(family, "idle_slots", counted)
+    got = _steps(Engine(t, method, cfg), f)
+    bounded, emptied = len(scans), sum(scans)
+    monkeypatch.setattr(family, "expiry_due", lambda state: True)
+    want = _steps(Engine(t, method, cfg), f)
+    assert len(scans) - bounded == len(f)  # unbounded: a scan at every step
+    assert bounded < len(f) * 3 // 4 and emptied > 0  # the bound skipped steps; slots expired
+    assert sum(scans[bounded:]) == emptied
+    np.testing.assert_array_equal(got, want)
+
+
 def test_dpe_insert_with_timeliness_weight_zero_is_tdas_rule():
     """DPE's cache alone (its W_g decays under timeliness): at weight 0 every insertion, entropy ties
     included, leaves the same sorted lists and class keys as `update_cache`."""
@@ -283,7 +312,8 @@ def test_a_faded_step_reads_no_number_on_the_host(method, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "method,rule", [("dmn-zs+ms", "idle"), ("dpe", "timeliness"), ("bca", "timeliness"), ("onzeta+ms", "timeliness")]
+    "method,rule",
+    [("dmn-zs+ms", "idle"), ("dpe", "idle"), ("dpe", "timeliness"), ("bca", "timeliness"), ("onzeta+ms", "timeliness")],
 )
 def test_a_resumed_stream_equals_an_uninterrupted_one(method, rule):
     f, t = _stream(views=1)

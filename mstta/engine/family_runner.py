@@ -33,7 +33,7 @@ from .families import get_family
 from .families.base import TOWER_KEY, Method, StepOut
 from .forget import ADAPTATION, periodic_reset
 from .runner import Runner
-from .slot_forget import RULE_KEY, ages, slot_rule
+from .slot_forget import RULE_KEY, SOONEST_KEY, ages, slot_rule
 
 
 def check_text_tower(method: Method, tower, classes: int):
@@ -166,7 +166,7 @@ class FamilyStreams(Runner):
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume the streams (copies)."""
-        states = [{k: v for k, v in st.items() if k not in (TOWER_KEY, RULE_KEY)} for st in self.states]
+        states = [{k: v for k, v in st.items() if k not in (TOWER_KEY, RULE_KEY, SOONEST_KEY)} for st in self.states]
         return copy.deepcopy({"states": states, "banks": self.banks, "seen": self.seen, "drift": self.drift})
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -24,6 +24,7 @@ from .cache_rules import EMPTY_TIME
 from .forget import ForgetConfig, timeliness_slot
 
 RULE_KEY = "forget"  # a slot family's state entry: its SlotRule, put there by the runner (never saved)
+SOONEST_KEY = "forget_soonest"  # under idle: the host's bound, no slot expires before this step (never saved)
 SLOT_RULES = ("timeliness", "idle")
 
 
@@ -67,6 +68,21 @@ def mark_used(state: dict[str, torch.Tensor], weights: torch.Tensor, live: torch
     row, col = divmod(top, weights.shape[1])
     if bool(live[row, col]):  # else nothing is live
         state["used"][row, col] = state["clock"]
+
+
+def expiry_due(state: dict) -> bool:
+    """Whether a slot may expire at this step: the clock has reached the bound `note_soonest` kept (0
+    when none is kept: a fresh or loaded state). A bound stays one until the next expiry, as a use or
+    an insertion only sets a slot's last use to the clock, which moves its deadline later."""
+    return int(state["clock"]) >= state.get(SOONEST_KEY, 0)
+
+
+def note_soonest(state: dict, live: torch.Tensor, rule: SlotRule) -> None:
+    """After an expiry: the earliest step a slot can next expire, the least last use of the live slots
+    (live [C, L], of the first L columns) plus `rule.idle`; with none live, the clock plus `rule.idle`."""
+    clock = state["clock"]
+    used = torch.where(live, state["used"][:, : live.shape[1]], clock) if live.numel() else clock
+    state[SOONEST_KEY] = int(used.min()) + rule.idle
 
 
 def idle_slots(state: dict[str, torch.Tensor], live: torch.Tensor, rule: SlotRule) -> torch.Tensor:

@@ -29,7 +29,7 @@ from ...errors import UserError
 from .. import functional as Fn
 from ..cache import FeatureBank, ShiftSettings
 from ..cache_rules import EMPTY_TIME
-from ..slot_forget import RULE_KEY, idle_slots, mark_used, timeliness_pick
+from ..slot_forget import RULE_KEY, expiry_due, idle_slots, mark_used, note_soonest, timeliness_pick
 from .base import Method, StepOut
 
 NAME = "dmn"
@@ -178,7 +178,10 @@ def _live(state: dict[str, torch.Tensor], width: int) -> torch.Tensor:
 
 def expire(state: dict[str, torch.Tensor], rule) -> None:
     """The idle rule before a step: empty the slots unused for `rule.idle` steps; each class's
-    remaining slots move up in order (the memory appends at its count, as the official)."""
+    remaining slots move up in order (the memory appends at its count, as the official). Only at a
+    step where one may (`expiry_due`)."""
+    if not expiry_due(state):
+        return
     gone = idle_slots(state, _live(state, int(state["count"].max())), rule)  # the filled columns only
     for c in gone.any(1).nonzero().flatten().tolist():
         n = int(state["count"][c])
@@ -189,6 +192,7 @@ def expire(state: dict[str, torch.Tensor], rule) -> None:
             row[:k] = row[keep].clone()
             row[k:n] = empty
         state["count"][c] = k
+    note_soonest(state, _live(state, int(state["count"].max())), rule)
 
 
 def readout(

@@ -33,7 +33,7 @@ import torch
 from ...checks import MAX_WEIGHT, check, check_int, check_num
 from .. import functional as Fn
 from ..cache_rules import EMPTY_TIME
-from ..slot_forget import RULE_KEY, idle_slots, mark_used, timeliness_pick
+from ..slot_forget import RULE_KEY, expiry_due, idle_slots, mark_used, note_soonest, timeliness_pick
 from .base import Method, StepOut
 
 NAME = "dpe"
@@ -288,7 +288,10 @@ def class_key(state: dict, c: int, n: int) -> None:
 
 def expire(state: dict, rule) -> None:
     """The idle rule before a step: the entries unused for `rule.idle` steps leave their class's list
-    (the others keep their order), and the class key is the mean of the rest."""
+    (the others keep their order), and the class key is the mean of the rest. Only at a step where
+    one may (`expiry_due`)."""
+    if not expiry_due(state):
+        return
     slot_norms(state)
     gone = idle_slots(state, torch.isfinite(state["ent"]), rule)
     for c in gone.any(1).nonzero().flatten().tolist():
@@ -306,6 +309,7 @@ def expire(state: dict, rule) -> None:
             row[:k] = row[keep].clone()
             row[k:n] = empty
         class_key(state, c, k)
+    note_soonest(state, torch.isfinite(state["ent"]), rule)
 
 
 def step(state: dict, x: torch.Tensor, text: torch.Tensor, p: Params, logit_scale: float, shift) -> StepOut:
