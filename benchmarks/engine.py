@@ -44,6 +44,11 @@ Parts (choose with --parts):
   (`*_wall_vs_none`: online the round's pass, replayed the round's best of 3), and on the CPU the CPU
   time per sample (the least of the rounds) and the median over the rounds of its ratio to the same
   round's `none` (`*_cpu_time_vs_none`).
+- graph_ops (any device, quick, not in the default parts): the ops of the step a CUDA graph
+  captures (`graphs.step_ops`: every op but a view, about one kernel each on a GPU, where a
+  graph's step of tiny kernels costs about its kernel count), `ms-tta` and `tda`, per forget
+  setting, after --graph-ops-warm samples of the stream; each count also relative to `none`'s
+  (`*_vs_none`). Counted as under a graph: no host read, RDumb's host-known resets outside the step.
 - memory: peak RSS of a fresh process streaming --steps samples through `ms-tta` with the default
   bounded bank (65,536), and the step time over the first and last 2,000 steps (flat = bounded).
 Rates are the best of 3 runs (the machine may be shared); the 1-minute load average at start and
@@ -70,6 +75,7 @@ import torch
 
 import mstta.engine.cache_runner as streams_mod
 from mstta import Engine, EngineConfig, replay, threads
+from mstta.engine import graphs
 from mstta.engine.config import DEFAULT_BANK_SIZE
 from mstta.engine.forget import ForgetConfig
 from mstta.engine.methods import needs_text_tower
@@ -77,7 +83,7 @@ from mstta.engine.multi import MultiEngine
 
 replay_mod = importlib.import_module("mstta.engine.replay")  # the module (`mstta.replay` is the function)
 
-PARTS = ("online", "replay", "multi", "bank_dtype", "memory", "share", "methods", "forget")
+PARTS = ("online", "replay", "multi", "bank_dtype", "memory", "share", "methods", "forget", "graph_ops")
 DEFAULT_PARTS = ("online", "replay", "multi", "bank_dtype", "memory")
 
 
@@ -596,6 +602,34 @@ def part_memory(args) -> dict:
     return json.loads(done.stdout)
 
 
+def part_graph_ops(feats, text, cfg, device, warm: int) -> dict:
+    """The captured step's op count per forget setting (`graphs.step_ops`) after `warm` samples,
+    stepped as under a CUDA graph (no host read; `Streams.run`'s resets before the replay)."""
+    out: dict = {}
+    x = feats.to(device).unsqueeze(1)  # [N, 1, d]: one stream's steps
+    for method in ("ms-tta", "tda"):
+        r = out[method] = {}
+        for name, fg in FORGET_SETTINGS.items():
+            runner = Engine(text.to(device), method, dataclasses.replace(cfg, forget=fg)).runner
+            runner.host_reads = runner.host_resets = False
+            runner.resets_before = fg.rule == "periodic" and not fg.detect
+            with torch.inference_mode():
+                for row in x[:warm]:
+                    if runner.resets_before:
+                        runner._reset_before()
+                    graphs.static_step(runner, row.unsqueeze(0), None)
+                    runner.seen += 1
+            ops = graphs.step_ops(runner, x[warm].unsqueeze(0))
+            r[name] = {"ops": sum(ops.values()), "added": dict(ops - r["none"]["by_op"]) if r else {}}
+            r[name]["by_op"] = ops
+        for name in FORGET_SETTINGS:
+            r[name]["ops_vs_none"] = round(r[name]["ops"] / r["none"]["ops"], 3)
+        for v in r.values():
+            del v["by_op"]
+    out["warm_samples"] = warm
+    return out
+
+
 def _parser() -> argparse.ArgumentParser:
     """The command line (its flags, in one table)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -636,6 +670,9 @@ def _parser() -> argparse.ArgumentParser:
         help="methods part: the prompt-tuning rows' model (default mstta-digits)",
     )
     ap.add_argument("--tower-pretrained", default="bundled", help="its weights (default bundled; none = random)")
+    ap.add_argument(
+        "--graph-ops-warm", type=int, default=250, help="graph_ops part: samples stepped before the count (default 250)"
+    )
     ap.add_argument("--child-long-stream", action="store_true", help=argparse.SUPPRESS)
     return ap
 
@@ -688,6 +725,8 @@ def main() -> None:
         out["methods"] = part_methods(args, device)
     if "forget" in parts:
         out["forget"] = part_forget(feats, text, cfg, device)
+    if "graph_ops" in parts:
+        out["graph_ops"] = part_graph_ops(feats, text, cfg, device, min(args.graph_ops_warm, args.n - 1))
     out["loadavg_1min_at_end"] = round(os.getloadavg()[0], 2)
     print(json.dumps(out))
 

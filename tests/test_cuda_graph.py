@@ -106,6 +106,26 @@ def _scene_cut(n=160, views=1):
     return f, t
 
 
+def as_graph(runner) -> None:
+    """A CPU runner set as under a CUDA graph: no host read; RDumb's resets before the step where
+    the host knows them (no detector)."""
+    runner.host_reads = runner.host_resets = False
+    fg = runner.config.forget
+    runner.resets_before = fg.rule == "periodic" and not fg.detect
+
+
+def graph_step(runner, x: torch.Tensor) -> torch.Tensor:
+    """`Streams.run` under a CUDA graph, on the CPU: the host-known resets, then the captured step
+    (`graphs.static_step`) -> the logits [C]."""
+    if runner.resets_before:
+        runner._reset_before()
+    with torch.inference_mode():
+        a = graphs.static_step(runner, x.reshape(1, -1, x.shape[-1]), None)[0][0]
+    runner.seen += 1
+    runner.runs += 1
+    return a
+
+
 @pytest.mark.parametrize("method", ["ms-tta", "tda+ms"])
 @pytest.mark.parametrize("rule", list(FORGET))
 def test_static_shape_step_with_forgetting_equals_eager_on_cpu(method, rule):
@@ -114,12 +134,10 @@ def test_static_shape_step_with_forgetting_equals_eager_on_cpu(method, rule):
     f, t = _scene_cut()
     cfg = EngineConfig(bank_size=40, k=3, cache_alpha=6.0, beta=3.0, forget=FORGET[rule])
     static, eager = Engine(t, method, cfg), Engine(t, method, cfg)
-    static.runner.host_reads = static.runner.host_resets = False
+    as_graph(static.runner)
     cuts = 0
     for x in f:
-        with torch.inference_mode():
-            a = graphs.static_step(static, x.reshape(1, -1, x.shape[-1]), None)[0][0]
-        static.seen += 1
+        a = graph_step(static.runner, x)
         r = eager.step(x)
         assert torch.equal(a.argmax(), r.logits.argmax()) and bool(static.last_cut[0]) == r.cut
         torch.testing.assert_close(a, r.logits, rtol=1e-5, atol=1e-5)
@@ -142,3 +160,25 @@ def test_graph_with_forgetting_equals_eager(method, rule):
     la, lb = torch.stack([r.logits for r in a]), torch.stack([r.logits for r in b])
     assert torch.equal(la.argmax(1), lb.argmax(1))
     torch.testing.assert_close(la, lb, rtol=1e-4, atol=1e-4)
+
+
+def test_the_captured_step_holds_no_op_of_the_periodic_rule():
+    """Under a CUDA graph without the detector RDumb's resets run before the replay, so the step a
+    graph captures holds `none`'s ops and the bank's restart offset only; on the device path (every
+    step tests the clock) it holds more: the count sees the rule's ops."""
+    f, t = _scene_cut()
+    counts = {}
+    for name, fg, before in (
+        ("none", ForgetConfig(), False),
+        ("before", ForgetConfig("periodic", every=45), True),
+        ("inside", ForgetConfig("periodic", every=45), False),
+    ):
+        e = Engine(t, "tda+ms", EngineConfig(bank_size=40, k=3, forget=fg))
+        as_graph(e.runner)
+        e.runner.resets_before = before
+        for x in f[:50]:  # a reset at sample 45
+            graph_step(e.runner, x)
+        counts[name] = graphs.step_ops(e.runner, f[50].reshape(1, 1, -1))
+    assert not counts["none"] - counts["before"]
+    assert counts["before"] - counts["none"] == {"sub": 1}  # the bank's row offset: clock - start
+    assert sum((counts["inside"] - counts["before"]).values()) >= 8  # the clock's test and the resets' masks

@@ -86,6 +86,11 @@ class Streams(Runner):
         # eager without the detector it does too (a periodic reset is the host's count).
         self.host_reads = not self.cuda_graph and self.device.type == "cpu"
         self.host_resets = self.host_reads or (not self.cuda_graph and not self.config.forget.detect)
+        # Under a CUDA graph the host still knows RDumb's resets where no detector runs (the device
+        # clock is `seen`): they run eagerly before the replay (`_reset_before`), so the captured
+        # step holds no op of the periodic rule.
+        fg = self.config.forget
+        self.resets_before = self.cuda_graph and fg.rule == "periodic" and not fg.detect
 
     # ------------------------------------------------------------------ state
     def reset(self, stream: int | None = None) -> None:
@@ -204,7 +209,10 @@ class Streams(Runner):
         ok = None if active is None else torch.as_tensor(active).to(self.device, non_blocking=True)
         self._active = active  # the host's view of the stepping streams (`_periodic`)
         if self.cuda_graph:
+            if self.resets_before:
+                self._reset_before()
             out = graphs.run(self, x, ok)
+            self.resets_before &= self.cuda_graph  # a failed capture: the eager step resets from the next step on
         else:
             with small_ops(self.device):
                 out = self._step(x, ok, self._rows(active))
@@ -291,32 +299,50 @@ class Streams(Runner):
         idle rule's expiry; `last_cut` [S] records the streams reset at this step. Where the host
         knows the resets (`host_resets`), a step without one runs no reset op."""
         fg = self.config.forget
-        cut = self._periodic(ok) if fg.rule == "periodic" else None
+        cut = self._periodic(ok) if fg.rule == "periodic" and not self.resets_before else None
         if fg.detect:
             if cut is not None:  # the detector's reference starts over with the state
                 self.drift.forget(cut)
             found = self._detect(x, ok)
             cut = found if cut is None else cut if found is None else cut | found
-        if cut is None:  # no stream resets at this step (host-known): the last one's mark cleared
-            if self._marked:
-                self.last_cut.zero_()
-                self._marked = False
-        else:
-            if self.bank is not None:
-                self.bank.forget(cut, self.clock, rows)  # the rows that can hold a feature (all under a graph)
-            for rec in (self.pos, self.neg):
-                if rec is not None:
-                    rec.forget(cut)
-            self.last_cut.copy_(cut)
-            self._marked = True
-            if self.host_resets:
-                hit = cut.cpu().numpy()
-                self.since[hit] = self.seen[hit]
+        if cut is not None:
+            self._reset(cut, rows)
+        elif self._marked and not self.resets_before:  # no stream resets at this step (host-known)
+            self._unmark()
         if fg.rule == "idle" and (not self.host_reads or self.runs >= self.soonest):
             held = [(i, rec) for i, rec in enumerate((self.pos, self.neg)) if rec is not None]
             for i, rec in held:
                 self._expire(i, rec, ok)
             self.soonest = min((int(self.expiry[i].min()) for i, _ in held), default=MAX_STEPS)
+
+    def _reset(self, cut: torch.Tensor, rows: int | None) -> None:
+        """Start over the streams where cut [S] (bool, on the device): the bank's rows (`rows`: those
+        that can hold a feature; None = all) and the caches emptied; `last_cut` records them."""
+        if self.bank is not None:
+            self.bank.forget(cut, self.clock, rows)
+        for rec in (self.pos, self.neg):
+            if rec is not None:
+                rec.forget(cut)
+        self.last_cut.copy_(cut)
+        self._marked = True
+        if self.host_resets:  # the host's note: these streams' bank fills anew
+            hit = cut.cpu().numpy()
+            self.since[hit] = self.seen[hit]
+
+    def _unmark(self) -> None:
+        """The last step's reset mark cleared: no stream resets at this step."""
+        self.last_cut.zero_()
+        self._marked = False
+
+    def _reset_before(self) -> None:
+        """RDumb's resets of this step where the host knows them under a CUDA graph (`resets_before`),
+        eagerly before the replay: ops only at a reset and at the step after it (its mark cleared)."""
+        due = self._periodic_due()
+        if due.any():
+            self._reset(torch.as_tensor(due, device=self.device), None)  # every row: the graph searches them all
+            self.since[due] = self.seen[due]
+        elif self._marked:
+            self._unmark()
 
     def _expire(self, i: int, rec: Cache, ok: torch.Tensor | None) -> None:
         """The idle rule's expiry of cache i (0 positive, 1 negative); where the host reads the state,
@@ -348,14 +374,18 @@ class Streams(Runner):
     def _periodic(self, ok: torch.Tensor | None) -> torch.Tensor | None:
         """RDumb's reset at this step, [S] bool on the device. Where the host knows the resets (the
         device clock is `seen`, the stepping streams `_active`): None when no stream resets."""
-        every = self.config.forget.every
         if not self.host_resets:
-            cut = periodic_reset_t(self.clock, every)
+            cut = periodic_reset_t(self.clock, self.config.forget.every)
             return cut if ok is None else cut & ok
-        due = (self.seen > 0) & (self.seen % every == 0)
-        if self._active is not None:
-            due &= self._active
+        due = self._periodic_due()
         return torch.as_tensor(due, device=self.device) if due.any() else None
+
+    def _periodic_due(self) -> np.ndarray:
+        """RDumb's reset at this step [S] (bool, numpy) from the host's count `seen` (the device clock)
+        and stepping streams `_active`."""
+        every = self.config.forget.every
+        due = (self.seen > 0) & (self.seen % every == 0)
+        return due if self._active is None else due & self._active
 
     def _stepping(self, ok: torch.Tensor | None) -> list[int]:
         return list(range(self.streams)) if ok is None else ok.nonzero().flatten().tolist()

@@ -7,9 +7,12 @@ every replay; outputs are copied out of its buffers.
 
 from __future__ import annotations
 
+import collections
 import logging
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 log = logging.getLogger(__name__)
 
@@ -19,6 +22,29 @@ GRAPH_WARMUP = 3  # eager steps on a side stream before a CUDA graph is captured
 def static_step(streams, x: torch.Tensor, ok: torch.Tensor | None):
     """The step a graph captures, run directly (any device): every bank row searched, the empty ones masked."""
     return streams._step(x, ok, (streams.bank.rows.shape[1] if streams.bank is not None else 0, True))
+
+
+def step_ops(streams, x: torch.Tensor, ok: torch.Tensor | None = None) -> collections.Counter:
+    """The ops the captured step runs, by name: `static_step` once (the state steps, as at a replay)
+    under a dispatch mode that counts every op but a view (an output on an input's storage, not
+    written in place), so each count is about one kernel of the graph on a GPU."""
+    with torch.inference_mode(), _OpCount() as count:
+        static_step(streams, x, ok)
+    return count.ops
+
+
+class _OpCount(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops: collections.Counter = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        held = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+        made = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+        if func._schema.is_mutable or not made or any(t.untyped_storage().data_ptr() not in held for t in made):
+            self.ops[func.overloadpacket.__name__] += 1
+        return out
 
 
 def run(streams, x: torch.Tensor, ok: torch.Tensor | None):
