@@ -70,12 +70,13 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from unittest import mock
 
 import torch
 
 import mstta.engine.cache_runner as streams_mod
 from mstta import Engine, EngineConfig, replay, threads
-from mstta.engine import graphs
+from mstta.engine import drift_fused, graphs
 from mstta.engine.config import DEFAULT_BANK_SIZE
 from mstta.engine.forget import ForgetConfig
 from mstta.engine.methods import needs_text_tower
@@ -604,30 +605,43 @@ def part_memory(args) -> dict:
 
 def part_graph_ops(feats, text, cfg, device, warm: int) -> dict:
     """The captured step's op count per forget setting (`graphs.step_ops`) after `warm` samples,
-    stepped as under a CUDA graph (no host read; `Streams.run`'s resets before the replay)."""
-    out: dict = {}
+    stepped as under a CUDA graph (no host read; `Streams.run`'s resets before the replay). The
+    detector as this device runs it (`drift_fused.wanted`); on a CPU also as a GPU runs it, the fused
+    kernel through Triton's interpreter (the `(kernel)` rows)."""
+    out: dict = {"detector": "triton kernel" if drift_fused.wanted(device) else "tensor ops"}
+    settings = [(name, fg, None) for name, fg in FORGET_SETTINGS.items()]
+    if device.type == "cpu" and os.environ.get(drift_fused.KERNEL_ENV, "auto") == "auto":
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # read when the kernel's module is first imported
+        settings += [(f"{name} (kernel)", FORGET_SETTINGS[name], "triton") for name in ("detect", "timeliness+detect")]
     x = feats.to(device).unsqueeze(1)  # [N, 1, d]: one stream's steps
     for method in ("ms-tta", "tda"):
         r = out[method] = {}
-        for name, fg in FORGET_SETTINGS.items():
-            runner = Engine(text.to(device), method, dataclasses.replace(cfg, forget=fg)).runner
-            runner.host_reads = runner.host_resets = False
-            runner.resets_before = fg.rule == "periodic" and not fg.detect
-            with torch.inference_mode():
-                for row in x[:warm]:
-                    if runner.resets_before:
-                        runner._reset_before()
-                    graphs.static_step(runner, row.unsqueeze(0), None)
-                    runner.seen += 1
-            ops = graphs.step_ops(runner, x[warm].unsqueeze(0))
-            r[name] = {"ops": sum(ops.values()), "added": dict(ops - r["none"]["by_op"]) if r else {}}
-            r[name]["by_op"] = ops
-        for name in FORGET_SETTINGS:
-            r[name]["ops_vs_none"] = round(r[name]["ops"] / r["none"]["ops"], 3)
+        for name, fg, kernel in settings:
+            with mock.patch.dict(os.environ, {drift_fused.KERNEL_ENV: kernel} if kernel else {}):
+                ops = _captured_ops(
+                    Engine(text.to(device), method, dataclasses.replace(cfg, forget=fg)).runner, x, warm
+                )
+            r[name] = {"ops": sum(ops.values()), "added": dict(ops - r["none"]["by_op"]) if r else {}, "by_op": ops}
+        for v in r.values():
+            v["ops_vs_none"] = round(v["ops"] / r["none"]["ops"], 3)
         for v in r.values():
             del v["by_op"]
     out["warm_samples"] = warm
     return out
+
+
+def _captured_ops(runner, x: torch.Tensor, warm: int):
+    """`graphs.step_ops` of the step after x[:warm], the runner stepped as under a CUDA graph."""
+    fg = runner.config.forget
+    runner.host_reads = runner.host_resets = False
+    runner.resets_before = fg.rule == "periodic" and not fg.detect
+    with torch.inference_mode():
+        for row in x[:warm]:
+            if runner.resets_before:
+                runner._reset_before()
+            graphs.static_step(runner, row.unsqueeze(0), None)
+            runner.seen += 1
+    return graphs.step_ops(runner, x[warm].unsqueeze(0))
 
 
 def _parser() -> argparse.ArgumentParser:
