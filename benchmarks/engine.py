@@ -48,7 +48,9 @@ Parts (choose with --parts):
   captures (`graphs.step_ops`: every op but a view, about one kernel each on a GPU, where a
   graph's step of tiny kernels costs about its kernel count), `ms-tta` and `tda`, per forget
   setting, after --graph-ops-warm samples of the stream; each count also relative to `none`'s
-  (`*_vs_none`). Counted as under a graph: no host read, RDumb's host-known resets outside the step.
+  (`*_vs_none`). Counted as under a graph: no host read, RDumb's host-known resets outside the step;
+  the detector and the timeliness rule as this device runs them (`mstta.engine.fused`: Triton
+  kernels on CUDA), and on a CPU also as a GPU does, the kernels through Triton's interpreter.
 - memory: peak RSS of a fresh process streaming --steps samples through `ms-tta` with the default
   bounded bank (65,536), and the step time over the first and last 2,000 steps (flat = bounded).
 Rates are the best of 3 runs (the machine may be shared); the 1-minute load average at start and
@@ -76,7 +78,7 @@ import torch
 
 import mstta.engine.cache_runner as streams_mod
 from mstta import Engine, EngineConfig, replay, threads
-from mstta.engine import drift_fused, graphs
+from mstta.engine import fused, graphs
 from mstta.engine.config import DEFAULT_BANK_SIZE
 from mstta.engine.forget import ForgetConfig
 from mstta.engine.methods import needs_text_tower
@@ -605,27 +607,30 @@ def part_memory(args) -> dict:
 
 def part_graph_ops(feats, text, cfg, device, warm: int) -> dict:
     """The captured step's op count per forget setting (`graphs.step_ops`) after `warm` samples,
-    stepped as under a CUDA graph (no host read; `Streams.run`'s resets before the replay). The
-    detector as this device runs it (`drift_fused.wanted`); on a CPU also as a GPU runs it, the fused
-    kernel through Triton's interpreter (the `(kernel)` rows)."""
-    out: dict = {"detector": "triton kernel" if drift_fused.wanted(device) else "tensor ops"}
-    settings = [(name, fg, None) for name, fg in FORGET_SETTINGS.items()]
-    if device.type == "cpu" and os.environ.get(drift_fused.KERNEL_ENV, "auto") == "auto":
-        os.environ.setdefault("TRITON_INTERPRET", "1")  # read when the kernel's module is first imported
-        settings += [(f"{name} (kernel)", FORGET_SETTINGS[name], "triton") for name in ("detect", "timeliness+detect")]
+    stepped as under a CUDA graph (no host read; `Streams.run`'s resets before the replay), with
+    forgetting's kernels as this device runs them (`fused.wanted`: Triton's on CUDA), each also
+    relative to `none`'s. On a CPU also as a GPU runs them, the kernels through Triton's
+    interpreter: the `(kernels)` rows, relative to `none (kernels)`."""
+    out: dict = {"forget_kernels": "triton" if fused.wanted(device) else "tensor ops"}
+    runs = [("", None)]
+    if device.type == "cpu" and os.environ.get(fused.KERNEL_ENV, "auto") == "auto":
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # read when the kernels' module is first imported
+        runs.append((" (kernels)", "triton"))
     x = feats.to(device).unsqueeze(1)  # [N, 1, d]: one stream's steps
     for method in ("ms-tta", "tda"):
         r = out[method] = {}
-        for name, fg, kernel in settings:
-            with mock.patch.dict(os.environ, {drift_fused.KERNEL_ENV: kernel} if kernel else {}):
-                ops = _captured_ops(
-                    Engine(text.to(device), method, dataclasses.replace(cfg, forget=fg)).runner, x, warm
-                )
-            r[name] = {"ops": sum(ops.values()), "added": dict(ops - r["none"]["by_op"]) if r else {}, "by_op": ops}
-        for v in r.values():
-            v["ops_vs_none"] = round(v["ops"] / r["none"]["ops"], 3)
-        for v in r.values():
-            del v["by_op"]
+        for suffix, kernel in runs:
+            base = None
+            for name, fg in FORGET_SETTINGS.items():
+                with mock.patch.dict(os.environ, {fused.KERNEL_ENV: kernel} if kernel else {}):
+                    runner = Engine(text.to(device), method, dataclasses.replace(cfg, forget=fg)).runner
+                    ops = _captured_ops(runner, x, warm)
+                base = ops if base is None else base
+                r[name + suffix] = {
+                    "ops": sum(ops.values()),
+                    "ops_vs_none": round(sum(ops.values()) / sum(base.values()), 3),
+                    "added": dict(ops - base),
+                }
     out["warm_samples"] = warm
     return out
 

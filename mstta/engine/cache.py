@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from . import functional as Fn
+from . import fused
 from .cache_rules import EMPTY_TIME, entropy_slot, entropy_slot_t, fifo_slot, fifo_slot_t
 from .forget import timeliness_slot, timeliness_slot_t
 from .host import host_view
@@ -61,6 +62,8 @@ class Bank:
         """Empty the streams where cut [S] (bool) at sample clock [S], on the device: their rows masked
         out of the kNN, the next feature written to the first row. `rows`: only the first rows can
         be filled (the eager step's known fill; None = all)."""
+        if fused.wanted(cut.device) and fused.vacate(self, cut, rows, clock):
+            return
         c = cut.unsqueeze(-1)
         time, bias = (self.time, self.bias) if rows is None else (self.time[:, :rows], self.bias[:, :rows])
         time.masked_fill_(c, EMPTY_TIME)  # in place: a view of the rows (and a captured graph's addresses)
@@ -128,6 +131,8 @@ class Cache:
     def forget(self, gone: torch.Tensor) -> None:
         """Empty the slots where gone ([S] bool: whole streams, or [S, C, Q]) on the device."""
         S, C, Q = self.ent.shape
+        if gone.dim() == 1 and fused.wanted(gone.device) and fused.vacate(self, gone):
+            return
         g = gone.view(S, 1, 1).expand(S, C, Q) if gone.dim() == 1 else gone
         self._vacate(g)
 
@@ -135,6 +140,8 @@ class Cache:
         """The idle rule (`mstta.engine.forget`): empty every live slot unused for `idle` steps at clock [S]
         (an int: every stream's; only in the stepping streams, `ok` [S]; None = all), in place (an
         empty slot may be emptied again: that changes nothing)."""
+        if not isinstance(clock, int) and fused.wanted(clock.device) and fused.expire(self, clock, idle, ok):
+            return
         gone = self.last_use() <= (clock - idle if isinstance(clock, int) else (clock - idle).view(-1, 1, 1))
         if ok is not None:
             gone &= ok.view(-1, 1, 1)
@@ -220,15 +227,7 @@ class Cache:
         `timeliness` = (horizon, weight) (`mstta.engine.forget.timeliness_slot_t`) or first in, first out
         (BoostAdapter `update_cache(..., fifo=True)`); only where `ok` [S] (None = every stream)."""
         S, C, Q = self.ent.shape
-        row = p.view(S, 1, 1).expand(S, 1, Q)
-        row_time = self.time.gather(1, row).squeeze(1)
-        if fifo:
-            j, fits = fifo_slot_t(row_time)
-        elif timeliness is not None:
-            row_ent = self.ent.gather(1, row).squeeze(1)
-            j, fits = timeliness_slot_t(row_ent, row_time, h, clock, *timeliness, math.log(C))
-        else:
-            j, fits = entropy_slot_t(self.ent.gather(1, row).squeeze(1), row_time, h)
+        j, fits = self._slot(p, h, clock, fifo, timeliness)
         ok = fits if ok is None else fits & ok
         at = slots(self.keys, p * Q + j)
         write_rows(self.ent.view(S, C * Q), at, ok, h)
@@ -237,6 +236,23 @@ class Cache:
         write_rows(self.bias, at, ok, torch.full_like(h, log_w))
         if self.values is not None:
             write_rows(self.values, at, ok, value)
+
+    def _slot(self, p, h, clock, fifo: bool, timeliness) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each stream's slot in its class row p [S] and whether the sample enters (`insert`'s rules);
+        on CUDA the timeliness and entropy rules as one kernel (`fused.timeliness_slot_fused`)."""
+        S, C, Q = self.ent.shape
+        if not fifo and fused.wanted(h.device):  # the entropy rule: the timeliness rule at weight 0
+            hit = fused.timeliness_slot_fused(self, p, h, clock, *(timeliness or (1, 0.0)), math.log(C))
+            if hit is not None:
+                return hit
+        row = p.view(S, 1, 1).expand(S, 1, Q)
+        row_time = self.time.gather(1, row).squeeze(1)
+        if fifo:
+            return fifo_slot_t(row_time)
+        if timeliness is not None:
+            row_ent = self.ent.gather(1, row).squeeze(1)
+            return timeliness_slot_t(row_ent, row_time, h, clock, *timeliness, math.log(C))
+        return entropy_slot_t(self.ent.gather(1, row).squeeze(1), row_time, h)
 
     def insert_one(
         self,
@@ -294,6 +310,8 @@ class Cache:
         expiry empties it again). `host`: `_mark_host`, clock and ok on the host (numpy)."""
         if host:
             self._mark_host(w.numpy(), clock, ok)
+            return
+        if fused.wanted(w.device) and fused.mark_used(self, w, clock, ok):
             return
         S, C, Q = self.ent.shape
         at = torch.where(self.bias > float("-inf"), w, float("-inf")).argmax(-1)  # bias: -inf empty

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from . import drift_fused
+from . import fused
 from .host import host_view
 
 # The detector reads features wider than this through a fixed seeded random map to this many
@@ -141,9 +141,9 @@ def drift_step_t(d: Drift, x: torch.Tensor, fg, ok=None) -> torch.Tensor:
     Welford's mean and Sherman-Morrison's inverse over the reference's samples, frozen after
     (their coefficients are 0 there: `count_table`). `ok` [S]: the stepping streams (fg: ForgetConfig).
     Branchless: on any device, in a CUDA graph; `drift_step_host` does the same with fewer ops. On a
-    CUDA device with Triton: one fused kernel (`drift_fused`), the same values to float64 rounding."""
+    CUDA device with Triton: one fused kernel (`fused`), the same values to float64 rounding."""
     d.drop_host_state()
-    if drift_fused.wanted(x.device) and (cut := drift_fused.drift_step_fused(d, x, fg, ok)) is not None:
+    if fused.wanted(x.device) and (cut := fused.drift_step_fused(d, x, fg, ok)) is not None:
         return cut
     u = detect_input(x, d.proj)
     d.n.add_(1 if ok is None else ok).clamp_max_(fg.detect_warmup + 1)

@@ -1,5 +1,6 @@
-"""The Triton kernel of `drift_fused.drift_step_fused` (imported only where it runs: it needs Triton):
-`drift.drift_step_t` of one stream per program, its state read once and written once."""
+"""The Triton kernels of `fused` (imported only where they run: they need Triton), each one step of a
+stream per program, its state read once and written once: the scene-cut detector's
+(`drift.drift_step_t`) and the timeliness rule's slot choice (`forget.timeliness_slot_t`)."""
 
 import triton
 import triton.language as tl
@@ -136,3 +137,107 @@ def drift_kernel(
     tl.store(acc_ptr + s, tl.where(cut, 0.0, new))
     tl.store(n_ptr + s, tl.where(cut, 0, n))
     tl.store(cut_ptr + s, cut)
+
+
+@triton.jit
+def timeliness_kernel(
+    ent_ptr,
+    time_ptr,
+    label_ptr,
+    h_ptr,
+    clock_ptr,
+    const_ptr,
+    slot_ptr,
+    fits_ptr,
+    C,
+    Q,
+    EMPTY: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+):
+    """`forget.timeliness_slot_t` on stream s's class row p = label[s] of a cache's [S, C, Q] entropies
+    and times: the score lt sigmoid((clock - time) / N) + H in float64, of the top scores the latest
+    slot, inserted where the newcomer's lt/2 + h is lower; constants [1/N, lt, lt/2]."""
+    s = tl.program_id(0)
+    qs = tl.arange(0, BLOCK_Q)
+    live = qs < Q
+    row = (s * C + tl.load(label_ptr + s)) * Q
+    ent = tl.load(ent_ptr + row + qs, mask=live, other=0.0)
+    when = tl.load(time_ptr + row + qs, mask=live, other=EMPTY - 1)
+    age = (tl.load(clock_ptr + s) - when).to(tl.float64) * tl.load(const_ptr)
+    score = tl.sigmoid(age) * tl.load(const_ptr + 1) + ent.to(tl.float64)
+    score = tl.where(live, score, -float("inf"))
+    top = score == tl.max(score, axis=0)
+    j = tl.argmax(tl.where(top, when, EMPTY - 1), axis=0)
+    best = tl.sum(tl.where(qs == j, score, 0.0), axis=0)
+    tl.store(slot_ptr + s, j.to(tl.int64))
+    tl.store(fits_ptr + s, tl.load(const_ptr + 2) + tl.load(h_ptr + s).to(tl.float64) < best)
+
+
+@triton.jit
+def vacate_kernel(
+    cut_ptr,
+    time_ptr,
+    bias_ptr,
+    ent_ptr,
+    start_ptr,
+    clock_ptr,
+    N,
+    stride,
+    HAS_ENT: tl.constexpr,
+    HAS_START: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """Empty the first N slots (rows) of stream s = program 0 where cut[s], block program 1: time -1,
+    bias -inf, entropy +inf (a cache: `Cache.forget`); a bank's start[s] = clock[s] (`Bank.forget`)."""
+    s = tl.program_id(0)
+    b = tl.program_id(1)
+    cut = tl.load(cut_ptr + s)
+    i = b * BLOCK + tl.arange(0, BLOCK)
+    m = (i < N) & cut
+    tl.store(time_ptr + s * stride + i, tl.full([BLOCK], -1, tl.int64), mask=m)
+    tl.store(bias_ptr + s * stride + i, tl.full([BLOCK], float("-inf"), tl.float32), mask=m)
+    if HAS_ENT:
+        tl.store(ent_ptr + s * stride + i, tl.full([BLOCK], float("inf"), tl.float32), mask=m)
+    if HAS_START:
+        tl.store(start_ptr + s, tl.load(clock_ptr + s), mask=cut & (b == 0))
+
+
+@triton.jit
+def expire_kernel(
+    used_ptr, time_ptr, ent_ptr, bias_ptr, clock_ptr, ok_ptr, idle, N, HAS_OK: tl.constexpr, BLOCK: tl.constexpr
+):
+    """`Cache.expire` of stream s = program 0, block program 1: each live slot whose last use (the
+    later of its mark and its insertion) is at most clock[s] - idle emptied (only where ok[s])."""
+    s = tl.program_id(0)
+    i = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    m = i < N
+    at = s * N + i
+    last = tl.maximum(tl.load(used_ptr + at, mask=m, other=0), tl.load(time_ptr + at, mask=m, other=0))
+    gone = m & (last <= tl.load(clock_ptr + s) - idle)
+    if HAS_OK:
+        gone = gone & tl.load(ok_ptr + s)
+    tl.store(time_ptr + at, tl.full([BLOCK], -1, tl.int64), mask=gone)
+    tl.store(bias_ptr + at, tl.full([BLOCK], float("-inf"), tl.float32), mask=gone)
+    tl.store(ent_ptr + at, tl.full([BLOCK], float("inf"), tl.float32), mask=gone)
+
+
+@triton.jit
+def mark_kernel(w_ptr, bias_ptr, used_ptr, clock_ptr, ok_ptr, N, HAS_OK: tl.constexpr, BLOCK: tl.constexpr):
+    """`Cache._mark_used` of stream s = the program: the live slot (finite bias) of largest weight
+    w[s] (of equal ones the first; slot 0 where none is live) marked used at clock[s] (where ok[s])."""
+    s = tl.program_id(0)
+    best = tl.full([], -float("inf"), tl.float32)
+    at = tl.full([], 0, tl.int32)
+    for b0 in range(0, N, BLOCK):
+        i = b0 + tl.arange(0, BLOCK)
+        m = i < N
+        live = tl.load(bias_ptr + s * N + i, mask=m, other=-float("inf")) > -float("inf")
+        v = tl.where(live, tl.load(w_ptr + s * N + i, mask=m, other=0.0), -float("inf"))
+        top = tl.max(v, axis=0)
+        j = b0 + tl.argmax(v, axis=0)
+        at = tl.where(top > best, j, at)
+        best = tl.maximum(top, best)
+    if HAS_OK:
+        tl.store(used_ptr + s * N + at, tl.load(clock_ptr + s), mask=tl.load(ok_ptr + s))
+    else:
+        tl.store(used_ptr + s * N + at, tl.load(clock_ptr + s))
