@@ -614,8 +614,7 @@ def part_graph_ops(feats, text, cfg, device, warm: int) -> dict:
     out: dict = {"forget_kernels": "triton" if fused.wanted(device) else "tensor ops"}
     runs = [("", None)]
     if device.type == "cpu" and os.environ.get(fused.KERNEL_ENV, "auto") == "auto":
-        os.environ.setdefault("TRITON_INTERPRET", "1")  # read when the kernels' module is first imported
-        runs.append((" (kernels)", "triton"))
+        runs.append((" (kernels)", "triton"))  # TRITON_INTERPRET=1: set by `main` before Triton's import
     x = feats.to(device).unsqueeze(1)  # [N, 1, d]: one stream's steps
     for method in ("ms-tta", "tda"):
         r = out[method] = {}
@@ -709,6 +708,8 @@ def main() -> None:
     bad = [p for p in parts if p not in PARTS]
     if bad:
         ap.error(f"--parts: unknown part(s) {', '.join(bad)}; choose from {', '.join(PARTS)}")
+    if device.type == "cpu" and "graph_ops" in parts:  # Triton reads it when it is first imported
+        os.environ.setdefault("TRITON_INTERPRET", "1")
     feats, text = stream(args.n, args.classes, args.dim)
     cfg = EngineConfig(k=args.k, capacity=args.capacity, bank_size=args.bank_size)
     out = {

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
 from synthetic import make_stream
+
+# Without a GPU, Triton's kernels (`mstta.engine.fused`) run through its interpreter on CPU tensors
+# (tests/test_fused.py). Triton reads this when it is first imported, which may be any test's doing.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture(autouse=True)

@@ -27,6 +27,7 @@ import torch
 
 from ..threads import map_chunks
 from . import functional as Fn
+from . import fused
 from .cache_rules import EMPTY_TIME, entropy_gate, entropy_slot, fifo_slot
 from .config import EngineConfig
 from .engine import Engine
@@ -80,6 +81,7 @@ def replay(
     m = get_method(method) if isinstance(method, str) else method
     cfg = config if config is not None else EngineConfig()
     dev = torch.device(device) if device is not None else torch.as_tensor(text).device
+    fused.wanted(dev)  # a bad MSTTA_KERNELS is refused before any work, as the engine refuses it
     feats = _as_views(features)
     warn_few_views(m, cfg, feats.shape[1])
     if cfg.view_mode == "original" and not m.boosting_views and m.augment is None:

@@ -15,6 +15,7 @@ import torch
 
 from ..errors import UserError
 from . import functional as Fn
+from . import fused
 from .config import EngineConfig
 from .families.base import Method
 
@@ -38,6 +39,7 @@ class Runner:
             raise UserError(f"text classifier must be [C, d] with C >= 2 classes, got shape {tuple(text.shape)}")
         self.text = Fn.normalize(text.to(device=device or text.device, dtype=dtype))
         self.streams = streams
+        fused.wanted(self.device)  # a bad MSTTA_KERNELS is refused here, not at the first step
 
     @property
     def num_classes(self) -> int:
