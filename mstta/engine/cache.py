@@ -61,7 +61,7 @@ class Bank:
     def forget(self, cut: torch.Tensor, clock: torch.Tensor, rows: int | None = None) -> None:
         """Empty the streams where cut [S] (bool) at sample clock [S], on the device: their rows masked
         out of the kNN, the next feature written to the first row. `rows`: only the first rows can
-        be filled (the eager step's known fill; None = all)."""
+        be filled (the eager step's known fill; None = all). On CUDA one kernel (`fused.vacate`)."""
         if fused.wanted(cut.device) and fused.vacate(self, cut, rows, clock):
             return
         c = cut.unsqueeze(-1)
@@ -129,7 +129,8 @@ class Cache:
             mine[s] = new[0]
 
     def forget(self, gone: torch.Tensor) -> None:
-        """Empty the slots where gone ([S] bool: whole streams, or [S, C, Q]) on the device."""
+        """Empty the slots where gone ([S] bool: whole streams, or [S, C, Q]) on the device (whole
+        streams on CUDA: one kernel, `fused.vacate`)."""
         S, C, Q = self.ent.shape
         if gone.dim() == 1 and fused.wanted(gone.device) and fused.vacate(self, gone):
             return
@@ -139,7 +140,7 @@ class Cache:
     def expire(self, clock: torch.Tensor | int, idle: int, ok: torch.Tensor | None = None) -> None:
         """The idle rule (`mstta.engine.forget`): empty every live slot unused for `idle` steps at clock [S]
         (an int: every stream's; only in the stepping streams, `ok` [S]; None = all), in place (an
-        empty slot may be emptied again: that changes nothing)."""
+        empty slot may be emptied again: that changes nothing). On CUDA one kernel (`fused.expire`)."""
         if not isinstance(clock, int) and fused.wanted(clock.device) and fused.expire(self, clock, idle, ok):
             return
         gone = self.last_use() <= (clock - idle if isinstance(clock, int) else (clock - idle).view(-1, 1, 1))
@@ -307,7 +308,8 @@ class Cache:
         """The idle rule's use (`mstta.engine.forget`): the live slot of largest kernel weight [S, C*Q]
         (of equal ones the first) marked at clock [S] where ok [S] (None: every stream). A cache with
         no live slot marks its first slot, an empty one: harmless (an insertion there is later; an
-        expiry empties it again). `host`: `_mark_host`, clock and ok on the host (numpy)."""
+        expiry empties it again). `host`: `_mark_host`, clock and ok on the host (numpy); on CUDA one kernel
+        (`fused.mark_used`)."""
         if host:
             self._mark_host(w.numpy(), clock, ok)
             return

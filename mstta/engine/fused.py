@@ -1,7 +1,8 @@
 """Forgetting's per-step work on a GPU as Triton kernels (`kernels`), one launch each where the tensor
-path runs many small ops: the scene-cut detector's step (`drift_step_fused`: about thirty float64 ops
-of `drift.drift_step_t`) and the timeliness rule's slot choice (`timeliness_slot_fused`: the gathers
-and score of `forget.timeliness_slot_t`, about twelve ops a cache).
+path runs several to thirty small ops: the scene-cut detector's step (`drift_step_fused`, for
+`drift.drift_step_t`), a cache's slot choice (`timeliness_slot_fused`: the gathers and RoTTA's score
+of `forget.timeliness_slot_t`, at weight 0 the entropy rule), a reset's emptying of the bank's rows
+or a cache's slots (`vacate`), and the idle rule's expiry and use mark (`expire`, `mark_used`).
 
 A CUDA graph's step of tiny kernels costs about its kernel count (docs/engine.md, "The captured
 step's ops"), so the step takes these kernels on a CUDA device where Triton imports (`wanted`). The
@@ -75,8 +76,7 @@ def vacate(record, cut: torch.Tensor, rows: int | None = None, clock: torch.Tens
     held = [record.time, record.bias, cut, *(t for t in (ent, *start) if t is not None)]
     if not all(t.is_contiguous() for t in held):
         return False
-    n = record.time.shape[1] if bank else record.bias.shape[1]
-    n = n if rows is None else rows
+    n = record.bias.shape[1] if rows is None else rows  # a stream's rows (bank) or C * Q slots (cache)
     return _launch(lambda: torch.ops.mstta.vacate(cut, record.time, record.bias, ent, *start, n))[0]
 
 
