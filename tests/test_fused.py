@@ -47,13 +47,13 @@ def _stream(n: int, streams: int, dim: int, seed: int = 0) -> torch.Tensor:
     return x
 
 
-@pytest.mark.parametrize("dim", [32, 100])  # 100 > DETECT_DIMS: read through the projection
+@pytest.mark.parametrize("dim", [32, 72])  # 72 > DETECT_DIMS: read through the projection
 def test_the_fused_step_gives_the_tensor_paths_cuts_and_state(dev, dim):
-    fg = ForgetConfig(detect=True, detect_warmup=30, detect_slack=0.7, detect_threshold=4.3)
+    fg = ForgetConfig(detect=True, detect_warmup=16, detect_slack=0.7, detect_threshold=4.3)
     S = 3
     kernel, plain = Drift.empty(S, dim, dev, fg), Drift.empty(S, dim, dev, fg)
     got, want = [], []
-    for i, x in enumerate(_stream(200, S, dim).to(dev)):
+    for i, x in enumerate(_stream(90, S, dim).to(dev)):
         ok = None if i % 7 else torch.tensor([True, False, i % 2 == 0], device=dev)  # streams that skip a step
         got.append(fused.drift_step_fused(kernel, x, fg, ok))
         want.append(_tensor_path(plain, x, fg, ok))
@@ -84,7 +84,7 @@ def test_an_engine_with_the_kernels_equals_the_eager_one_and_its_graph_holds_one
     caches) predicts, cuts and keeps its caches as the CPU's eager engine; its captured step holds one
     op for each kernel where the tensor path holds about thirty for the detector and several a cache
     for each rule."""
-    f, t = _scene_cut(n=200)
+    f, t = _scene_cut(n=130)
     cfg = EngineConfig(bank_size=40, k=3, cache_alpha=6.0, beta=3.0, forget=FORGET[rule])
     static, eager = Engine(t.to(dev), "tda+ms", cfg), Engine(t, "tda+ms", cfg)  # eager: the CPU's
     as_graph(static.runner)
