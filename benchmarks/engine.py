@@ -636,15 +636,9 @@ def part_graph_ops(feats, text, cfg, device, warm: int) -> dict:
 
 def _captured_ops(runner, x: torch.Tensor, warm: int):
     """`graphs.step_ops` of the step after x[:warm], the runner stepped as under a CUDA graph."""
-    fg = runner.config.forget
-    runner.host_reads = runner.host_resets = False
-    runner.resets_before = fg.rule == "periodic" and not fg.detect
-    with torch.inference_mode():
-        for row in x[:warm]:
-            if runner.resets_before:
-                runner._reset_before()
-            graphs.static_step(runner, row.unsqueeze(0), None)
-            runner.seen += 1
+    runner.step_as_graph(True)
+    for row in x[:warm]:
+        graphs.captured_step(runner, row.unsqueeze(0))
     return graphs.step_ops(runner, x[warm].unsqueeze(0))
 
 

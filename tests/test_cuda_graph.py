@@ -107,23 +107,13 @@ def _scene_cut(n=160, views=1):
 
 
 def as_graph(runner) -> None:
-    """A CPU runner set as under a CUDA graph: no host read; RDumb's resets before the step where
-    the host knows them (no detector)."""
-    runner.host_reads = runner.host_resets = False
-    fg = runner.config.forget
-    runner.resets_before = fg.rule == "periodic" and not fg.detect
+    """A runner on any device set to step as under a CUDA graph (`Streams.step_as_graph`)."""
+    runner.step_as_graph(True)
 
 
 def graph_step(runner, x: torch.Tensor) -> torch.Tensor:
-    """`Streams.run` under a CUDA graph, on the CPU: the host-known resets, then the captured step
-    (`graphs.static_step`) -> the logits [C]."""
-    if runner.resets_before:
-        runner._reset_before()
-    with torch.inference_mode():
-        a = graphs.static_step(runner, x.reshape(1, -1, x.shape[-1]), None)[0][0]
-    runner.seen += 1
-    runner.runs += 1
-    return a
+    """`Streams.run` under a CUDA graph, on any device (`graphs.captured_step`) -> the logits [C]."""
+    return graphs.captured_step(runner, x.reshape(1, -1, x.shape[-1]))[0][0]
 
 
 @pytest.mark.parametrize("method", ["ms-tta", "tda+ms"])

@@ -81,16 +81,20 @@ class Streams(Runner):
             )
         self.cuda_graph = can_graph if cuda_graph is None else bool(cuda_graph)
         self._graph_required = bool(cuda_graph)
-        # On a CPU the eager step may read the state (nothing to transfer): the detector's cuts, when
-        # a slot can next expire. The host then knows every reset (the bank's fill, the work to do);
-        # eager without the detector it does too (a periodic reset is the host's count).
-        self.host_reads = not self.cuda_graph and self.device.type == "cpu"
-        self.host_resets = self.host_reads or (not self.cuda_graph and not self.config.forget.detect)
-        # Under a CUDA graph the host still knows RDumb's resets where no detector runs (the device
-        # clock is `seen`): they run eagerly before the replay (`_reset_before`), so the captured
-        # step holds no op of the periodic rule.
+        self.step_as_graph(self.cuda_graph)
+
+    def step_as_graph(self, captured: bool) -> None:
+        """What the host reads and does around the step: as under a CUDA graph where `captured` (on
+        any device: `graphs.captured_step`, tests, `graphs.step_ops`), else as the eager step.
+        Eager on a CPU the step may read the state (nothing to transfer): the detector's cuts, when
+        a slot can next expire. The host then knows every reset (the bank's fill, the work to do);
+        eager without the detector it does too (a periodic reset is the host's count). Under a graph
+        it still knows RDumb's resets where no detector runs (the device clock is `seen`): they run
+        eagerly before the replay (`before_graph`), so the captured step holds no op of the rule."""
         fg = self.config.forget
-        self.resets_before = self.cuda_graph and fg.rule == "periodic" and not fg.detect
+        self.host_reads = not captured and self.device.type == "cpu"
+        self.host_resets = self.host_reads or (not captured and not fg.detect)
+        self.resets_before = captured and fg.rule == "periodic" and not fg.detect
 
     # ------------------------------------------------------------------ state
     def reset(self, stream: int | None = None) -> None:
@@ -209,8 +213,7 @@ class Streams(Runner):
         ok = None if active is None else torch.as_tensor(active).to(self.device, non_blocking=True)
         self._active = active  # the host's view of the stepping streams (`_periodic`)
         if self.cuda_graph:
-            if self.resets_before:
-                self._reset_before()
+            self.before_graph()
             out = graphs.run(self, x, ok)
             self.resets_before &= self.cuda_graph  # a failed capture: the eager step resets from the next step on
         else:
@@ -334,9 +337,11 @@ class Streams(Runner):
         self.last_cut.zero_()
         self._marked = False
 
-    def _reset_before(self) -> None:
+    def before_graph(self) -> None:
         """RDumb's resets of this step where the host knows them under a CUDA graph (`resets_before`),
         eagerly before the replay: ops only at a reset and at the step after it (its mark cleared)."""
+        if not self.resets_before:
+            return
         due = self._periodic_due()
         if due.any():
             self._reset(torch.as_tensor(due, device=self.device), None)  # every row: the graph searches them all

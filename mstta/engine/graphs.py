@@ -24,6 +24,17 @@ def static_step(streams, x: torch.Tensor, ok: torch.Tensor | None):
     return streams._step(x, ok, (streams.bank.rows.shape[1] if streams.bank is not None else 0, True))
 
 
+def captured_step(streams, x: torch.Tensor, ok: torch.Tensor | None = None):
+    """`Streams.run`'s step under a CUDA graph, on any device (set `streams.step_as_graph(True)` first):
+    the host-known resets before it, the step a graph captures, the host's counts advanced."""
+    streams.before_graph()
+    with torch.inference_mode():
+        out = static_step(streams, x, ok)
+    streams.seen += 1 if ok is None else ok.cpu().numpy()
+    streams.runs += 1
+    return out
+
+
 def step_ops(streams, x: torch.Tensor, ok: torch.Tensor | None = None) -> collections.Counter:
     """The ops the captured step runs, by name: `static_step` once (the state steps, as at a replay)
     under a dispatch mode that counts every op but a view (an output on an input's storage, not
