@@ -13,11 +13,31 @@ from synthetic import as_tensors, make_stream
 from mstta import Engine, EngineConfig
 from mstta.engine import drift_scan, forget
 from mstta.engine.drift import Drift, detect_projection, drift_step_host
-from mstta.engine.drift_scan import DETECT_ROWS, EMA_BLOCK, SCAN_ROWS, detect_rows, ema_rows, exact_cut, segment_cut
+from mstta.engine.drift_scan import (
+    DETECT_ROWS,
+    EMA_BLOCK,
+    FIRST_ROWS,
+    SCAN_ROWS,
+    cusum_windows,
+    detect_rows,
+    ema_rows,
+    exact_cut,
+    first_rows,
+    segment_cut,
+)
 from mstta.engine.forget import ForgetConfig, stream_cuts
 from mstta.threads import intra_op_threads
 
 FAST = dict(detect_rate=0.2, detect_slack=0.2, detect_threshold=2.0, detect_warmup=60)
+
+
+@pytest.fixture(params=["cpu", "gpu"])
+def windows(request, monkeypatch):
+    """The scan's windows as a CPU runs them (the first FIRST_ROWS, doubling) and as a GPU does (every
+    one SCAN_ROWS: `first_rows`), on this CPU."""
+    if request.param == "gpu":
+        monkeypatch.setattr(drift_scan, "first_rows", lambda device: SCAN_ROWS)
+    return request.param
 
 
 def scene_stream(n, cuts, dim, seed, shift=0.5, width=None):
@@ -49,15 +69,16 @@ def online_cuts(feats, fg):
         (6, 64, None, dict(rule="periodic", every=400, **FAST), (250, 700, 900)),
     ],
 )
-def test_the_scan_finds_the_engines_cuts(seed, dim, width, keys, cuts):
-    """Generated scene streams (d = 64; lifted to 512), with and without periodic resets."""
+def test_the_scan_finds_the_engines_cuts(seed, dim, width, keys, cuts, windows):
+    """Generated scene streams (d = 64; lifted to 512), with and without periodic resets, in either
+    device's windows."""
     feats = scene_stream(1100, cuts, dim, seed, width=width)
     fg = ForgetConfig(detect=True, **keys)
     want = online_cuts(feats, fg)
     assert stream_cuts(feats, fg).tolist() == want and sum(want) >= len(cuts)
 
 
-def test_a_cut_on_the_first_sample_after_the_warm_up_and_then_again():
+def test_a_cut_on_the_first_sample_after_the_warm_up_and_then_again(windows):
     """The scene moves at the warm-up's last sample: the first sample that may cut does, and the detector
     starts over from the next one (a second cut once its new reference is complete)."""
     fg = ForgetConfig(detect=True, detect_warmup=40, detect_threshold=0.5, detect_slack=0.0, detect_rate=0.5)
@@ -65,6 +86,41 @@ def test_a_cut_on_the_first_sample_after_the_warm_up_and_then_again():
     want = online_cuts(feats, fg)
     assert want[40] and not any(want[:40]) and sum(want) >= 2
     assert stream_cuts(feats, fg).tolist() == want
+
+
+def test_a_gpu_scans_in_full_windows_a_cpu_from_small_ones():
+    """On a GPU each op costs its launch whatever its rows, so its scan takes SCAN_ROWS rows at a time
+    from the warm-up on: ceil((n - W) / SCAN_ROWS) windows; a CPU's first is FIRST_ROWS, then doubling."""
+    assert first_rows(torch.device("cuda")) == first_rows(torch.device("meta")) == SCAN_ROWS
+    assert first_rows(torch.device("cpu")) == FIRST_ROWS < SCAN_ROWS
+    x = scene_stream(150 + 2 * SCAN_ROWS + 5, (), 64, 2)[:, 0]
+    u, fg = detect_rows(x), ForgetConfig(detect=True)
+    cpu = [len(s) for _, s, _ in cusum_windows(u, fg)]
+    assert cpu[:2] == [FIRST_ROWS, 2 * FIRST_ROWS] and sum(cpu) == len(x) - 150
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(drift_scan, "first_rows", lambda device: SCAN_ROWS)
+        gpu = [len(s) for _, s, _ in cusum_windows(u, fg)]
+    assert gpu == [SCAN_ROWS, SCAN_ROWS, 5]
+
+
+def test_a_gpus_scan_runs_as_many_ops_for_any_length_up_to_a_window(monkeypatch):
+    """On a GPU the replay's cost is about its op count (docs/engine.md, "The replay's ops"): the scan of a
+    cut-free segment up to SCAN_ROWS rows past the warm-up (its features read in one block) runs the
+    same ops whatever its length, where a CPU's doubling windows add ops as it grows."""
+    from mstta.engine.graphs import OpCount
+
+    def ops(n):
+        x = scene_stream(n, (), 64, 3, width=512)
+        stream_cuts(x, fg)  # the scan's constants, built once
+        with OpCount() as count:
+            assert not stream_cuts(x, fg).any()
+        return sum(count.ops.values())
+
+    fg = ForgetConfig(detect=True)
+    cpu = [ops(n) for n in (300, 1200, 3000)]
+    monkeypatch.setattr(drift_scan, "first_rows", lambda device: SCAN_ROWS)
+    gpu = [ops(n) for n in (300, 1200, 3000)]
+    assert gpu[0] == gpu[1] == gpu[2] < 60 and cpu[0] < cpu[1] < cpu[2] and gpu[0] <= cpu[0]
 
 
 def test_a_stream_shorter_than_the_warm_up_and_an_empty_one_have_no_cut():
@@ -75,7 +131,7 @@ def test_a_stream_shorter_than_the_warm_up_and_an_empty_one_have_no_cut():
     assert segment_cut(feats[:150, 0], detect_rows(feats[:150, 0]), fg) == (None, False)
 
 
-def test_the_guard_steps_a_segment_whose_sum_touches_the_threshold():
+def test_the_guard_steps_a_segment_whose_sum_touches_the_threshold(windows):
     """The threshold set to a value the engine's CUSUM reaches: the engine never cuts (acc > threshold
     is strict), the batched sum may land a rounding error above it; the scan hands the segment to the
     engine's step (and says so), and the cuts stay the engine's."""
@@ -148,7 +204,7 @@ def test_the_scan_runs_on_one_intra_op_thread(monkeypatch):
     assert seen and set(seen) == {1} and got.tolist() == online_cuts(feats, ForgetConfig(detect=True, **FAST))
 
 
-def test_a_reference_longer_than_a_window_gives_the_steps_cut():
+def test_a_reference_longer_than_a_window_gives_the_steps_cut(windows):
     """W = SCAN_ROWS + 76: the reference's sums and its EMA run over two windows; the scan's cut is the
     step's (`exact_cut`), found by the scan itself."""
     fg = ForgetConfig(detect=True, detect_warmup=SCAN_ROWS + 76)

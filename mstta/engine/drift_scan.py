@@ -15,9 +15,12 @@ from .drift import Drift, detect_input, detect_projection, drift_step_host, drif
 # GUARD * (threshold + the CUSUM's summed terms) of the threshold, the segment is stepped by
 # the engine's own step (`exact_cut`; the measured gaps: benchmarks/detector_scan.py).
 GUARD = 1e-9
-SCAN_ROWS = 1024  # the scan's largest window (rows per batched step: bounded memory on any stream)
-DETECT_ROWS = 256  # rows of the features read into float64 at a time (`detect_rows`)
-FIRST_ROWS = 64  # the scan's first window after the warm-up (`cusum_windows`)
+SCAN_ROWS = 4096  # the scan's largest window (rows per batched step: bounded memory on any stream)
+DETECT_ROWS = 4096  # rows of the features read into float64 at a time (`detect_rows`: 16 MB at d = 512)
+# The scan's first window after the warm-up (`cusum_windows`), doubling up to SCAN_ROWS. On a CPU 64:
+# a cut soon after the warm-up wastes few rows. On a GPU every window is SCAN_ROWS: an op costs its
+# launch whatever its rows, so the fewer windows the better (docs/engine.md, "Replay").
+FIRST_ROWS = 64
 EMA_BLOCK = 32  # the EMA's blocks inside a window (a [32, 32] Toeplitz matrix, then the blocks' ends)
 
 
@@ -82,14 +85,14 @@ def exact_cut(x: torch.Tensor, fg) -> int | None:
 
 def cusum_windows(u: torch.Tensor, fg):
     """The CUSUM of a segment of detector rows u [n, k] (`detect_input`; the detector starts empty at
-    row 0, and n > W) as if it never cut, window after window after the warm-up (FIRST_ROWS rows,
-    doubling up to SCAN_ROWS: a cut soon after the warm-up costs little), each at once: the EMA
-    (`ema_rows`), z, and the CUSUM as a scan, S_t = C_t - min(0, min_{j<=t} C_j), C the running sum
-    from the window's start value -> (its first row, S [m], the summed |terms| [m])."""
+    row 0, and n > W) as if it never cut, window after window after the warm-up (`first_rows`, doubling
+    up to SCAN_ROWS), each at once: the EMA (`ema_rows`), z, and the CUSUM as a scan, S_t = C_t -
+    min(0, min_{j<=t} C_j), C the running sum from the window's start value -> (its first row, S [m],
+    the summed |terms| [m])."""
     mean, inv, ema = _reference(u, fg)
     inv = inv * z_scale(inv.diagonal().sum(), z_terms(fg, inv.shape[-1], u.device))  # z = g^T inv g
     acc, size, c = torch.zeros((), dtype=torch.float64, device=u.device), 0.0, 1 + fg.detect_slack
-    p, rows = fg.detect_warmup, FIRST_ROWS
+    p, rows = fg.detect_warmup, first_rows(u.device)
     while p < len(u):
         e = ema_rows(ema, u[p : p + rows], fg.detect_rate)
         ema, g = e[-1], e - mean
@@ -99,6 +102,11 @@ def cusum_windows(u: torch.Tensor, fg):
         sizes = torch.cumsum(z + c, 0).add_(size)
         yield p, s, sizes
         acc, size, p, rows = s[-1], sizes[-1], p + len(s), min(2 * rows, SCAN_ROWS)
+
+
+def first_rows(device: torch.device) -> int:
+    """The scan's first window on `device`: FIRST_ROWS on a CPU, SCAN_ROWS on any other."""
+    return FIRST_ROWS if device.type == "cpu" else SCAN_ROWS
 
 
 def segment_cut(x: torch.Tensor, u: torch.Tensor, fg, guard: float = GUARD) -> tuple[int | None, bool]:
