@@ -51,6 +51,14 @@ Parts (choose with --parts):
   (`*_vs_none`). Counted as under a graph: no host read, RDumb's host-known resets outside the step;
   the detector and the timeliness rule as this device runs them (`mstta.engine.fused`: Triton
   kernels on CUDA), and on a CPU also as a GPU does, the kernels through Triton's interpreter.
+- replay_ops (any device, quick, not in the default parts): the replay's ops and host reads per
+  forget setting, `ms-tta` and `tda` over the stream, run as on a GPU (the chunks in this thread,
+  as `threads.map_chunks` runs them off the CPU; the detector's scan in a GPU's windows,
+  `drift_scan.first_rows`): every op but a view (`graphs.OpCount`, about one
+  kernel each on a GPU, where a replay of a few thousand samples costs about its launches and its
+  waits) and every call that reads a tensor on the host (`HOST_READS`: each a wait for the device
+  on a GPU where the tensor lives there; counted on a CPU, an upper bound), each also relative to
+  `none`'s, with the ops each setting adds by name.
 - memory: peak RSS of a fresh process streaming --steps samples through `ms-tta` with the default
   bounded bank (65,536), and the step time over the first and last 2,000 steps (flat = bounded).
 Rates are the best of 3 runs (the machine may be shared); the 1-minute load average at start and
@@ -78,7 +86,7 @@ import torch
 
 import mstta.engine.cache_runner as streams_mod
 from mstta import Engine, EngineConfig, replay, threads
-from mstta.engine import fused, graphs
+from mstta.engine import drift_scan, fused, graphs
 from mstta.engine.config import DEFAULT_BANK_SIZE
 from mstta.engine.forget import ForgetConfig
 from mstta.engine.methods import needs_text_tower
@@ -86,7 +94,7 @@ from mstta.engine.multi import MultiEngine
 
 replay_mod = importlib.import_module("mstta.engine.replay")  # the module (`mstta.replay` is the function)
 
-PARTS = ("online", "replay", "multi", "bank_dtype", "memory", "share", "methods", "forget", "graph_ops")
+PARTS = ("online", "replay", "multi", "bank_dtype", "memory", "share", "methods", "forget", "graph_ops", "replay_ops")
 DEFAULT_PARTS = ("online", "replay", "multi", "bank_dtype", "memory")
 
 
@@ -642,6 +650,56 @@ def _captured_ops(runner, x: torch.Tensor, warm: int):
     return graphs.step_ops(runner, x[warm].unsqueeze(0))
 
 
+HOST_READS = ("item", "tolist", "__int__", "__float__", "__bool__", "__index__", "cpu")  # numpy() follows cpu()
+
+
+def part_replay_ops(feats, text, cfg, device) -> dict:
+    """The replay's op and host-read counts per forget setting, `ms-tta` and `tda`, run as on a GPU (the
+    chunks in this thread, the detector's scan in a GPU's windows), after one replay of each (the
+    scan's constants built), each also relative to `none`'s, with the ops a setting adds (`added`)."""
+    out: dict = {}
+    for method in ("ms-tta", "tda"):
+        r = out[method] = {}
+        base = None
+        for name, fg in FORGET_SETTINGS.items():
+            c = dataclasses.replace(cfg, forget=fg)
+            with (
+                mock.patch.object(threads, "PER_THREAD", False),  # `map_chunks` in this thread
+                mock.patch.object(drift_scan, "first_rows", lambda device: drift_scan.SCAN_ROWS),
+            ):
+                replay(feats, text, method, c, device=device)
+                with _host_reads() as reads, graphs.OpCount() as count:
+                    replay(feats, text, method, c, device=device)
+            ops, n_ops, n_reads = count.ops, sum(count.ops.values()), sum(reads.values())
+            base = (ops, n_ops, n_reads) if base is None else base
+            r[name] = {
+                "ops": n_ops,
+                "ops_vs_none": round(n_ops / base[1], 3),
+                "host_reads": n_reads,
+                "host_reads_vs_none": round(n_reads / max(1, base[2]), 3),
+                "added": dict(ops - base[0]),
+            }
+    return out
+
+
+@contextlib.contextmanager
+def _host_reads():
+    """A Counter of the `HOST_READS` calls on any tensor while entered."""
+    seen: dict = dict.fromkeys(HOST_READS, 0)
+
+    def counting(name, fn):
+        def read(*args, **kwargs):
+            seen[name] += 1
+            return fn(*args, **kwargs)
+
+        return read
+
+    with contextlib.ExitStack() as stack:
+        for name in HOST_READS:
+            stack.enter_context(mock.patch.object(torch.Tensor, name, counting(name, getattr(torch.Tensor, name))))
+        yield seen
+
+
 def _parser() -> argparse.ArgumentParser:
     """The command line (its flags, in one table)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -741,6 +799,8 @@ def main() -> None:
         out["forget"] = part_forget(feats, text, cfg, device)
     if "graph_ops" in parts:
         out["graph_ops"] = part_graph_ops(feats, text, cfg, device, min(args.graph_ops_warm, args.n - 1))
+    if "replay_ops" in parts:
+        out["replay_ops"] = part_replay_ops(feats, text, cfg, device)
     out["loadavg_1min_at_end"] = round(os.getloadavg()[0], 2)
     print(json.dumps(out))
 

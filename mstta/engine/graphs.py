@@ -39,12 +39,15 @@ def step_ops(streams, x: torch.Tensor, ok: torch.Tensor | None = None) -> collec
     """The ops the captured step runs, by name: `static_step` once (the state steps, as at a replay)
     under a dispatch mode that counts every op but a view (an output on an input's storage, not
     written in place), so each count is about one kernel of the graph on a GPU."""
-    with torch.inference_mode(), _OpCount() as count:
+    with torch.inference_mode(), OpCount() as count:
         static_step(streams, x, ok)
     return count.ops
 
 
-class _OpCount(TorchDispatchMode):
+class OpCount(TorchDispatchMode):
+    """Counts the ops run in this thread while entered, by name in `ops`: every op but a view (an output
+    on an input's storage, not written in place), so each count is about one kernel on a GPU."""
+
     def __init__(self):
         super().__init__()
         self.ops: collections.Counter = collections.Counter()
