@@ -684,7 +684,7 @@ def part_replay_ops(feats, text, cfg, device) -> dict:
 
 @contextlib.contextmanager
 def _host_reads():
-    """A Counter of the `HOST_READS` calls on any tensor while entered."""
+    """The number of calls of each of `HOST_READS` on any tensor while entered (a dict by name)."""
     seen: dict = dict.fromkeys(HOST_READS, 0)
 
     def counting(name, fn):
