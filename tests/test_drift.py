@@ -26,6 +26,7 @@ from mstta.engine.drift_scan import (
     segment_cut,
 )
 from mstta.engine.forget import ForgetConfig, stream_cuts
+from mstta.engine.graphs import OpCount
 from mstta.threads import intra_op_threads
 
 FAST = dict(detect_rate=0.2, detect_slack=0.2, detect_threshold=2.0, detect_warmup=60)
@@ -107,7 +108,6 @@ def test_a_gpus_scan_runs_as_many_ops_for_any_length_up_to_a_window(monkeypatch)
     """On a GPU the replay's cost is about its op count (docs/engine.md, "The replay's ops"): the scan of a
     cut-free segment up to SCAN_ROWS rows past the warm-up (its features read in one block) runs the
     same ops whatever its length, where a CPU's doubling windows add ops as it grows."""
-    from mstta.engine.graphs import OpCount
 
     def ops(n):
         x = scene_stream(n, (), 64, 3, width=512)
