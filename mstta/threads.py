@@ -116,12 +116,21 @@ def small_ops(device: torch.device):
     return intra_op_threads(1) if device.type == "cpu" else contextlib.nullcontext()
 
 
+def chunk_workers(device: torch.device) -> int:
+    """How many chunks `map_chunks` runs side by side on `device`: the pool's `workers()` on the CPU,
+    else 1 (in the calling thread, in turn: on other devices, on one core, without per-thread
+    controls, or when called from a worker). Split work into more pieces than this and each piece
+    only adds its ops (on a GPU, its launches and host reads)."""
+    if device.type != "cpu" or cores() == 1 or not PER_THREAD or getattr(_local, "worker", False):
+        return 1
+    return workers()
+
+
 def map_chunks(fn: Callable[[T], R], items: Sequence[T], device: torch.device) -> list[R]:
     """[fn(item) for item in items], in order. On the CPU, spread over the pool's workers (each on
     one intra-op thread, in inference mode) in the order given, so pass the largest first; in the
-    calling thread, in order, on other devices, on one core, without per-thread controls, or when
-    called from a worker."""
-    if device.type != "cpu" or len(items) < 2 or cores() == 1 or not PER_THREAD or getattr(_local, "worker", False):
+    calling thread, in order, where `chunk_workers` is 1."""
+    if len(items) < 2 or chunk_workers(device) == 1:
         return [fn(item) for item in items]
     return list(_executor().map(functools.partial(_run_in_worker, fn), items))
 

@@ -12,7 +12,7 @@ import reference_forget
 import torch
 from synthetic import as_tensors, make_stream
 
-from mstta import EngineConfig, get_method, replay
+from mstta import EngineConfig, get_method, replay, threads
 from mstta.engine.forget import ForgetConfig
 from mstta.engine.idle_replay import IdleCache
 
@@ -114,11 +114,29 @@ def test_a_pool_of_many_workers_weighs_each_span_in_row_pieces(monkeypatch):
     come in row pieces, joined in order (weights, tops) before the scan; the same as the online steps."""
     f, t, _ = as_tensors(make_stream(n=200, classes=5, dim=12, seed=2, noise=1.5))
     cfg = EngineConfig(forget=ForgetConfig("idle", idle=6), **NEG)
-    monkeypatch.setattr(idle_mod, "workers", lambda: 12)
+    monkeypatch.setattr(idle_mod, "chunk_workers", lambda device: 12)
     rows, weigh = [], IdleCache.weigh
     monkeypatch.setattr(
         IdleCache, "weigh", lambda self, q, col, r0, r1: rows.append(r1 - r0) or weigh(self, q, col, r0, r1)
     )
     fast = replay(f, t, "tda", cfg, chunk=64, keep_probs=True)
     assert max(rows) < 64 and sum(rows) > 200  # pieces of the spans, for both caches
+    _same(replay(f, t, "tda", cfg, online=True, keep_probs=True), fast)
+
+
+def test_where_chunks_run_in_turn_each_span_is_one_product_per_cache(monkeypatch):
+    """On a GPU `map_chunks` runs its items in turn, so a span's weights in row pieces would only add
+    launches and host reads (a 16-core GPU host's 17 workers made 8 pieces a span: 2.2x `none`'s ops in
+    `benchmarks/engine.py --parts replay_ops`). Emulated here: many cores, the chunks in this thread."""
+    f, t, _ = as_tensors(make_stream(n=200, classes=5, dim=12, seed=2, noise=1.5))
+    cfg = EngineConfig(forget=ForgetConfig("idle", idle=6), **NEG)
+    monkeypatch.setattr(threads, "workers", lambda: 17)
+    monkeypatch.setattr(threads, "PER_THREAD", False)
+    rows, weigh = [], IdleCache.weigh
+    monkeypatch.setattr(
+        IdleCache, "weigh", lambda self, q, col, r0, r1: rows.append((r0, r1)) or weigh(self, q, col, r0, r1)
+    )
+    fast = replay(f, t, "tda", cfg, chunk=64, keep_probs=True)
+    spans = [(0, 64), (64, 128), (128, 192), (192, 200)]
+    assert sorted(set(rows)) == spans and len(rows) <= 2 * len(spans)  # whole spans, at most one per cache
     _same(replay(f, t, "tda", cfg, online=True, keep_probs=True), fast)

@@ -94,6 +94,21 @@ def test_map_chunks_runs_inline_off_the_cpu_and_inside_a_worker():
     assert all(len(set(names)) == 1 for names in nested)
 
 
+def test_chunk_workers_says_how_many_chunks_run_side_by_side(monkeypatch):
+    """The pool's workers on the CPU; 1 where `map_chunks` runs its items in turn: off the CPU (a GPU
+    queues them on its stream), inside a worker, or without per-thread controls. A replay that splits
+    work for the pool splits it into no more pieces than this."""
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    assert threads.chunk_workers(gpu) == threads.chunk_workers(torch.device("meta")) == 1
+    parallel = threads.PER_THREAD and threads.cores() > 1
+    assert threads.chunk_workers(cpu) == (threads.workers() if parallel else 1)
+    assert threads.map_chunks(lambda x: threads.chunk_workers(cpu), [0, 1], cpu) == [1, 1]  # in a worker, or in turn
+    monkeypatch.setattr(threads, "PER_THREAD", False)
+    assert threads.chunk_workers(cpu) == 1
+    me = threading.current_thread().name
+    assert threads.map_chunks(lambda x: threading.current_thread().name, [1, 2], cpu) == [me, me]
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
 def test_a_forked_child_gets_its_own_pool():
     f, t, _ = as_tensors(make_stream(n=40, classes=4, dim=8, seed=0))

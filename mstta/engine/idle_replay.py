@@ -21,16 +21,17 @@ from collections import deque
 import numpy as np
 import torch
 
-from ..threads import map_chunks, small_ops, workers
+from ..threads import chunk_workers, map_chunks, small_ops
 from .cache_rules import EMPTY_TIME, entropy_slot, fifo_slot
 
 
 def replay_idle(caches: list[IdleCache], q: torch.Tensor, spans: list[tuple[int, int]], final) -> list:
     """[final(i, [each cache's logits of span i]) for each span] over the queries q [N, d]: a span's
-    weights (each cache's in row pieces, as many as the pool's workers allow beside the other jobs) are
-    computed on the pool beside the last span's logits and final (one job), the scan between them on
-    this thread (one intra-op thread: small host-driven ops)."""
-    out, parts = [], max(1, workers() // (len(caches) + 1))
+    weights (each cache's in row pieces, as many as the pool's workers allow beside the other jobs:
+    one where the chunks run in turn, as on a GPU) are computed on the pool beside the last span's
+    logits and final (one job), the scan between them on this thread (one intra-op thread: small
+    host-driven ops)."""
+    out, parts = [], max(1, chunk_workers(q.device) // (len(caches) + 1))
     with small_ops(q.device):
         weighed = _weighed(caches, q, spans[0], parts, [])[0]
         for i, (a, b) in enumerate(spans):
