@@ -32,12 +32,16 @@ from mstta.threads import intra_op_threads
 FAST = dict(detect_rate=0.2, detect_slack=0.2, detect_threshold=2.0, detect_warmup=60)
 
 
+def gpu_windows(mp) -> None:
+    """The scan's windows as a GPU takes them (every one SCAN_ROWS: `first_rows`), on this CPU."""
+    mp.setattr(drift_scan, "first_rows", lambda device: SCAN_ROWS)
+
+
 @pytest.fixture(params=["cpu", "gpu"])
 def windows(request, monkeypatch):
-    """The scan's windows as a CPU runs them (the first FIRST_ROWS, doubling) and as a GPU does (every
-    one SCAN_ROWS: `first_rows`), on this CPU."""
+    """The scan's windows as a CPU runs them (the first FIRST_ROWS, doubling) and as a GPU does."""
     if request.param == "gpu":
-        monkeypatch.setattr(drift_scan, "first_rows", lambda device: SCAN_ROWS)
+        gpu_windows(monkeypatch)
     return request.param
 
 
@@ -99,7 +103,7 @@ def test_a_gpu_scans_in_full_windows_a_cpu_from_small_ones():
     cpu = [len(s) for _, s, _ in cusum_windows(u, fg)]
     assert cpu[:2] == [FIRST_ROWS, 2 * FIRST_ROWS] and sum(cpu) == len(x) - 150
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(drift_scan, "first_rows", lambda device: SCAN_ROWS)
+        gpu_windows(mp)
         gpu = [len(s) for _, s, _ in cusum_windows(u, fg)]
     assert gpu == [SCAN_ROWS, SCAN_ROWS, 5]
 
@@ -118,7 +122,7 @@ def test_a_gpus_scan_runs_as_many_ops_for_any_length_up_to_a_window(monkeypatch)
 
     fg = ForgetConfig(detect=True)
     cpu = [ops(n) for n in (300, 1200, 3000)]
-    monkeypatch.setattr(drift_scan, "first_rows", lambda device: SCAN_ROWS)
+    gpu_windows(monkeypatch)
     gpu = [ops(n) for n in (300, 1200, 3000)]
     assert gpu[0] == gpu[1] == gpu[2] < 60 and cpu[0] < cpu[1] < cpu[2] and gpu[0] <= cpu[0]
 
