@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -9,8 +12,11 @@ from helpers_family import feature_methods
 from synthetic import as_tensors, make_stream
 
 from mstta import EngineConfig, get_method, replay
-from mstta.engine.forget import ForgetConfig
+from mstta.engine.cache_rules import EMPTY_TIME, entropy_slot, fifo_slot
+from mstta.engine.forget import ForgetConfig, timeliness_slot
 from mstta.engine.replay import steps_online
+
+replay_mod = importlib.import_module("mstta.engine.replay")
 
 CASES = [
     # (views, view_mode, overrides)
@@ -42,6 +48,39 @@ def test_replay_equals_online_with_duplicate_features():
     assert np.array_equal(
         replay(f, t, "ms-tta", cfg, online=True).predictions, replay(f, t, "ms-tta", cfg, chunk=16).predictions
     )
+
+
+@pytest.mark.parametrize("policy,timeliness", [("entropy", None), ("entropy", (5, 0.7)), ("fifo", None)])
+@pytest.mark.parametrize("gated", [False, True])
+def test_the_slot_scan_equals_the_slot_rules_step_by_step(policy, timeliness, gated):
+    """The replay's scan (`_intervals`, whose common cases are inline) gives each sample the interval that
+    calling the slot rules at every step gives: rows that fill, tied and equal entropies, gated samples."""
+    rng = np.random.default_rng(3)
+    n, C, Q = 600, 40, 3  # rows fill over the first ~200 samples
+    labels = rng.integers(0, C, n)
+    h = rng.choice([0.1, 0.2, 0.2, 0.5, 0.9, 1.3], n).astype(np.float64)
+    gate = rng.random(n) < 0.6 if gated else None
+    ent, when, owner = np.full((C, Q), math.inf), np.full((C, Q), EMPTY_TIME), np.full((C, Q), -1)
+    end = np.full(n, -1)
+    for t in range(n):
+        if gate is not None and not gate[t]:
+            continue
+        c = labels[t]
+        if policy == "fifo":
+            j = fifo_slot(when[c].tolist())
+        elif timeliness is not None:
+            j = timeliness_slot(ent[c].tolist(), when[c].tolist(), h[t], t, *timeliness, math.log(C))
+        else:
+            j = entropy_slot(ent[c].tolist(), when[c].tolist(), h[t])
+        if j >= 0:
+            if owner[c, j] >= 0:
+                end[owner[c, j]] = t
+            owner[c, j], ent[c, j], when[c, j], end[t] = t, h[t], t, n
+    fast = replay_mod._intervals(labels, h, Q, C, policy, None if gate is None else gate.tolist(), timeliness)
+    assert np.array_equal(fast, end)
+    assert (end == n).any() and ((end >= 0) & (end < n)).any()  # kept to the end, replaced
+    admitted = np.ones(n, bool) if gate is None else gate
+    assert (end[admitted] == -1).any() == (timeliness is None and policy != "fifo")  # entropy refuses, these two not
 
 
 @pytest.mark.parametrize("bank_size", [None, 7])

@@ -353,6 +353,10 @@ def _intervals(
         row_ent, row_when, row_owner = ent[c], when[c], owner[c]
         if policy == "fifo":
             j = fifo_slot(row_when)
+        elif timeliness is None and not ht < max(row_ent):  # `entropy_slot`'s refusal, its common case
+            continue
+        elif math.inf in row_ent:  # an empty slot: the first, by either rule (every empty slot has EMPTY_TIME)
+            j = row_ent.index(math.inf)
         elif timeliness is not None:
             j = timeliness_slot(row_ent, row_when, ht, t, *timeliness, ln_c)
         else:
