@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import math
 from collections import deque
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -61,7 +62,7 @@ def _weighed(caches: list[IdleCache], q: torch.Tensor, span: tuple[int, int], pa
             continue
         ws, k = done[k : k + len(pieces)], k + len(pieces)
         w = ws[0][0] if len(ws) == 1 else torch.cat([x[0] for x in ws])
-        weighed.append((*col[:2], w, None if ws[0][1] is None else [y for x in ws for y in x[1]]))
+        weighed.append((*col, w, None if ws[0][1] is None else [y for x in ws for y in x[1]]))
     return weighed, done[k:]
 
 
@@ -89,11 +90,11 @@ class IdleCache:
         """The entries that can be alive over samples [a, b): those cached at step a, then the span's own
         that may enter (`_entrants`): (their samples, how many were cached, the samples as a tensor on the
         labels' device); None: no column."""
-        live = sorted(self.cached)
-        cols = [*live, *self._entrants(a, b)]
-        return (cols, len(live), torch.as_tensor(cols, device=self.lab_t.device)) if cols else None
+        live = np.sort(np.fromiter(self.cached, np.int64, len(self.cached)))
+        cols = np.concatenate([live, np.asarray(self._entrants(a, b), dtype=np.int64)])
+        return (cols, len(live), torch.from_numpy(cols).to(self.lab_t.device)) if len(cols) else None
 
-    def _entrants(self, a: int, b: int) -> list[int]:
+    def _entrants(self, a: int, b: int) -> Sequence[int]:
         """The span's own samples (gated) that may enter the cache: all where the cache has more slots than
         the span has samples (or is first in, first out); else those below their row's worst entry at step
         a or at or after the row's earliest deadline at a. Until then a full row stays full (an entry that
@@ -101,7 +102,7 @@ class IdleCache:
         worst entry never rises (`entropy_slot` replaces the worst by a lower one)."""
         own = range(a, b) if self.gate is None else [t for t in range(a, b) if self.gate[t]]
         if self.fifo or len(self.ent) > b - a:
-            return list(own)
+            return own
         Q, ent, used, owner, rows = self.Q, self.ent, self.used, self.owner, {}
         for c in {self.labels[t] for t in own}:
             live = [used[j] + self.idle for j in range(c * Q, c * Q + Q) if owner[j] >= 0]
@@ -120,20 +121,16 @@ class IdleCache:
         (a function: its weights masked by the entries' intervals)."""
         if weighed is None:  # nothing cached nor cachable: no step changes the state (old deadlines are stale)
             return lambda: torch.zeros(b - a, self.C, device=self.lab_t.device)
-        cols, alive, w, top = weighed
-        if top is not None:
-            self._scan(a, b, top, w, np.asarray(cols))
-        else:
-            self._scan(a, b, None, None, None)
+        cols, alive, at, w, top = weighed
+        self._scan(a, b, top, w, cols)
         end = self.end[cols]
-        return lambda: self._read(a, cols, alive, w, end)
+        return lambda: self._read(a, at, alive, w, end)
 
-    def _read(self, a, cols, alive, w, end) -> torch.Tensor:
-        """Logits of the span [a, a + rows of w) from its weights w over cols: the span's own samples
-        count over [s, end[s]), the entries cached at its start until end[s]."""
+    def _read(self, a, at, alive, w, end) -> torch.Tensor:
+        """Logits of the span [a, a + rows of w) from its weights w over the columns' samples `at` (a
+        tensor): the span's own samples count over [s, end[s]), the entries cached at its start until end[s]."""
         dev = w.device
         b = a + w.shape[0]
-        at = torch.as_tensor(cols, device=dev)
         t = torch.arange(a, b, device=dev).unsqueeze(1)
         w[:, alive:].mul_((at[alive:] <= t) & (t < torch.as_tensor(end[alive:], device=dev)))
         dying = np.nonzero(end[:alive] < b)[0]  # entries cached at a that leave within the span
@@ -145,31 +142,37 @@ class IdleCache:
         return w @ self.values[at]
 
     def _scan(self, a, b, top, w, cols) -> None:
-        """Steps a..b-1 on the host rows: expiries, the slot rule (`Cache.insert`: entropy, or first in,
-        first out), each step's use (`Cache._mark_used`: the live slot of largest weight; of equal ones
-        the first slot): top[r], the sample whose column holds row r's weight above every other column
-        (-1: a tie), when it is cached, else the largest of row w[r]'s live columns (`_live`, found again
-        only when an entry comes or leaves; cols: the columns' samples). No use where top is None. The
-        common steps inline (one Python step per sample)."""
+        """Steps a..b-1 on the host rows: expiries (`Cache.expire`: a slot whose last use is `idle` or
+        more steps back empties; the deadlines come in the order they were set), the slot rule
+        (`Cache.insert`: entropy, or first in, first out), each step's use (`Cache._mark_used`: the live
+        slot of largest weight; of equal ones the first slot): top[r], the sample whose column holds row
+        r's weight above every other column (-1: a tie), when it is cached, else the largest of row w[r]'s
+        live columns (`_live`, found again only when an entry comes or leaves; cols: the columns'
+        samples). No use where top is None. One Python step per sample, its common cases inline."""
         labels, hs, gate, Q, fifo, idle = self.labels, self.h, self.gate, self.Q, self.fifo, self.idle
         ent, when, slot, used, owner, dl = self.ent, self.when, self.slot, self.used, self.owner, self.deadlines
-        slots, end, cached, n = self.slots, self.end, self.cached, len(self.slot)
+        slots, end, cached, n, inf = self.slots, self.end, self.cached, len(self.slot), math.inf
+        popleft, push, leave = dl.popleft, dl.append, cached.discard
         live, wn = None, None  # the live columns by slot (None: to find) and w on the host, once a step needs them
         for t in range(a, b):
-            if dl and dl[0][0] <= t and self._expire(t):
-                live = None
+            while dl and dl[0][0] <= t:
+                due, s, x = popleft()
+                if owner[s] == x and used[s] + idle == due:  # x's slot, unused since: it empties
+                    end[x] = t
+                    slot[x] = slots[x] = -1
+                    leave(x)
+                    owner[s], ent[s], when[s], used[s] = -1, inf, EMPTY_TIME, EMPTY_TIME
+                    live = None
             if gate is None or gate[t]:
                 base, h = labels[t] * Q, hs[t]
                 if fifo:
                     s = base + fifo_slot(when[base : base + Q])
-                else:  # `entropy_slot` where it inserts (h below the row's worst entry; an empty slot: the first)
-                    worst = max(row := ent[base : base + Q])
-                    if not h < worst:
-                        s = -1
-                    elif worst == math.inf:
-                        s = base + row.index(worst)
-                    else:
-                        s = base + entropy_slot(row, when[base : base + Q], h)
+                elif not h < (worst := max(row := ent[base : base + Q])):  # `entropy_slot`: not inserted
+                    s = -1
+                elif worst == inf:  # `entropy_slot` with an empty slot: the first
+                    s = base + row.index(inf)
+                else:
+                    s = base + entropy_slot(row, when[base : base + Q], h)
                 if s >= 0:
                     live = None
                     if owner[s] >= 0:
@@ -178,7 +181,7 @@ class IdleCache:
                     slot[t] = slots[t] = s
                     end[t] = n
                     cached.add(t)
-                    dl.append((t + idle, s, t))
+                    push((t + idle, s, t))
             if top is None:
                 continue
             x = top[t - a]
@@ -192,20 +195,10 @@ class IdleCache:
                 s = int(live_slot[wn[t - a, live].argmax()])  # of equal weights the first: the first slot
             if used[s] != t:  # (a slot inserted at t has its deadline already)
                 used[s] = t
-                dl.append((t + idle, s, owner[s]))
-
-    def _expire(self, t: int) -> bool:
-        """`Cache.expire`: every live slot whose last use is `idle` or more steps before t empties; whether any did."""
-        dl, owner, used, idle, gone = self.deadlines, self.owner, self.used, self.idle, False
-        while dl and dl[0][0] <= t:
-            due, s, x = dl.popleft()
-            if owner[s] == x and used[s] + idle == due:
-                self._vacate(s, t)
-                gone = True
-        return gone
+                push((t + idle, s, owner[s]))
 
     def _vacate(self, s: int, t: int) -> None:
-        """Slot s empties at step t (its entry's interval ends)."""
+        """Slot s empties at step t (its entry's interval ends): a replaced entry (the scan's expiry is inline)."""
         x = self.owner[s]
         self.end[x], self.slot[x], self.slots[x] = t, -1, -1
         self.cached.discard(x)
