@@ -54,11 +54,11 @@ Parts (choose with --parts):
 - replay_ops (any device, quick, not in the default parts): the replay's ops and host reads per
   forget setting, `ms-tta` and `tda` over the stream, run as on a GPU (the chunks in this thread,
   as `threads.map_chunks` runs them off the CPU; the detector's scan in a GPU's windows,
-  `drift_scan.first_rows`): every op but a view (`graphs.OpCount`, about one
-  kernel each on a GPU, where a replay of a few thousand samples costs about its launches and its
-  waits) and every call that reads a tensor on the host (`HOST_READS`: each a wait for the device
-  on a GPU where the tensor lives there; counted on a CPU, an upper bound), each also relative to
-  `none`'s, with the ops each setting adds by name.
+  `drift_scan.first_rows`; the `idle` chain's top weights by `topk`, `idle_replay.top_by_topk`):
+  every op but a view (`graphs.OpCount`, about one kernel each on a GPU, where a replay of a few
+  thousand samples costs about its launches and its waits) and every call that reads a tensor on
+  the host (`HOST_READS`: each a wait for the device on a GPU where the tensor lives there; counted
+  on a CPU, an upper bound), each also relative to `none`'s, with the ops each setting adds by name.
 - memory: peak RSS of a fresh process streaming --steps samples through `ms-tta` with the default
   bounded bank (65,536), and the step time over the first and last 2,000 steps (flat = bounded).
 Rates are the best of 3 runs (the machine may be shared); the 1-minute load average at start and
@@ -86,7 +86,7 @@ import torch
 
 import mstta.engine.cache_runner as streams_mod
 from mstta import Engine, EngineConfig, replay, threads
-from mstta.engine import drift_scan, fused, graphs
+from mstta.engine import drift_scan, fused, graphs, idle_replay
 from mstta.engine.config import DEFAULT_BANK_SIZE
 from mstta.engine.forget import ForgetConfig
 from mstta.engine.methods import needs_text_tower
@@ -655,8 +655,9 @@ HOST_READS = ("item", "tolist", "__int__", "__float__", "__bool__", "__index__",
 
 def part_replay_ops(feats, text, cfg, device) -> dict:
     """The replay's op and host-read counts per forget setting, `ms-tta` and `tda`, run as on a GPU (the
-    chunks in this thread, the detector's scan in a GPU's windows), after one replay of each (the
-    scan's constants built), each also relative to `none`'s, with the ops a setting adds (`added`)."""
+    chunks in this thread, the detector's scan in a GPU's windows, the top weights by `topk`), after one
+    replay of each (the scan's constants built), each also relative to `none`'s, with the ops a setting
+    adds (`added`)."""
     out: dict = {}
     for method in ("ms-tta", "tda"):
         r = out[method] = {}
@@ -666,6 +667,7 @@ def part_replay_ops(feats, text, cfg, device) -> dict:
             with (
                 mock.patch.object(threads, "PER_THREAD", False),  # `map_chunks` in this thread
                 mock.patch.object(drift_scan, "first_rows", lambda device: drift_scan.SCAN_ROWS),
+                mock.patch.object(idle_replay, "top_by_topk", lambda device: True),
             ):
                 replay(feats, text, method, c, device=device)
                 with _host_reads() as reads, graphs.OpCount() as count:

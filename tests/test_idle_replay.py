@@ -140,3 +140,32 @@ def test_where_chunks_run_in_turn_each_span_is_one_product_per_cache(monkeypatch
     spans = [(0, 64), (64, 128), (128, 192), (192, 200)]
     assert sorted(set(rows)) == spans and len(rows) <= 2 * len(spans)  # whole spans, at most one per cache
     _same(replay(f, t, "tda", cfg, online=True, keep_probs=True), fast)
+
+
+@pytest.mark.parametrize("width", [1, 2, 9])
+def test_a_gpus_top_weights_by_topk_equal_the_cpus_by_max(width):
+    """`_top_alone` off the CPU (one `topk`) and on it (`max` and `amax`): the same sample or -1 on rows
+    with a tie at the top, a tie below it, -inf columns and a single column; w is left as it was."""
+    g = torch.Generator().manual_seed(width)
+    w = torch.randint(0, 4, (300, width), generator=g).float()  # many ties
+    w[::7, 0] = float("-inf")
+    samples = torch.arange(100, 100 + width)
+    before = w.clone()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(idle_mod, "top_by_topk", lambda device: True)
+        by_topk = idle_mod._top_alone(w, samples)
+    by_max = idle_mod._top_alone(w, samples)
+    assert torch.equal(w, before) and torch.equal(by_topk, by_max)
+    if width > 1:
+        assert (by_max == -1).any() and (by_max >= 100).any()
+
+
+@pytest.mark.parametrize("method", ["tda", "ms-tta"])
+def test_the_idle_replay_with_a_gpus_top_weights_equals_the_online_steps(method, monkeypatch):
+    """The whole replay through the `topk` path, on repeated frames (ties): the online steps' predictions."""
+    f, t, _ = as_tensors(make_stream(n=60, classes=4, dim=8, seed=4, noise=1.5))
+    f = torch.cat([f, f[:30], f[10:40]])
+    cfg = EngineConfig(forget=ForgetConfig("idle", idle=5), capacity=2, **NEG)
+    online = replay(f, t, method, cfg, online=True, keep_probs=True)
+    monkeypatch.setattr(idle_mod, "top_by_topk", lambda device: True)
+    _same(online, replay(f, t, method, cfg, chunk=16, keep_probs=True))

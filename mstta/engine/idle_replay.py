@@ -213,10 +213,21 @@ class IdleCache:
         return live, slot[live]
 
 
+def top_by_topk(device: torch.device) -> bool:
+    """Whether `_top_alone` takes a row's two largest weights by one `topk` (off the CPU: one kernel where
+    the other way takes four) or by `max` and `amax` (on a CPU, where `topk` is the slower)."""
+    return device.type != "cpu"
+
+
 def _top_alone(w: torch.Tensor, samples: torch.Tensor) -> torch.Tensor:
     """Per row of w, the sample of the column holding its largest weight when every other column's is
-    lower, else -1 (a tie: the scan reads the live columns). Its weight and its column from one `max`, the
-    others' largest from `amax` with that column set to -inf (w is left as it was)."""
+    lower, else -1 (a tie: the scan reads the live columns). By `top_by_topk`: the two largest of each
+    row, or the largest and its column from one `max` and the others' largest from `amax` with that
+    column set to -inf (w is left as it was)."""
+    if top_by_topk(w.device):
+        top, at = w.topk(min(2, w.shape[1]), -1)
+        others = top[:, 1] if w.shape[1] > 1 else torch.full_like(top[:, 0], float("-inf"))  # none: -inf
+        return torch.where(top[:, 0] > others, samples[at[:, 0]], -1)
     top, at = w.max(-1)
     col = at.unsqueeze(1)
     w.scatter_(1, col, float("-inf"))
