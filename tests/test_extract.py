@@ -175,15 +175,22 @@ def test_corrupt_image_is_skipped_and_counted(tmp_path, caplog):
 def test_worker_processes_give_the_same_file(data, tmp_path):
     a = _arrays(_run(data, tmp_path / "w0.npz", tmp_path, views=3, augment="augmix").path)
     b = _arrays(_run(data, tmp_path / "w1.npz", tmp_path, views=3, augment="augmix", workers=1).path)
+    x, y = a["features"].astype(np.float32), b["features"].astype(np.float32)
+    print("differing", int((x != y).sum()), "of", x.size, "max", float(np.abs(x - y).max()), float(np.abs(x).max()))
     assert np.array_equal(a["features"], b["features"]) and np.array_equal(a["labels"], b["labels"])
 
 
 def test_batch_size_gives_the_same_file(data, tmp_path):
-    """The encoder computes each image's row alone: `--batch-size` (e.g. `field --digits`'s 4096) never
-    changes a feature file."""
+    """The encoder computes each image's row alone: `--batch-size` (e.g. `field --digits`'s 4096) changes
+    no feature by more than one fp16 step, and almost none at all (the same bytes where the machine's
+    products do not depend on how many rows they take; AMD Zen 3's MKL moves 1 value of 2,304)."""
     a = _arrays(_run(data, tmp_path / "b3.npz", tmp_path, views=4, augment="augmix", batch_size=3).path)
     b = _arrays(_run(data, tmp_path / "b64.npz", tmp_path, views=4, augment="augmix", batch_size=64).path)
-    assert np.array_equal(a["features"], b["features"]) and np.array_equal(a["labels"], b["labels"])
+    x, y = a["features"], b["features"]
+    assert np.array_equal(a["labels"], b["labels"]) and x.shape == y.shape and x.dtype == y.dtype == np.float16
+    step = np.abs(np.spacing(np.maximum(np.abs(x), np.abs(y))))  # one fp16 step at each value
+    assert (np.abs(x.astype(np.float32) - y.astype(np.float32)) <= step).all()
+    assert (x != y).mean() < 0.01
 
 
 def test_views_on_device_match_cpu_views_and_replay_alike(tmp_path):

@@ -72,7 +72,7 @@ def test_against_reference(clip, C, method, lam):
 def test_batched_replay_equals_reference_and_steps(clip, C, method, lam, monkeypatch):
     """The replay tunes chunks of samples at once (`tpt.replay_stream`, chunks of 4 here on the pool's
     workers): the reference's predictions on 100% of samples and its contexts within 1e-5, and the
-    per-sample engine loop's outputs (`online=True`) within 1e-6."""
+    per-sample engine loop's outputs (`online=True`) within 5e-6."""
     monkeypatch.setattr(tpt, "MAX_CHUNK", 4)
     x = stream(C, seed=10 + C, n=10)
     ref = ReferenceTPT(clip, WORDS[:C], lam=lam)
@@ -81,7 +81,8 @@ def test_batched_replay_equals_reference_and_steps(clip, C, method, lam, monkeyp
     got = replay(x, t.initial(), method, text_tower=t, keep_probs=True)
     steps = replay(x, t.initial(), method, text_tower=t, keep_probs=True, online=True)
     assert got.predictions.tolist() == [int(r["pred"]) for r in want]
-    assert np.array_equal(got.predictions, steps.predictions) and np.abs(got.probs - steps.probs).max() < 1e-6
+    # a chunk's products round apart from one row's on some BLAS: 1.1e-6 on AMD Zen 3's MKL
+    assert np.array_equal(got.predictions, steps.predictions) and np.abs(got.probs - steps.probs).max() < 5e-6
     unit = torch.nn.functional.normalize(x, dim=-1)
     ctx, idx = tpt.tune_batch(unit, t, tpt.Params(), lam)
     assert max(float((c - r["ctx"]).abs().max()) for c, r in zip(ctx, want)) < 1e-5
