@@ -286,6 +286,18 @@ class UIProcess:
 
 
 # ---------------------------------------------------------------------------- the browser
+def preloaded_ui(root: Path, frames: int) -> UIProcess:
+    """`mstta-demo` as the browser tests start it: `mstta-tiny` at random weights on a generated H.264
+    clip of `frames` frames with its labels and ground truth, every 2nd frame, on a free port."""
+    from helpers_video import write_labels
+
+    args = ["--labels", str(write_labels(root / "labels.txt")), "--every", "2"]
+    args += ["--video", str(write_h264(root / "preloaded.mp4", n=frames))]
+    args += ["--truth", str(write_truth(root / "truth.csv", n=frames))]
+    args += ["--model", "mstta-tiny", "--pretrained", "none", "--port", "0", "-v"]
+    return UIProcess(args, gradio_tmp=root / "gradio")
+
+
 def find_chromium() -> str | None:
     """A Chromium already on this machine: $MSTTA_CHROMIUM, one on PATH, or Playwright's own download."""
     if os.environ.get("MSTTA_CHROMIUM"):
