@@ -29,8 +29,8 @@ def exact_ties() -> bool:
     """Whether this machine's products give a duplicated text row the same score as the row it copies,
     in the shapes the tie tests use (1 or 3 rows against 2 to 10 classes, the copy last). Some BLAS
     round a product's last columns apart from its first (AMD Zen 3 with MKL's AVX2 kernels: about one
-    in two such products, by 1 ulp), so duplicated classes do not tie there; the tie tests then check
-    within rounding (`argmax_agrees`) and say so in a warning."""
+    in two such products, by 1 ulp), so duplicated classes do not tie there: the tests built on an
+    exact tie skip (`needs_exact_ties`), the others check within rounding (`argmax_agrees`)."""
     g = torch.Generator().manual_seed(0)
     for dtype in (torch.float32, torch.float64):
         for classes in range(2, 11):
@@ -43,6 +43,12 @@ def exact_ties() -> bool:
                     if not torch.equal(out[:, 0], out[:, -1]):
                         return False
     return True
+
+
+def needs_exact_ties():
+    """A test built on duplicated classes tying exactly: skipped where this machine's products do not tie them."""
+    reason = "this machine's products round a duplicated class apart (seen on AMD Zen 3 with MKL): no exact tie"
+    return pytest.mark.skipif(not exact_ties(), reason=reason)
 
 
 def argmax_agrees(scores, expected, first_argmax, tol=1e-9) -> bool:

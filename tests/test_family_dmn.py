@@ -12,7 +12,7 @@ import pytest
 import reference_dmn as ref
 import torch
 from helpers_cli import run_bench
-from helpers_family import exact_ties
+from helpers_family import needs_exact_ties
 from synthetic import make_stream
 
 from mstta import Engine, MultiEngine, replay
@@ -101,13 +101,12 @@ def test_rules_differ_and_ms_changes_predictions():
 
 
 # ----------------------------------------------------------------- constructed ties
+@needs_exact_ties()
 def test_ties_duplicate_classes_samples_and_views():
     """Two identical text rows (p_bar ties: the first class), every sample repeated (stored entropies
     tie: the official last max slot, TTA-VLM's first) and identical views (stable view order). Not
     where this machine's products round the copied class apart (`exact_ties`): then the copy wins some
     samples by 1 ulp and its memory fills in the original's place."""
-    if not exact_ties():
-        pytest.skip("this machine's products round a duplicated class apart (AMD Zen 3's MKL): no exact tie")
     x, text, _ = stream(4, 3, 6, 12)
     text = torch.cat([text, text[:1]])  # class 4 = class 0
     x = torch.cat([x, x, x])  # equal entropies in the memory
