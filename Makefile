@@ -29,7 +29,7 @@ browser: install
 # Two workers (this machine's two cores), each test file whole on one worker (its module fixtures,
 # e.g. a UI server, shared by its tests); the slowest tests listed at the end.
 test: install browser
-	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15
 
 # Static checks (rules in pyproject.toml, [tool.ruff]): the layout (`ruff format`, line length 120),
 # unused/undefined names, likely bugs, import order. `$(VENV)/bin/ruff format .` applies the layout.

@@ -15,25 +15,37 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
-# The files that take longest under `make test` (seconds on CI's 2-vCPU AMD EPYC, --durations): they
-# start first, so `--dist loadfile` never leaves one running alone at the end (the notes walk, 355 s,
-# sorted last by name, was the run's tail). Order only: every test runs.
+# The files that take longest under `make test` (test-seconds on CI's 2-vCPU AMD EPYC, --durations=0):
+# they start first, so `--dist loadfile` never leaves one running alone at the end. Without this,
+# pytest-xdist starts the files with the most tests first, and the notes walk, one test of 335 s, ran
+# last, alone (CI's tests took 1,323 s where 1,113 is half their sum). `make test` passes
+# --no-loadscope-reorder so that xdist keeps this order. Order only: every test runs.
 LONG_FILES = (
-    "test_ui_browser_notes.py",  # 355
-    "test_ui_browser.py",
-    "test_ui_client.py",
-    "test_bank_dtype.py",  # 107
-    "test_bad_inputs_ui.py",
-    "test_bad_inputs_demo.py",
-    "test_ui_browser_sessions.py",
-    "test_protocol.py",
+    "test_ui_browser_notes.py",  # 335
+    "test_ui_browser.py",  # 318
+    "test_ui_client.py",  # 218
+    "test_bank_dtype.py",  # 136
+    "test_bad_inputs_ui.py",  # 104
+    "test_ui_browser_sessions.py",  # 97
+    "test_protocol.py",  # 83
+    "test_ui_browser_race.py",  # 80
+    "test_host_reads.py",  # 68
+    "test_fused.py",  # 66
+    "test_bad_inputs_demo.py",  # 56
+    "test_multi.py",  # 54
+    "test_hardening_extract.py",  # 45
+    "test_benchmark_run.py",  # 43
 )
 
 
 def pytest_collection_modifyitems(config, items):
-    """LONG_FILES' tests first, in that order; the rest as collected."""
+    """LONG_FILES' tests first, in that order; then the other files by their count of tests, most
+    first (xdist's own order); each file's tests as collected."""
     rank = {name: i for i, name in enumerate(LONG_FILES)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+    count: dict = {}
+    for item in items:
+        count[item.path] = count.get(item.path, 0) + 1
+    items.sort(key=lambda item: (rank.get(item.path.name, len(rank)), -count[item.path], str(item.path)))
 
 
 @pytest.fixture(autouse=True)
