@@ -22,14 +22,14 @@ def test_agreement_with_float32_on_the_reference_streams(bank_dtype):
     agree = total = 0
     for views, overrides in CASES.values():
         for seed in (11,):
-            f, t = reference_stream(views, seed=seed, n=400)
+            f, t = reference_stream(views, seed=seed, n=200)
             cfg = reference_config(overrides)
             for method in MS_METHODS:
                 exact = replay(f, t, method, cfg).predictions
                 half = replay(f, t, method, dataclasses.replace(cfg, bank_dtype=bank_dtype)).predictions
                 agree += int((exact == half).sum())
                 total += len(exact)
-    assert total == 6 * 400 * len(MS_METHODS)
+    assert total == 6 * 200 * len(MS_METHODS)
     assert agree / total >= 0.999, f"{bank_dtype}: {agree}/{total}"
 
 
