@@ -18,6 +18,7 @@ rule that changes their state step by step (timeliness, idle).
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass
@@ -120,15 +121,34 @@ def _empty(m: Method, cfg: EngineConfig, classes: int, keep_probs: bool) -> Repl
 
 
 def _replay_segments(feats, text, m, cfg, chunk, keep_probs):
-    """`_replay_vectorised` over each segment between the resets `forget` makes (`stream_cuts`: the
-    state starts over at each, so the segments replay independently) -> (chunks, cuts or None)."""
-    if not cfg.forget.resets:
-        return _replay_vectorised(feats, text, m, cfg, chunk, keep_probs), None
-    cuts, spans = _segments(feats, cfg.forget)
-    out = []
-    for a, b in spans:
-        out += _replay_vectorised(feats[a:b], text, m, cfg, chunk, keep_probs)
-    return out, cuts
+    """The cache family's row over the stream -> (per chunk, `_summarise`'s tensors; the resets or None).
+    The queries do not depend on the state: they are made once over the whole stream. The state starts
+    over at each reset `forget` makes (`stream_cuts`), so each segment between them replays
+    independently (`_segment_jobs`), and every segment's chunks go to the pool at once."""
+    fg = cfg.forget
+    cuts = stream_cuts(feats, fg) if fg.resets else None
+    spans, parts = _queries(feats, text, cfg, chunk)
+    edges = [0, *([] if cuts is None else torch.nonzero(cuts).flatten().tolist()), feats.shape[0]]
+    jobs = []
+    for a, b in zip(edges, edges[1:]):
+        if b > a:
+            jobs += _segment_jobs(*_within(spans, parts, a, b), text, m, cfg, chunk, keep_probs)
+    return map_chunks(_call, jobs, feats.device), cuts
+
+
+def _call(job):
+    return job()
+
+
+def _within(spans: list[tuple[int, int]], parts: list[tuple], a: int, b: int) -> tuple[list, list]:
+    """The chunks of `_queries` cut to the segment [a, b): its spans from its start, each part's rows (views)."""
+    out_spans, out_parts = [], []
+    for (lo, hi), p in zip(spans, parts):
+        x, y = max(lo, a), min(hi, b)
+        if x < y:
+            out_spans.append((x - a, y - a))
+            out_parts.append(tuple(t[x - lo : y - lo] for t in p))
+    return out_spans, out_parts
 
 
 def _segments(feats: torch.Tensor, fg) -> tuple[torch.Tensor | None, list[tuple[int, int]]]:
@@ -256,14 +276,15 @@ def _queries(feats: torch.Tensor, text: torch.Tensor, cfg: EngineConfig, chunk: 
     return spans, map_chunks(one, spans, feats.device)
 
 
-def _replay_vectorised(feats, text, m, cfg, chunk, keep_probs=False):
-    """Per chunk of samples, `_summarise`'s tensors: the cache family's row `m` (its switches), with
-    the family's `Params` and the runner's settings of `cfg`."""
-    spans, parts = _queries(feats, text, cfg, chunk)
+def _segment_jobs(spans, parts, text, m, cfg, chunk, keep_probs=False) -> list:
+    """Per chunk of a segment whose state starts empty (its `_queries` spans and parts), a function of
+    nothing giving `_summarise`'s tensors: the cache family's row `m` (its switches), with the family's
+    `Params` and the runner's settings of `cfg`. The mean shift and the slot scan run now; under the
+    idle rule the whole chain does (`replay_idle`)."""
     f, ent, lab = (torch.cat([p[i] for p in parts]) for i in (0, 2, 4))
     sw, cp = switches(m), cfg.family_params(CACHE)
     if not sw.cache:
-        return map_chunks(lambda p: _summarise(p[1], p[1], p[2], None, keep_probs), parts, feats.device)
+        return [functools.partial(_summarise, p[1], p[1], p[2], None, keep_probs) for p in parts]
     C = text.shape[0]
     q = _shift_all(f, cfg, chunk) if m.mean_shift else f
     labels = lab.cpu().numpy()
@@ -286,7 +307,8 @@ def _replay_vectorised(feats, text, m, cfg, chunk, keep_probs=False):
 
     if fg.rule == "idle":  # each chunk's entries depend on the last chunk's uses: chunks in turn
         idle = [IdleCache(labels, lab, h, Q, C, pol, g, fg.idle, w, lw, v) for Q, pol, g, w, lw, v in caches]
-        return replay_idle(idle, q, spans, lambda i, logits: final(i, *logits, *([None] * (2 - len(logits)))))
+        done = replay_idle(idle, q, spans, lambda i, logits: final(i, *logits, *([None] * (2 - len(logits)))))
+        return [lambda r=r: r for r in done]
     tl = (fg.steps, fg.weight) if fg.rule == "timeliness" else None
     entries = [_Entries(_intervals(labels, h, Q, C, pol, g, tl), lab, w, lw, v) for Q, pol, g, w, lw, v in caches]
 
@@ -294,7 +316,7 @@ def _replay_vectorised(feats, text, m, cfg, chunk, keep_probs=False):
         a, b = spans[i]
         return final(i, *(e.logits(q, a, b, C) for e in entries), *([None] * (2 - len(entries))))
 
-    return map_chunks(run, range(len(spans)), q.device)
+    return [functools.partial(run, i) for i in range(len(spans))]
 
 
 def _shift_all(f: torch.Tensor, cfg: EngineConfig, chunk: int) -> torch.Tensor:
