@@ -12,7 +12,7 @@ from synthetic import as_tensors, make_stream
 
 from mstta import Engine, EngineConfig
 from mstta.engine import drift_scan, forget
-from mstta.engine.drift import Drift, detect_projection, drift_step_host
+from mstta.engine.drift import Drift, detect_input, detect_projection, drift_step_host
 from mstta.engine.drift_scan import (
     DETECT_ROWS,
     EMA_BLOCK,
@@ -187,13 +187,15 @@ def test_the_scan_reads_the_features_into_float64_a_block_at_a_time(monkeypatch)
     """`detect_rows` converts at most DETECT_ROWS features at once (a bounded float64 copy on any stream)
     and gives each row its `detect_input` row."""
     x = scene_stream(2 * DETECT_ROWS + 7, (), 64, 1, width=512)[:, 0]
-    sizes, read = [], drift_scan.detect_input
-    monkeypatch.setattr(drift_scan, "detect_input", lambda f, proj: sizes.append(len(f)) or read(f, proj))
+    sizes, rows = [], drift_scan.block_rows
+    monkeypatch.setattr(drift_scan, "block_rows", lambda f, *a: sizes.append(len(f)) or rows(f, *a))
     with intra_op_threads(1):  # as `stream_cuts` runs it
         u = detect_rows(x)
     assert max(sizes) <= DETECT_ROWS and sum(sizes) == len(x) and u.dtype == torch.float64
     proj = detect_projection(512, x.device)
-    torch.testing.assert_close(u, torch.cat([read(x[t : t + 1], proj) for t in range(len(x))]), rtol=1e-13, atol=1e-15)
+    torch.testing.assert_close(
+        u, torch.cat([detect_input(x[t : t + 1], proj) for t in range(len(x))]), rtol=1e-13, atol=1e-15
+    )
 
 
 def test_the_scan_runs_on_one_intra_op_thread(monkeypatch):

@@ -8,7 +8,7 @@ import functools
 
 import torch
 
-from .drift import Drift, detect_input, detect_projection, drift_step_host, drift_step_t, z_scale, z_terms
+from .drift import Drift, detect_projection, drift_step_host, drift_step_t, z_scale, z_terms
 
 # The replay's scan (`segment_cut`) computes the statistic batched, the engine one sample at a time
 # (Sherman-Morrison): the same float64 math in another order. Where the scan's CUSUM comes within
@@ -135,9 +135,17 @@ def detect_rows(x: torch.Tensor) -> torch.Tensor:
     """`detect_input` of a whole stream's view-0 features x [N, D] -> [N, k] float64, DETECT_ROWS rows
     at a time, each block read into one reused float64 buffer (exact: what `detect_input` casts to)."""
     proj = detect_projection(x.shape[-1], x.device)
+    proj_t = None if proj is None else proj.T.contiguous()
     u = torch.empty(len(x), x.shape[-1] if proj is None else proj.shape[-1], dtype=torch.float64, device=x.device)
     buf = torch.empty(min(DETECT_ROWS, len(x)), x.shape[-1], dtype=torch.float64, device=x.device)
     for p in range(0, len(x), DETECT_ROWS):
         block = buf[: min(DETECT_ROWS, len(x) - p)].copy_(x[p : p + DETECT_ROWS])
-        u[p : p + DETECT_ROWS] = detect_input(block, proj)
+        block_rows(block, proj_t, u[p : p + len(block)])
     return u
+
+
+def block_rows(block: torch.Tensor, proj_t: torch.Tensor | None, out: torch.Tensor) -> torch.Tensor:
+    """`detect_input` of a float64 block [m, D] into out [m, k], from R^T (`proj_t`, None: no map): the
+    product taken as R^T x^T, the same sums in another order (a third faster on this project's CPU)."""
+    rows = block if proj_t is None else torch.mm(proj_t, block.T).T
+    return torch.div(rows, block.norm(dim=-1, keepdim=True).clamp_min_(1e-12), out=out)
