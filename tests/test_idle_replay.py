@@ -144,7 +144,7 @@ def test_where_chunks_run_in_turn_each_span_is_one_product_per_cache(monkeypatch
 
 @pytest.mark.parametrize("width", [1, 2, 9])
 def test_a_gpus_top_weights_by_topk_equal_the_cpus_by_max(width):
-    """`_top_alone` off the CPU (one `topk`) and on it (`max` and `amax`): the same sample or -1 on rows
+    """`_top_alone` off the CPU (one `topk`) and on it (numpy's `argmax` and `max`): the same sample or -1 on rows
     with a tie at the top, a tie below it, -inf columns and a single column; w is left as it was."""
     g = torch.Generator().manual_seed(width)
     w = torch.randint(0, 4, (300, width), generator=g).float()  # many ties
