@@ -42,8 +42,9 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from engine import FORGET_SETTINGS, _sync, stream
 
-from mstta import EngineConfig, replay, threads
+from mstta import EngineConfig, get_method, list_methods, replay, threads
 from mstta.engine import idle_replay
+from mstta.engine.families.base import CACHE
 
 replay_mod = importlib.import_module("mstta.engine.replay")  # the module (`mstta.replay` is the function)
 
@@ -154,6 +155,12 @@ def main(argv: list[str] | None = None) -> None:
     bad = [s for s in names if s not in FORGET_SETTINGS]
     if bad:
         ap.error(f"--settings: unknown setting(s) {', '.join(bad)}; choose from {', '.join(FORGET_SETTINGS)}")
+    methods = [m for m in args.methods.split(",") if m]
+    cache_rows = [m for m in list_methods() if get_method(m).family == CACHE and not get_method(m).boosting_views]
+    wrong = [m for m in methods if m not in cache_rows]
+    if wrong or not methods:
+        given = ", ".join(wrong) or "none given"
+        ap.error(f"--methods: {given}: give cache-family methods replayed in chunks, of {', '.join(cache_rows)}")
     for flag, value in (("--n", args.n), ("--classes", args.classes), ("--dim", args.dim), ("--rounds", args.rounds)):
         if not 1 <= value <= 1_000_000:
             ap.error(f"{flag}: {value} is out of range; use 1..1000000")
@@ -174,7 +181,7 @@ def main(argv: list[str] | None = None) -> None:
         "rounds": args.rounds,
         "loadavg_1min_at_start": round(os.getloadavg()[0], 2),
     }
-    for method in args.methods.split(","):
+    for method in methods:
         out[method] = profile_method(feats, text, method, cfg, device, names, args.rounds, args.top)
     out["loadavg_1min_at_end"] = round(os.getloadavg()[0], 2)
     print(json.dumps(out))
