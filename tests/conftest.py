@@ -15,26 +15,29 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
-# The files that take longest under `make test` (test-seconds on CI's 2-vCPU AMD EPYC, --durations=0):
-# they start first, so `--dist loadfile` never leaves one running alone at the end. Without this,
-# pytest-xdist starts the files with the most tests first, and the notes walk, one test of 335 s, ran
-# last, alone (CI's tests took 1,323 s where 1,113 is half their sum). `make test` passes
-# --no-loadscope-reorder so that xdist keeps this order. Order only: every test runs.
+# The files that take longest under `make test` (test-seconds in a `.ci/run` rehearsal on a 2-vCPU AMD
+# EPYC, --durations=0): they start first, so `--dist loadfile` never leaves one running alone at the
+# end. Without this, pytest-xdist starts the files with the most tests first, and the notes walk, one
+# test, ran last and alone (the tests took 1,323 s where half their sum was 1,113; with this order
+# 1,016 s where half is 981). `make test` passes --no-loadscope-reorder so that xdist keeps this
+# order. Order only: every test runs.
 LONG_FILES = (
-    "test_ui_browser_notes.py",  # 335
-    "test_ui_browser.py",  # 318
-    "test_ui_client.py",  # 218
-    "test_bank_dtype.py",  # 136
-    "test_bad_inputs_ui.py",  # 104
-    "test_ui_browser_sessions.py",  # 97
-    "test_protocol.py",  # 83
-    "test_ui_browser_race.py",  # 80
-    "test_host_reads.py",  # 68
-    "test_fused.py",  # 66
-    "test_bad_inputs_demo.py",  # 56
-    "test_multi.py",  # 54
-    "test_hardening_extract.py",  # 45
+    "test_ui_browser.py",  # 361
+    "test_ui_browser_notes.py",  # 284
+    "test_ui_client.py",  # 173
+    "test_bad_inputs_ui.py",  # 112
+    "test_protocol.py",  # 77
+    "test_ui_browser_sessions.py",  # 72
+    "test_ui_browser_race.py",  # 68
+    "test_bank_dtype.py",  # 53
+    "test_host_reads.py",  # 49
+    "test_fused.py",  # 46
     "test_benchmark_run.py",  # 43
+    "test_bad_inputs_demo.py",  # 38
+    "test_multi.py",  # 36
+    "test_tensor_views.py",  # 35
+    "test_extract.py",  # 34
+    "test_hardening_extract.py",  # 33
 )
 
 
