@@ -31,10 +31,9 @@ def note_walk(names: list[str], notes: dict) -> list[str]:
     to each other one at least once, and every method is visited. A control's note is set whole at each
     change, from the new method alone, so a stale note is the control's note before the change: these
     changes are all that the pairs of methods can show (362 changes for the 24 methods, where all
-    ordered pairs are 552). Greedy,
-    from the first method: each step to the method whose change covers the most uncovered changes (ties:
-    an unvisited one, then the registry's order); where none covers any, to the first method with the
-    note before of an uncovered change."""
+    ordered pairs are 552). Greedy, from the first method: each step to the method whose change covers
+    the most uncovered changes (ties: an unvisited one, then the registry's order); where none covers
+    any, to the first method with the note before of an uncovered change."""
     left = {c for a in names for b in names for c in note_changes(a, b, notes)}
     walk, unseen = [names[0]], set(names[1:])
     while left or unseen:
