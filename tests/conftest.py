@@ -20,14 +20,17 @@ if not torch.cuda.is_available():
 # end. Without this, pytest-xdist starts the files with the most tests first, and the notes walk, one
 # test, ran last and alone (the tests took 1,323 s where half their sum was 1,113; with this order
 # 1,016 s where half is 981). `make test` passes --no-loadscope-reorder so that xdist keeps this
-# order. Order only: every test runs.
+# order; xdist gives each worker two files at the start, the 1st and 3rd to one, the 2nd and 4th to the
+# other, so a Chromium file and a file without one take turns: the two long Chromium files run one after
+# the other, never side by side (run together at the start, a plot of test_ui_browser.py's first test
+# once stayed a frame short). Order only: every test runs.
 LONG_FILES = (
     "test_ui_browser.py",  # 361
-    "test_ui_browser_notes.py",  # 284
     "test_ui_client.py",  # 173
+    "test_ui_browser_notes.py",  # 284
     "test_bad_inputs_ui.py",  # 112
-    "test_protocol.py",  # 77
     "test_ui_browser_sessions.py",  # 72
+    "test_protocol.py",  # 77
     "test_ui_browser_race.py",  # 68
     "test_bank_dtype.py",  # 53
     "test_host_reads.py",  # 49
