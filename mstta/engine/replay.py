@@ -125,14 +125,11 @@ def _replay_segments(feats, text, m, cfg, chunk, keep_probs):
     The queries do not depend on the state: they are made once over the whole stream. The state starts
     over at each reset `forget` makes (`stream_cuts`), so each segment between them replays
     independently (`_segment_jobs`), and every segment's chunks go to the pool at once."""
-    fg = cfg.forget
-    cuts = stream_cuts(feats, fg) if fg.resets else None
+    cuts, segments = _segments(feats, cfg.forget)
     spans, parts = _queries(feats, text, cfg, chunk)
-    edges = [0, *([] if cuts is None else torch.nonzero(cuts).flatten().tolist()), feats.shape[0]]
-    jobs = []
-    for a, b in zip(edges, edges[1:]):
-        if b > a:
-            jobs += _segment_jobs(*_within(spans, parts, a, b), text, m, cfg, chunk, keep_probs)
+    jobs = [
+        job for a, b in segments for job in _segment_jobs(*_within(spans, parts, a, b), text, m, cfg, chunk, keep_probs)
+    ]
     return map_chunks(_call, jobs, feats.device), cuts
 
 
