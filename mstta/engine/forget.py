@@ -133,11 +133,14 @@ def timeliness_slot(
     score beats the newcomer's; -1 = not inserted."""
     if math.inf in row_entropy:  # an empty slot scores +inf: the first one (every empty slot has time -1)
         return row_entropy.index(math.inf)
-    lt = weight * ln_c
-    score = [lt * (1 / (1 + math.exp(-((t - w) * (1 / horizon))))) + e for e, w in zip(row_entropy, row_time)]
+    lt, rate = weight * ln_c, 1 / horizon
+    score = [lt * (1 / (1 + math.exp((w - t) * rate))) + e for e, w in zip(row_entropy, row_time)]
     top = max(score)
-    j = max((i for i, s in enumerate(score) if s == top), key=(row_time if order is None else order).__getitem__)
-    return j if lt * 0.5 + h < score[j] else -1
+    if not lt * 0.5 + h < top:  # the newcomer scores at least as high as every slot: not inserted
+        return -1
+    if score.count(top) == 1:
+        return score.index(top)
+    return max((i for i, s in enumerate(score) if s == top), key=(row_time if order is None else order).__getitem__)
 
 
 def timeliness_slot_t(
