@@ -5,6 +5,9 @@
   `replay --online`) and the replay's detector scan (`forget.stream_cuts`) run on one intra-op
   thread. Measured: a thread hand-off costs more than the work, and under a competing load the
   threads wait on each other (2.6x slower).
+- Beside the chunks (`beside`): serial host-driven work that does not depend on them (the replay's
+  detector scan beside its queries) runs on one side thread, so the pool's chunks keep the cores
+  busy while it runs instead of waiting for it.
 - Chunks (`map_chunks`): the vectorised replay (and the sweeps, t-SNE and benchmark runs made of
   it) is split into independent row chunks that a pool of `workers()` (cores + 1) takes one at a
   time, each worker on one intra-op thread. No worker ever waits on another inside an op, so a
@@ -135,6 +138,17 @@ def map_chunks(fn: Callable[[T], R], items: Sequence[T], device: torch.device) -
     return list(_executor().map(functools.partial(_run_in_worker, fn), items))
 
 
+def beside(fn: Callable[[], R], device: torch.device) -> Callable[[], R]:
+    """Start fn() on the side thread (one intra-op thread, in inference mode) while the caller goes on,
+    where `map_chunks` spreads work over several cores (`chunk_workers`): serial host-driven work that
+    would otherwise wait for the pool or hold it up -> a function that waits for fn's result (and
+    raises its error). Elsewhere, and when called from the side thread itself, fn runs now."""
+    if chunk_workers(device) == 1 or getattr(_local, "side", False):
+        result = fn()
+        return lambda: result
+    return _executor(side=True).submit(_run_in_worker, lambda _: fn(), None).result
+
+
 def _run_in_worker(fn, item):
     with torch.inference_mode(), intra_op_threads(1):
         return fn(item)
@@ -144,21 +158,31 @@ def _mark_worker() -> None:
     _local.worker = True
 
 
-def _executor() -> ThreadPoolExecutor:
-    """The process's chunk pool (`workers()` threads), made on first use and again after a fork."""
-    global _pool
+def _mark_side() -> None:
+    _local.side = True
+
+
+def _executor(side: bool = False) -> ThreadPoolExecutor:
+    """The process's chunk pool (`workers()` threads) or, `side`, its side thread (`beside`), each made
+    on first use and again after a fork."""
+    global _pool, _side
     with _lock:
+        if side:
+            if _side is None:
+                _side = ThreadPoolExecutor(1, thread_name_prefix="mstta-side", initializer=_mark_side)
+            return _side
         if _pool is None:
             _pool = ThreadPoolExecutor(workers(), thread_name_prefix="mstta-chunk", initializer=_mark_worker)
         return _pool
 
 
 def _forget_pool() -> None:  # a forked child has none of the parent's threads (nor their lock holds)
-    global _pool, _lock
-    _pool, _lock = None, threading.Lock()
+    global _pool, _side, _lock
+    _pool, _side, _lock = None, None, threading.Lock()
 
 
 _pool: ThreadPoolExecutor | None = None
+_side: ThreadPoolExecutor | None = None
 _local = threading.local()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_pool)

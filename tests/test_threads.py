@@ -109,6 +109,56 @@ def test_chunk_workers_says_how_many_chunks_run_side_by_side(monkeypatch):
     assert threads.map_chunks(lambda x: threading.current_thread().name, [1, 2], cpu) == [me, me]
 
 
+@pytest.mark.skipif(
+    not threads.PER_THREAD or threads.cores() < 2, reason="needs 2 cores and per-thread OpenMP/MKL controls"
+)
+def test_beside_runs_on_the_side_thread_while_the_caller_goes_on():
+    """fn runs on the side thread (one intra-op thread, inference mode) while the caller goes on; the
+    returned function waits for its result or raises its error; inline off the CPU and on the side thread."""
+    cpu, started, go = torch.device("cpu"), threading.Event(), threading.Event()
+
+    def side():
+        started.set()
+        assert go.wait(30)  # held until the caller, still running, lets it finish
+        return threading.current_thread().name, torch.get_num_threads(), torch.is_inference_mode_enabled()
+
+    later = threads.beside(side, cpu)
+    assert started.wait(30)
+    go.set()
+    name, n, inference = later()
+    assert name.startswith("mstta-side") and n == 1 and inference
+    with pytest.raises(ZeroDivisionError):
+        threads.beside(lambda: 1 / 0, cpu)()
+    me = threading.current_thread().name
+    assert threads.beside(lambda: threading.current_thread().name, torch.device("cuda"))() == me
+    nested = threads.beside(lambda: threads.beside(lambda: threading.current_thread().name, cpu)(), cpu)()
+    assert nested.startswith("mstta-side")  # the side thread runs its own `beside` now: no wait on itself
+
+
+@pytest.mark.skipif(
+    not threads.PER_THREAD or threads.cores() < 2, reason="needs 2 cores and per-thread OpenMP/MKL controls"
+)
+def test_the_replay_scans_for_cuts_beside_its_queries(monkeypatch):
+    """Under `forget.detect` the cache family's replay scans the stream for cuts on the side thread while
+    the pool makes the queries, and its predictions and cuts equal the online steps'."""
+    from mstta import EngineConfig
+    from mstta.engine import replay as replay_module
+    from mstta.engine.forget import ForgetConfig
+
+    seen = []
+    real = replay_module.stream_cuts
+    monkeypatch.setattr(
+        replay_module, "stream_cuts", lambda *a: seen.append(threading.current_thread().name) or real(*a)
+    )
+    f, t, _ = as_tensors(make_stream(n=120, classes=4, dim=8, seed=1))
+    f = torch.cat([f, -f])  # a scene change
+    cfg = EngineConfig(forget=ForgetConfig("timeliness", detect=True, detect_warmup=20))
+    got, want = replay(f, t, "tda", cfg, chunk=16), replay(f, t, "tda", cfg, online=True)
+    assert len(seen) == 1 and seen[0].startswith("mstta-side")
+    assert got.cuts.any() and got.cuts.tolist() == want.cuts.tolist()
+    assert got.predictions.tolist() == want.predictions.tolist()
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
 def test_a_forked_child_gets_its_own_pool():
     f, t, _ = as_tensors(make_stream(n=40, classes=4, dim=8, seed=0))

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..threads import map_chunks
+from ..threads import beside, map_chunks
 from . import functional as Fn
 from . import fused
 from .cache_rules import EMPTY_TIME, entropy_gate, entropy_slot, fifo_slot
@@ -124,9 +124,12 @@ def _replay_segments(feats, text, m, cfg, chunk, keep_probs):
     """The cache family's row over the stream -> (per chunk, `_summarise`'s tensors; the resets or None).
     The queries do not depend on the state: they are made once over the whole stream. The state starts
     over at each reset `forget` makes (`stream_cuts`), so each segment between them replays
-    independently (`_segment_jobs`), and every segment's chunks go to the pool at once."""
-    cuts, segments = _segments(feats, cfg.forget)
+    independently (`_segment_jobs`), and every segment's chunks go to the pool at once. The detector's
+    scan, serial host-driven work, runs beside the queries (`mstta.threads.beside`)."""
+    find = functools.partial(_segments, feats, cfg.forget)
+    segmented = beside(find, feats.device) if cfg.forget.detect else find
     spans, parts = _queries(feats, text, cfg, chunk)
+    cuts, segments = segmented()
     jobs = [
         job for a, b in segments for job in _segment_jobs(*_within(spans, parts, a, b), text, m, cfg, chunk, keep_probs)
     ]
