@@ -7,7 +7,9 @@
   threads wait on each other (2.6x slower).
 - Beside the chunks (`beside`): serial host-driven work that does not depend on them (the replay's
   detector scan beside its queries) runs on one side thread, so the pool's chunks keep the cores
-  busy while it runs instead of waiting for it.
+  busy while it runs instead of waiting for it. Chunks that a serial chain will read in turn can be
+  started at once (`ahead`: the `idle` replay's weights), so the pool makes them while the chain
+  scans.
 - Chunks (`map_chunks`): the vectorised replay (and the sweeps, t-SNE and benchmark runs made of
   it) is split into independent row chunks that a pool of `workers()` (cores + 1) takes one at a
   time, each worker on one intra-op thread. No worker ever waits on another inside an op, so a
@@ -147,6 +149,16 @@ def beside(fn: Callable[[], R], device: torch.device) -> Callable[[], R]:
         result = fn()
         return lambda: result
     return _executor(side=True).submit(_run_in_worker, lambda _: fn(), None).result
+
+
+def ahead(fn: Callable[[T], R], items: Sequence[T], device: torch.device) -> list[Callable[[], R]]:
+    """Start fn(item) for every item on the pool's workers (in the order given) while the caller goes
+    on -> per item a function that waits for its result. Where `map_chunks` runs items in turn, each
+    runs when its function is called."""
+    if chunk_workers(device) == 1:
+        return [functools.partial(fn, item) for item in items]
+    pool = _executor()
+    return [pool.submit(_run_in_worker, fn, item).result for item in items]
 
 
 def _run_in_worker(fn, item):

@@ -169,3 +169,42 @@ def test_the_idle_replay_with_a_gpus_top_weights_equals_the_online_steps(method,
     online = replay(f, t, method, cfg, online=True, keep_probs=True)
     monkeypatch.setattr(idle_mod, "top_by_topk", lambda device: True)
     _same(online, replay(f, t, method, cfg, chunk=16, keep_probs=True))
+
+
+@pytest.mark.skipif(threads.chunk_workers(torch.device("cpu")) == 1, reason="the chunks run in turn here (one core)")
+@pytest.mark.parametrize("method", ["baseline", "tda", "ms-tta", "tda+ms"])
+@pytest.mark.parametrize("idle", [1, 9, 1000])
+def test_weights_made_ahead_equal_the_online_steps(method, idle, monkeypatch):
+    """Where the pool runs chunks side by side and the stream's samples are few against the cache's slots,
+    every span's weights over every earlier sample that may enter are made ahead on the pool
+    (`_made_ahead`) and the chain takes its columns from them: the online steps' predictions, TDA's
+    gated negative cache included."""
+    f, t, _ = as_tensors(make_stream(n=240, classes=60, dim=12, views=2, seed=idle, noise=1.2))
+    cfg = EngineConfig(view_mode="original", forget=ForgetConfig("idle", idle=idle), **NEG)
+    made, chained = [], []
+    pool, weigh = IdleCache.weigh_pool, IdleCache.weigh
+    monkeypatch.setattr(IdleCache, "weigh_pool", lambda self, *a: made.append(a[1:]) or pool(self, *a))
+    monkeypatch.setattr(IdleCache, "weigh", lambda self, *a: chained.append(1) or weigh(self, *a))
+    fast = replay(f, t, method, cfg, chunk=32, keep_probs=True)
+    assert made and not chained
+    assert sorted(set(made)) == [(a, min(240, a + 32)) for a in range(0, 240, 32)]
+    _same(replay(f, t, method, cfg, online=True, keep_probs=True), fast)
+
+
+@pytest.mark.parametrize(
+    ("waste", "budget", "ahead"), [(1.1, 256 * 2**20, True), (1.0, 256 * 2**20, False), (1e9, 4096, False)]
+)
+def test_weights_are_made_ahead_only_within_their_waste_and_bytes(waste, budget, ahead, monkeypatch):
+    """`_made_ahead` refuses where the pool's columns exceed AHEAD_WASTE times the most the chain's could
+    be (here 1.0: the pool holds every sample, the chain at most the slots) or AHEAD_BYTES; the chain
+    then weighs each span, with the same predictions."""
+    f, t, _ = as_tensors(make_stream(n=160, classes=40, dim=12, seed=4, noise=1.2))
+    cfg = EngineConfig(forget=ForgetConfig("idle", idle=9))
+    monkeypatch.setattr(idle_mod, "chunk_workers", lambda device: 3)
+    monkeypatch.setattr(idle_mod, "AHEAD_WASTE", waste)
+    monkeypatch.setattr(idle_mod, "AHEAD_BYTES", budget)
+    made, pool = [], IdleCache.weigh_pool
+    monkeypatch.setattr(IdleCache, "weigh_pool", lambda self, *a: made.append(1) or pool(self, *a))
+    fast = replay(f, t, "tda", cfg, chunk=32, keep_probs=True)
+    assert bool(made) == ahead
+    _same(replay(f, t, "tda", cfg, online=True, keep_probs=True), fast)

@@ -109,6 +109,23 @@ def test_chunk_workers_says_how_many_chunks_run_side_by_side(monkeypatch):
     assert threads.map_chunks(lambda x: threading.current_thread().name, [1, 2], cpu) == [me, me]
 
 
+def test_ahead_starts_every_item_and_waits_for_each_in_turn():
+    """Each item's function gives fn(item) (on the pool's one-thread workers where chunks run side by
+    side, else when called, in this thread) and raises its error."""
+    cpu = torch.device("cpu")
+    got = [wait() for wait in threads.ahead(lambda x: (x, torch.get_num_threads()), list(range(12)), cpu)]
+    assert [x for x, _ in got] == list(range(12))
+    if threads.PER_THREAD:
+        assert {n for _, n in got} == {1}
+    waits = threads.ahead(lambda x: 1 / (x - 2), [0, 1, 2, 3], cpu)
+    assert waits[0]() == -0.5 and waits[3]() == 1.0
+    with pytest.raises(ZeroDivisionError):
+        waits[2]()
+    me, names = threading.current_thread().name, []
+    waits = threads.ahead(lambda x: names.append(x) or threading.current_thread().name, [1, 2], torch.device("cuda"))
+    assert names == [] and [w() for w in waits] == [me, me] and names == [1, 2]  # off the CPU: run when called
+
+
 @pytest.mark.skipif(
     not threads.PER_THREAD or threads.cores() < 2, reason="needs 2 cores and per-thread OpenMP/MKL controls"
 )
