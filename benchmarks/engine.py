@@ -41,7 +41,8 @@ Parts (choose with --parts):
   `none`; online, one engine per setting, the engines taking turns every 50 samples of the stream
   (a paired design: the machine's speed drifts between minutes); the replays taking turns. Also
   the median over the rounds of each one's wall time relative to the same round's `none`
-  (`*_wall_vs_none`: online the round's pass, replayed the round's best of 3), and on the CPU the CPU
+  (`*_wall_vs_none`: online the round's pass; replayed the median over the round's 9 turns, each
+  setting once a turn in a shuffled order, of the turn's ratio), and on the CPU the CPU
   time per sample (the least of the rounds) and the median over the rounds of its ratio to the same
   round's `none` (`*_cpu_time_vs_none`).
 - graph_ops (any device, quick, not in the default parts): the ops of the step a CUDA graph
@@ -74,6 +75,7 @@ import importlib
 import json
 import os
 import platform
+import random
 import resource
 import statistics
 import subprocess
@@ -236,6 +238,9 @@ FORGET_SETTINGS = {
 
 
 FORGET_BLOCK = 50  # samples each setting's engine steps before the next one's turn (`online_turns`)
+# The forget replays' turns a round, each setting once a turn in a shuffled order: a replay of 2,000
+# samples takes about 0.1 s, and its wall time moves by a tenth between turns on a shared machine.
+REPLAY_TURNS = 9
 
 
 def online_turns(feats, text, method, cfgs: dict, device, cuda_graph=None, block: int = FORGET_BLOCK) -> dict:
@@ -266,7 +271,9 @@ def online_turns(feats, text, method, cfgs: dict, device, cuda_graph=None, block
 def part_forget(feats, text, cfg, device, rounds: int = 5) -> dict:
     """Online and replay samples/s of each forget setting, and its cost against `none`, over
     `rounds` rounds. Online, the settings' engines take turns every FORGET_BLOCK samples of one pass
-    (`online_turns`); the replays take turns, REPEAT times a round. On the CPU also the process's CPU
+    (`online_turns`); the replays take REPLAY_TURNS turns a round, each setting once a turn in a
+    shuffled order, and a round's replay wall time against `none` is the median over its turns of the
+    turn's ratio (paired). On the CPU also the process's CPU
     time per sample (every thread's): its least over the rounds, and the median over the rounds of
     its ratio to the same round's `none` (`*_cpu_time_vs_none`: this machine's speed moves by a
     fifth between minutes, so a ratio of two minima can compare two speeds)."""
@@ -278,24 +285,27 @@ def part_forget(feats, text, cfg, device, rounds: int = 5) -> dict:
         r = out[method] = {name: {"online_samples_per_s": 0.0, "replay_samples_per_s": 0.0} for name in FORGET_SETTINGS}
         ratios: dict = {name: {"online": [], "replay": []} for name in FORGET_SETTINGS}
         walls: dict = {name: {"online": [], "replay": []} for name in FORGET_SETTINGS}
+        turns = random.Random(0)
         for c in cfgs.values():
             replay(feats[:300], text, method, c, device=device)  # warm-up
         for _ in range(rounds):
             online = online_turns(feats, text, method, cfgs, device, cuda_graph=graph)
             rep_cpu: dict = {name: [] for name in cfgs}
-            rep_rate: dict = {name: 0.0 for name in cfgs}
-            for _ in range(REPEAT):  # ~0.1 s each
-                for name, c in cfgs.items():
+            rep_wall: dict = {name: [] for name in cfgs}
+            for _ in range(REPLAY_TURNS):  # ~0.1-0.5 s each
+                order = list(cfgs)
+                turns.shuffle(order)  # no setting always runs right after the same one
+                for name in order:
                     c0 = time.process_time()
-                    rate = replay(feats, text, method, c, device=device).samples_per_s
+                    rate = replay(feats, text, method, cfgs[name], device=device).samples_per_s
                     rep_cpu[name].append((time.process_time() - c0) * 1e6 / n)
-                    rep_rate[name] = max(rep_rate[name], rate)
+                    rep_wall[name].append(n / rate)
                     r[name]["replay_samples_per_s"] = round(max(r[name]["replay_samples_per_s"], rate), 1)
             for name in cfgs:
                 wall, cpu = online[name]
                 r[name]["online_samples_per_s"] = round(max(r[name]["online_samples_per_s"], n / wall), 1)
                 walls[name]["online"].append(wall / online["none"][0])
-                walls[name]["replay"].append(rep_rate["none"] / rep_rate[name])
+                walls[name]["replay"].append(statistics.median(x / y for x, y in zip(rep_wall[name], rep_wall["none"])))
                 if device.type != "cpu":
                     continue
                 for key, us in (("online", cpu * 1e6 / n), ("replay", min(rep_cpu[name]))):
