@@ -44,7 +44,7 @@ Parts (choose with --parts):
   (`*_wall_vs_none`: online the round's pass; replayed the median over the round's 9 turns, each
   setting once a turn in a shuffled order, of the turn's ratio), and on the CPU the CPU
   time per sample (the least of the rounds) and the median over the rounds of its ratio to the same
-  round's `none` (`*_cpu_time_vs_none`).
+  round's `none` (`*_cpu_time_vs_none`; replayed, each round's median of its turns' ratios).
 - graph_ops (any device, quick, not in the default parts): the ops of the step a CUDA graph
   captures (`graphs.step_ops`: every op but a view, about one kernel each on a GPU, where a
   graph's step of tiny kernels costs about its kernel count), `ms-tta` and `tda`, per forget
@@ -276,7 +276,8 @@ def part_forget(feats, text, cfg, device, rounds: int = 5) -> dict:
     turn's ratio (paired). On the CPU also the process's CPU
     time per sample (every thread's): its least over the rounds, and the median over the rounds of
     its ratio to the same round's `none` (`*_cpu_time_vs_none`: this machine's speed moves by a
-    fifth between minutes, so a ratio of two minima can compare two speeds)."""
+    fifth between minutes, so a ratio of two minima can compare two speeds; replayed, the round's
+    median of its turns' ratios, as the wall time)."""
     out: dict = {}
     graph = True if device.type == "cuda" else None
     cfgs = {name: dataclasses.replace(cfg, forget=fg) for name, fg in FORGET_SETTINGS.items()}
@@ -310,8 +311,10 @@ def part_forget(feats, text, cfg, device, rounds: int = 5) -> dict:
                     continue
                 for key, us in (("online", cpu * 1e6 / n), ("replay", min(rep_cpu[name]))):
                     r[name][f"{key}_cpu_us_per_sample"] = round(min(r[name].get(f"{key}_cpu_us_per_sample", us), us), 1)
-                    base = online["none"][1] * 1e6 / n if key == "online" else min(rep_cpu["none"])
-                    ratios[name][key].append(us / base)
+                ratios[name]["online"].append(cpu / online["none"][1])
+                ratios[name]["replay"].append(
+                    statistics.median(x / y for x, y in zip(rep_cpu[name], rep_cpu["none"]))  # paired, as the wall time
+                )
         for name in FORGET_SETTINGS:
             for key in ("online", "replay"):
                 r[name][f"{key}_time_vs_none"] = round(
