@@ -134,10 +134,6 @@ class IdleCache:
         self.cached: set[int] = set()  # the samples cached now
         self.end = np.full(n, -1, dtype=np.int64)  # sample s cached over [s, end[s]); -1: never
         self.deadlines: deque = deque()  # (step, slot, owner)
-        # the samples that may enter (gated; all where nothing gates) and, gated, how many come before each t
-        self.gated = None if gate is None else np.concatenate([[0], np.cumsum(gate)])
-        pooled = np.arange(n) if gate is None else np.flatnonzero(gate)
-        self.pooled = torch.from_numpy(pooled).to(lab_t.device)
 
     def columns(self, a: int, b: int):
         """The entries that can be alive over samples [a, b): those cached at step a, then the span's own
@@ -162,9 +158,16 @@ class IdleCache:
             rows[c] = (max(ent[c * Q : c * Q + Q]), min(live, default=math.inf))
         return [t for t in own if self.h[t] < rows[self.labels[t]][0] or t >= rows[self.labels[t]][1]]
 
+    @functools.cached_property
+    def _gated(self) -> tuple[np.ndarray, np.ndarray]:
+        """A gated cache's pool, made on its first use (the weights made ahead only): (how many gated
+        samples come before each t [n + 1], the gated samples)."""
+        gate = np.asarray(self.gate, dtype=bool)
+        return np.concatenate([[0], np.cumsum(gate)]), np.flatnonzero(gate)
+
     def pool_count(self, t: int) -> int:
         """How many samples before t may enter the cache (gated; all where nothing gates)."""
-        return t if self.gate is None else int(self.gated[t])
+        return t if self.gate is None else int(self._gated[0][t])
 
     def weigh_pool(self, q: torch.Tensor, a: int, b: int) -> torch.Tensor | None:
         """The weights of samples [a, b) over every sample before b that may enter the cache [b - a, K]
@@ -172,7 +175,7 @@ class IdleCache:
         k = self.pool_count(b)
         if k == 0:
             return None
-        keys = q[:k] if self.gate is None else q[self.pooled[:k]]
+        keys = q[:k] if self.gate is None else q[torch.from_numpy(self._gated[1][:k]).to(q.device)]
         return self.weights(q[a:b], keys, torch.full((k,), self.log_w, device=q.device))
 
     def from_pool(self, a: int, b: int, w: torch.Tensor | None):
@@ -182,7 +185,7 @@ class IdleCache:
         if col is None:
             return None
         cols, _, at = col
-        where = at if self.gate is None else torch.as_tensor(self.gated[cols], device=at.device)
+        where = at if self.gate is None else torch.as_tensor(self._gated[0][cols], device=at.device)
         w = w.index_select(1, where)
         return (*col, w, _top_alone(w, at).tolist() if math.isfinite(self.log_w) else None)
 
